@@ -1,0 +1,74 @@
+/*
+ * disco/segment.h - shared-memory segments.
+ *
+ * A segment is an anonymous memfd mapped MAP_SHARED. It is shared with forked
+ * children by inheritance and with exec'd workers by passing the fd (created
+ * close-on-exec; a spawner clears the flag in the child only). Nothing is ever
+ * named in /dev/shm, so a crash cannot leave a segment behind: the memory goes
+ * away with the last mapping and the last fd.
+ *
+ * The first page holds a header (magic + layout version + size); user data
+ * starts at DISCO_SEGMENT_DATA_OFFSET, page-aligned. All of the memory is
+ * allocated (fallocate) at creation: a size that cannot be backed fails there
+ * with DISCO_E_NOSPACE, never with SIGBUS on a later touch.
+ *
+ * The mapping address differs between processes that attach separately (it is
+ * the same across fork). Structures inside a segment use offsets.
+ */
+#ifndef DISCO_SEGMENT_H
+#define DISCO_SEGMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "disco/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DISCO_SEGMENT_MAGIC       0x4745534f43534944ULL /* "DISCOSEG" */
+#define DISCO_SEGMENT_LAYOUT      1u
+#define DISCO_SEGMENT_DATA_OFFSET 4096u
+
+/* Process-local handle; the caller owns its memory. */
+typedef struct disco_segment {
+    int fd;       /* memfd, close-on-exec */
+    void *base;   /* start of the mapping (the header) */
+    size_t size;  /* bytes mapped, header included */
+} disco_segment_t;
+
+/** Creates a segment with at least data_size bytes of user data, all of it
+ *  allocated now. name shows in /proc/<pid>/maps only ("memfd:name").
+ *  Thread-safe. Returns DISCO_OK, DISCO_E_INVAL (size 0), DISCO_E_NOSPACE (the
+ *  memory is not there: larger than what is available, or fallocate failed),
+ *  DISCO_E_SYS (memfd_create/mmap failed). */
+disco_status_t disco_segment_create(const char *name, size_t data_size, disco_segment_t *seg_out);
+
+/** Maps an existing segment from an fd (for instance one inherited across
+ *  exec). The fd is duplicated; the caller keeps its own. Checks the magic,
+ *  the layout version and the size. Thread-safe. Returns DISCO_OK,
+ *  DISCO_E_SYS, DISCO_E_BAD_MAGIC (not a disco segment, other layout version,
+ *  or a size that disagrees with the file). */
+disco_status_t disco_segment_attach(int fd, disco_segment_t *seg_out);
+
+/** Unmaps and closes. Harmless on a zeroed or already closed handle.
+ *  Not thread-safe against users of the same mapping. */
+void disco_segment_close(disco_segment_t *seg);
+
+/** First byte of user data (page-aligned). */
+static inline void *disco_segment_data(const disco_segment_t *seg)
+{
+    return (char *)seg->base + DISCO_SEGMENT_DATA_OFFSET;
+}
+
+/** Bytes of user data. */
+static inline size_t disco_segment_data_size(const disco_segment_t *seg)
+{
+    return seg->size - DISCO_SEGMENT_DATA_OFFSET;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

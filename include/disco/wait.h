@@ -1,0 +1,121 @@
+/*
+ * disco/wait.h - spin, then park: waiting on shared memory across processes.
+ *
+ * A waiter first spins on its condition: a short phase of pause instructions,
+ * then sched_yield() between checks so that a peer sharing the core gets to
+ * run (workers often outnumber cores). Past the spin budget it parks on a
+ * futex word that lives in shared memory beside the data (disco_waitq_t). The
+ * waker makes the futex syscall only when the waiter count says someone is
+ * parked, so the hot path never enters the kernel.
+ *
+ * Every wait has an absolute deadline and watches an abort word and an
+ * optional check callback; it ends with DISCO_E_TIMEOUT, the abort status, or
+ * the callback's status instead of hanging. A parked waiter wakes at least
+ * every park_slice_ms to look at them.
+ *
+ * Protocol (the numbers are the labels used in the code):
+ *   waiter                                 waker
+ *   P1 waiters += 1 (seq_cst) + fence      K0 publish the data (release)
+ *   P2 epoch = word (seq_cst)              K1 fence (seq_cst)
+ *   P3 re-check the condition              K2 if waiters != 0:
+ *   P4 futex_wait(word, epoch, slice)          K3 word += 1; futex_wake(word)
+ * P1/K1 are a store-buffer pair: either the waiter's P3 sees the data, or the
+ * waker's K2 sees the waiter. P2 before P3 makes a wake between them visible
+ * as a changed word, so P4 returns at once instead of sleeping through it.
+ */
+#ifndef DISCO_WAIT_H
+#define DISCO_WAIT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "disco/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A futex word and its waiter count; lives in shared memory on its own cache
+ * line. Zero-initialised memory is a valid, empty queue. */
+typedef struct disco_waitq {
+    _Alignas(64) _Atomic uint32_t word; /* bumped by each wake that finds waiters */
+    _Atomic uint32_t waiters;           /* processes parked or about to park */
+} disco_waitq_t;
+
+/* How to wait. Zero-initialised means: default spin, no deadline, no abort
+ * word, no callback. */
+typedef struct disco_wait {
+    uint64_t pause_ns;      /* spin with pause only this long, then yield; 0 = default */
+    uint64_t spin_ns;       /* total spin before parking; 0 = default */
+    int64_t deadline_ns;    /* absolute, disco_now_ns() clock; 0 = none */
+    uint32_t park_slice_ms; /* longest single park; 0 = default (10 ms) */
+    bool no_wait;           /* fail with DISCO_E_AGAIN instead of waiting */
+    /* Nonzero ends the wait with that value as the status (a negative
+     * disco_status_t), e.g. a session's "broken" word. NULL: not watched. */
+    const _Atomic int32_t *abort_word;
+    /* Called at least every park slice (and every few ms while spinning);
+     * a non-OK return ends the wait with it. NULL: none. */
+    disco_status_t (*check)(void *ctx);
+    void *check_ctx;
+} disco_wait_t;
+
+#define DISCO_WAIT_DEFAULT_PAUSE_NS 20000u  /* 20 us of pause before yielding */
+#define DISCO_WAIT_DEFAULT_SPIN_NS  200000u /* 0.2 ms, then park */
+#define DISCO_WAIT_DEFAULT_SLICE_MS 10u
+
+/** CLOCK_MONOTONIC in nanoseconds: one time base for every process. */
+static inline int64_t disco_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/** One spin-loop hint (pause on x86). */
+static inline void disco_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* A condition: returns true when the wait is over. Must read the shared data
+ * with acquire loads. */
+typedef bool (*disco_cond_fn)(void *arg);
+
+/** Waits until cond(arg) is true. q may be NULL (spin and poll only; then
+ *  parking sleeps for the slice). Thread-safe for any number of waiters.
+ *  Returns DISCO_OK, DISCO_E_AGAIN (w->no_wait and cond false),
+ *  DISCO_E_TIMEOUT (deadline passed), the abort word's value, or the check
+ *  callback's status. */
+disco_status_t disco_wait_until(disco_waitq_t *q, disco_cond_fn cond, void *arg,
+                                const disco_wait_t *w);
+
+/** Slow half of a wake: called by disco_waitq_wake when someone is parked. */
+void disco__waitq_wake_slow(disco_waitq_t *q);
+
+/** Wakes every parked waiter of q, after the caller has published its data
+ *  with a release store (step K0). Costs a fence and a load when nobody is
+ *  parked. Thread-safe. */
+static inline void disco_waitq_wake(disco_waitq_t *q)
+{
+    /* K1: pairs with the waiter's P1 fence (store-buffer pattern). */
+    atomic_thread_fence(memory_order_seq_cst);
+    /* K2: relaxed is enough after the K1 fence; a stale nonzero only costs a
+     * spurious syscall. */
+    if (atomic_load_explicit(&q->waiters, memory_order_relaxed) != 0)
+        disco__waitq_wake_slow(q);
+}
+
+/** Wakes every parked waiter of q unconditionally (used when setting an abort
+ *  word, where waiters must look at once). Thread-safe. */
+void disco_waitq_wake_all(disco_waitq_t *q);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

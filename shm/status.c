@@ -1,0 +1,52 @@
+/* status.c - messages and thread-local context for disco_status_t. */
+#include "disco/status.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#define DISCO_DETAIL_MAX 512
+
+static _Thread_local char detail[DISCO_DETAIL_MAX];
+
+const char *disco_strerror(int status)
+{
+    switch (status) {
+#define DISCO_STATUS_MSG(name, value, msg)                                                         \
+    case value:                                                                                    \
+        return msg;
+        DISCO_STATUS_TABLE(DISCO_STATUS_MSG)
+#undef DISCO_STATUS_MSG
+    }
+    return "unknown status";
+}
+
+const char *disco_err_name(int status)
+{
+    switch (status) {
+#define DISCO_STATUS_NAME(name, value, msg)                                                        \
+    case value:                                                                                    \
+        return "DISCO_" #name;
+        DISCO_STATUS_TABLE(DISCO_STATUS_NAME)
+#undef DISCO_STATUS_NAME
+    }
+    return "DISCO_E_UNKNOWN";
+}
+
+const char *disco_last_error(void)
+{
+    return detail;
+}
+
+int disco_set_error(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+void disco_clear_error(void)
+{
+    detail[0] = '\0';
+}

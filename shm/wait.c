@@ -1,0 +1,140 @@
+/* wait.c - spin (pause, then yield), then park on a shared futex. */
+#include "disco/wait.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Shared (not FUTEX_PRIVATE) operations: the word lives in a MAP_SHARED
+ * mapping used by several processes. */
+static long futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns)
+{
+    struct timespec ts = {.tv_sec = timeout_ns / 1000000000LL,
+                          .tv_nsec = timeout_ns % 1000000000LL};
+    return syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expect, &ts, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *word)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+void disco__waitq_wake_slow(disco_waitq_t *q)
+{
+    /* K3: release so a waiter that reads the new word also sees K0 (it
+     * re-checks its condition after waking anyway). */
+    atomic_fetch_add_explicit(&q->word, 1, memory_order_release);
+    futex_wake(&q->word);
+}
+
+void disco_waitq_wake_all(disco_waitq_t *q)
+{
+    atomic_thread_fence(memory_order_seq_cst); /* as K1 */
+    disco__waitq_wake_slow(q);
+}
+
+/* Abort word, deadline and callback, in that order. */
+static disco_status_t check_exits(const disco_wait_t *w, int64_t now)
+{
+    if (w->abort_word != NULL) {
+        /* Acquire: whoever set the word published its reason first. */
+        int32_t a = atomic_load_explicit(w->abort_word, memory_order_acquire);
+        if (a != 0)
+            return (disco_status_t)a;
+    }
+    if (w->deadline_ns != 0 && now >= w->deadline_ns)
+        return disco_set_error(DISCO_E_TIMEOUT, "wait passed its deadline");
+    if (w->check != NULL)
+        return w->check(w->check_ctx);
+    return DISCO_OK;
+}
+
+/* Parks once for at most a slice; returns after a wake, a timeout or a
+ * signal. The caller re-checks everything. */
+static void park(disco_waitq_t *q, disco_cond_fn cond, void *arg, const disco_wait_t *w,
+                 int64_t now)
+{
+    int64_t slice = (int64_t)(w->park_slice_ms ? w->park_slice_ms : DISCO_WAIT_DEFAULT_SLICE_MS) *
+                    1000000LL;
+    if (w->deadline_ns != 0 && w->deadline_ns - now < slice)
+        slice = w->deadline_ns - now;
+    if (slice <= 0)
+        return;
+    if (q == NULL) {
+        struct timespec ts = {.tv_sec = slice / 1000000000LL, .tv_nsec = slice % 1000000000LL};
+        nanosleep(&ts, NULL);
+        return;
+    }
+    /* P1: announce; the fence pairs with the waker's K1. */
+    atomic_fetch_add_explicit(&q->waiters, 1, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
+    /* P2: seq_cst load; if it sees a K3 it synchronizes with it. */
+    uint32_t epoch = atomic_load_explicit(&q->word, memory_order_seq_cst);
+    if (!cond(arg)) /* P3 */
+        futex_wait(&q->word, epoch, slice); /* P4; EAGAIN/EINTR/ETIMEDOUT all mean re-check */
+    /* Relaxed: the count is only a hint for wakers; it drops after we stopped
+     * waiting, so it never under-counts a parked waiter. */
+    atomic_fetch_sub_explicit(&q->waiters, 1, memory_order_relaxed);
+}
+
+disco_status_t disco_wait_until(disco_waitq_t *q, disco_cond_fn cond, void *arg,
+                                const disco_wait_t *w)
+{
+    static const disco_wait_t defaults;
+    if (w == NULL)
+        w = &defaults;
+    if (cond(arg))
+        return DISCO_OK;
+    if (w->no_wait)
+        return DISCO_E_AGAIN;
+
+    uint64_t pause_ns = w->pause_ns ? w->pause_ns : DISCO_WAIT_DEFAULT_PAUSE_NS;
+    uint64_t spin_ns = w->spin_ns ? w->spin_ns : DISCO_WAIT_DEFAULT_SPIN_NS;
+    if (pause_ns > spin_ns)
+        pause_ns = spin_ns;
+    int64_t start = disco_now_ns();
+    int64_t last_check = start;
+    disco_status_t st;
+
+    /* Spin. Pause alone while the peer is probably running on another core
+     * and about to answer (a round trip there is ~150 ns): the clock is read
+     * every 32 pauses (a vDSO call, ~20 ns). Past pause_ns it is more likely
+     * that the peer needs our core, so yield at every check from then on. */
+    bool yielding = false;
+    for (uint32_t i = 1;; i++) {
+        if (cond(arg))
+            return DISCO_OK;
+        if (!yielding && (i & 31) != 0) {
+            disco_cpu_relax();
+            continue;
+        }
+        int64_t now = disco_now_ns();
+        uint64_t spun = (uint64_t)(now - start);
+        if (spun >= spin_ns)
+            break;
+        if (now - last_check >= 1000000 || (w->deadline_ns != 0 && now >= w->deadline_ns)) {
+            last_check = now;
+            if ((st = check_exits(w, now)) != DISCO_OK)
+                return st;
+        }
+        if (spun >= pause_ns) {
+            yielding = true;
+            sched_yield();
+        } else {
+            disco_cpu_relax();
+        }
+    }
+
+    /* Park, a slice at a time, looking at the exits after each. */
+    for (;;) {
+        if (cond(arg))
+            return DISCO_OK;
+        int64_t now = disco_now_ns();
+        if ((st = check_exits(w, now)) != DISCO_OK)
+            return cond(arg) ? DISCO_OK : st;
+        park(q, cond, arg, w, now);
+    }
+}
