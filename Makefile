@@ -43,6 +43,10 @@ TOOLS    := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/run_tests.o
 TEST_BIN := $(BUILD)/bin/run_tests
+TESTLIB  := $(BUILD)/lib/libdisco_testlib.so
+# Programs export the whole library, so that libraries they load
+# (disco.load_library) resolve disco_register_func & co. against it.
+WHOLE_LIB = -rdynamic -Wl,--whole-archive $(BUILD)/libdisco.a -Wl,--no-whole-archive
 
 .PHONY: all deps test bench demo clean format cppcheck
 all: $(BUILD)/libdisco.a $(BUILD)/libdisco.so $(TOOLS)
@@ -65,15 +69,29 @@ $(BUILD)/libdisco.so: $(LIB_OBJ)
 
 $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libdisco.a $(PKG_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
 
 $(TEST_BIN): $(TEST_OBJ) $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libdisco.a $(CHECK_LIBS) $(PKG_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(WHOLE_LIB) $(CHECK_LIBS) $(PKG_LIBS) $(LDLIBS)
+
+# The session tests' function library; its disco symbols come from the
+# program that loads it.
+$(TESTLIB): $(BUILD)/obj/testlib/testlib.o
+	@mkdir -p $(@D)
+	$(CC) -shared $(LDFLAGS) -o $@ $<
+
+$(BUILD)/obj/testlib/testlib.o: tests/testlib.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+
+# Tests find the test library and the worker program by absolute path.
+$(BUILD)/obj/tests/%.o: CFLAGS += -DDISCO_TEST_LIB='"$(abspath $(TESTLIB))"' \
+    -DDISCO_TEST_WORKER='"$(abspath $(BUILD)/bin/disco-worker)"'
 
 # Each test runs in its own process (CK_FORK=yes). Afterwards nothing of
 # ours may remain in /dev/shm (disco never names segments there).
-test: $(TEST_BIN) $(TOOLS)
+test: $(TEST_BIN) $(TOOLS) $(TESTLIB)
 	CK_FORK=yes $(TEST_BIN)
 	@if ls /dev/shm 2>/dev/null | grep -qi disco; then \
 	    echo "FAIL: disco objects left in /dev/shm"; ls /dev/shm; exit 1; fi

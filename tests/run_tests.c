@@ -45,8 +45,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "run_tests: no such suite\n");
         return 2;
     }
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
+    /* Fork mode, unless CK_FORK=no asks otherwise (for debugging). */
+    srunner_set_fork_status(sr, getenv("CK_FORK") != NULL ? CK_FORK_GETENV : CK_FORK);
+    srunner_run_all(sr, CK_ENV); /* CK_VERBOSITY, default normal */
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

@@ -1,0 +1,70 @@
+/*
+ * disco/func.h - writing functions that workers call.
+ *
+ * A function receives its arguments as packed values and writes one result.
+ * It runs on every worker of a session (SPMD); disco_ctx_worker_id() tells
+ * which. To fail, return disco_ctx_fail(ctx, ...): the message travels back
+ * to the controller, which reports it at the next sync, naming the worker
+ * and the function.
+ *
+ * Registration is by name into a process-wide table. A library registers its
+ * functions from a constructor (DISCO_FUNC below) so that loading it with the
+ * "disco.load_library" builtin, or linking it, is enough.
+ *
+ * Signatures: a string with one letter per argument, checked before the call
+ * (by the controller where it can, by each worker otherwise):
+ *   n null  b bool  i int  f float  s str  y bytes  S shape  t dtype
+ *   d device  h func  o opaque  ? any one value  * any number of further values
+ * NULL means "any arguments". Arguments that are DRefs are replaced by the
+ * register's value on each worker before the check.
+ */
+#ifndef DISCO_FUNC_H
+#define DISCO_FUNC_H
+
+#include "disco/status.h"
+#include "disco/value.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct disco_ctx disco_ctx_t;
+
+/* The function type. args are borrowed for the duration of the call. Set
+ * *ret (it starts as null); str/bytes/shape in *ret must stay valid until the
+ * function returns: point into args, static data or disco_ctx_alloc(). */
+typedef disco_status_t (*disco_func_t)(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                       disco_value_t *ret);
+
+/** This worker's id, 0 .. world size - 1. */
+int disco_ctx_worker_id(const disco_ctx_t *ctx);
+
+/** Number of workers in the session. */
+int disco_ctx_world_size(const disco_ctx_t *ctx);
+
+/** Scratch memory for building a result; freed after the result is copied
+ *  into its register. NULL when out of memory. */
+void *disco_ctx_alloc(disco_ctx_t *ctx, size_t size);
+
+/** Records a failure message for this call and returns DISCO_E_REMOTE, for
+ *  `return disco_ctx_fail(ctx, "bad input %d", x);`. */
+disco_status_t disco_ctx_fail(disco_ctx_t *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/** Registers fn under name (copied) with a signature (copied; NULL: any).
+ *  Registering a name again replaces the function. Thread-safe. Returns
+ *  DISCO_OK, DISCO_E_INVAL (empty name or bad signature letter),
+ *  DISCO_E_NOMEM (table full). */
+disco_status_t disco_register_func(const char *name, const char *sig, disco_func_t fn);
+
+/** Registers fn when the library that contains this line is loaded. */
+#define DISCO_FUNC(name, sig, fn)                                                                  \
+    __attribute__((constructor)) static void disco__register_##fn(void)                           \
+    {                                                                                              \
+        disco_register_func(name, sig, fn);                                                        \
+    }
+
+#ifdef __cplusplus
+}
+#endif
+#endif

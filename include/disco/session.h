@@ -1,0 +1,165 @@
+/*
+ * disco/session.h - a Disco session: one controller, N workers, SPMD.
+ *
+ * The controller broadcasts commands; every worker executes every command in
+ * the same order and keeps a register file. A call puts its result in a
+ * register on every worker and returns at once with a DRef (the register id,
+ * valid on every worker). Sync waits for a worker to finish everything sent
+ * before it and reports errors.
+ *
+ * Workers. Worker 0 runs in the controller's process and thread: each command
+ * is executed for worker 0 right after it is broadcast, so worker 0 sees the
+ * same commands in the same order. Workers 1..N-1 are child processes, forked
+ * (DISCO_LAUNCH_FORK, the default: the controller must be single-threaded at
+ * open) or spawned by exec of the disco-worker program with the segment fd
+ * inherited (DISCO_LAUNCH_SPAWN: for controllers that are multithreaded or
+ * hold a CUDA context). Spawned workers have only the builtins and the
+ * libraries loaded with "disco.load_library".
+ *
+ * Errors. Mistakes the controller can see (unknown function, wrong argument
+ * type or count against the signature, a freed or bad register) fail the call
+ * itself. Failures while running (a function that fails on any worker) are
+ * kept by the worker and returned by the next sync or debug get as
+ * DISCO_E_REMOTE, with disco_last_error() naming the worker, the function
+ * and the message; the session stays usable. A worker that dies (signal,
+ * exit) or a sync that passes the call deadline breaks the session: that
+ * wait returns DISCO_E_WORKER_DIED or DISCO_E_TIMEOUT (the hung worker is
+ * killed), and every later call returns DISCO_E_BROKEN naming the cause.
+ * Close always works and leaves no process, fd or segment behind.
+ *
+ * Limits. Worker 0 is the controller's own thread: a function that hangs or
+ * crashes on worker 0 hangs or crashes the controller (as in TVM's Disco);
+ * deadlines and crash detection cover workers 1..N-1. If the controller dies,
+ * its workers die too (parent-death signal plus a parent check). The
+ * parent-death signal follows the thread that opened the session: open it
+ * from a thread that outlives the session.
+ *
+ * Thread safety: a session is used by one thread at a time.
+ */
+#ifndef DISCO_SESSION_H
+#define DISCO_SESSION_H
+
+#include <stdint.h>
+
+#include "disco/status.h"
+#include "disco/value.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum disco_launch {
+    DISCO_LAUNCH_FORK = 0,
+    DISCO_LAUNCH_SPAWN = 1,
+} disco_launch_t;
+
+typedef enum disco_transport {
+    DISCO_TRANSPORT_RING = 0, /* shared-memory rings (default) */
+    DISCO_TRANSPORT_PIPE = 1, /* a pair of pipes per worker, as TVM's ProcessSession */
+} disco_transport_t;
+
+typedef struct disco_session_config {
+    int num_workers;           /* >= 1; worker 0 is the controller */
+    disco_launch_t launch;     /* default fork */
+    disco_transport_t transport;
+    uint32_t call_timeout_ms;  /* deadline of each wait (sync, debug get); 0 = 60 s */
+    uint64_t spin_ns;          /* spin before parking; 0 = default (shorter when
+                                  processes outnumber cores) */
+    uint64_t pause_ns;         /* pause-only part of the spin; 0 = default */
+    const char *worker_path;   /* spawn: the disco-worker program; NULL = $DISCO_WORKER,
+                                  else "disco-worker" beside the running program */
+    uint32_t max_msg;          /* largest command frame; 0 = 64 KiB */
+} disco_session_config_t;
+
+typedef struct disco_session disco_session_t;
+
+/* A DRef: a register id valid on every worker of one session. 0 is never a
+ * valid register. */
+typedef uint64_t disco_dref_t;
+
+/** A config with the defaults for n workers. */
+disco_session_config_t disco_session_config_default(int num_workers);
+
+/** Opens a session: makes the shared segment, starts workers 1..N-1.
+ *  Not thread-safe with respect to fork (see the launch modes). Returns
+ *  DISCO_OK, DISCO_E_INVAL (bad config), DISCO_E_NOSPACE/DISCO_E_SYS (segment,
+ *  fork, spawn), DISCO_E_NOMEM. On failure nothing is left running. */
+disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_session_t **sess_out);
+
+/** Shuts the workers down (asks, then kills stragglers after a grace period),
+ *  reaps them and frees everything. NULL is harmless; so is a session that is
+ *  broken. */
+void disco_session_close(disco_session_t *sess);
+
+/** Asks the workers to exit and reaps them, keeping the handle (later calls
+ *  return DISCO_E_SHUTDOWN). Harmless twice. */
+disco_status_t disco_session_shutdown(disco_session_t *sess);
+
+/** Number of workers, worker 0 included. */
+int disco_session_num_workers(const disco_session_t *sess);
+
+/** Looks a function up by name on every worker; the DRef holds its handle.
+ *  Returns DISCO_OK, DISCO_E_NO_FUNC (unknown on the controller's worker 0;
+ *  a worker that lacks it reports at the next sync), DISCO_E_BROKEN,
+ *  DISCO_E_SHUTDOWN. */
+disco_status_t disco_session_get_func(disco_session_t *sess, const char *name,
+                                      disco_dref_t *func_out);
+
+/** Calls the function in register func on every worker with args (DRefs
+ *  among them stand for the register's value on each worker) and returns the
+ *  result register at once. Returns DISCO_OK, DISCO_E_BAD_REG (func or a
+ *  DRef argument is not a live register), DISCO_E_BAD_TYPE,
+ *  DISCO_E_ARG_COUNT (arguments disagree with the signature),
+ *  DISCO_E_MSG_TOO_BIG (arguments larger than max_msg), DISCO_E_BROKEN,
+ *  DISCO_E_SHUTDOWN, DISCO_E_TIMEOUT (the ring stayed full). */
+disco_status_t disco_session_call(disco_session_t *sess, disco_dref_t func,
+                                  const disco_value_t *args, int nargs, disco_dref_t *result_out);
+
+/** Waits until worker has executed every command sent before this one.
+ *  Returns DISCO_OK; DISCO_E_REMOTE (a function failed on some worker since
+ *  the last report; disco_last_error() names worker, function, message;
+ *  the session stays usable); DISCO_E_WORKER_DIED; DISCO_E_TIMEOUT;
+ *  DISCO_E_BROKEN; DISCO_E_SHUTDOWN; DISCO_E_INVAL (no such worker). */
+disco_status_t disco_session_sync(disco_session_t *sess, int worker);
+
+/** Fetches the value of register reg on worker (synchronous). The value
+ *  owns its memory: disco_value_clear() it. Returns as sync, plus
+ *  DISCO_E_BAD_REG. */
+disco_status_t disco_session_debug_get(disco_session_t *sess, disco_dref_t reg, int worker,
+                                       disco_value_t *value_out);
+
+/** Sets register reg on worker to a copy of value (synchronous). reg may be
+ *  a fresh register from disco_session_alloc_reg. Returns as debug get. */
+disco_status_t disco_session_debug_set(disco_session_t *sess, disco_dref_t reg, int worker,
+                                       const disco_value_t *value);
+
+/** Reserves a register (null on every worker) for debug_set. Returns
+ *  DISCO_OK, DISCO_E_BROKEN, DISCO_E_SHUTDOWN. */
+disco_status_t disco_session_alloc_reg(disco_session_t *sess, disco_dref_t *reg_out);
+
+/** Frees register reg on every worker; its id is reused (last freed, first
+ *  reused). Returns DISCO_OK, DISCO_E_BAD_REG, DISCO_E_BROKEN,
+ *  DISCO_E_SHUTDOWN. */
+disco_status_t disco_session_free(disco_session_t *sess, disco_dref_t reg);
+
+/** Process id of worker (the controller's own pid for worker 0), or -1. */
+int disco_session_worker_pid(const disco_session_t *sess, int worker);
+
+/** DISCO_OK while usable; otherwise the status that broke or ended it. */
+disco_status_t disco_session_health(const disco_session_t *sess);
+
+/** Convenience: get_func + call + free of the function register. */
+disco_status_t disco_session_call_by_name(disco_session_t *sess, const char *name,
+                                          const disco_value_t *args, int nargs,
+                                          disco_dref_t *result_out);
+
+/** Entry point of a spawned worker process: a program whose main() returns
+ *  disco_worker_main(argc, argv) can be a session's worker_path (the
+ *  disco-worker tool is exactly that; link your own to have your functions
+ *  registered without loading a library). Returns the exit code. */
+int disco_worker_main(int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

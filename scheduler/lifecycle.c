@@ -1,0 +1,217 @@
+/* lifecycle.c - starting, watching, stopping and reaping worker processes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "session_impl.h"
+
+extern char **environ;
+
+static int pidfd_open(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+/* Where the disco-worker program is: the config, $DISCO_WORKER, or beside
+ * the running program. */
+static void worker_path(const struct disco_session *s, char *out, size_t cap)
+{
+    const char *p = s->cfg.worker_path ? s->cfg.worker_path : getenv("DISCO_WORKER");
+    if (p != NULL) {
+        snprintf(out, cap, "%s", p);
+        return;
+    }
+    char self[3800];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash != NULL)
+        slash[1] = '\0';
+    snprintf(out, cap, "%sdisco-worker", slash != NULL ? self : "");
+}
+
+static disco_status_t spawn_one(struct disco_session *s, int i, int cmd_r, int reply_w)
+{
+    char path[4096], a_fd[16], a_id[16], a_cmd[16], a_rep[16];
+    worker_path(s, path, sizeof path);
+    if (access(path, X_OK) != 0)
+        return disco_set_error(DISCO_E_INVAL, "worker program %s: %s (set worker_path or "
+                               "$DISCO_WORKER)", path, strerror(errno));
+    snprintf(a_fd, sizeof a_fd, "%d", s->seg.fd);
+    snprintf(a_id, sizeof a_id, "%d", i);
+    snprintf(a_cmd, sizeof a_cmd, "%d", cmd_r);
+    snprintf(a_rep, sizeof a_rep, "%d", reply_w);
+    char *argv[] = {path,         "--disco-fd",       a_fd,  "--disco-worker", a_id,
+                    "--disco-cmd-fd", a_cmd,          "--disco-reply-fd", a_rep, NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    /* dup2 onto itself clears close-on-exec for just these fds in the child. */
+    posix_spawn_file_actions_adddup2(&fa, s->seg.fd, s->seg.fd);
+    if (cmd_r >= 0) {
+        posix_spawn_file_actions_adddup2(&fa, cmd_r, cmd_r);
+        posix_spawn_file_actions_adddup2(&fa, reply_w, reply_w);
+    }
+    int err = posix_spawn(&s->pid[i], path, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (err != 0)
+        return disco_set_error(DISCO_E_SYS, "spawn %s: %s", path, strerror(err));
+    return DISCO_OK;
+}
+
+static disco_status_t fork_one(struct disco_session *s, int i, int cmd_r, int reply_w)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return disco_set_error(DISCO_E_SYS, "fork worker %d: %s", i, strerror(errno));
+    if (pid == 0) {
+        /* Child: drop the controller's ends of every pipe, so end of file
+         * still reaches whoever should see it. */
+        for (int j = 1; j <= i; j++) {
+            if (s->cmd_fd != NULL && s->cmd_fd[j] >= 0)
+                close(s->cmd_fd[j]);
+            if (s->reply_fd != NULL && s->reply_fd[j] >= 0)
+                close(s->reply_fd[j]);
+        }
+        _exit(disco__worker_process(disco_segment_data(&s->seg),
+                                    disco_segment_data_size(&s->seg), i, cmd_r, reply_w));
+    }
+    s->pid[i] = pid;
+    return DISCO_OK;
+}
+
+disco_status_t disco__procs_start(struct disco_session *s)
+{
+    disco_status_t st = DISCO_OK;
+    for (int i = 1; i < s->world; i++) {
+        int cmd[2] = {-1, -1}, rep[2] = {-1, -1};
+        if (s->chan.kind == DISCO_CHAN_PIPE) {
+            if (pipe2(cmd, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0) {
+                st = disco_set_error(DISCO_E_SYS, "pipe: %s", strerror(errno));
+                break;
+            }
+            fcntl(cmd[1], F_SETFL, O_NONBLOCK);
+            s->cmd_fd[i] = cmd[1];
+            s->reply_fd[i] = rep[0];
+        }
+        st = s->cfg.launch == DISCO_LAUNCH_SPAWN ? spawn_one(s, i, cmd[0], rep[1])
+                                                 : fork_one(s, i, cmd[0], rep[1]);
+        if (cmd[0] >= 0) {
+            close(cmd[0]);
+            close(rep[1]);
+        }
+        if (st != DISCO_OK)
+            break;
+        s->pidfd[i] = pidfd_open(s->pid[i]);
+        if (s->pidfd[i] < 0) {
+            st = disco_set_error(DISCO_E_SYS, "pidfd_open(%d): %s", (int)s->pid[i],
+                                 strerror(errno));
+            break;
+        }
+        if (s->chan.kind == DISCO_CHAN_RING)
+            disco_ring_set_reader_pid(&s->chan.cmd, (uint32_t)(i - 1), s->pid[i]);
+    }
+    if (st != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        disco__procs_stop(s, 0);
+        disco_set_error(st, "%s", why);
+    }
+    return st;
+}
+
+static void describe_exit(const struct disco_session *s, int i, char *out, size_t cap)
+{
+    int ws = s->wstatus[i];
+    if (WIFSIGNALED(ws))
+        snprintf(out, cap, "worker %d (pid %d) was killed by signal %d (%s)", i, (int)s->pid[i],
+                 WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+    else if (WIFEXITED(ws))
+        snprintf(out, cap, "worker %d (pid %d) exited with code %d", i, (int)s->pid[i],
+                 WEXITSTATUS(ws));
+    else
+        snprintf(out, cap, "worker %d (pid %d) ended (status unknown)", i, (int)s->pid[i]);
+}
+
+/* Reaps worker i if it has ended; true if it has. */
+static bool reap(struct disco_session *s, int i, int flags)
+{
+    if (s->reaped[i] || s->pid[i] <= 0)
+        return true;
+    int ws = 0;
+    pid_t r;
+    do
+        r = waitpid(s->pid[i], &ws, flags);
+    while (r < 0 && errno == EINTR);
+    if (r == 0)
+        return false;
+    s->wstatus[i] = r > 0 ? ws : -1; /* ECHILD: reaped by someone else */
+    s->reaped[i] = true;
+    return true;
+}
+
+disco_status_t disco__procs_check(struct disco_session *s)
+{
+    struct pollfd pf[DISCO_MAX_WORKERS];
+    int n = 0;
+    for (int i = 1; i < s->world; i++)
+        pf[n++] = (struct pollfd){.fd = s->reaped[i] ? -1 : s->pidfd[i], .events = POLLIN};
+    if (n == 0 || poll(pf, (nfds_t)n, 0) <= 0)
+        return DISCO_OK;
+    for (int i = 1; i < s->world; i++) {
+        if (!(pf[i - 1].revents & POLLIN) || !reap(s, i, WNOHANG))
+            continue;
+        char what[1024];
+        describe_exit(s, i, what, sizeof what);
+        struct disco__errbox *b = &s->errbox[i];
+        /* Acquire: pairs with the worker's release; its last words, if any. */
+        if (atomic_load_explicit(&b->full, memory_order_acquire)) {
+            size_t n = strlen(what);
+            snprintf(what + n, sizeof what - n, " after %s: %s", b->func, b->msg);
+        }
+        if (s->chan.kind == DISCO_CHAN_RING)
+            disco_ring_mark_dead(&s->chan.cmd, (uint32_t)(i - 1));
+        return disco__session_break(s, DISCO_E_WORKER_DIED, "%s", what);
+    }
+    return DISCO_OK;
+}
+
+void disco__procs_kill(struct disco_session *s, int i)
+{
+    if (s->reaped[i] || s->pid[i] <= 0)
+        return;
+    kill(s->pid[i], SIGKILL);
+    reap(s, i, 0);
+    if (s->chan.kind == DISCO_CHAN_RING)
+        disco_ring_mark_dead(&s->chan.cmd, (uint32_t)(i - 1));
+}
+
+void disco__procs_stop(struct disco_session *s, int grace_ms)
+{
+    int64_t deadline = disco_now_ns() + (int64_t)grace_ms * 1000000;
+    for (int i = 1; i < s->world; i++) {
+        if (s->pid[i] <= 0)
+            continue;
+        while (!reap(s, i, WNOHANG)) {
+            int64_t left = (deadline - disco_now_ns()) / 1000000;
+            if (left <= 0 || s->pidfd[i] < 0) {
+                disco__procs_kill(s, i);
+                break;
+            }
+            struct pollfd pf = {.fd = s->pidfd[i], .events = POLLIN};
+            poll(&pf, 1, (int)left);
+        }
+    }
+    for (int i = 1; i < s->world; i++) {
+        if (s->pidfd[i] >= 0)
+            close(s->pidfd[i]);
+        s->pidfd[i] = -1;
+    }
+}

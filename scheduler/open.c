@@ -1,0 +1,215 @@
+/* open.c - opening, shutting down and closing a session. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "session_impl.h"
+
+#define DEFAULT_TIMEOUT_MS 60000u
+#define DEFAULT_MAX_MSG    (64u * 1024u)
+#define ALIGN64(n)         (((n) + 63u) & ~(size_t)63u)
+
+static disco_status_t controller_check(void *p)
+{
+    return disco__procs_check(p);
+}
+
+static disco_status_t check_config(const disco_session_config_t *c)
+{
+    if (c->num_workers < 1 || c->num_workers > DISCO_MAX_WORKERS)
+        return disco_set_error(DISCO_E_INVAL, "num_workers %d: must be 1..%d", c->num_workers,
+                               DISCO_MAX_WORKERS);
+    if (c->launch != DISCO_LAUNCH_FORK && c->launch != DISCO_LAUNCH_SPAWN)
+        return disco_set_error(DISCO_E_INVAL, "launch mode %d is unknown", (int)c->launch);
+    if (c->transport != DISCO_TRANSPORT_RING && c->transport != DISCO_TRANSPORT_PIPE)
+        return disco_set_error(DISCO_E_INVAL, "transport %d is unknown", (int)c->transport);
+    if (c->max_msg != 0 && c->max_msg < 256)
+        return disco_set_error(DISCO_E_INVAL, "max_msg %u: at least 256", c->max_msg);
+    return DISCO_OK;
+}
+
+/* Spin settings: when processes outnumber cores a waiter most likely holds
+ * the core its peer needs, so it yields almost at once and parks sooner. */
+static void pick_spin(disco_session_config_t *c)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    bool crowded = cores > 0 && c->num_workers > cores;
+    if (c->pause_ns == 0)
+        c->pause_ns = crowded ? 1000 : DISCO_WAIT_DEFAULT_PAUSE_NS;
+    if (c->spin_ns == 0)
+        c->spin_ns = crowded ? 50000 : DISCO_WAIT_DEFAULT_SPIN_NS;
+}
+
+/* Lays out and formats the control segment (see protocol.h). */
+static disco_status_t make_segment(struct disco_session *s)
+{
+    int world = s->world;
+    bool rings = s->cfg.transport == DISCO_TRANSPORT_RING && world > 1;
+    disco_ring_config_t cmd = {.nslots = DISCO_CMD_SLOTS,
+                               .slot_size = DISCO_SLOT_SIZE,
+                               .nreaders = (uint32_t)(world > 1 ? world - 1 : 1),
+                               .max_msg = s->cfg.max_msg};
+    disco_ring_config_t rep = {.nslots = DISCO_REPLY_SLOTS,
+                               .slot_size = DISCO_SLOT_SIZE,
+                               .nreaders = 1,
+                               .max_msg = DISCO_REPLY_MAX};
+    size_t off = ALIGN64(sizeof(struct disco__ctl));
+    size_t errbox_off = off;
+    off += ALIGN64((size_t)world * sizeof(struct disco__errbox));
+    size_t cmd_off = off, cmd_size = rings ? disco_ring_footprint(&cmd) : 0;
+    off += ALIGN64(cmd_size);
+    size_t reply_off = off, reply_size = rings ? ALIGN64(disco_ring_footprint(&rep)) : 0;
+    off += reply_size * (size_t)(world - 1);
+
+    disco_status_t st = disco_segment_create("disco-session", off, &s->seg);
+    if (st != DISCO_OK)
+        return st;
+    char *base = disco_segment_data(&s->seg);
+    struct disco__ctl *ctl = (struct disco__ctl *)base;
+    ctl->magic = DISCO_CTL_MAGIC;
+    ctl->layout = DISCO_CTL_LAYOUT;
+    ctl->world = (uint32_t)world;
+    ctl->transport = (uint32_t)s->cfg.transport;
+    ctl->max_msg = s->cfg.max_msg;
+    ctl->controller_pid = (int32_t)getpid();
+    ctl->spin_ns = s->cfg.spin_ns;
+    ctl->pause_ns = s->cfg.pause_ns;
+    ctl->errbox_off = errbox_off;
+    ctl->cmd_off = cmd_off;
+    ctl->cmd_size = cmd_size;
+    ctl->reply_off = reply_off;
+    ctl->reply_size = reply_size;
+    s->ctl = ctl;
+    s->errbox = (struct disco__errbox *)(base + errbox_off);
+
+    s->chan = (disco_chan_t){.kind = rings || s->cfg.transport == DISCO_TRANSPORT_RING
+                                         ? DISCO_CHAN_RING
+                                         : DISCO_CHAN_PIPE,
+                             .world = world,
+                             .self = -1,
+                             .max_msg = s->cfg.max_msg,
+                             .reply = s->reply_rings,
+                             .cmd_fd = s->cmd_fd,
+                             .reply_fd = s->reply_fd};
+    if (!rings)
+        return DISCO_OK;
+    if ((st = disco_ring_init(base + cmd_off, cmd_size, &cmd, &s->chan.cmd)) != DISCO_OK)
+        return st;
+    for (int i = 1; i < world; i++) {
+        st = disco_ring_init(base + reply_off + (size_t)(i - 1) * reply_size, reply_size, &rep,
+                             &s->reply_rings[i]);
+        if (st != DISCO_OK)
+            return st;
+    }
+    return DISCO_OK;
+}
+
+static void free_session(struct disco_session *s)
+{
+    disco__worker_fini(&s->w0);
+    for (int i = 1; i < s->world; i++) {
+        if (s->cmd_fd != NULL && s->cmd_fd[i] >= 0)
+            close(s->cmd_fd[i]);
+        if (s->reply_fd != NULL && s->reply_fd[i] >= 0)
+            close(s->reply_fd[i]);
+    }
+    disco_segment_close(&s->seg);
+    free(s->reply_rings);
+    free(s->cmd_fd);
+    free(s->reply_fd);
+    free(s->pid);
+    free(s->pidfd);
+    free(s->wstatus);
+    free(s->reaped);
+    free(s->free_regs);
+    free(s->reg_func);
+    free(s->reg_live);
+    free(s->buf);
+    free(s->reply);
+    free(s);
+}
+
+disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_session_t **sess_out)
+{
+    disco_status_t st = check_config(cfg);
+    if (st != DISCO_OK)
+        return st;
+    struct disco_session *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return disco_set_error(DISCO_E_NOMEM, "session");
+    s->cfg = *cfg;
+    if (s->cfg.call_timeout_ms == 0)
+        s->cfg.call_timeout_ms = DEFAULT_TIMEOUT_MS;
+    if (s->cfg.max_msg == 0)
+        s->cfg.max_msg = DEFAULT_MAX_MSG;
+    pick_spin(&s->cfg);
+    s->world = cfg->num_workers;
+    s->next_reg = 1;
+    s->seg.fd = -1;
+    size_t n = (size_t)s->world;
+    s->reply_rings = calloc(n, sizeof *s->reply_rings);
+    s->cmd_fd = malloc(n * sizeof *s->cmd_fd);
+    s->reply_fd = malloc(n * sizeof *s->reply_fd);
+    s->pid = calloc(n, sizeof *s->pid);
+    s->pidfd = malloc(n * sizeof *s->pidfd);
+    s->wstatus = calloc(n, sizeof *s->wstatus);
+    s->reaped = calloc(n, sizeof *s->reaped);
+    s->buf = aligned_alloc(8, (s->cfg.max_msg + 7u) & ~7u);
+    s->reply = aligned_alloc(8, DISCO_REPLY_MAX);
+    if (!s->reply_rings || !s->cmd_fd || !s->reply_fd || !s->pid || !s->pidfd || !s->wstatus ||
+        !s->reaped || !s->buf || !s->reply) {
+        free_session(s);
+        return disco_set_error(DISCO_E_NOMEM, "session of %d workers", s->world);
+    }
+    for (size_t i = 0; i < n; i++)
+        s->cmd_fd[i] = s->reply_fd[i] = s->pidfd[i] = -1;
+    if ((st = make_segment(s)) != DISCO_OK) {
+        free_session(s);
+        return st;
+    }
+    disco__worker_init(&s->w0, 0, s->world, &s->errbox[0]);
+    s->wait = (disco_wait_t){.spin_ns = s->cfg.spin_ns,
+                             .pause_ns = s->cfg.pause_ns,
+                             .park_slice_ms = 5,
+                             .check = controller_check,
+                             .check_ctx = s};
+    s->last_health_ns = disco_now_ns();
+    if ((st = disco__procs_start(s)) != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        free_session(s);
+        return disco_set_error(st, "%s", why);
+    }
+    *sess_out = s;
+    return DISCO_OK;
+}
+
+disco_status_t disco_session_shutdown(disco_session_t *s)
+{
+    if (s->state == DISCO_E_SHUTDOWN)
+        return DISCO_OK;
+    int grace = 0;
+    if (s->state == DISCO_OK) {
+        /* Ask politely; the ring may be full of work, so allow a grace. */
+        s->wait.deadline_ns = disco_now_ns() + 2000000000LL;
+        size_t len;
+        disco_frame_hdr_t h = {.code = DISCO_CMD_SHUTDOWN, .seq = ++s->seq};
+        if (disco_frame_encode(h.code, h.seq, NULL, 0, s->buf, s->chan.max_msg, &len) ==
+                DISCO_OK &&
+            disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, &s->wait) == DISCO_OK)
+            grace = 2000;
+    }
+    disco__procs_stop(s, grace);
+    s->state = DISCO_E_SHUTDOWN;
+    atomic_store_explicit(&s->ctl->broken, DISCO_E_SHUTDOWN, memory_order_release);
+    return DISCO_OK;
+}
+
+void disco_session_close(disco_session_t *s)
+{
+    if (s == NULL)
+        return;
+    disco_session_shutdown(s);
+    free_session(s);
+}

@@ -1,0 +1,409 @@
+/* session.c - the Disco session API on the controller (see session.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "session_impl.h"
+
+#define HEALTH_EVERY_NS    (10 * 1000000LL)
+
+disco_session_config_t disco_session_config_default(int num_workers)
+{
+    disco_session_config_t c = {.num_workers = num_workers};
+    return c;
+}
+
+int disco_session_num_workers(const disco_session_t *s)
+{
+    return s->world;
+}
+
+disco_status_t disco_session_health(const disco_session_t *s)
+{
+    return s->state;
+}
+
+int disco_session_worker_pid(const disco_session_t *s, int worker)
+{
+    if (worker == 0)
+        return (int)getpid();
+    if (worker < 0 || worker >= s->world)
+        return -1;
+    return (int)s->pid[worker];
+}
+
+disco_status_t disco__session_break(struct disco_session *s, disco_status_t status,
+                                    const char *fmt, ...)
+{
+    if (s->state == DISCO_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s->why, sizeof s->why, fmt, ap);
+        va_end(ap);
+        s->state = status;
+        /* Release: why is written before a worker acts on the word (workers
+         * only exit on it, but keep the pairing honest). */
+        atomic_store_explicit(&s->ctl->broken, status, memory_order_release);
+        if (s->chan.kind == DISCO_CHAN_RING && s->world > 1)
+            disco_ring_wake_all(&s->chan.cmd);
+    }
+    return disco_set_error(status, "%s", s->why);
+}
+
+static disco_status_t usable(struct disco_session *s)
+{
+    if (s->state == DISCO_OK)
+        return DISCO_OK;
+    if (s->state == DISCO_E_SHUTDOWN)
+        return disco_set_error(DISCO_E_SHUTDOWN, "session is shut down");
+    return disco_set_error(DISCO_E_BROKEN, "session is broken: %s", s->why);
+}
+
+/* The wait for one call: the config's spin, a fresh deadline, worker checks. */
+static const disco_wait_t *call_wait(struct disco_session *s)
+{
+    s->wait.deadline_ns = disco_now_ns() + (int64_t)s->cfg.call_timeout_ms * 1000000;
+    return &s->wait;
+}
+
+/* ---- registers ---- */
+
+static disco_status_t reg_alloc(struct disco_session *s, uint64_t *reg_out)
+{
+    uint64_t r = s->nfree != 0 ? s->free_regs[--s->nfree] : s->next_reg++;
+    if (r >= s->reg_cap) {
+        uint64_t cap = s->reg_cap ? s->reg_cap * 2 : 64;
+        const struct disco__func **f = realloc(s->reg_func, cap * sizeof *f);
+        if (f != NULL)
+            s->reg_func = f;
+        bool *live = realloc(s->reg_live, cap * sizeof *live);
+        if (live != NULL)
+            s->reg_live = live;
+        if (f == NULL || live == NULL) {
+            s->free_regs[s->nfree++] = r; /* room: it came from there or is new */
+            return disco_set_error(DISCO_E_NOMEM, "register table of %llu",
+                                   (unsigned long long)cap);
+        }
+        memset(s->reg_func + s->reg_cap, 0, (cap - s->reg_cap) * sizeof *f);
+        memset(s->reg_live + s->reg_cap, 0, (cap - s->reg_cap) * sizeof *live);
+        s->reg_cap = cap;
+    }
+    if (s->nfree == s->free_cap) { /* keep room to give any id back */
+        size_t cap = s->free_cap ? s->free_cap * 2 : 64;
+        uint64_t *p = realloc(s->free_regs, cap * sizeof *p);
+        if (p == NULL)
+            return disco_set_error(DISCO_E_NOMEM, "register free list");
+        s->free_regs = p;
+        s->free_cap = cap;
+    }
+    s->reg_live[r] = true;
+    s->reg_func[r] = NULL;
+    *reg_out = r;
+    return DISCO_OK;
+}
+
+static void reg_release(struct disco_session *s, uint64_t r)
+{
+    s->reg_live[r] = false;
+    s->reg_func[r] = NULL;
+    s->free_regs[s->nfree++] = r; /* reg_alloc kept room */
+}
+
+static bool reg_ok(const struct disco_session *s, uint64_t r)
+{
+    return r != 0 && r < s->reg_cap && s->reg_live[r];
+}
+
+static disco_status_t bad_reg(uint64_t r)
+{
+    return disco_set_error(DISCO_E_BAD_REG, "register %llu is not a live register of this session",
+                           (unsigned long long)r);
+}
+
+/* ---- issuing commands ---- */
+
+/* Broadcasts a command and runs it on worker 0. *w0_reply_len is worker 0's
+ * reply in s->reply, if the command asked it for one. */
+static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_value_t *args,
+                            uint32_t nargs, size_t *w0_reply_len)
+{
+    disco_status_t st = usable(s);
+    if (st != DISCO_OK)
+        return st;
+    int64_t now = disco_now_ns();
+    if (now - s->last_health_ns > HEALTH_EVERY_NS) {
+        s->last_health_ns = now;
+        if ((st = disco__procs_check(s)) != DISCO_OK)
+            return st;
+    }
+    size_t len;
+    disco_frame_hdr_t h = {.code = code, .nargs = nargs, .seq = ++s->seq};
+    st = disco_frame_encode(code, h.seq, args, nargs, s->buf, s->chan.max_msg, &len);
+    if (st != DISCO_OK)
+        return st;
+    st = disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, call_wait(s));
+    if (st == DISCO_E_TIMEOUT) {
+        uint32_t slow = disco_ring_slowest_reader(&s->chan.cmd);
+        int w = s->chan.kind == DISCO_CHAN_RING && slow != UINT32_MAX ? (int)slow + 1 : 0;
+        if (w > 0)
+            disco__procs_kill(s, w);
+        return disco__session_break(s, DISCO_E_TIMEOUT,
+                                    "worker %d took no command for %u ms; it was killed", w,
+                                    s->cfg.call_timeout_ms);
+    }
+    if (st != DISCO_OK)
+        return st;
+    size_t rlen = 0;
+    disco__worker_exec(&s->w0, &h, args, s->reply, DISCO_REPLY_MAX, &rlen);
+    if (w0_reply_len != NULL)
+        *w0_reply_len = rlen;
+    return DISCO_OK;
+}
+
+/* Reports (and clears) every worker's pending error: the first code, with
+ * all of them in the detail. */
+static disco_status_t collect_errors(struct disco_session *s)
+{
+    disco_status_t first = DISCO_OK;
+    char detail[512];
+    size_t used = 0;
+    detail[0] = '\0';
+    for (int i = 0; i < s->world; i++) {
+        struct disco__errbox *b = &s->errbox[i];
+        /* Acquire: pairs with the worker's release of full. */
+        if (!atomic_load_explicit(&b->full, memory_order_acquire))
+            continue;
+        if (first == DISCO_OK)
+            first = b->code;
+        uint32_t more = atomic_exchange_explicit(&b->dropped, 0, memory_order_relaxed);
+        if (used < sizeof detail) {
+            int n = snprintf(detail + used, sizeof detail - used, "%sworker %d: %s: %s", used ? "; " : "",
+                             i, b->func, b->msg);
+            used += n > 0 ? (size_t)n : 0;
+            if (more != 0 && used < sizeof detail) {
+                n = snprintf(detail + used, sizeof detail - used, " (and %u more)", more);
+                used += n > 0 ? (size_t)n : 0;
+            }
+        }
+        /* Release: our reads of the box are done before the worker reuses it. */
+        atomic_store_explicit(&b->full, 0, memory_order_release);
+    }
+    if (first == DISCO_OK)
+        return DISCO_OK;
+    return disco_set_error(first, "%s", detail);
+}
+
+/* Receives worker's reply to token; value_out (optional) gets a copy of the
+ * replied value. */
+static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t token,
+                                 const char *what, size_t w0_len, disco_value_t *value_out)
+{
+    uint32_t len = (uint32_t)w0_len;
+    if (worker != 0) {
+        disco_status_t st = disco__chan_recv_reply(&s->chan, worker, s->reply, DISCO_REPLY_MAX,
+                                                   &len, call_wait(s));
+        if (st == DISCO_E_TIMEOUT) {
+            disco__procs_kill(s, worker);
+            return disco__session_break(s, DISCO_E_TIMEOUT,
+                                        "worker %d did not answer %s within %u ms; it was killed",
+                                        worker, what, s->cfg.call_timeout_ms);
+        }
+        if (st == DISCO_E_CLOSED || st == DISCO_E_TRUNCATED) {
+            /* A pipe closed: the worker is dying; wait for the kernel to say how. */
+            for (int i = 0; i < 100 && s->state == DISCO_OK; i++) {
+                if (disco__procs_check(s) != DISCO_OK)
+                    break;
+                usleep(10000);
+            }
+            if (s->state == DISCO_OK)
+                disco__session_break(s, st, "worker %d closed its channel", worker);
+            return disco_set_error(s->state, "%s", s->why);
+        }
+        if (st != DISCO_OK)
+            return st;
+    }
+    disco_frame_hdr_t h;
+    disco_value_t v[3];
+    disco_status_t st = disco_frame_decode(s->reply, len, &h, v, 3);
+    if (st != DISCO_OK || h.nargs < 1 || v[0].type != DISCO_T_INT || v[0].v.i != token)
+        return disco__session_break(s, DISCO_E_PROTOCOL, "worker %d: bad reply to %s", worker,
+                                    what);
+    if (h.code == DISCO_REPLY_ERROR && h.nargs == 3 && v[1].type == DISCO_T_INT &&
+        v[2].type == DISCO_T_STR)
+        return disco_set_error((disco_status_t)v[1].v.i, "worker %d: %s", worker, v[2].v.str);
+    if (h.code != DISCO_REPLY_OK)
+        return disco__session_break(s, DISCO_E_PROTOCOL, "worker %d: reply code %u to %s", worker,
+                                    h.code, what);
+    if (value_out != NULL) {
+        if (h.nargs != 2)
+            return disco__session_break(s, DISCO_E_PROTOCOL, "worker %d: no value in reply",
+                                        worker);
+        return disco_value_copy(&v[1], value_out);
+    }
+    return DISCO_OK;
+}
+
+static disco_status_t check_worker(const struct disco_session *s, int worker)
+{
+    if (worker < 0 || worker >= s->world)
+        return disco_set_error(DISCO_E_INVAL, "no worker %d in a session of %d", worker,
+                               s->world);
+    return DISCO_OK;
+}
+
+/* ---- the API ---- */
+
+disco_status_t disco_session_sync(disco_session_t *s, int worker)
+{
+    disco_status_t st = check_worker(s, worker);
+    if (st != DISCO_OK)
+        return st;
+    int64_t token = ++s->token;
+    disco_value_t args[2] = {disco_int(worker), disco_int(token)};
+    size_t w0_len;
+    if ((st = issue(s, DISCO_CMD_SYNC, args, 2, &w0_len)) != DISCO_OK)
+        return st;
+    if ((st = wait_reply(s, worker, token, "sync", w0_len, NULL)) != DISCO_OK)
+        return st;
+    return collect_errors(s);
+}
+
+disco_status_t disco_session_get_func(disco_session_t *s, const char *name,
+                                      disco_dref_t *func_out)
+{
+    disco_status_t st = usable(s);
+    if (st != DISCO_OK)
+        return st;
+    uint64_t handle, reg;
+    if (disco__func_find(name, &handle) != DISCO_OK)
+        return disco_set_error(DISCO_E_NO_FUNC, "worker 0: no function named \"%s\"", name);
+    if ((st = reg_alloc(s, &reg)) != DISCO_OK)
+        return st;
+    disco_value_t args[2] = {{.type = DISCO_T_DREF, .v.reg = reg}, disco_str(name)};
+    if ((st = issue(s, DISCO_CMD_GET_FUNC, args, 2, NULL)) != DISCO_OK) {
+        reg_release(s, reg);
+        return st;
+    }
+    s->reg_func[reg] = disco__func_at(handle);
+    *func_out = reg;
+    return DISCO_OK;
+}
+
+disco_status_t disco_session_call(disco_session_t *s, disco_dref_t func, const disco_value_t *args,
+                                  int nargs, disco_dref_t *result_out)
+{
+    disco_status_t st = usable(s);
+    if (st != DISCO_OK)
+        return st;
+    if (!reg_ok(s, func) || s->reg_func[func] == NULL)
+        return disco_set_error(DISCO_E_BAD_REG, "register %llu holds no function",
+                               (unsigned long long)func);
+    if (nargs < 0 || nargs > DISCO_MAX_ARGS - 2)
+        return disco_set_error(DISCO_E_ARG_COUNT, "%d arguments; at most %d", nargs,
+                               DISCO_MAX_ARGS - 2);
+    for (int i = 0; i < nargs; i++)
+        if (args[i].type == DISCO_T_DREF && !reg_ok(s, args[i].v.reg))
+            return bad_reg(args[i].v.reg);
+    if ((st = disco__sig_check(s->reg_func[func], args, nargs, 1)) != DISCO_OK)
+        return st;
+    uint64_t res;
+    if ((st = reg_alloc(s, &res)) != DISCO_OK)
+        return st;
+    disco_value_t frame[DISCO_MAX_ARGS];
+    frame[0] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = res};
+    frame[1] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = func};
+    if (nargs > 0)
+        memcpy(frame + 2, args, (size_t)nargs * sizeof *args);
+    if ((st = issue(s, DISCO_CMD_CALL, frame, (uint32_t)nargs + 2, NULL)) != DISCO_OK) {
+        reg_release(s, res);
+        return st;
+    }
+    *result_out = res;
+    return DISCO_OK;
+}
+
+disco_status_t disco_session_call_by_name(disco_session_t *s, const char *name,
+                                          const disco_value_t *args, int nargs,
+                                          disco_dref_t *result_out)
+{
+    disco_dref_t f;
+    disco_status_t st = disco_session_get_func(s, name, &f);
+    if (st != DISCO_OK)
+        return st;
+    st = disco_session_call(s, f, args, nargs, result_out);
+    disco_status_t fst = disco_session_free(s, f);
+    return st != DISCO_OK ? st : fst;
+}
+
+disco_status_t disco_session_free(disco_session_t *s, disco_dref_t reg)
+{
+    disco_status_t st = usable(s);
+    if (st != DISCO_OK)
+        return st;
+    if (!reg_ok(s, reg))
+        return bad_reg(reg);
+    disco_value_t args[1] = {{.type = DISCO_T_DREF, .v.reg = reg}};
+    if ((st = issue(s, DISCO_CMD_KILL_REG, args, 1, NULL)) != DISCO_OK)
+        return st;
+    reg_release(s, reg);
+    return DISCO_OK;
+}
+
+disco_status_t disco_session_alloc_reg(disco_session_t *s, disco_dref_t *reg_out)
+{
+    disco_status_t st = usable(s);
+    return st != DISCO_OK ? st : reg_alloc(s, reg_out);
+}
+
+disco_status_t disco_session_debug_get(disco_session_t *s, disco_dref_t reg, int worker,
+                                       disco_value_t *value_out)
+{
+    disco_status_t st = check_worker(s, worker);
+    if (st != DISCO_OK)
+        return st;
+    if ((st = usable(s)) != DISCO_OK)
+        return st;
+    if (!reg_ok(s, reg))
+        return bad_reg(reg);
+    int64_t token = ++s->token;
+    disco_value_t args[3] = {{.type = DISCO_T_DREF, .v.reg = reg}, disco_int(worker),
+                             disco_int(token)};
+    size_t w0_len;
+    if ((st = issue(s, DISCO_CMD_DEBUG_GET, args, 3, &w0_len)) != DISCO_OK)
+        return st;
+    disco_value_t v;
+    if ((st = wait_reply(s, worker, token, "debug get", w0_len, &v)) != DISCO_OK)
+        return st;
+    if ((st = collect_errors(s)) != DISCO_OK) {
+        disco_value_clear(&v);
+        return st;
+    }
+    *value_out = v;
+    return DISCO_OK;
+}
+
+disco_status_t disco_session_debug_set(disco_session_t *s, disco_dref_t reg, int worker,
+                                       const disco_value_t *value)
+{
+    disco_status_t st = check_worker(s, worker);
+    if (st != DISCO_OK)
+        return st;
+    if ((st = usable(s)) != DISCO_OK)
+        return st;
+    if (!reg_ok(s, reg))
+        return bad_reg(reg);
+    if (value->type == DISCO_T_DREF || value->type == DISCO_T_FUNC)
+        return disco_set_error(DISCO_E_BAD_TYPE, "debug set: a %s cannot be stored directly",
+                               disco_type_name(value->type));
+    int64_t token = ++s->token;
+    disco_value_t args[4] = {{.type = DISCO_T_DREF, .v.reg = reg}, disco_int(worker),
+                             disco_int(token), *value};
+    size_t w0_len;
+    if ((st = issue(s, DISCO_CMD_DEBUG_SET, args, 4, &w0_len)) != DISCO_OK)
+        return st;
+    if ((st = wait_reply(s, worker, token, "debug set", w0_len, NULL)) != DISCO_OK)
+        return st;
+    return collect_errors(s);
+}

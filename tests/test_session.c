@@ -1,0 +1,453 @@
+/* test_session.c - the Disco session: actions, values, registers, errors,
+ * worker deaths, deadlines, both launch modes and both transports. */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "disco/session.h"
+#include "disco/wait.h"
+
+#define OK(call)                                                                                   \
+    do {                                                                                           \
+        disco_status_t st_ = (call);                                                               \
+        ck_assert_msg(st_ == DISCO_OK, "%s: %s (%s)", #call, disco_err_name(st_),                  \
+                      disco_last_error());                                                         \
+    } while (0)
+
+#define FAILS(call, code)                                                                          \
+    do {                                                                                           \
+        disco_status_t st_ = (call);                                                               \
+        ck_assert_msg(st_ == (code), "%s: got %s (%s), want %s", #call, disco_err_name(st_),       \
+                      disco_last_error(), disco_err_name(code));                                   \
+    } while (0)
+
+#define HAS(text) ck_assert_msg(strstr(disco_last_error(), (text)) != NULL, "detail \"%s\" lacks \"%s\"", \
+                                disco_last_error(), (text))
+
+static int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    while (d != NULL && readdir(d) != NULL)
+        n++;
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+static int fds_before;
+
+/* Every test starts with no children and is checked for leaks at the end. */
+static void setup(void)
+{
+    fds_before = count_fds();
+}
+
+/* After close: no child left, no fd left, no memfd mapping left. */
+static void assert_clean(void)
+{
+    ck_assert_msg(waitpid(-1, NULL, WNOHANG) == -1 && errno == ECHILD, "a worker was left");
+    ck_assert_int_eq(count_fds(), fds_before);
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    while (fgets(line, sizeof line, f) != NULL)
+        ck_assert_msg(strstr(line, "disco-session") == NULL, "segment still mapped: %s", line);
+    fclose(f);
+}
+
+static disco_session_t *open_with(int n, disco_launch_t launch, disco_transport_t transport,
+                                  uint32_t timeout_ms)
+{
+    disco_session_config_t cfg = disco_session_config_default(n);
+    cfg.launch = launch;
+    cfg.transport = transport;
+    cfg.call_timeout_ms = timeout_ms;
+    cfg.worker_path = DISCO_TEST_WORKER;
+    disco_session_t *s;
+    OK(disco_session_open(&cfg, &s));
+    disco_dref_t r;
+    disco_value_t path = disco_str(DISCO_TEST_LIB);
+    OK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
+    for (int w = 0; w < n; w++)
+        OK(disco_session_sync(s, w));
+    OK(disco_session_free(s, r));
+    return s;
+}
+
+static disco_session_t *open_n(int n)
+{
+    return open_with(n, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 0);
+}
+
+static int64_t get_int(disco_session_t *s, disco_dref_t r, int w)
+{
+    disco_value_t v;
+    OK(disco_session_debug_get(s, r, w, &v));
+    ck_assert_int_eq(v.type, DISCO_T_INT);
+    return v.v.i;
+}
+
+static void check_ids(disco_session_t *s)
+{
+    int n = disco_session_num_workers(s);
+    disco_dref_t id, ws, sum;
+    OK(disco_session_call_by_name(s, "disco.worker_id", NULL, 0, &id));
+    OK(disco_session_call_by_name(s, "disco.world_size", NULL, 0, &ws));
+    disco_value_t args[2] = {disco_int(40), disco_int(2)};
+    OK(disco_session_call_by_name(s, "test.add", args, 2, &sum));
+    for (int w = 0; w < n; w++) {
+        ck_assert_int_eq(get_int(s, id, w), w);
+        ck_assert_int_eq(get_int(s, ws, w), n);
+        ck_assert_int_eq(get_int(s, sum, w), 42);
+    }
+}
+
+/* Every worker runs the calls, knows its id and the world size; N = 1..8
+ * (8 workers on 2 cores). */
+START_TEST(test_ids_and_calls)
+{
+    static const int sizes[] = {1, 2, 3, 4, 8};
+    int n = sizes[_i];
+    disco_session_t *s = open_n(n);
+    ck_assert_int_eq(disco_session_num_workers(s), n);
+    check_ids(s);
+    disco_session_close(s);
+    assert_clean();
+}
+END_TEST
+
+/* The same over pipes, and with spawned (exec'd) workers. */
+START_TEST(test_transports_and_launch)
+{
+    disco_launch_t launch = (_i & 1) ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
+    disco_transport_t tr = (_i & 2) ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING;
+    disco_session_t *s = open_with(3, launch, tr, 0);
+    check_ids(s);
+    disco_session_close(s);
+    assert_clean();
+}
+END_TEST
+
+/* Each value type survives debug set/get and an echo call on every worker,
+ * bit for bit. */
+START_TEST(test_value_round_trip)
+{
+    disco_session_t *s = open_n(3);
+    static char big[60000]; /* spans hundreds of ring slots, under max_msg */
+    for (size_t i = 0; i < sizeof big; i++)
+        big[i] = (char)(i * 7);
+    const int64_t dims[4] = {2, 0, -1, INT64_MAX};
+    const char bin[5] = {0, 1, 0, 2, 0};
+    disco_value_t vals[] = {
+        disco_null(),
+        disco_bool(true),
+        disco_int(INT64_MIN),
+        disco_int(INT64_MAX),
+        disco_float(-0.0),
+        disco_float(NAN),
+        disco_float(1e-300),
+        disco_str(""),
+        disco_str("hello, disco"),
+        disco_bytes(bin, sizeof bin),
+        disco_bytes(NULL, 0),
+        disco_bytes(big, sizeof big),
+        disco_shape(dims, 4),
+        disco_shape(NULL, 0),
+        disco_dtype((DLDataType){kDLBfloat, 16, 1}),
+        disco_device((DLDevice){kDLCUDA, 3}),
+        disco_opaque(0xdeadbeefcafef00dULL),
+    };
+    disco_dref_t echo;
+    OK(disco_session_get_func(s, "test.echo", &echo));
+    for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++) {
+        disco_dref_t reg, out, out2;
+        OK(disco_session_alloc_reg(s, &reg));
+        for (int w = 0; w < 3; w++)
+            OK(disco_session_debug_set(s, reg, w, &vals[k]));
+        OK(disco_session_call(s, echo, &vals[k], 1, &out));
+        disco_value_t ref = {.type = DISCO_T_DREF, .v.reg = reg};
+        OK(disco_session_call(s, echo, &ref, 1, &out2)); /* a DRef argument: the register value */
+        for (int w = 0; w < 3; w++) {
+            disco_dref_t regs[3] = {reg, out, out2};
+            for (int j = 0; j < 3; j++) {
+                disco_value_t got;
+                OK(disco_session_debug_get(s, regs[j], w, &got));
+                ck_assert_msg(disco_value_equal(&got, &vals[k]), "value %zu (%s), worker %d, reg %d",
+                              k, disco_type_name(vals[k].type), w, j);
+                disco_value_clear(&got);
+            }
+        }
+        OK(disco_session_free(s, out2));
+        OK(disco_session_free(s, out));
+        OK(disco_session_free(s, reg));
+    }
+    /* A string built in scratch memory on the worker. */
+    disco_value_t parts[2] = {disco_str("dis"), disco_str("co")};
+    disco_dref_t cat;
+    OK(disco_session_call_by_name(s, "test.concat", parts, 2, &cat));
+    disco_value_t got;
+    OK(disco_session_debug_get(s, cat, 2, &got));
+    ck_assert_str_eq(got.v.str, "disco");
+    disco_value_clear(&got);
+    /* A function register holds a function handle. */
+    OK(disco_session_debug_get(s, echo, 1, &got));
+    ck_assert_int_eq(got.type, DISCO_T_FUNC);
+    disco_session_close(s);
+    assert_clean();
+}
+END_TEST
+
+/* Freed register ids come back last-freed first; a freed id is refused. */
+START_TEST(test_register_reuse)
+{
+    disco_session_t *s = open_n(2);
+    disco_dref_t a, b, c, d;
+    OK(disco_session_alloc_reg(s, &a));
+    OK(disco_session_alloc_reg(s, &b));
+    ck_assert_uint_ne(a, 0);
+    ck_assert_uint_ne(a, b);
+    OK(disco_session_free(s, a));
+    OK(disco_session_free(s, b));
+    OK(disco_session_alloc_reg(s, &c));
+    OK(disco_session_alloc_reg(s, &d));
+    ck_assert_uint_eq(c, b);
+    ck_assert_uint_eq(d, a);
+    disco_dref_t echo, r;
+    OK(disco_session_get_func(s, "test.echo", &echo));
+    OK(disco_session_free(s, d));
+    FAILS(disco_session_free(s, d), DISCO_E_BAD_REG);
+    disco_value_t v;
+    FAILS(disco_session_debug_get(s, d, 1, &v), DISCO_E_BAD_REG);
+    FAILS(disco_session_debug_get(s, 9999, 0, &v), DISCO_E_BAD_REG);
+    FAILS(disco_session_free(s, 0), DISCO_E_BAD_REG);
+    disco_value_t arg = {.type = DISCO_T_DREF, .v.reg = d};
+    FAILS(disco_session_call(s, echo, &arg, 1, &r), DISCO_E_BAD_REG);
+    FAILS(disco_session_call(s, c, NULL, 0, &r), DISCO_E_BAD_REG); /* not a function */
+    OK(disco_session_sync(s, 1));
+    disco_session_close(s);
+    assert_clean();
+}
+END_TEST
+
+/* Mistakes the controller can see fail the call itself, with the name, and
+ * the session goes on. */
+START_TEST(test_call_errors)
+{
+    disco_session_t *s = open_n(2);
+    disco_dref_t f, r;
+    FAILS(disco_session_get_func(s, "test.no_such_function", &f), DISCO_E_NO_FUNC);
+    HAS("test.no_such_function");
+    OK(disco_session_get_func(s, "test.add", &f));
+    disco_value_t one = disco_int(1), two[2] = {disco_int(1), disco_str("x")};
+    FAILS(disco_session_call(s, f, &one, 1, &r), DISCO_E_ARG_COUNT);
+    HAS("test.add takes 2 arguments");
+    FAILS(disco_session_call(s, f, two, 2, &r), DISCO_E_BAD_TYPE);
+    HAS("expected int, got str");
+    disco_value_t bad = {.type = 77};
+    disco_dref_t echo;
+    OK(disco_session_get_func(s, "test.echo", &echo));
+    FAILS(disco_session_call(s, echo, &bad, 1, &r), DISCO_E_BAD_TYPE);
+    static char huge[70000];
+    disco_value_t big = disco_bytes(huge, sizeof huge);
+    FAILS(disco_session_call(s, echo, &big, 1, &r), DISCO_E_MSG_TOO_BIG);
+    FAILS(disco_session_sync(s, 2), DISCO_E_INVAL);
+    FAILS(disco_session_sync(s, -1), DISCO_E_INVAL);
+    disco_value_t args[2] = {disco_int(2), disco_int(3)};
+    OK(disco_session_call(s, f, args, 2, &r));
+    OK(disco_session_sync(s, 1));
+    ck_assert_int_eq(get_int(s, r, 1), 5);
+    disco_session_close(s);
+    assert_clean();
+}
+END_TEST
+
+/* A function that fails on a worker: the next sync names the worker, the
+ * function and the message; the session stays usable. */
+START_TEST(test_remote_failure)
+{
+    disco_session_t *s = open_n(3);
+    disco_value_t args[2] = {disco_int(2), disco_str("bad input")};
+    disco_dref_t r;
+    OK(disco_session_call_by_name(s, "test.fail_on", args, 2, &r));
+    FAILS(disco_session_sync(s, 2), DISCO_E_REMOTE);
+    HAS("worker 2: test.fail_on: bad input (worker 2)");
+    OK(disco_session_sync(s, 2)); /* reported once */
+    args[0] = disco_int(-1);
+    OK(disco_session_call_by_name(s, "test.fail_on", args, 2, &r));
+    FAILS(disco_session_sync(s, 1), DISCO_E_REMOTE);
+    HAS("worker 0: test.fail_on: bad input (worker 0)");
+    HAS("worker 1: test.fail_on: bad input (worker 1)");
+    /* Worker 2 may not have run it yet at that sync: its report comes with
+     * the sync that waits for it, or was already in the first. */
+    disco_status_t st = disco_session_sync(s, 2);
+    ck_assert_msg(st == DISCO_OK || st == DISCO_E_REMOTE, "sync 2: %s", disco_err_name(st));
+    OK(disco_session_sync(s, 2));
+    check_ids(s);
+    /* A library that cannot be loaded. */
+    disco_value_t path = disco_str("/nonexistent/libnothing.so");
+    OK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
+    FAILS(disco_session_sync(s, 0), DISCO_E_LIBRARY);
+    HAS("libnothing.so");
+    disco_session_close(s);
+    assert_clean();
+}
+END_TEST
+
+/* A worker that dies (SIGSEGV, exit, SIGKILL from outside) is named with
+ * its signal or exit code; every later call fails; close is clean. */
+START_TEST(test_worker_death)
+{
+    int how = _i % 3, mode = _i / 3;
+    disco_session_t *s = open_with(3, (mode & 1) ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK,
+                                   (mode & 2) ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING, 0);
+    disco_dref_t r;
+    int64_t t0 = disco_now_ns();
+    if (how == 0) {
+        disco_value_t w = disco_int(1);
+        OK(disco_session_call_by_name(s, "test.segv", &w, 1, &r));
+    } else if (how == 1) {
+        disco_value_t a[2] = {disco_int(1), disco_int(7)};
+        OK(disco_session_call_by_name(s, "test.exit", a, 2, &r));
+    } else {
+        disco_value_t w = disco_int(1);
+        OK(disco_session_call_by_name(s, "test.hang", &w, 1, &r));
+        kill(disco_session_worker_pid(s, 1), SIGKILL);
+    }
+    FAILS(disco_session_sync(s, 1), DISCO_E_WORKER_DIED);
+    HAS("worker 1 (pid");
+    HAS(how == 0 ? "signal 11" : how == 1 ? "exited with code 7" : "signal 9");
+    ck_assert_msg(disco_now_ns() - t0 < 5000000000LL, "death took too long to detect");
+    FAILS(disco_session_sync(s, 2), DISCO_E_BROKEN);
+    HAS("worker 1");
+    disco_dref_t f;
+    FAILS(disco_session_get_func(s, "test.add", &f), DISCO_E_BROKEN);
+    ck_assert_int_eq(disco_session_health(s), DISCO_E_WORKER_DIED);
+    disco_session_close(s);
+    assert_clean();
+}
+END_TEST
+
+/* A hung worker: the sync times out with its own error, the worker is
+ * killed, the session reports itself broken. */
+START_TEST(test_deadline)
+{
+    disco_session_t *s = open_with(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 300);
+    int pid = disco_session_worker_pid(s, 2);
+    disco_value_t w = disco_int(2);
+    disco_dref_t r;
+    OK(disco_session_call_by_name(s, "test.hang", &w, 1, &r));
+    int64_t t0 = disco_now_ns();
+    FAILS(disco_session_sync(s, 2), DISCO_E_TIMEOUT);
+    int64_t took = disco_now_ns() - t0;
+    HAS("worker 2 did not answer sync within 300 ms");
+    ck_assert_msg(took >= 300000000LL && took < 3000000000LL, "timeout after %lld ns",
+                  (long long)took);
+    ck_assert_msg(kill(pid, 0) == -1 && errno == ESRCH, "hung worker %d still exists", pid);
+    FAILS(disco_session_sync(s, 1), DISCO_E_BROKEN);
+    disco_session_close(s);
+    assert_clean();
+}
+END_TEST
+
+/* Shutdown is harmless twice; calls afterwards say so. */
+START_TEST(test_shutdown_twice)
+{
+    disco_session_t *s = open_n(2);
+    OK(disco_session_shutdown(s));
+    OK(disco_session_shutdown(s));
+    FAILS(disco_session_sync(s, 1), DISCO_E_SHUTDOWN);
+    disco_dref_t f;
+    FAILS(disco_session_get_func(s, "test.add", &f), DISCO_E_SHUTDOWN);
+    disco_session_close(s);
+    disco_session_close(NULL);
+    assert_clean();
+}
+END_TEST
+
+/* Bad configs are refused with a reason; a missing worker program too. */
+START_TEST(test_bad_config)
+{
+    disco_session_config_t cfg = disco_session_config_default(0);
+    disco_session_t *s;
+    FAILS(disco_session_open(&cfg, &s), DISCO_E_INVAL);
+    cfg.num_workers = 1000;
+    FAILS(disco_session_open(&cfg, &s), DISCO_E_INVAL);
+    cfg = disco_session_config_default(2);
+    cfg.launch = DISCO_LAUNCH_SPAWN;
+    cfg.worker_path = "/nonexistent/disco-worker";
+    FAILS(disco_session_open(&cfg, &s), DISCO_E_INVAL);
+    HAS("/nonexistent/disco-worker");
+    assert_clean();
+}
+END_TEST
+
+static int pidfd_open(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+/* A controller killed with SIGKILL takes its workers with it. */
+START_TEST(test_controller_death)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t ctl = fork();
+    if (ctl == 0) {
+        close(p[0]);
+        disco_session_t *s = open_n(4);
+        for (int w = 1; w < 4; w++) {
+            int pid = disco_session_worker_pid(s, w);
+            if (write(p[1], &pid, sizeof pid) != sizeof pid)
+                _exit(1);
+        }
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    int pids[3];
+    ck_assert_int_eq(read(p[0], pids, sizeof pids), (ssize_t)sizeof pids);
+    int fds[3];
+    for (int i = 0; i < 3; i++)
+        fds[i] = pidfd_open(pids[i]);
+    kill(ctl, SIGKILL);
+    waitpid(ctl, NULL, 0);
+    for (int i = 0; i < 3; i++) {
+        if (fds[i] < 0) /* already gone */
+            continue;
+        struct pollfd pf = {.fd = fds[i], .events = POLLIN};
+        ck_assert_msg(poll(&pf, 1, 5000) == 1, "worker %d outlived its controller", pids[i]);
+        close(fds[i]);
+    }
+    close(p[0]);
+}
+END_TEST
+
+Suite *suite_session(void)
+{
+    Suite *s = suite_create("session");
+    TCase *tc = tcase_create("session");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_ids_and_calls, 0, 5);
+    tcase_add_loop_test(tc, test_transports_and_launch, 0, 4);
+    tcase_add_test(tc, test_value_round_trip);
+    tcase_add_test(tc, test_register_reuse);
+    tcase_add_test(tc, test_call_errors);
+    tcase_add_test(tc, test_remote_failure);
+    tcase_add_loop_test(tc, test_worker_death, 0, 12);
+    tcase_add_test(tc, test_deadline);
+    tcase_add_test(tc, test_shutdown_twice);
+    tcase_add_test(tc, test_bad_config);
+    tcase_add_test(tc, test_controller_death);
+    suite_add_tcase(s, tc);
+    return s;
+}

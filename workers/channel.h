@@ -1,0 +1,57 @@
+/*
+ * channel.h - the control channel between a controller and its workers
+ * (internal). Two transports behind one set of calls: the shared-memory
+ * rings (default) and pipes (one pair per worker, as TVM's ProcessSession;
+ * kept as the baseline). Messages are whole frames; pipes carry them with a
+ * u32 length prefix.
+ *
+ * Thread safety: the controller's calls from one thread; each worker's calls
+ * from its own thread.
+ */
+#ifndef DISCO_WORKERS_CHANNEL_H
+#define DISCO_WORKERS_CHANNEL_H
+
+#include <stdint.h>
+
+#include "disco/ring.h"
+#include "disco/wait.h"
+
+enum { DISCO_CHAN_RING = 0, DISCO_CHAN_PIPE = 1 };
+
+typedef struct disco_chan {
+    int kind;
+    int world;
+    int self; /* -1 on the controller, else the worker id (>= 1) */
+    uint32_t max_msg;
+    /* rings */
+    disco_ring_t cmd;
+    disco_ring_t *reply; /* controller: [world], index = worker id (0 unused);
+                            worker: reply[0] is its own */
+    /* pipes: controller: cmd_fd[w] write end, reply_fd[w] read end;
+     * worker: cmd_fd[0] read end, reply_fd[0] write end. -1 when closed. */
+    int *cmd_fd;
+    int *reply_fd;
+} disco_chan_t;
+
+/** Controller: sends one command frame to every worker 1..world-1. A dead
+ *  worker's pipe is skipped. Returns DISCO_OK, DISCO_E_MSG_TOO_BIG, or the
+ *  wait's status (ring full / pipe full past the deadline). */
+disco_status_t disco__chan_bcast(disco_chan_t *c, const void *msg, uint32_t len,
+                                 const disco_wait_t *w);
+
+/** Controller: receives worker's next reply. Returns DISCO_OK,
+ *  DISCO_E_BUF_TOO_SMALL, DISCO_E_CLOSED (pipe end of file), the wait's
+ *  status. */
+disco_status_t disco__chan_recv_reply(disco_chan_t *c, int worker, void *buf, uint32_t cap,
+                                      uint32_t *len_out, const disco_wait_t *w);
+
+/** Worker: receives the next command. Returns as recv_reply. */
+disco_status_t disco__chan_recv_cmd(disco_chan_t *c, void *buf, uint32_t cap, uint32_t *len_out,
+                                    const disco_wait_t *w);
+
+/** Worker: sends a reply. Returns DISCO_OK, DISCO_E_MSG_TOO_BIG,
+ *  DISCO_E_CLOSED, the wait's status. */
+disco_status_t disco__chan_send_reply(disco_chan_t *c, const void *msg, uint32_t len,
+                                      const disco_wait_t *w);
+
+#endif

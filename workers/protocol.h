@@ -1,0 +1,85 @@
+/*
+ * protocol.h - what the controller and the workers share (internal):
+ * command codes, reply codes, and the layout of the control segment.
+ *
+ * Control segment (all offsets from the segment's data start):
+ *   struct disco__ctl           header: magic, layout, geometry, broken word
+ *   struct disco__errbox[world] one error mailbox per worker
+ *   command ring                one writer (controller), world-1 readers
+ *   reply rings[world-1]        one per worker 1..world-1, worker -> controller
+ * The rings are absent with the pipe transport.
+ */
+#ifndef DISCO_WORKERS_PROTOCOL_H
+#define DISCO_WORKERS_PROTOCOL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "disco/ring.h"
+
+/* Commands, numbered as TVM Disco's actions. */
+enum disco__cmd {
+    DISCO_CMD_SHUTDOWN = 0,
+    DISCO_CMD_KILL_REG = 1,    /* [reg] */
+    DISCO_CMD_GET_FUNC = 2,    /* [reg, name] */
+    DISCO_CMD_CALL = 3,        /* [result reg, func reg, args...] */
+    DISCO_CMD_SYNC = 4,        /* [worker, token] */
+    DISCO_CMD_COPY_FROM_W0 = 5,
+    DISCO_CMD_COPY_TO_W0 = 6,
+    DISCO_CMD_DEBUG_GET = 7,   /* [reg, worker, token] */
+    DISCO_CMD_DEBUG_SET = 8,   /* [reg, worker, token, value] */
+    DISCO_CMD_COUNT = 9,
+};
+
+/* Replies, worker -> controller. */
+enum disco__reply {
+    DISCO_REPLY_OK = 100,    /* [token] or [token, value] */
+    DISCO_REPLY_ERROR = 101, /* [token, status, message] */
+};
+
+#define DISCO_CTL_MAGIC   0x4c544343534944ULL /* "DISCCTL" */
+#define DISCO_CTL_LAYOUT  1u
+#define DISCO_ERR_MSG_MAX 384
+#define DISCO_MAX_ARGS    64
+#define DISCO_MAX_WORKERS 255
+
+/* A worker's first unreported error since the controller last looked. The
+ * worker fills it and sets full (release); the controller reads it after
+ * seeing full (acquire) and clears full (release) when done; the worker
+ * writes only after seeing full == 0 (acquire). */
+struct disco__errbox {
+    _Alignas(64) _Atomic uint32_t full;
+    _Atomic uint32_t dropped; /* errors after the first, not kept */
+    int32_t code;
+    uint32_t reserved;
+    uint64_t seq;
+    char func[128];
+    char msg[DISCO_ERR_MSG_MAX];
+};
+
+struct disco__ctl {
+    _Alignas(64) uint64_t magic;
+    uint32_t layout;
+    uint32_t world;
+    uint32_t transport;
+    uint32_t max_msg;
+    int32_t controller_pid;
+    uint32_t reserved;
+    uint64_t spin_ns; /* workers' wait settings */
+    uint64_t pause_ns;
+    uint64_t errbox_off; /* offsets from the segment data start */
+    uint64_t cmd_off;
+    uint64_t cmd_size;
+    uint64_t reply_off;
+    uint64_t reply_size; /* each */
+    /* Nonzero: the session is broken or shut down (a negative status).
+     * Workers watch it as their waits' abort word. */
+    _Alignas(64) _Atomic int32_t broken;
+};
+
+#define DISCO_REPLY_SLOTS 16u
+#define DISCO_REPLY_MAX   (1u << 20)
+#define DISCO_CMD_SLOTS   256u
+#define DISCO_SLOT_SIZE   128u
+
+#endif

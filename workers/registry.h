@@ -1,0 +1,38 @@
+/* registry.h - the process-wide table of named functions (internal). */
+#ifndef DISCO_WORKERS_REGISTRY_H
+#define DISCO_WORKERS_REGISTRY_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "disco/func.h"
+
+#define DISCO_FUNC_NAME_MAX 128
+#define DISCO_FUNC_SIG_MAX  32
+#define DISCO_FUNC_MAX      4096
+
+struct disco__func {
+    char name[DISCO_FUNC_NAME_MAX];
+    char sig[DISCO_FUNC_SIG_MAX]; /* "" with has_sig false: any arguments */
+    _Atomic(disco_func_t) fn;
+    _Atomic(_Bool) has_sig;
+};
+
+/** Handle of the function registered as name. Thread-safe. Returns DISCO_OK
+ *  or DISCO_E_NO_FUNC (with the name in the error detail). */
+disco_status_t disco__func_find(const char *name, uint64_t *handle_out);
+
+/** Entry for a handle, or NULL if none. Thread-safe; entries never move. */
+const struct disco__func *disco__func_at(uint64_t handle);
+
+/** Checks args against a signature (see func.h). With dref_any, a DRef
+ *  argument matches any letter (the controller cannot see register values).
+ *  Thread-safe. Returns DISCO_OK, DISCO_E_ARG_COUNT or DISCO_E_BAD_TYPE with
+ *  the details. */
+disco_status_t disco__sig_check(const struct disco__func *f, const disco_value_t *args, int nargs,
+                                _Bool dref_any);
+
+/** Registers the builtins (once; called by every lookup). */
+void disco__builtins_init(void);
+
+#endif
