@@ -174,7 +174,6 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
                              .park_slice_ms = 5,
                              .check = controller_check,
                              .check_ctx = s};
-    s->last_health_ns = disco_now_ns();
     if ((st = disco__procs_start(s)) != DISCO_OK) {
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());
@@ -192,7 +191,8 @@ disco_status_t disco_session_shutdown(disco_session_t *s)
     int grace = 0;
     if (s->state == DISCO_OK) {
         /* Ask politely; the ring may be full of work, so allow a grace. */
-        s->wait.deadline_ns = disco_now_ns() + 2000000000LL;
+        s->wait.deadline_ns = 0;
+        s->wait.timeout_ns = 2000000000LL;
         size_t len;
         disco_frame_hdr_t h = {.code = DISCO_CMD_SHUTDOWN, .seq = ++s->seq};
         if (disco_frame_encode(h.code, h.seq, NULL, 0, s->buf, s->chan.max_msg, &len) ==

@@ -7,7 +7,7 @@
 
 #include "session_impl.h"
 
-#define HEALTH_EVERY_NS    (10 * 1000000LL)
+#define HEALTH_EVERY 64u
 
 disco_session_config_t disco_session_config_default(int num_workers)
 {
@@ -61,10 +61,12 @@ static disco_status_t usable(struct disco_session *s)
     return disco_set_error(DISCO_E_BROKEN, "session is broken: %s", s->why);
 }
 
-/* The wait for one call: the config's spin, a fresh deadline, worker checks. */
+/* The wait for one call: the config's spin, the call timeout (counted from
+ * when the wait starts waiting), worker checks. */
 static const disco_wait_t *call_wait(struct disco_session *s)
 {
-    s->wait.deadline_ns = disco_now_ns() + (int64_t)s->cfg.call_timeout_ms * 1000000;
+    s->wait.deadline_ns = 0;
+    s->wait.timeout_ns = (int64_t)s->cfg.call_timeout_ms * 1000000;
     return &s->wait;
 }
 
@@ -72,8 +74,9 @@ static const disco_wait_t *call_wait(struct disco_session *s)
 
 static disco_status_t reg_alloc(struct disco_session *s, uint64_t *reg_out)
 {
-    uint64_t r = s->nfree != 0 ? s->free_regs[--s->nfree] : s->next_reg++;
-    if (r >= s->reg_cap) {
+    if (s->nfree == 0 && s->next_reg >= s->reg_cap) {
+        /* Every id ever issued must fit in the free list and the tables, so
+         * that freeing never needs memory. */
         uint64_t cap = s->reg_cap ? s->reg_cap * 2 : 64;
         const struct disco__func **f = realloc(s->reg_func, cap * sizeof *f);
         if (f != NULL)
@@ -81,23 +84,17 @@ static disco_status_t reg_alloc(struct disco_session *s, uint64_t *reg_out)
         bool *live = realloc(s->reg_live, cap * sizeof *live);
         if (live != NULL)
             s->reg_live = live;
-        if (f == NULL || live == NULL) {
-            s->free_regs[s->nfree++] = r; /* room: it came from there or is new */
+        uint64_t *fr = realloc(s->free_regs, cap * sizeof *fr);
+        if (fr != NULL)
+            s->free_regs = fr;
+        if (f == NULL || live == NULL || fr == NULL)
             return disco_set_error(DISCO_E_NOMEM, "register table of %llu",
                                    (unsigned long long)cap);
-        }
         memset(s->reg_func + s->reg_cap, 0, (cap - s->reg_cap) * sizeof *f);
         memset(s->reg_live + s->reg_cap, 0, (cap - s->reg_cap) * sizeof *live);
         s->reg_cap = cap;
     }
-    if (s->nfree == s->free_cap) { /* keep room to give any id back */
-        size_t cap = s->free_cap ? s->free_cap * 2 : 64;
-        uint64_t *p = realloc(s->free_regs, cap * sizeof *p);
-        if (p == NULL)
-            return disco_set_error(DISCO_E_NOMEM, "register free list");
-        s->free_regs = p;
-        s->free_cap = cap;
-    }
+    uint64_t r = s->nfree != 0 ? s->free_regs[--s->nfree] : s->next_reg++;
     s->reg_live[r] = true;
     s->reg_func[r] = NULL;
     *reg_out = r;
@@ -108,7 +105,7 @@ static void reg_release(struct disco_session *s, uint64_t r)
 {
     s->reg_live[r] = false;
     s->reg_func[r] = NULL;
-    s->free_regs[s->nfree++] = r; /* reg_alloc kept room */
+    s->free_regs[s->nfree++] = r; /* room: reg_cap > every id issued */
 }
 
 static bool reg_ok(const struct disco_session *s, uint64_t r)
@@ -132,12 +129,11 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     disco_status_t st = usable(s);
     if (st != DISCO_OK)
         return st;
-    int64_t now = disco_now_ns();
-    if (now - s->last_health_ns > HEALTH_EVERY_NS) {
-        s->last_health_ns = now;
-        if ((st = disco__procs_check(s)) != DISCO_OK)
-            return st;
-    }
+    /* Waits look at the workers as they wait; commands that never wait
+     * look every HEALTH_EVERY commands, so a death is noticed without a
+     * syscall on every call. */
+    if (++s->issued % HEALTH_EVERY == 0 && (st = disco__procs_check(s)) != DISCO_OK)
+        return st;
     size_t len;
     disco_frame_hdr_t h = {.code = code, .nargs = nargs, .seq = ++s->seq};
     st = disco_frame_encode(code, h.seq, args, nargs, s->buf, s->chan.max_msg, &len);

@@ -33,7 +33,7 @@ struct disco_session {
     /* registers: ids 1.., freed ids reused last-in first-out */
     uint64_t next_reg;
     uint64_t *free_regs;
-    size_t nfree, free_cap;
+    size_t nfree; /* free_regs has reg_cap entries */
     const struct disco__func **reg_func; /* [reg_cap]: function held, or NULL */
     bool *reg_live;
     uint64_t reg_cap;
@@ -42,7 +42,7 @@ struct disco_session {
     int64_t token;
     disco_status_t state; /* DISCO_OK, or what broke / ended the session */
     char why[DISCO_ERR_MSG_MAX];
-    int64_t last_health_ns;
+    uint64_t issued; /* commands sent */
 
     void *buf; /* command frame, max_msg */
     void *reply;

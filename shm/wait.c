@@ -104,6 +104,12 @@ disco_status_t disco_wait_until(disco_waitq_t *q, disco_cond_fn cond, void *arg,
     int64_t start = disco_now_ns();
     int64_t last_check = start;
     disco_status_t st;
+    disco_wait_t timed;
+    if (w->deadline_ns == 0 && w->timeout_ns > 0) {
+        timed = *w;
+        timed.deadline_ns = start + w->timeout_ns;
+        w = &timed;
+    }
 
     /* Spin. Pause alone while the peer is probably running on another core
      * and about to answer (a round trip there is ~150 ns): the clock is read
@@ -161,6 +167,12 @@ disco_status_t disco_wait_fd(int fd, short events, const disco_wait_t *w)
     if (w == NULL)
         w = &defaults;
     int64_t slice = (int64_t)(w->park_slice_ms ? w->park_slice_ms : DISCO_WAIT_DEFAULT_SLICE_MS);
+    disco_wait_t timed;
+    if (w->deadline_ns == 0 && w->timeout_ns > 0) {
+        timed = *w;
+        timed.deadline_ns = disco_now_ns() + w->timeout_ns;
+        w = &timed;
+    }
     for (;;) {
         struct pollfd p = {.fd = fd, .events = events};
         int64_t ms = w->no_wait ? 0 : slice;

@@ -238,6 +238,35 @@ START_TEST(test_register_reuse)
 }
 END_TEST
 
+/* Many live registers at once (more than any initial table), all freed,
+ * then reused last-freed first; regression: the free list once overflowed
+ * when more than 64 registers were live. */
+START_TEST(test_many_registers)
+{
+    disco_session_t *s = open_n(2);
+    enum { N = 1000 };
+    static disco_dref_t regs[N];
+    disco_dref_t echo;
+    OK(disco_session_get_func(s, "test.echo", &echo));
+    for (int i = 0; i < N; i++) {
+        disco_value_t v = disco_int(i);
+        OK(disco_session_call(s, echo, &v, 1, &regs[i]));
+    }
+    OK(disco_session_sync(s, 1));
+    ck_assert_int_eq(get_int(s, regs[N - 1], 1), N - 1);
+    for (int i = 0; i < N; i++)
+        OK(disco_session_free(s, regs[i]));
+    for (int i = N - 1; i >= 0; i--) {
+        disco_dref_t r;
+        OK(disco_session_alloc_reg(s, &r));
+        ck_assert_uint_eq(r, regs[i]);
+    }
+    OK(disco_session_sync(s, 1));
+    disco_session_close(s);
+    assert_clean();
+}
+END_TEST
+
 /* Mistakes the controller can see fail the call itself, with the name, and
  * the session goes on. */
 START_TEST(test_call_errors)
@@ -414,7 +443,12 @@ START_TEST(test_controller_death)
     }
     close(p[1]);
     int pids[3];
-    ck_assert_int_eq(read(p[0], pids, sizeof pids), (ssize_t)sizeof pids);
+    size_t got = 0;
+    while (got < sizeof pids) { /* the child writes one pid at a time */
+        ssize_t n = read(p[0], (char *)pids + got, sizeof pids - got);
+        ck_assert_msg(n > 0, "controller child died before reporting its workers");
+        got += (size_t)n;
+    }
     int fds[3];
     for (int i = 0; i < 3; i++)
         fds[i] = pidfd_open(pids[i]);
@@ -441,6 +475,7 @@ Suite *suite_session(void)
     tcase_add_loop_test(tc, test_transports_and_launch, 0, 4);
     tcase_add_test(tc, test_value_round_trip);
     tcase_add_test(tc, test_register_reuse);
+    tcase_add_test(tc, test_many_registers);
     tcase_add_test(tc, test_call_errors);
     tcase_add_test(tc, test_remote_failure);
     tcase_add_loop_test(tc, test_worker_death, 0, 12);

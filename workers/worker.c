@@ -124,6 +124,8 @@ disco_status_t disco_ctx_fail(disco_ctx_t *ctx, const char *fmt, ...)
 
 static void ctx_release(disco_ctx_t *ctx)
 {
+    if (ctx->scratch == NULL)
+        return;
     for (size_t i = 0; i < ctx->nscratch; i++)
         free(ctx->scratch[i]);
     free(ctx->scratch);
@@ -196,7 +198,13 @@ static void exec_call(disco_worker_t *w, const disco_value_t *args, int nargs)
         disco__worker_post_error(w, st, f->name, disco_last_error());
         return;
     }
-    disco_ctx_t ctx = {.worker_id = w->id, .world = w->world};
+    disco_ctx_t ctx; /* not zeroed whole: msg is written only on failure */
+    ctx.worker_id = w->id;
+    ctx.world = w->world;
+    ctx.failed = 0;
+    ctx.msg[0] = '\0';
+    ctx.scratch = NULL;
+    ctx.nscratch = 0;
     disco_value_t ret = disco_null();
     disco_func_t fn = atomic_load_explicit(&f->fn, memory_order_acquire);
     disco_clear_error();

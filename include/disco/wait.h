@@ -65,6 +65,9 @@ typedef struct disco_wait {
     uint64_t pause_ns;      /* spin with pause only this long, then yield; 0 = default */
     uint64_t spin_ns;       /* total spin before parking; 0 = default */
     int64_t deadline_ns;    /* absolute, disco_now_ns() clock; 0 = none */
+    int64_t timeout_ns;     /* with no deadline_ns: relative to the moment the wait
+                               first finds it must wait (saves a clock read on
+                               waits that never wait); 0 = none */
     uint32_t park_slice_ms; /* longest single park; 0 = default (10 ms) */
     bool no_wait;           /* fail with DISCO_E_AGAIN instead of waiting */
     /* Nonzero ends the wait with that value as the status (a negative
