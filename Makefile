@@ -38,8 +38,13 @@ SONAME   := libdisco.so.0
 
 LIB_SRC  := $(wildcard shm/*.c workers/*.c scheduler/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
-TOOL_SRC := $(wildcard tools/*.c)
+# tools/disco-X.c is a program; tools/bench_*.c and tools/demo_*.c are the
+# extra parts of disco-bench and disco-demo; demo_lib.c is the demo's library.
+TOOL_SRC := $(wildcard tools/disco-*.c)
 TOOLS    := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
+BENCH_OBJ := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/bench_*.c))
+DEMO_OBJ := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(filter-out tools/demo_lib.c,$(wildcard tools/demo_*.c)))
+DEMOLIB  := $(BUILD)/lib/libdisco_demo.so
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/run_tests.o
 TEST_BIN := $(BUILD)/bin/run_tests
@@ -49,7 +54,7 @@ TESTLIB  := $(BUILD)/lib/libdisco_testlib.so
 WHOLE_LIB = -rdynamic -Wl,--whole-archive $(BUILD)/libdisco.a -Wl,--no-whole-archive
 
 .PHONY: all deps test bench demo clean format cppcheck
-all: $(BUILD)/libdisco.a $(BUILD)/libdisco.so $(TOOLS)
+all: $(BUILD)/libdisco.a $(BUILD)/libdisco.so $(TOOLS) $(DEMOLIB)
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): tools/deps.sh
@@ -69,7 +74,15 @@ $(BUILD)/libdisco.so: $(LIB_OBJ)
 
 $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $< $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
+
+# disco-bench and disco-demo are several files each.
+$(BUILD)/bin/disco-bench: $(BENCH_OBJ)
+$(BUILD)/bin/disco-demo: $(DEMO_OBJ)
+
+$(DEMOLIB): $(BUILD)/obj/tools/demo_lib.o
+	@mkdir -p $(@D)
+	$(CC) -shared $(LDFLAGS) -o $@ $<
 
 $(TEST_BIN): $(TEST_OBJ) $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
@@ -99,7 +112,7 @@ test: $(TEST_BIN) $(TOOLS) $(TESTLIB)
 bench: $(BUILD)/bin/disco-bench
 	$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json
 
-demo: $(BUILD)/bin/disco-demo
+demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(DEMOLIB)
 	$(BUILD)/bin/disco-demo
 
 format:
@@ -112,4 +125,4 @@ cppcheck:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_SRC:tools/%.c=$(BUILD)/obj/tools/%.d)
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_SRC:tools/%.c=$(BUILD)/obj/tools/%.d) $(BENCH_OBJ:.o=.d) $(DEMO_OBJ:.o=.d)

@@ -1,0 +1,27 @@
+/*
+ * bench.h - what disco-bench's sections share: recording a figure and
+ * measuring one (defined in disco-bench.c; sections in bench_*.c).
+ */
+#ifndef DISCO_TOOLS_BENCH_H
+#define DISCO_TOOLS_BENCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Runs iters rounds and returns the ns they took (the timed part only). */
+typedef int64_t (*round_fn)(void *ctx, uint64_t iters);
+
+/** Median over the configured repetitions of the mean ns per round. */
+double measure(round_fn fn, void *ctx);
+
+/** Records a figure under its contract key and prints it. */
+void record(const char *key, double value, const char *unit);
+
+/** Repetitions per figure (fewer with --quick). */
+int bench_reps(void);
+
+/** The session figures: call_sync_ns (rings, N = 2), call_sync_pipe_ns,
+ *  call_sync_ns_n4, call_sync_ns_n8, session_open_ms_n8. */
+void bench_session(void);
+
+#endif

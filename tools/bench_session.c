@@ -1,0 +1,98 @@
+/* bench_session.c - disco-bench's session figures: a no-op call on every
+ * worker plus a sync, over rings and over pipes (the same session code), and
+ * the cost of opening a session. */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <stdlib.h>
+
+#include "bench.h"
+#include "bench_util.h"
+#include "disco/session.h"
+
+#define BATCH 256 /* results freed between timed batches */
+
+typedef struct call_ctx {
+    disco_session_t *s;
+    disco_dref_t noop;
+    int target; /* the worker synced: 1 (the first process worker) */
+} call_ctx_t;
+
+/* One round: call disco.noop on every worker, sync worker 1. The result
+ * registers are freed between timed batches, so the register file stays
+ * small and the frees are not counted. */
+static int64_t call_rounds(void *p, uint64_t iters)
+{
+    call_ctx_t *c = p;
+    disco_dref_t res[BATCH];
+    int64_t total = 0;
+    while (iters > 0) {
+        uint64_t n = iters < BATCH ? iters : BATCH;
+        int64_t t0 = disco_now_ns();
+        for (uint64_t i = 0; i < n; i++) {
+            bu_check(disco_session_call(c->s, c->noop, NULL, 0, &res[i]), "call disco.noop");
+            bu_check(disco_session_sync(c->s, c->target), "sync");
+        }
+        total += disco_now_ns() - t0;
+        for (uint64_t i = 0; i < n; i++)
+            bu_check(disco_session_free(c->s, res[i]), "free");
+        iters -= n;
+    }
+    return total;
+}
+
+/* pinned: with 2 workers, the controller (worker 0) on the first CPU and
+ * worker 1 on the second, as the floor and ring figures are measured (and as
+ * a placement policy would put them); otherwise every process floats. */
+static double call_sync(int n, disco_transport_t transport, bool pinned)
+{
+    disco_session_config_t cfg = disco_session_config_default(n);
+    cfg.transport = transport;
+    cfg.call_timeout_ms = 10000;
+    call_ctx_t c = {.target = 1};
+    bu_unpin(); /* workers inherit the controller's mask */
+    bu_check(disco_session_open(&cfg, &c.s), "open session");
+    if (pinned && bu_ncpus >= 2) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(bu_cpu_ids[1], &set);
+        if (sched_setaffinity(disco_session_worker_pid(c.s, 1), sizeof set, &set) != 0)
+            bu_die("pin worker 1: %s", strerror(errno));
+        bu_pin(0);
+    }
+    bu_check(disco_session_get_func(c.s, "disco.noop", &c.noop), "get disco.noop");
+    double ns = measure(call_rounds, &c);
+    disco_session_close(c.s);
+    bu_unpin();
+    return ns;
+}
+
+static double open_close_ms(int n)
+{
+    double v[64];
+    int reps = bench_reps();
+    bu_unpin();
+    for (int r = 0; r < reps; r++) {
+        disco_session_config_t cfg = disco_session_config_default(n);
+        disco_session_t *s;
+        int64_t t0 = disco_now_ns();
+        bu_check(disco_session_open(&cfg, &s), "open session");
+        disco_session_close(s);
+        v[r] = (double)(disco_now_ns() - t0) / 1e6;
+    }
+    return bu_median(v, reps);
+}
+
+void bench_session(void)
+{
+    bu_cpus_init(); /* this file's copy of the CPU list (the section starts unpinned) */
+    record("call_sync_ns", call_sync(2, DISCO_TRANSPORT_RING, true), "ns");
+    record("call_sync_pipe_ns", call_sync(2, DISCO_TRANSPORT_PIPE, true), "ns");
+    record("call_sync_float_ns", call_sync(2, DISCO_TRANSPORT_RING, false), "ns");
+    record("call_sync_ns_n4", call_sync(4, DISCO_TRANSPORT_RING, false), "ns");
+    record("call_sync_pipe_ns_n4", call_sync(4, DISCO_TRANSPORT_PIPE, false), "ns");
+    record("call_sync_ns_n8", call_sync(8, DISCO_TRANSPORT_RING, false), "ns");
+    record("call_sync_pipe_ns_n8", call_sync(8, DISCO_TRANSPORT_PIPE, false), "ns");
+    record("session_open_ms_n8", open_close_ms(8), "ms");
+}
