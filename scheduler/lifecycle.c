@@ -43,14 +43,19 @@ static disco_status_t spawn_one(struct disco_session *s, int i, int cmd_r, int r
     char path[4096], a_fd[16], a_id[16], a_cmd[16], a_rep[16];
     worker_path(s, path, sizeof path);
     if (access(path, X_OK) != 0)
-        return disco_set_error(DISCO_E_INVAL, "worker program %s: %s (set worker_path or "
-                               "$DISCO_WORKER)", path, strerror(errno));
+        return disco_set_error(DISCO_E_INVAL,
+                               "worker program %s: %s (set worker_path or "
+                               "$DISCO_WORKER)",
+                               path, strerror(errno));
     snprintf(a_fd, sizeof a_fd, "%d", s->seg.fd);
     snprintf(a_id, sizeof a_id, "%d", i);
     snprintf(a_cmd, sizeof a_cmd, "%d", cmd_r);
     snprintf(a_rep, sizeof a_rep, "%d", reply_w);
-    char *argv[] = {path,         "--disco-fd",       a_fd,  "--disco-worker", a_id,
-                    "--disco-cmd-fd", a_cmd,          "--disco-reply-fd", a_rep, NULL};
+    char *argv[] = {path,  "--disco-fd",
+                    a_fd,  "--disco-worker",
+                    a_id,  "--disco-cmd-fd",
+                    a_cmd, "--disco-reply-fd",
+                    a_rep, NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     /* dup2 onto itself clears close-on-exec for just these fds in the child. */
@@ -80,8 +85,8 @@ static disco_status_t fork_one(struct disco_session *s, int i, int cmd_r, int re
             if (s->reply_fd != NULL && s->reply_fd[j] >= 0)
                 close(s->reply_fd[j]);
         }
-        _exit(disco__worker_process(disco_segment_data(&s->seg),
-                                    disco_segment_data_size(&s->seg), i, cmd_r, reply_w));
+        _exit(disco__worker_process(disco_segment_data(&s->seg), disco_segment_data_size(&s->seg),
+                                    i, cmd_r, reply_w));
     }
     s->pid[i] = pid;
     return DISCO_OK;
@@ -111,8 +116,8 @@ disco_status_t disco__procs_start(struct disco_session *s)
             break;
         s->pidfd[i] = pidfd_open(s->pid[i]);
         if (s->pidfd[i] < 0) {
-            st = disco_set_error(DISCO_E_SYS, "pidfd_open(%d): %s", (int)s->pid[i],
-                                 strerror(errno));
+            st =
+                disco_set_error(DISCO_E_SYS, "pidfd_open(%d): %s", (int)s->pid[i], strerror(errno));
             break;
         }
         if (s->chan.kind == DISCO_CHAN_RING)

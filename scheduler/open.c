@@ -83,15 +83,15 @@ static disco_status_t make_segment(struct disco_session *s)
     s->ctl = ctl;
     s->errbox = (struct disco__errbox *)(base + errbox_off);
 
-    s->chan = (disco_chan_t){.kind = rings || s->cfg.transport == DISCO_TRANSPORT_RING
-                                         ? DISCO_CHAN_RING
-                                         : DISCO_CHAN_PIPE,
-                             .world = world,
-                             .self = -1,
-                             .max_msg = s->cfg.max_msg,
-                             .reply = s->reply_rings,
-                             .cmd_fd = s->cmd_fd,
-                             .reply_fd = s->reply_fd};
+    s->chan =
+        (disco_chan_t){.kind = rings || s->cfg.transport == DISCO_TRANSPORT_RING ? DISCO_CHAN_RING
+                                                                                 : DISCO_CHAN_PIPE,
+                       .world = world,
+                       .self = -1,
+                       .max_msg = s->cfg.max_msg,
+                       .reply = s->reply_rings,
+                       .cmd_fd = s->cmd_fd,
+                       .reply_fd = s->reply_fd};
     if (!rings)
         return DISCO_OK;
     if ((st = disco_ring_init(base + cmd_off, cmd_size, &cmd, &s->chan.cmd)) != DISCO_OK)
@@ -195,8 +195,7 @@ disco_status_t disco_session_shutdown(disco_session_t *s)
         s->wait.timeout_ns = 2000000000LL;
         size_t len;
         disco_frame_hdr_t h = {.code = DISCO_CMD_SHUTDOWN, .seq = ++s->seq};
-        if (disco_frame_encode(h.code, h.seq, NULL, 0, s->buf, s->chan.max_msg, &len) ==
-                DISCO_OK &&
+        if (disco_frame_encode(h.code, h.seq, NULL, 0, s->buf, s->chan.max_msg, &len) == DISCO_OK &&
             disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, &s->wait) == DISCO_OK)
             grace = 2000;
     }

@@ -34,8 +34,8 @@ int disco_session_worker_pid(const disco_session_t *s, int worker)
     return (int)s->pid[worker];
 }
 
-disco_status_t disco__session_break(struct disco_session *s, disco_status_t status,
-                                    const char *fmt, ...)
+disco_status_t disco__session_break(struct disco_session *s, disco_status_t status, const char *fmt,
+                                    ...)
 {
     if (s->state == DISCO_OK) {
         va_list ap;
@@ -175,8 +175,8 @@ static disco_status_t collect_errors(struct disco_session *s)
             first = b->code;
         uint32_t more = atomic_exchange_explicit(&b->dropped, 0, memory_order_relaxed);
         if (used < sizeof detail) {
-            int n = snprintf(detail + used, sizeof detail - used, "%sworker %d: %s: %s", used ? "; " : "",
-                             i, b->func, b->msg);
+            int n = snprintf(detail + used, sizeof detail - used, "%sworker %d: %s: %s",
+                             used ? "; " : "", i, b->func, b->msg);
             used += n > 0 ? (size_t)n : 0;
             if (more != 0 && used < sizeof detail) {
                 n = snprintf(detail + used, sizeof detail - used, " (and %u more)", more);
@@ -198,8 +198,8 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
 {
     uint32_t len = (uint32_t)w0_len;
     if (worker != 0) {
-        disco_status_t st = disco__chan_recv_reply(&s->chan, worker, s->reply, DISCO_REPLY_MAX,
-                                                   &len, call_wait(s));
+        disco_status_t st =
+            disco__chan_recv_reply(&s->chan, worker, s->reply, DISCO_REPLY_MAX, &len, call_wait(s));
         if (st == DISCO_E_TIMEOUT) {
             disco__procs_kill(s, worker);
             return disco__session_break(s, DISCO_E_TIMEOUT,
@@ -244,8 +244,7 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
 static disco_status_t check_worker(const struct disco_session *s, int worker)
 {
     if (worker < 0 || worker >= s->world)
-        return disco_set_error(DISCO_E_INVAL, "no worker %d in a session of %d", worker,
-                               s->world);
+        return disco_set_error(DISCO_E_INVAL, "no worker %d in a session of %d", worker, s->world);
     return DISCO_OK;
 }
 
@@ -266,8 +265,7 @@ disco_status_t disco_session_sync(disco_session_t *s, int worker)
     return collect_errors(s);
 }
 
-disco_status_t disco_session_get_func(disco_session_t *s, const char *name,
-                                      disco_dref_t *func_out)
+disco_status_t disco_session_get_func(disco_session_t *s, const char *name, disco_dref_t *func_out)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK)
@@ -364,8 +362,8 @@ disco_status_t disco_session_debug_get(disco_session_t *s, disco_dref_t reg, int
     if (!reg_ok(s, reg))
         return bad_reg(reg);
     int64_t token = ++s->token;
-    disco_value_t args[3] = {{.type = DISCO_T_DREF, .v.reg = reg}, disco_int(worker),
-                             disco_int(token)};
+    disco_value_t args[3] = {
+        {.type = DISCO_T_DREF, .v.reg = reg}, disco_int(worker), disco_int(token)};
     size_t w0_len;
     if ((st = issue(s, DISCO_CMD_DEBUG_GET, args, 3, &w0_len)) != DISCO_OK)
         return st;
@@ -394,8 +392,8 @@ disco_status_t disco_session_debug_set(disco_session_t *s, disco_dref_t reg, int
         return disco_set_error(DISCO_E_BAD_TYPE, "debug set: a %s cannot be stored directly",
                                disco_type_name(value->type));
     int64_t token = ++s->token;
-    disco_value_t args[4] = {{.type = DISCO_T_DREF, .v.reg = reg}, disco_int(worker),
-                             disco_int(token), *value};
+    disco_value_t args[4] = {
+        {.type = DISCO_T_DREF, .v.reg = reg}, disco_int(worker), disco_int(token), *value};
     size_t w0_len;
     if ((st = issue(s, DISCO_CMD_DEBUG_SET, args, 4, &w0_len)) != DISCO_OK)
         return st;

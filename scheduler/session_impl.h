@@ -33,7 +33,7 @@ struct disco_session {
     /* registers: ids 1.., freed ids reused last-in first-out */
     uint64_t next_reg;
     uint64_t *free_regs;
-    size_t nfree; /* free_regs has reg_cap entries */
+    size_t nfree;                        /* free_regs has reg_cap entries */
     const struct disco__func **reg_func; /* [reg_cap]: function held, or NULL */
     bool *reg_live;
     uint64_t reg_cap;
@@ -66,7 +66,7 @@ void disco__procs_stop(struct disco_session *s, int grace_ms);
 
 /** Marks the session broken with status and a message; the first cause wins.
  *  Wakes every waiter so workers see it. Returns status. */
-disco_status_t disco__session_break(struct disco_session *s, disco_status_t status,
-                                    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+disco_status_t disco__session_break(struct disco_session *s, disco_status_t status, const char *fmt,
+                                    ...) __attribute__((format(printf, 3, 4)));
 
 #endif

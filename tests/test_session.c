@@ -30,8 +30,9 @@
                       disco_last_error(), disco_err_name(code));                                   \
     } while (0)
 
-#define HAS(text) ck_assert_msg(strstr(disco_last_error(), (text)) != NULL, "detail \"%s\" lacks \"%s\"", \
-                                disco_last_error(), (text))
+#define HAS(text)                                                                                  \
+    ck_assert_msg(strstr(disco_last_error(), (text)) != NULL, "detail \"%s\" lacks \"%s\"",        \
+                  disco_last_error(), (text))
 
 static int count_fds(void)
 {
@@ -181,8 +182,9 @@ START_TEST(test_value_round_trip)
             for (int j = 0; j < 3; j++) {
                 disco_value_t got;
                 OK(disco_session_debug_get(s, regs[j], w, &got));
-                ck_assert_msg(disco_value_equal(&got, &vals[k]), "value %zu (%s), worker %d, reg %d",
-                              k, disco_type_name(vals[k].type), w, j);
+                ck_assert_msg(disco_value_equal(&got, &vals[k]),
+                              "value %zu (%s), worker %d, reg %d", k, disco_type_name(vals[k].type),
+                              w, j);
                 disco_value_clear(&got);
             }
         }

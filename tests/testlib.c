@@ -43,8 +43,7 @@ static disco_status_t concat(disco_ctx_t *ctx, const disco_value_t *a, int n, di
 DISCO_FUNC("test.concat", "ss", concat)
 
 /* test.worker_id() = this worker's id */
-static disco_status_t worker_id(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                                disco_value_t *ret)
+static disco_status_t worker_id(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)a;
     (void)n;
@@ -54,8 +53,7 @@ static disco_status_t worker_id(disco_ctx_t *ctx, const disco_value_t *a, int n,
 DISCO_FUNC("test.worker_id", "", worker_id)
 
 /* test.fail_on(worker, message): fails with message on that worker (-1: all) */
-static disco_status_t fail_on(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                              disco_value_t *ret)
+static disco_status_t fail_on(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)n;
     (void)ret;
@@ -79,8 +77,7 @@ static disco_status_t segv(disco_ctx_t *ctx, const disco_value_t *a, int n, disc
 DISCO_FUNC("test.segv", "i", segv)
 
 /* test.exit(worker, code): _exit(code) on that worker */
-static disco_status_t do_exit(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                              disco_value_t *ret)
+static disco_status_t do_exit(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)n;
     (void)ret;

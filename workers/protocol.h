@@ -20,14 +20,14 @@
 /* Commands, numbered as TVM Disco's actions. */
 enum disco__cmd {
     DISCO_CMD_SHUTDOWN = 0,
-    DISCO_CMD_KILL_REG = 1,    /* [reg] */
-    DISCO_CMD_GET_FUNC = 2,    /* [reg, name] */
-    DISCO_CMD_CALL = 3,        /* [result reg, func reg, args...] */
-    DISCO_CMD_SYNC = 4,        /* [worker, token] */
+    DISCO_CMD_KILL_REG = 1, /* [reg] */
+    DISCO_CMD_GET_FUNC = 2, /* [reg, name] */
+    DISCO_CMD_CALL = 3,     /* [result reg, func reg, args...] */
+    DISCO_CMD_SYNC = 4,     /* [worker, token] */
     DISCO_CMD_COPY_FROM_W0 = 5,
     DISCO_CMD_COPY_TO_W0 = 6,
-    DISCO_CMD_DEBUG_GET = 7,   /* [reg, worker, token] */
-    DISCO_CMD_DEBUG_SET = 8,   /* [reg, worker, token, value] */
+    DISCO_CMD_DEBUG_GET = 7, /* [reg, worker, token] */
+    DISCO_CMD_DEBUG_SET = 8, /* [reg, worker, token, value] */
     DISCO_CMD_COUNT = 9,
 };
 

@@ -118,8 +118,8 @@ disco_status_t disco__sig_check(const struct disco__func *f, const disco_value_t
         int want = sig_letter_type(sig[i]);
         if (want >= 0 && args[i].type != (uint32_t)want &&
             !(dref_any && args[i].type == DISCO_T_DREF))
-            return disco_set_error(DISCO_E_BAD_TYPE, "%s argument %d: expected %s, got %s",
-                                   f->name, i, disco_type_name((uint32_t)want),
+            return disco_set_error(DISCO_E_BAD_TYPE, "%s argument %d: expected %s, got %s", f->name,
+                                   i, disco_type_name((uint32_t)want),
                                    disco_type_name(args[i].type));
     }
     if (sig[i] != '*' && nargs != i)

@@ -5,7 +5,7 @@
 #include <string.h>
 
 static const char *const type_names[DISCO_T_COUNT] = {
-    "null", "bool",  "int",    "float", "str",  "bytes",
+    "null",  "bool",  "int",    "float", "str",  "bytes",
     "shape", "dtype", "device", "dref",  "func", "opaque",
 };
 
@@ -220,8 +220,7 @@ static disco_status_t decode_one(const unsigned char *p, size_t left, uint32_t i
                                  disco_value_t *v, size_t *used)
 {
     if (left < 8)
-        return disco_set_error(DISCO_E_TRUNCATED, "argument %u: %zu bytes left, need 8", idx,
-                               left);
+        return disco_set_error(DISCO_E_TRUNCATED, "argument %u: %zu bytes left, need 8", idx, left);
     uint32_t hdr[2];
     memcpy(hdr, p, 8);
     uint32_t type = hdr[0], len = hdr[1];
@@ -244,8 +243,8 @@ static disco_status_t decode_one(const unsigned char *p, size_t left, uint32_t i
         break;
     default:
         if (len != fixed_len(type))
-            return disco_set_error(DISCO_E_BAD_TYPE, "argument %u: %s with payload length %u",
-                                   idx, disco_type_name(type), len);
+            return disco_set_error(DISCO_E_BAD_TYPE, "argument %u: %s with payload length %u", idx,
+                                   disco_type_name(type), len);
         n = 8;
         break;
     }

@@ -9,8 +9,9 @@
 #include "registry.h"
 
 static const char *const cmd_names[DISCO_CMD_COUNT] = {
-    "shutdown", "kill register", "get global function", "call packed",    "sync worker",
-    "copy from worker 0", "copy to worker 0", "debug get from remote", "debug set register",
+    "shutdown",         "kill register",         "get global function",
+    "call packed",      "sync worker",           "copy from worker 0",
+    "copy to worker 0", "debug get from remote", "debug set register",
 };
 
 const char *disco__cmd_name(uint32_t code)
@@ -67,8 +68,7 @@ static disco_status_t reg_slot(disco_worker_t *w, uint64_t reg, disco_value_t **
             n *= 2;
         disco_value_t *p = realloc(w->regs, n * sizeof *p);
         if (p == NULL)
-            return disco_set_error(DISCO_E_NOMEM, "register file of %llu",
-                                   (unsigned long long)n);
+            return disco_set_error(DISCO_E_NOMEM, "register file of %llu", (unsigned long long)n);
         memset(p + w->nregs, 0, (n - w->nregs) * sizeof *p);
         w->regs = p;
         w->nregs = n;
@@ -183,8 +183,7 @@ static void exec_call(disco_worker_t *w, const disco_value_t *args, int nargs)
     }
     disco_value_clear(slot);
     if (fr == 0 || fr >= w->nregs || w->regs[fr].type != DISCO_T_FUNC) {
-        disco_set_error(DISCO_E_BAD_REG, "register %llu holds no function",
-                        (unsigned long long)fr);
+        disco_set_error(DISCO_E_BAD_REG, "register %llu holds no function", (unsigned long long)fr);
         fail_cmd(w, "call packed");
         return;
     }
@@ -222,8 +221,8 @@ static disco_status_t reply_ok(disco_worker_t *w, int64_t token, const disco_val
                                void *reply, size_t cap, size_t *len)
 {
     disco_value_t out[2] = {disco_int(token), v != NULL ? *v : disco_null()};
-    disco_status_t st = disco_frame_encode(DISCO_REPLY_OK, w->seq, out, v != NULL ? 2 : 1, reply,
-                                           cap, len);
+    disco_status_t st =
+        disco_frame_encode(DISCO_REPLY_OK, w->seq, out, v != NULL ? 2 : 1, reply, cap, len);
     if (st == DISCO_OK)
         return DISCO_OK;
     /* The value does not fit in a reply: say so instead. */
@@ -251,12 +250,13 @@ static disco_status_t check_shape(const disco_frame_hdr_t *h, const disco_value_
     const char *s = want[h->code];
     size_t n = strlen(s);
     if (h->code == DISCO_CMD_CALL ? h->nargs < n : h->nargs != n)
-        return disco_set_error(DISCO_E_ARG_COUNT, "%s with %u arguments",
-                               disco__cmd_name(h->code), h->nargs);
+        return disco_set_error(DISCO_E_ARG_COUNT, "%s with %u arguments", disco__cmd_name(h->code),
+                               h->nargs);
     for (size_t i = 0; i < n; i++) {
-        uint32_t t = s[i] == 'r' ? DISCO_T_DREF : s[i] == 'i' ? DISCO_T_INT
-                                                 : s[i] == 's' ? DISCO_T_STR
-                                                               : args[i].type;
+        uint32_t t = s[i] == 'r'   ? DISCO_T_DREF
+                     : s[i] == 'i' ? DISCO_T_INT
+                     : s[i] == 's' ? DISCO_T_STR
+                                   : args[i].type;
         if (args[i].type != t)
             return disco_set_error(DISCO_E_BAD_TYPE, "%s argument %zu: %s, expected %s",
                                    disco__cmd_name(h->code), i, disco_type_name(args[i].type),
@@ -314,8 +314,7 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         return reply_ok(w, args[2].v.i, NULL, reply, reply_cap, reply_len);
     default: /* copies come with the data plane */
         disco_set_error(DISCO_E_PROTOCOL, "%s is not supported yet", disco__cmd_name(h->code));
-        disco__worker_post_error(w, DISCO_E_PROTOCOL, disco__cmd_name(h->code),
-                                 disco_last_error());
+        disco__worker_post_error(w, DISCO_E_PROTOCOL, disco__cmd_name(h->code), disco_last_error());
         return DISCO_OK;
     }
 }

@@ -38,10 +38,8 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     if (parent_alive(&pw) != DISCO_OK)
         return 1;
 
-    disco_chan_t chan = {.kind = (int)ctl->transport,
-                         .world = (int)ctl->world,
-                         .self = id,
-                         .max_msg = ctl->max_msg};
+    disco_chan_t chan = {
+        .kind = (int)ctl->transport, .world = (int)ctl->world, .self = id, .max_msg = ctl->max_msg};
     disco_ring_t reply;
     int fds[2] = {cmd_fd, reply_fd};
     if (chan.kind == DISCO_CHAN_RING) {
@@ -86,9 +84,10 @@ int disco_worker_main(int argc, char **argv)
     int fd = arg_int(argc, argv, "--disco-fd", -1);
     int id = arg_int(argc, argv, "--disco-worker", -1);
     if (fd < 0 || id < 1) {
-        fprintf(stderr, "usage: %s --disco-fd FD --disco-worker ID [--disco-cmd-fd FD "
-                        "--disco-reply-fd FD]\n"
-                        "Started by a disco controller (launch mode spawn); not run by hand.\n",
+        fprintf(stderr,
+                "usage: %s --disco-fd FD --disco-worker ID [--disco-cmd-fd FD "
+                "--disco-reply-fd FD]\n"
+                "Started by a disco controller (launch mode spawn); not run by hand.\n",
                 argv[0]);
         return 2;
     }

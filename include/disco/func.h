@@ -59,7 +59,7 @@ disco_status_t disco_register_func(const char *name, const char *sig, disco_func
 
 /** Registers fn when the library that contains this line is loaded. */
 #define DISCO_FUNC(name, sig, fn)                                                                  \
-    __attribute__((constructor)) static void disco__register_##fn(void)                           \
+    __attribute__((constructor)) static void disco__register_##fn(void)                            \
     {                                                                                              \
         disco_register_func(name, sig, fn);                                                        \
     }

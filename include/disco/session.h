@@ -59,16 +59,16 @@ typedef enum disco_transport {
 } disco_transport_t;
 
 typedef struct disco_session_config {
-    int num_workers;           /* >= 1; worker 0 is the controller */
-    disco_launch_t launch;     /* default fork */
+    int num_workers;       /* >= 1; worker 0 is the controller */
+    disco_launch_t launch; /* default fork */
     disco_transport_t transport;
-    uint32_t call_timeout_ms;  /* deadline of each wait (sync, debug get); 0 = 60 s */
-    uint64_t spin_ns;          /* spin before parking; 0 = default (shorter when
-                                  processes outnumber cores) */
-    uint64_t pause_ns;         /* pause-only part of the spin; 0 = default */
-    const char *worker_path;   /* spawn: the disco-worker program; NULL = $DISCO_WORKER,
-                                  else "disco-worker" beside the running program */
-    uint32_t max_msg;          /* largest command frame; 0 = 64 KiB */
+    uint32_t call_timeout_ms; /* deadline of each wait (sync, debug get); 0 = 60 s */
+    uint64_t spin_ns;         /* spin before parking; 0 = default (shorter when
+                                 processes outnumber cores) */
+    uint64_t pause_ns;        /* pause-only part of the spin; 0 = default */
+    const char *worker_path;  /* spawn: the disco-worker program; NULL = $DISCO_WORKER,
+                                 else "disco-worker" beside the running program */
+    uint32_t max_msg;         /* largest command frame; 0 = 64 KiB */
 } disco_session_config_t;
 
 typedef struct disco_session disco_session_t;
