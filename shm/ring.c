@@ -72,6 +72,14 @@ static inline struct ring_slot *slot_at(const disco_ring_t *r, uint64_t pos)
     return (struct ring_slot *)(r->slots + (size_t)(pos & r->mask) * r->slot_size);
 }
 
+/* Slots a message of len bytes takes. In 64 bits: len + payload - 1 wrapped
+ * in 32 for len near UINT32_MAX (max_msg may be that large), giving 0 slots
+ * and a "successful" write of nothing (test_huge_len_slot_count). */
+static inline uint32_t msg_slots(const disco_ring_t *r, uint32_t len)
+{
+    return len == 0 ? 1 : (uint32_t)(((uint64_t)len + r->payload - 1) / r->payload);
+}
+
 disco_status_t disco_ring_init(void *mem, size_t mem_size, const disco_ring_config_t *cfg,
                                disco_ring_t *ring_out)
 {
@@ -81,8 +89,8 @@ disco_status_t disco_ring_init(void *mem, size_t mem_size, const disco_ring_conf
                                "ring geometry: %u slots of %u bytes, %u readers is invalid",
                                cfg->nslots, cfg->slot_size, cfg->nreaders);
     if (mem == NULL || ((uintptr_t)mem % DISCO_CACHE_LINE) != 0 || mem_size < need)
-        return disco_set_error(DISCO_E_INVAL, "ring memory: %zu bytes given, %zu needed, aligned 64",
-                               mem_size, need);
+        return disco_set_error(
+            DISCO_E_INVAL, "ring memory: %zu bytes given, %zu needed, aligned 64", mem_size, need);
     memset(mem, 0, need);
     struct disco_ring_shared *sh = mem;
     sh->magic = DISCO_RING_MAGIC;
@@ -115,8 +123,8 @@ disco_status_t disco_ring_attach(void *mem, size_t mem_size, disco_ring_t *ring_
     struct disco_ring_shared *sh = mem;
     if (mem == NULL || mem_size < sizeof *sh || sh->magic != DISCO_RING_MAGIC ||
         sh->layout != DISCO_RING_LAYOUT)
-        return disco_set_error(DISCO_E_BAD_MAGIC, "no disco ring (layout %u) at %p", DISCO_RING_LAYOUT,
-                               mem);
+        return disco_set_error(DISCO_E_BAD_MAGIC, "no disco ring (layout %u) at %p",
+                               DISCO_RING_LAYOUT, mem);
     disco_ring_config_t cfg = {.nslots = sh->nslots,
                                .slot_size = sh->slot_size,
                                .nreaders = sh->nreaders,
@@ -178,7 +186,22 @@ disco_status_t disco_ring_write(disco_ring_t *r, const void *msg, uint32_t len,
                                r->max_msg);
     /* Relaxed: only this writer stores head. */
     uint64_t head = atomic_load_explicit(&r->sh->head, memory_order_relaxed);
-    uint32_t nslots = len == 0 ? 1 : (len + r->payload - 1) / r->payload;
+    uint32_t nslots = msg_slots(r, len);
+    disco_wait_t rest;
+    if (w != NULL && w->no_wait) {
+        /* no_wait: start only when the whole message fits now (one longer
+         * than the ring: when the ring is empty), so DISCO_E_AGAIN always
+         * means nothing written; the remaining slots then wait per the rest
+         * of w. Partial writes used to tear the message (tests/test_ring.c
+         * test_no_wait_write_is_all_or_nothing). */
+        uint64_t need = nslots <= r->mask + 1 ? nslots : r->mask + 1;
+        disco_status_t st = wait_space(r, head + need - 1, w);
+        if (st != DISCO_OK)
+            return st;
+        rest = *w;
+        rest.no_wait = false;
+        w = &rest;
+    }
     const unsigned char *src = msg;
     uint32_t left = len;
     for (uint32_t k = 0; k < nslots; k++) {
@@ -233,8 +256,8 @@ static disco_status_t wait_slot(disco_ring_t *r, uint32_t reader, uint64_t pos,
         return st;
     /* Relaxed re-read: R1 already acquired this or a later value. */
     if (atomic_load_explicit(&a.s->seq, memory_order_relaxed) != pos)
-        return disco_set_error(DISCO_E_BROKEN, "ring reader %u was lapped at position %llu",
-                               reader, (unsigned long long)pos);
+        return disco_set_error(DISCO_E_BROKEN, "ring reader %u was lapped at position %llu", reader,
+                               (unsigned long long)pos);
     return DISCO_OK;
 }
 
@@ -267,6 +290,21 @@ disco_status_t disco_ring_read(disco_ring_t *r, uint32_t reader, void *buf, uint
         *len_out = len;
         return disco_set_error(DISCO_E_BUF_TOO_SMALL, "message of %u bytes, buffer of %u", len,
                                cap);
+    }
+    disco_wait_t rest;
+    if (w != NULL && w->no_wait && len > r->payload) {
+        /* no_wait: take a spanning message only once all of it is published
+         * (one longer than the ring: once it has begun), so DISCO_E_AGAIN
+         * always means nothing consumed; the remaining slots then wait per
+         * the rest of w. Half-read messages used to be torn
+         * (tests/test_ring.c test_no_wait_read_whole). */
+        uint32_t n = msg_slots(r, len);
+        struct data_arg last = {slot_at(r, pos + n - 1), pos + n - 1};
+        if (n <= r->mask + 1 && !has_data(&last))
+            return DISCO_E_AGAIN;
+        rest = *w;
+        rest.no_wait = false;
+        w = &rest;
     }
     unsigned char *dst = buf;
     uint32_t left = len;

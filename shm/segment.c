@@ -76,10 +76,9 @@ static disco_status_t check_backable(size_t total)
                                total, avail);
     uint64_t room = cgroup_room();
     if (total > room)
-        return disco_set_error(DISCO_E_NOSPACE,
-                               "segment of %zu bytes exceeds the cgroup memory left (%" PRIu64
-                               " bytes)",
-                               total, room);
+        return disco_set_error(
+            DISCO_E_NOSPACE,
+            "segment of %zu bytes exceeds the cgroup memory left (%" PRIu64 " bytes)", total, room);
     return DISCO_OK;
 }
 

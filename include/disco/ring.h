@@ -52,10 +52,10 @@
 extern "C" {
 #endif
 
-#define DISCO_RING_MAGIC     0x474e495243534944ULL /* "DISCRING" */
-#define DISCO_RING_LAYOUT    1u
-#define DISCO_CACHE_LINE     64u
-#define DISCO_RING_SLOT_HDR  16u /* seq, len, flags */
+#define DISCO_RING_MAGIC       0x474e495243534944ULL /* "DISCRING" */
+#define DISCO_RING_LAYOUT      1u
+#define DISCO_CACHE_LINE       64u
+#define DISCO_RING_SLOT_HDR    16u /* seq, len, flags */
 #define DISCO_RING_MAX_READERS 256u
 
 /* Geometry, fixed at init. */
@@ -98,17 +98,21 @@ disco_status_t disco_ring_attach(void *mem, size_t mem_size, disco_ring_t *ring_
 /** Writes one message of len bytes (0 .. max_msg). Blocks per w while the
  *  ring is full. Writer only. Returns DISCO_OK; DISCO_E_MSG_TOO_BIG (len >
  *  max_msg; nothing written); DISCO_E_AGAIN (w->no_wait and no room for the
- *  first slot; nothing written); DISCO_E_TIMEOUT / abort / callback status
- *  from the wait. A wait error after the first slot of a spanning message
- *  leaves the message half written: the ring is then unusable (readers get
- *  the error from their own waits), so the caller treats it as fatal. */
+ *  whole message -- for one longer than the ring: the ring is not empty;
+ *  nothing written; once begun, the remaining slots wait per the rest of w);
+ *  DISCO_E_TIMEOUT / abort / callback status from the wait. A wait error
+ *  after the first slot of a spanning message leaves the message half
+ *  written: the ring is then unusable (readers get the error from their own
+ *  waits), so the caller treats it as fatal. */
 disco_status_t disco_ring_write(disco_ring_t *r, const void *msg, uint32_t len,
                                 const disco_wait_t *w);
 
 /** Reads the next message for reader into buf (cap bytes) and sets *len_out.
  *  Blocks per w while there is none. Returns DISCO_OK; DISCO_E_BUF_TOO_SMALL
  *  (message longer than cap: *len_out is set to its length and it stays
- *  unread); DISCO_E_AGAIN (w->no_wait and nothing there); DISCO_E_BROKEN
+ *  unread); DISCO_E_AGAIN (w->no_wait and no whole message there -- for one
+ *  longer than the ring: not begun; nothing consumed; once begun, the
+ *  remaining slots wait per the rest of w); DISCO_E_BROKEN
  *  (this reader was marked dead and lapped); DISCO_E_INVAL (bad reader
  *  index); or the wait's status. */
 disco_status_t disco_ring_read(disco_ring_t *r, uint32_t reader, void *buf, uint32_t cap,

@@ -33,9 +33,9 @@ extern "C" {
 
 /* Process-local handle; the caller owns its memory. */
 typedef struct disco_segment {
-    int fd;       /* memfd, close-on-exec */
-    void *base;   /* start of the mapping (the header) */
-    size_t size;  /* bytes mapped, header included */
+    int fd;      /* memfd, close-on-exec */
+    void *base;  /* start of the mapping (the header) */
+    size_t size; /* bytes mapped, header included */
 } disco_segment_t;
 
 /** Creates a segment with at least data_size bytes of user data, all of it

@@ -26,7 +26,7 @@ extern "C" {
     X(E_BAD_MAGIC, -5, "bad magic or layout version")                                              \
     X(E_TIMEOUT, -6, "deadline passed")                                                            \
     X(E_PEER_DEAD, -7, "peer process died")                                                        \
-    X(E_MSG_TOO_BIG, -8, "message larger than the configured maximum")                            \
+    X(E_MSG_TOO_BIG, -8, "message larger than the configured maximum")                             \
     X(E_AGAIN, -9, "would block")                                                                  \
     X(E_BUF_TOO_SMALL, -10, "buffer too small for message")                                        \
     X(E_TRUNCATED, -11, "truncated frame")                                                         \
