@@ -4,10 +4,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../workers/collective.h"
 #include "session_impl.h"
 
 #define DEFAULT_TIMEOUT_MS 60000u
 #define DEFAULT_MAX_MSG    (64u * 1024u)
+#define DEFAULT_HEAP       (16u << 20)
 #define ALIGN64(n)         (((n) + 63u) & ~(size_t)63u)
 
 static disco_status_t controller_check(void *p)
@@ -26,6 +28,9 @@ static disco_status_t check_config(const disco_session_config_t *c)
         return disco_set_error(DISCO_E_INVAL, "transport %d is unknown", (int)c->transport);
     if (c->max_msg != 0 && c->max_msg < 256)
         return disco_set_error(DISCO_E_INVAL, "max_msg %u: at least 256", c->max_msg);
+    if (c->num_groups < 0 || (c->num_groups > 0 && c->num_workers % c->num_groups != 0))
+        return disco_set_error(DISCO_E_INVAL, "num_groups %d does not divide %d workers",
+                               c->num_groups, c->num_workers);
     return DISCO_OK;
 }
 
@@ -61,6 +66,11 @@ static disco_status_t make_segment(struct disco_session *s)
     off += ALIGN64(cmd_size);
     size_t reply_off = off, reply_size = rings ? ALIGN64(disco_ring_footprint(&rep)) : 0;
     off += reply_size * (size_t)(world - 1);
+    size_t coll_off = off;
+    off += ALIGN64(disco__coll_footprint((uint32_t)world, (uint32_t)s->cfg.num_groups));
+    size_t heap_off = (off + 4095) & ~(size_t)4095;
+    size_t heap_size = disco_heap_footprint(s->cfg.heap_bytes);
+    off = heap_off + heap_size;
 
     disco_status_t st = disco_segment_create("disco-session", off, &s->seg);
     if (st != DISCO_OK)
@@ -80,8 +90,16 @@ static disco_status_t make_segment(struct disco_session *s)
     ctl->cmd_size = cmd_size;
     ctl->reply_off = reply_off;
     ctl->reply_size = reply_size;
+    ctl->coll_off = coll_off;
+    ctl->heap_off = heap_off;
+    ctl->heap_size = heap_size;
+    ctl->num_groups = (uint32_t)s->cfg.num_groups;
     s->ctl = ctl;
     s->errbox = (struct disco__errbox *)(base + errbox_off);
+    disco__coll_init((struct disco__coll_area *)(base + coll_off), (uint32_t)world,
+                     (uint32_t)s->cfg.num_groups);
+    if ((st = disco_heap_init(base + heap_off, heap_size, &s->heap)) != DISCO_OK)
+        return st;
 
     s->chan =
         (disco_chan_t){.kind = rings || s->cfg.transport == DISCO_TRANSPORT_RING ? DISCO_CHAN_RING
@@ -143,6 +161,10 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         s->cfg.call_timeout_ms = DEFAULT_TIMEOUT_MS;
     if (s->cfg.max_msg == 0)
         s->cfg.max_msg = DEFAULT_MAX_MSG;
+    if (s->cfg.heap_bytes == 0)
+        s->cfg.heap_bytes = DEFAULT_HEAP;
+    if (s->cfg.num_groups == 0)
+        s->cfg.num_groups = 1;
     pick_spin(&s->cfg);
     s->world = cfg->num_workers;
     s->next_reg = 1;
@@ -168,12 +190,19 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         free_session(s);
         return st;
     }
-    disco__worker_init(&s->w0, 0, s->world, &s->errbox[0]);
     s->wait = (disco_wait_t){.spin_ns = s->cfg.spin_ns,
                              .pause_ns = s->cfg.pause_ns,
                              .park_slice_ms = 5,
                              .check = controller_check,
                              .check_ctx = s};
+    /* Worker 0 waits for the others in collectives like any wait of the
+     * controller: it notices deaths; its deadline is the call timeout. */
+    s->w0_wait = s->wait;
+    s->w0_wait.timeout_ns = (int64_t)s->cfg.call_timeout_ms * 1000000;
+    disco__worker_init(&s->w0, 0, s->world, &s->errbox[0], &s->heap,
+                       (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) +
+                                                   s->ctl->coll_off),
+                       &s->w0_wait);
     if ((st = disco__procs_start(s)) != DISCO_OK) {
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());

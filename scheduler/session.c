@@ -5,6 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../workers/tensor_impl.h"
+#include "disco/dtype.h"
 #include "session_impl.h"
 
 #define HEALTH_EVERY 64u
@@ -400,4 +402,84 @@ disco_status_t disco_session_debug_set(disco_session_t *s, disco_dref_t reg, int
     if ((st = wait_reply(s, worker, token, "debug set", w0_len, NULL)) != DISCO_OK)
         return st;
     return collect_errors(s);
+}
+
+/* ---- tensors (see tensor.h) ---- */
+
+static disco_status_t check_host(const DLTensor *t, const char *what)
+{
+    if (t == NULL || t->device.device_type != kDLCPU)
+        return disco_set_error(DISCO_E_INVAL, "%s: host tensor must be in CPU memory", what);
+    if (t->ndim < 0 || t->ndim > DISCO_MAX_NDIM || !disco_tensor_is_compact(t))
+        return disco_set_error(DISCO_E_INVAL, "%s: host tensor must be compact, ndim <= %d",
+                               what, DISCO_MAX_NDIM);
+    return disco_dtype_check(t->dtype);
+}
+
+disco_status_t disco_session_copy_to_worker0(disco_session_t *s, const DLTensor *host,
+                                             disco_dref_t *reg_out)
+{
+    disco_status_t st = usable(s);
+    if (st != DISCO_OK || (st = check_host(host, "copy to worker 0")) != DISCO_OK)
+        return st;
+    DLTensor *t;
+    if ((st = disco__tensor_new(&s->heap, 0, host->shape, host->ndim, host->dtype, &t)) !=
+        DISCO_OK)
+        return st;
+    memcpy(t->data, (const char *)host->data + host->byte_offset, disco_tensor_nbytes(t));
+    /* The other workers' copy of a fresh register is already null (new ids
+     * are, and freeing clears them), so no command needs to go out. */
+    uint64_t reg;
+    disco_value_t v = disco_tensor_value(t);
+    if ((st = reg_alloc(s, &reg)) == DISCO_OK &&
+        (st = disco__worker_set_reg(&s->w0, reg, &v)) != DISCO_OK)
+        reg_release(s, reg);
+    disco__tensor_release(t);
+    if (st == DISCO_OK)
+        *reg_out = reg;
+    return st;
+}
+
+disco_status_t disco_session_copy_from_worker0(disco_session_t *s, disco_dref_t reg,
+                                               DLTensor *host)
+{
+    disco_status_t st = usable(s);
+    if (st != DISCO_OK || (st = check_host(host, "copy from worker 0")) != DISCO_OK)
+        return st;
+    if (!reg_ok(s, reg))
+        return bad_reg(reg);
+    const disco_value_t *v = disco__worker_get_reg(&s->w0, reg);
+    if (v == NULL || v->type != DISCO_T_TENSOR)
+        return disco_set_error(DISCO_E_BAD_TYPE, "register %llu on worker 0 holds %s, not a tensor",
+                               (unsigned long long)reg, disco_type_name(v ? v->type : 0));
+    const DLTensor *t = v->v.tensor;
+    bool same = t->ndim == host->ndim && t->dtype.code == host->dtype.code &&
+                t->dtype.bits == host->dtype.bits && t->dtype.lanes == host->dtype.lanes;
+    for (int i = 0; same && i < t->ndim; i++)
+        same = t->shape[i] == host->shape[i];
+    if (!same) {
+        char a[32], b[32];
+        return disco_set_error(DISCO_E_MISMATCH,
+                               "copy from worker 0: register holds %s with %d dims (%lld...), host "
+                               "tensor is %s with %d dims (%lld...)",
+                               disco_dtype_str(t->dtype, a, sizeof a), t->ndim,
+                               t->ndim ? (long long)t->shape[0] : 0LL,
+                               disco_dtype_str(host->dtype, b, sizeof b), host->ndim,
+                               host->ndim ? (long long)host->shape[0] : 0LL);
+    }
+    memcpy((char *)host->data + host->byte_offset, t->data, disco_tensor_nbytes(t));
+    return DISCO_OK;
+}
+
+disco_status_t disco_session_empty(disco_session_t *s, const int64_t *shape, int ndim,
+                                   DLDataType dtype, bool worker0_only, disco_dref_t *reg_out)
+{
+    if (ndim < 0 || ndim > DISCO_MAX_NDIM)
+        return disco_set_error(DISCO_E_INVAL, "ndim %d: must be 0..%d", ndim, DISCO_MAX_NDIM);
+    disco_value_t args[4] = {disco_shape(shape, (uint32_t)ndim), disco_dtype(dtype),
+                             disco_device((DLDevice){kDLCPU, 0}), disco_bool(worker0_only)};
+    disco_status_t st = disco_dtype_check(dtype);
+    if (st != DISCO_OK)
+        return st;
+    return disco_session_call_by_name(s, "disco.empty", args, 4, reg_out);
 }

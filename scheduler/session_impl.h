@@ -23,6 +23,7 @@ struct disco_session {
     disco_ring_t *reply_rings; /* [world], 0 unused */
     int *cmd_fd, *reply_fd;    /* pipes: controller ends, [world] */
     disco_worker_t w0;
+    disco_heap_t heap;
 
     /* workers 1..world-1 */
     pid_t *pid;
@@ -46,7 +47,8 @@ struct disco_session {
 
     void *buf; /* command frame, max_msg */
     void *reply;
-    disco_wait_t wait; /* deadline filled per call */
+    disco_wait_t wait;    /* deadline filled per call */
+    disco_wait_t w0_wait; /* worker 0's waits inside collectives */
 };
 
 /** Starts workers 1..world-1 (fork or spawn). On failure kills and reaps any

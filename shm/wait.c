@@ -61,8 +61,8 @@ static disco_status_t check_exits(const disco_wait_t *w, int64_t now)
 static void park(disco_waitq_t *q, disco_cond_fn cond, void *arg, const disco_wait_t *w,
                  int64_t now)
 {
-    int64_t slice = (int64_t)(w->park_slice_ms ? w->park_slice_ms : DISCO_WAIT_DEFAULT_SLICE_MS) *
-                    1000000LL;
+    int64_t slice =
+        (int64_t)(w->park_slice_ms ? w->park_slice_ms : DISCO_WAIT_DEFAULT_SLICE_MS) * 1000000LL;
     if (w->deadline_ns != 0 && w->deadline_ns - now < slice)
         slice = w->deadline_ns - now;
     if (slice <= 0)
@@ -79,7 +79,7 @@ static void park(disco_waitq_t *q, disco_cond_fn cond, void *arg, const disco_wa
 #endif
     /* P2: seq_cst load; if it sees a K3 it synchronizes with it. */
     uint32_t epoch = atomic_load_explicit(&q->word, memory_order_seq_cst);
-    if (!cond(arg)) /* P3 */
+    if (!cond(arg))                         /* P3 */
         futex_wait(&q->word, epoch, slice); /* P4; EAGAIN/EINTR/ETIMEDOUT all mean re-check */
     /* Relaxed: the count is only a hint for wakers; it drops after we stopped
      * waiting, so it never under-counts a parked waiter. */
@@ -152,8 +152,7 @@ disco_status_t disco_wait_until(disco_waitq_t *q, disco_cond_fn cond, void *arg,
              * marked a reader dead, which makes the condition true) and the
              * news would be lost for good (tests/test_wait.c
              * test_check_status_not_swallowed). */
-            if (st == DISCO_E_TIMEOUT && w->deadline_ns != 0 && now >= w->deadline_ns &&
-                cond(arg))
+            if (st == DISCO_E_TIMEOUT && w->deadline_ns != 0 && now >= w->deadline_ns && cond(arg))
                 return DISCO_OK;
             return st;
         }

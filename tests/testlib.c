@@ -6,7 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "disco/dtype.h"
 #include "disco/func.h"
+#include "disco/tensor.h"
 
 /* test.add(a, b) = a + b */
 static disco_status_t add(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
@@ -98,3 +100,113 @@ static disco_status_t hang(disco_ctx_t *ctx, const disco_value_t *a, int n, disc
     return DISCO_OK;
 }
 DISCO_FUNC("test.hang", "i", hang)
+
+/* The fill pattern: a small value per (seed, worker, element), exact in
+ * every supported dtype; tests compute their references from it. */
+static double pattern(int64_t seed, int64_t w, int64_t i)
+{
+    return (double)((i * 7 + w * 13 + seed) % 17 - 8);
+}
+
+static void store(DLTensor *t, int64_t i, double v)
+{
+    char *p = t->data;
+    switch (t->dtype.code) {
+    case kDLFloat:
+        if (t->dtype.bits == 16)
+            ((uint16_t *)p)[i] = disco_fp32_to_fp16((float)(v * 0.5));
+        else if (t->dtype.bits == 32)
+            ((float *)p)[i] = (float)(v * 0.5);
+        else
+            ((double *)p)[i] = v * 0.5;
+        break;
+    case kDLBfloat:
+        ((uint16_t *)p)[i] = disco_fp32_to_bf16((float)(v * 0.5));
+        break;
+    case kDLUInt:
+        ((uint8_t *)p)[i] = (uint8_t)(v + 8);
+        break;
+    case DISCO_DL_BOOL:
+        ((uint8_t *)p)[i] = (uint8_t)(((int)v + 8) % 2);
+        break;
+    default: /* kDLInt */
+        if (t->dtype.bits == 8)
+            ((int8_t *)p)[i] = (int8_t)v;
+        else if (t->dtype.bits == 16)
+            ((int16_t *)p)[i] = (int16_t)v;
+        else if (t->dtype.bits == 32)
+            ((int32_t *)p)[i] = (int32_t)v;
+        else
+            ((int64_t *)p)[i] = (int64_t)v;
+    }
+}
+
+/* test.fill(shape, dtype, seed): a new tensor holding the pattern. */
+static disco_status_t fill(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n;
+    DLTensor *t;
+    disco_status_t st = disco_ctx_empty(ctx, a[0].v.shape, (int)a[0].len, a[1].v.dtype, &t);
+    if (st != DISCO_OK)
+        return st;
+    int64_t count = disco_tensor_numel(t), w = disco_ctx_worker_id(ctx);
+    for (int64_t i = 0; i < count; i++)
+        store(t, i, pattern(a[2].v.i, w, i));
+    *ret = disco_tensor_value(t);
+    return DISCO_OK;
+}
+DISCO_FUNC("test.fill", "Sti", fill)
+
+/* test.checksum(x): FNV-1a of the tensor's bytes (null: 0). */
+static disco_status_t checksum(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                               disco_value_t *ret)
+{
+    (void)ctx;
+    (void)n;
+    uint64_t h = 1469598103934665603ULL;
+    if (a[0].type == DISCO_T_TENSOR) {
+        const unsigned char *p = a[0].v.tensor->data;
+        size_t len = disco_tensor_nbytes(a[0].v.tensor);
+        for (size_t i = 0; i < len; i++)
+            h = (h ^ p[i]) * 1099511628211ULL;
+    } else {
+        h = 0;
+    }
+    *ret = disco_int((int64_t)h);
+    return DISCO_OK;
+}
+DISCO_FUNC("test.checksum", "?", checksum)
+
+/* test.tensor_return_foreign(): returns a DLTensor that is not disco's. */
+static disco_status_t foreign(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)ctx;
+    (void)a;
+    (void)n;
+    static int64_t shape[1] = {4};
+    static float data[4];
+    static DLTensor t = {.data = data, .device = {kDLCPU, 0}, .ndim = 1,
+                         .dtype = {kDLFloat, 32, 1}, .shape = shape};
+    *ret = disco_tensor_value(&t);
+    return DISCO_OK;
+}
+DISCO_FUNC("test.tensor_return_foreign", "", foreign)
+
+/* test.fill_odd(shape, dtype, odd_worker, odd_dtype, odd_extra): as
+ * test.fill with seed 0, but worker odd_worker uses odd_dtype and adds
+ * odd_extra to dimension 0: collectives must notice. */
+static disco_status_t fill_odd(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                               disco_value_t *ret)
+{
+    (void)n;
+    int64_t shape[DISCO_MAX_NDIM];
+    memcpy(shape, a[0].v.shape, a[0].len * sizeof *shape);
+    DLDataType t = a[1].v.dtype;
+    if (disco_ctx_worker_id(ctx) == a[2].v.i) {
+        t = a[3].v.dtype;
+        shape[0] += a[4].v.i;
+    }
+    disco_value_t args[3] = {disco_shape(shape, a[0].len), disco_dtype(t), disco_int(0)};
+    return fill(ctx, args, 3, ret);
+}
+DISCO_FUNC("test.fill_odd", "Stiti", fill_odd)

@@ -2,6 +2,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 
+#include "collective.h"
 #include "registry.h"
 #include "worker.h"
 
@@ -64,6 +65,7 @@ static void register_all(void)
     disco_register_func("disco.world_size", "", world_size);
     disco_register_func("disco.echo", NULL, echo);
     disco_register_func("disco.noop", NULL, noop);
+    disco__coll_register();
 }
 
 void disco__builtins_init(void)

@@ -38,7 +38,7 @@ enum disco__reply {
 };
 
 #define DISCO_CTL_MAGIC   0x4c544343534944ULL /* "DISCCTL" */
-#define DISCO_CTL_LAYOUT  1u
+#define DISCO_CTL_LAYOUT  2u
 #define DISCO_ERR_MSG_MAX 384
 #define DISCO_MAX_ARGS    64
 #define DISCO_MAX_WORKERS 255
@@ -72,6 +72,11 @@ struct disco__ctl {
     uint64_t cmd_size;
     uint64_t reply_off;
     uint64_t reply_size; /* each */
+    uint64_t coll_off;   /* collective area */
+    uint64_t heap_off;   /* shared heap */
+    uint64_t heap_size;
+    uint32_t num_groups;
+    uint32_t reserved2;
     /* Nonzero: the session is broken or shut down (a negative status).
      * Workers watch it as their waits' abort word. */
     _Alignas(64) _Atomic int32_t broken;

@@ -10,7 +10,7 @@ static struct disco__func table[DISCO_FUNC_MAX];
 static _Atomic uint32_t count; /* entries published */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
-static const char sig_letters[] = "nbifsySdthod?*";
+static const char sig_letters[] = "nbifsySdthoT?*";
 
 static int sig_letter_type(char c)
 {
@@ -37,6 +37,8 @@ static int sig_letter_type(char c)
         return DISCO_T_FUNC;
     case 'o':
         return DISCO_T_OPAQUE;
+    case 'T':
+        return DISCO_T_TENSOR;
     default:
         return -1; /* '?' and '*' */
     }

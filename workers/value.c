@@ -4,9 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tensor_impl.h"
+
 static const char *const type_names[DISCO_T_COUNT] = {
     "null",  "bool",  "int",    "float", "str",  "bytes",
-    "shape", "dtype", "device", "dref",  "func", "opaque",
+    "shape", "dtype", "device", "dref",  "func", "opaque", "tensor",
 };
 
 const char *disco_type_name(uint32_t type)
@@ -54,6 +56,16 @@ disco_status_t disco_value_copy(const disco_value_t *src, disco_value_t *dst_out
     if (src->type >= DISCO_T_COUNT)
         return disco_set_error(DISCO_E_BAD_TYPE, "cannot copy a value of type code %u", src->type);
     disco_value_t d = *src;
+    if (src->type == DISCO_T_TENSOR) { /* a new reference to the same heap bytes */
+        if (src->v.tensor == NULL || !disco__tensor_is_ours(src->v.tensor))
+            return disco_set_error(DISCO_E_BAD_TYPE,
+                                   "a tensor result must come from disco_ctx_empty or a "
+                                   "disco builtin (shared heap)");
+        disco_status_t st = disco__tensor_ref(src->v.tensor, &d.v.tensor);
+        if (st == DISCO_OK)
+            *dst_out = d;
+        return st;
+    }
     size_t n = var_bytes(src);
     if (n != 0) {
         void *p = malloc(n);
@@ -71,7 +83,9 @@ disco_status_t disco_value_copy(const disco_value_t *src, disco_value_t *dst_out
 
 void disco_value_clear(disco_value_t *v)
 {
-    if (var_bytes(v) != 0)
+    if (v->type == DISCO_T_TENSOR)
+        disco__tensor_release(v->v.tensor);
+    else if (var_bytes(v) != 0)
         free((void *)v->v.bytes);
     *v = disco_null();
 }
@@ -106,6 +120,16 @@ bool disco_value_equal(const disco_value_t *a, const disco_value_t *b)
         size_t n = var_bytes(a);
         return n == 0 || memcmp(var_ptr(a), var_ptr(b), n) == 0;
     }
+    case DISCO_T_TENSOR: {
+        const DLTensor *x = a->v.tensor, *y = b->v.tensor;
+        if (x->ndim != y->ndim || x->dtype.code != y->dtype.code ||
+            x->dtype.bits != y->dtype.bits || x->dtype.lanes != y->dtype.lanes ||
+            memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape) != 0)
+            return false;
+        size_t n = disco_tensor_nbytes(x);
+        return n == 0 || memcmp((const char *)x->data + x->byte_offset,
+                                (const char *)y->data + y->byte_offset, n) == 0;
+    }
     default:
         return false;
     }
@@ -117,8 +141,8 @@ bool disco_value_equal(const disco_value_t *a, const disco_value_t *b)
 
 size_t disco_value_encoded_size(const disco_value_t *v)
 {
-    if (v->type >= DISCO_T_COUNT)
-        return 0;
+    if (v->type >= DISCO_T_COUNT || v->type == DISCO_T_TENSOR)
+        return 0; /* tensors move by register, never inside a frame */
     size_t n = var_bytes(v);
     if (v->type != DISCO_T_STR && v->type != DISCO_T_BYTES && v->type != DISCO_T_SHAPE)
         n = 8;
@@ -180,8 +204,13 @@ disco_status_t disco_frame_encode(uint32_t code, uint64_t seq, const disco_value
     for (uint32_t i = 0; i < nargs; i++) {
         size_t n = disco_value_encoded_size(&args[i]);
         if (n == 0)
-            return disco_set_error(DISCO_E_BAD_TYPE, "argument %u has unknown type code %u", i,
-                                   args[i].type);
+            return args[i].type == DISCO_T_TENSOR
+                       ? disco_set_error(DISCO_E_BAD_TYPE,
+                                         "argument %u is a tensor: tensors travel by register "
+                                         "(DRef) or copy_to_worker0, not inside a command",
+                                         i)
+                       : disco_set_error(DISCO_E_BAD_TYPE, "argument %u has unknown type code %u",
+                                         i, args[i].type);
         total += n;
     }
     if (total > cap)
@@ -226,8 +255,9 @@ static disco_status_t decode_one(const unsigned char *p, size_t left, uint32_t i
     uint32_t type = hdr[0], len = hdr[1];
     p += 8;
     left -= 8;
-    if (type >= DISCO_T_COUNT)
-        return disco_set_error(DISCO_E_BAD_TYPE, "argument %u: unknown type code %u", idx, type);
+    if (type >= DISCO_T_COUNT || type == DISCO_T_TENSOR)
+        return disco_set_error(DISCO_E_BAD_TYPE, "argument %u: type code %u cannot be in a frame",
+                               idx, type);
     v->type = type;
     v->len = 0;
     size_t n;

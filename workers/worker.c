@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "registry.h"
+#include "tensor_impl.h"
 
 static const char *const cmd_names[DISCO_CMD_COUNT] = {
     "shutdown",         "kill register",         "get global function",
@@ -19,12 +20,17 @@ const char *disco__cmd_name(uint32_t code)
     return code < DISCO_CMD_COUNT ? cmd_names[code] : "unknown command";
 }
 
-disco_status_t disco__worker_init(disco_worker_t *w, int id, int world, struct disco__errbox *box)
+disco_status_t disco__worker_init(disco_worker_t *w, int id, int world, struct disco__errbox *box,
+                                  disco_heap_t *heap, struct disco__coll_area *coll,
+                                  const disco_wait_t *wait)
 {
     memset(w, 0, sizeof *w);
     w->id = id;
     w->world = world;
     w->errbox = box;
+    w->heap = heap;
+    w->coll = coll;
+    w->wait = wait;
     return DISCO_OK;
 }
 
@@ -88,6 +94,16 @@ static disco_status_t reg_set(disco_worker_t *w, uint64_t reg, const disco_value
     return st;
 }
 
+disco_status_t disco__worker_set_reg(disco_worker_t *w, uint64_t reg, const disco_value_t *v)
+{
+    return reg_set(w, reg, v);
+}
+
+const disco_value_t *disco__worker_get_reg(const disco_worker_t *w, uint64_t reg)
+{
+    return reg != 0 && reg < w->nregs ? &w->regs[reg] : NULL;
+}
+
 /* ---- function context ---- */
 
 int disco_ctx_worker_id(const disco_ctx_t *ctx)
@@ -122,10 +138,34 @@ disco_status_t disco_ctx_fail(disco_ctx_t *ctx, const char *fmt, ...)
     return DISCO_E_REMOTE;
 }
 
+disco_status_t disco__ctx_own(disco_ctx_t *ctx, DLTensor *t)
+{
+    DLTensor **list = realloc(ctx->tensors, (ctx->ntensors + 1) * sizeof *list);
+    if (list == NULL) {
+        disco__tensor_release(t);
+        return disco_set_error(DISCO_E_NOMEM, "tensor list of a call");
+    }
+    ctx->tensors = list;
+    list[ctx->ntensors++] = t;
+    return DISCO_OK;
+}
+
+disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim,
+                               DLDataType dtype, DLTensor **out)
+{
+    DLTensor *t;
+    disco_status_t st =
+        disco__tensor_new(ctx->worker->heap, (uint32_t)ctx->worker_id, shape, ndim, dtype, &t);
+    if (st == DISCO_OK && (st = disco__ctx_own(ctx, t)) == DISCO_OK)
+        *out = t;
+    return st;
+}
+
 static void ctx_release(disco_ctx_t *ctx)
 {
-    if (ctx->scratch == NULL)
-        return;
+    for (size_t i = 0; i < ctx->ntensors; i++)
+        disco__tensor_release(ctx->tensors[i]);
+    free(ctx->tensors);
     for (size_t i = 0; i < ctx->nscratch; i++)
         free(ctx->scratch[i]);
     free(ctx->scratch);
@@ -201,9 +241,12 @@ static void exec_call(disco_worker_t *w, const disco_value_t *args, int nargs)
     ctx.worker_id = w->id;
     ctx.world = w->world;
     ctx.failed = 0;
+    ctx.worker = w;
     ctx.msg[0] = '\0';
     ctx.scratch = NULL;
     ctx.nscratch = 0;
+    ctx.tensors = NULL;
+    ctx.ntensors = 0;
     disco_value_t ret = disco_null();
     disco_func_t fn = atomic_load_explicit(&f->fn, memory_order_acquire);
     disco_clear_error();
@@ -304,7 +347,13 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
                             (unsigned long long)r);
             return reply_error(w, args[2].v.i, DISCO_E_BAD_REG, reply, reply_cap, reply_len);
         }
-        return reply_ok(w, args[2].v.i, &w->regs[r], reply, reply_cap, reply_len);
+        const disco_value_t *v = &w->regs[r];
+        disco_value_t raw;
+        if (v->type == DISCO_T_TENSOR) { /* a tensor answers with its bytes */
+            raw = disco_bytes(v->v.tensor->data, (uint32_t)disco_tensor_nbytes(v->v.tensor));
+            v = &raw;
+        }
+        return reply_ok(w, args[2].v.i, v, reply, reply_cap, reply_len);
     }
     case DISCO_CMD_DEBUG_SET:
         if (args[1].v.i != w->id)

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "channel.h"
+#include "disco/heap.h"
 #include "disco/func.h"
 #include "disco/value.h"
 #include "protocol.h"
@@ -24,19 +25,33 @@ typedef struct disco_worker {
     uint64_t nregs;
     struct disco__errbox *errbox;
     uint64_t seq; /* sequence number of the command being executed */
+    disco_heap_t *heap;            /* the session's shared heap, or NULL */
+    struct disco__coll_area *coll; /* the collective area */
+    const disco_wait_t *wait;      /* how collectives wait for other workers */
+    uint64_t ncoll;                /* collectives executed (slot parity) */
 } disco_worker_t;
 
 struct disco_ctx {
     int worker_id;
     int world;
     int failed;
+    disco_worker_t *worker;
     char msg[DISCO_ERR_MSG_MAX];
-    void **scratch;
+    void **scratch; /* scratch blocks and tensors owned by the call */
     size_t nscratch;
+    DLTensor **tensors;
+    size_t ntensors;
 };
 
-/** Sets up worker id of world with its mailbox. Returns DISCO_OK. */
-disco_status_t disco__worker_init(disco_worker_t *w, int id, int world, struct disco__errbox *box);
+/** Makes the call own t: it is released when the call ends (a result that
+ *  returns it holds its own reference by then). On failure t is released. */
+disco_status_t disco__ctx_own(disco_ctx_t *ctx, DLTensor *t);
+
+/** Sets up worker id of world with its mailbox, the session's heap (may be
+ *  NULL), collective area and the wait for collectives. Returns DISCO_OK. */
+disco_status_t disco__worker_init(disco_worker_t *w, int id, int world, struct disco__errbox *box,
+                                  disco_heap_t *heap, struct disco__coll_area *coll,
+                                  const disco_wait_t *wait);
 
 /** Frees every register. */
 void disco__worker_fini(disco_worker_t *w);
@@ -49,6 +64,13 @@ void disco__worker_fini(disco_worker_t *w);
 disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
                                   const disco_value_t *args, void *reply, size_t reply_cap,
                                   size_t *reply_len);
+
+/** Stores a copy of v (a tensor: a new reference) in register reg.
+ *  Returns DISCO_OK, DISCO_E_BAD_REG, DISCO_E_NOMEM. */
+disco_status_t disco__worker_set_reg(disco_worker_t *w, uint64_t reg, const disco_value_t *v);
+
+/** The value in register reg, or NULL if it was never set. */
+const disco_value_t *disco__worker_get_reg(const disco_worker_t *w, uint64_t reg);
 
 /** Records an error in w's mailbox (keeps the first; counts the rest). */
 void disco__worker_post_error(disco_worker_t *w, int code, const char *func, const char *msg);

@@ -58,14 +58,20 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     }
 
     struct disco__errbox *boxes = (struct disco__errbox *)((char *)data + ctl->errbox_off);
+    disco_heap_t heap;
+    if (disco_heap_attach((char *)data + ctl->heap_off, ctl->heap_size, &heap) != DISCO_OK) {
+        fprintf(stderr, "disco worker %d: %s\n", id, disco_last_error());
+        return 2;
+    }
     disco_worker_t w;
-    disco__worker_init(&w, id, (int)ctl->world, &boxes[id]);
     disco_wait_t wait = {.spin_ns = ctl->spin_ns,
                          .pause_ns = ctl->pause_ns,
                          .park_slice_ms = 20,
                          .abort_word = &ctl->broken,
                          .check = parent_alive,
                          .check_ctx = &pw};
+    disco__worker_init(&w, id, (int)ctl->world, &boxes[id], &heap,
+                       (struct disco__coll_area *)((char *)data + ctl->coll_off), &wait);
     int rc = disco__worker_loop(&w, &chan, &wait);
     disco__worker_fini(&w);
     return rc;

@@ -14,7 +14,7 @@
  * Signatures: a string with one letter per argument, checked before the call
  * (by the controller where it can, by each worker otherwise):
  *   n null  b bool  i int  f float  s str  y bytes  S shape  t dtype
- *   d device  h func  o opaque  ? any one value  * any number of further values
+ *   d device  h func  o opaque  T tensor  ? any one value  * any number of further values
  * NULL means "any arguments". Arguments that are DRefs are replaced by the
  * register's value on each worker before the check.
  */

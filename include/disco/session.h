@@ -69,6 +69,10 @@ typedef struct disco_session_config {
     const char *worker_path;  /* spawn: the disco-worker program; NULL = $DISCO_WORKER,
                                  else "disco-worker" beside the running program */
     uint32_t max_msg;         /* largest command frame; 0 = 64 KiB */
+    uint64_t heap_bytes;      /* shared heap for tensors, allocated (and backed) at
+                                 open; 0 = 16 MiB */
+    int num_groups;           /* worker groups for in-group collectives; must divide
+                                 num_workers; 0 = 1 */
 } disco_session_config_t;
 
 typedef struct disco_session disco_session_t;

@@ -2,7 +2,8 @@
  * disco/value.h - packed values and the frame codec.
  *
  * A value is a type code plus a union, as in TVM's packed calling convention.
- * Values handed to disco are borrowed: disco copies what it keeps. Values that
+ * Values handed to disco are borrowed: disco copies what it keeps (a tensor
+ * is kept by reference to its shared-heap block). Values that
  * disco hands back to the caller (disco_session_debug_get, ...) own their
  * memory; release them with disco_value_clear().
  *
@@ -44,10 +45,11 @@ typedef enum disco_type {
     DISCO_T_DEVICE = 8, /* DLDevice */
     DISCO_T_DREF = 9,   /* register id, valid on every worker */
     DISCO_T_FUNC = 10,  /* function handle (worker-local) */
-    DISCO_T_OPAQUE = 11 /* opaque handle: 64 bits passed through untouched */
+    DISCO_T_OPAQUE = 11, /* opaque handle: 64 bits passed through untouched */
+    DISCO_T_TENSOR = 12  /* DLTensor (see tensor.h); never inside a frame */
 } disco_type_t;
 
-#define DISCO_T_COUNT 12
+#define DISCO_T_COUNT 13
 
 typedef struct disco_value {
     uint32_t type; /* disco_type_t */
@@ -63,6 +65,7 @@ typedef struct disco_value {
         DLDevice device;
         uint64_t reg;    /* DREF */
         uint64_t handle; /* FUNC, OPAQUE */
+        DLTensor *tensor;
     } v;
 } disco_value_t;
 

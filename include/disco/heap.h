@@ -1,0 +1,189 @@
+/*
+ * disco/heap.h - a heap in shared memory for tensor data, used by many
+ * processes at once.
+ *
+ * The heap lives in a caller-provided block of memory inside a segment
+ * (disco/segment.h) that every worker maps: inherited across fork, or
+ * attached by fd in an exec'd worker, where the mapping lands at a different
+ * address. Nothing in the heap holds a pointer: blocks are named by their
+ * offset from the start of the heap's memory, and disco_heap_ptr() turns an
+ * offset into this process's address. Offset 0 is never a block (the heap's
+ * header is there), so 0 serves as "no block".
+ *
+ * Error rule (as everywhere in disco): functions return a disco_status_t,
+ * output arguments are written only on success, and the failing call records
+ * its context in disco_last_error().
+ *
+ * Layout (offsets from mem):
+ *   0          header: magic, layout version, geometry, the lock, statistics,
+ *              free-list heads (one per size class) and their bitmap
+ *   arena_off  blocks, back to back up to mem_size (rounded down to 64):
+ *              each is a 64-byte header then its data. A block's data is
+ *              64-byte aligned (larger on request, up to 4096) and a block's
+ *              size is a multiple of 64, at least 128.
+ *
+ * Block header: tag (free / used / wiped), owner, its own offset, size, the
+ * size of the block before it, free-list links and the bytes requested.
+ * The chain of sizes from arena_off is the truth; everything else (the free
+ * lists, the previous-size fields, the statistics) is derived from it and can
+ * be rebuilt by one walk.
+ *
+ * Locking and process death. One pthread mutex in the header, process-shared
+ * and robust, guards all metadata; each call holds it for O(1) work (reclaim
+ * and recovery walk the blocks), so a caller that finds it taken retries
+ * with trylock a while (pause, then sched_yield) before sleeping in the
+ * kernel. When its holder dies (SIGKILL, OOM kill, exit), the kernel hands
+ * the mutex on with EOWNERDEAD and the next caller recovers before doing its
+ * own work (a recoverer that dies too leaves the same job to the next):
+ *   1. walks the size chain, checking each header (a bad one marks the heap
+ *      broken: every later call fails with DISCO_E_BROKEN);
+ *   2. merges neighbouring free blocks a crash left unmerged and rewrites
+ *      the previous-size fields;
+ *   3. rebuilds the free lists and the statistics;
+ *   4. calls pthread_mutex_consistent() and goes on.
+ * Recovery needs the size chain to be walkable at every instant, so every
+ * change follows one order (labels as in heap.c):
+ *   S1 a new header is written whole inside the block being split, out of
+ *      the chain;  S2 one 8-byte store of the shrunk size puts it in.
+ *   M1 a block that absorbs its neighbour grows by one 8-byte store;
+ *      M2 only then is the absorbed header's tag wiped.
+ *   U1 an allocated block's owner is written before U2 its tag turns
+ *      "used"; F1 a freed block's tag turns "free" before any merge.
+ * A crash between any two steps leaves either the old or the new chain, free
+ * blocks at worst unmerged, and a block the dead process allocated marked
+ * with its owner, where disco_heap_reclaim_owner() finds it. The blocks a dead
+ * worker held are not freed by recovery: they may be shared with others. The
+ * controller, which knows who died, reclaims them by owner.
+ *
+ * Fit: free blocks sit in 256 segregated lists (four per power of two, as in
+ * TLSF) with a bitmap of the non-empty ones. An allocation looks at a few
+ * blocks of its own class, then takes the first block of the next non-empty
+ * larger class, which always fits: O(1) for any size, so a 64 MiB block costs
+ * what a 64-byte one does, and tens of thousands of small blocks cost no
+ * more each. Only when that fails (odd alignments, many unfit blocks of one
+ * class) does it scan every free block before reporting exhaustion. Freeing
+ * merges with both neighbours at once (boundary tags), so freeing every
+ * block leaves one block again.
+ *
+ * Sizes: alloc(size) takes size rounded up to 64 plus a 64-byte header.
+ * Size 0 is allowed and allocates a block of 64 usable bytes, with its own
+ * offset, to be freed like any other.
+ *
+ * Thread safety: every function below is safe for any number of threads in
+ * any number of processes, except disco_heap_init. A handle is process-local
+ * and may be shared by the threads of its process.
+ */
+#ifndef DISCO_HEAP_H
+#define DISCO_HEAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "disco/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DISCO_HEAP_MAGIC     0x5041454843534944ULL /* "DISCHEAP" */
+#define DISCO_HEAP_LAYOUT    1u
+#define DISCO_HEAP_ALIGN     64u   /* data alignment of every block */
+#define DISCO_HEAP_MAX_ALIGN 4096u /* largest alignment alloc honours */
+#define DISCO_HEAP_BLOCK_HDR 64u   /* bytes of header before each block's data */
+#define DISCO_HEAP_NULL      0u    /* never a block's offset */
+
+/* Process-local handle; the caller owns its memory. */
+typedef struct disco_heap {
+    struct disco_heap_shared *sh; /* the header, at mem */
+    unsigned char *base;          /* mem in this process: offsets count from here */
+    uint64_t arena_off;           /* first block */
+    uint64_t arena_end;           /* end of the last block */
+} disco_heap_t;
+
+typedef struct disco_heap_stats {
+    size_t capacity;     /* bytes of blocks, headers included (used + free) */
+    size_t used_bytes;   /* bytes in live blocks, headers included */
+    size_t free_bytes;   /* bytes in free blocks, headers included */
+    size_t largest_free; /* the largest size an alloc (align <= 64) gets now */
+    size_t live_blocks;  /* blocks allocated and not freed */
+    size_t free_blocks;  /* free blocks (1 on an empty heap) */
+    uint64_t recoveries; /* times a dead lock holder's state was recovered */
+} disco_heap_stats_t;
+
+/* --- Setting up ------------------------------------------------------- */
+
+/** Bytes of memory a heap needs to hold one allocation of capacity bytes
+ *  (align <= 64); each further block costs up to 64 + 64 bytes more. Returns
+ *  0 if capacity is absurd (> SIZE_MAX / 4). Thread-safe. */
+size_t disco_heap_footprint(size_t capacity);
+
+/** Formats a heap in mem (mem_size bytes, 64-byte aligned, inside memory
+ *  that every user maps MAP_SHARED) and fills a handle: one free block
+ *  spanning the arena. Not thread-safe: call before the memory is shared, and
+ *  never on a heap in use. Returns DISCO_OK; DISCO_E_INVAL (mem NULL or
+ *  misaligned, mem_size smaller than disco_heap_footprint(64)); DISCO_E_SYS
+ *  (the mutex cannot be set up). */
+disco_status_t disco_heap_init(void *mem, size_t mem_size, disco_heap_t *heap_out);
+
+/** Fills a handle for a heap that another process (or another mapping in
+ *  this one) formatted at mem, mapped in this process at any address with
+ *  the same offset within a page. Checks the magic, the layout version and
+ *  the geometry. Returns DISCO_OK; DISCO_E_INVAL (mem NULL); DISCO_E_BAD_MAGIC
+ *  (not a heap, another layout version or mutex size, a mem_size that
+ *  disagrees, or mem at another offset within its page). */
+disco_status_t disco_heap_attach(void *mem, size_t mem_size, disco_heap_t *heap_out);
+
+/* --- Allocating ------------------------------------------------------- */
+
+/** Allocates a block of at least size bytes whose data is aligned to align
+ *  (a power of two, at most DISCO_HEAP_MAX_ALIGN; 0 means 64; less than 64
+ *  gives 64), marks it with owner (any value; disco uses the worker index)
+ *  and sets *off_out to its data's offset. The data is not cleared. Returns
+ *  DISCO_OK; DISCO_E_INVAL (h or off_out NULL, bad align);
+ *  DISCO_E_HEAP_EXHAUSTED (no free block fits; the detail names the size,
+ *  the alignment, the largest free block and the free total);
+ *  DISCO_E_BROKEN (the heap's metadata is corrupt); DISCO_E_SYS (locking
+ *  failed). */
+disco_status_t disco_heap_alloc(disco_heap_t *h, size_t size, size_t align, uint32_t owner,
+                                uint64_t *off_out);
+
+/** Frees the block whose data is at off (from any process, whoever owns it)
+ *  and merges it with free neighbours. Returns DISCO_OK; DISCO_E_INVAL (off
+ *  is not the offset of a live block: never allocated, inside a block,
+ *  outside the heap, or freed already -- the heap is left as it was; a stale
+ *  offset whose place was handed out again to a new block frees that block,
+ *  as with malloc); DISCO_E_BROKEN; DISCO_E_SYS. */
+disco_status_t disco_heap_free(disco_heap_t *h, uint64_t off);
+
+/** Frees every live block marked with owner (a worker that died) and
+ *  returns the bytes freed, headers included (the drop in used_bytes); 0 if
+ *  it had none or the heap is broken. Walks every block under the lock. */
+size_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner);
+
+/** A snapshot of the statistics, taken under the lock (all zero if the lock
+ *  cannot be had). */
+void disco_heap_stats(const disco_heap_t *h, disco_heap_stats_t *out);
+
+/* --- Offsets and addresses (no lock, no checks: O(1)) ------------------ */
+
+/** This process's address of the data at off; NULL for DISCO_HEAP_NULL. off
+ *  must come from this heap. */
+static inline void *disco_heap_ptr(const disco_heap_t *h, uint64_t off)
+{
+    return off == DISCO_HEAP_NULL ? NULL : (void *)(h->base + off);
+}
+
+/** The offset of address p, which lies in this process's mapping of the
+ *  heap's blocks; DISCO_HEAP_NULL if it does not. */
+uint64_t disco_heap_offset(const disco_heap_t *h, const void *p);
+
+/** Whether the len bytes at p lie wholly inside the heap's blocks as this
+ *  process maps them (a check for buffers that belong to another heap or
+ *  session; it does not say that a block is live). len 0 asks about p. */
+bool disco_heap_contains(const disco_heap_t *h, const void *p, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

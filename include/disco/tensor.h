@@ -1,0 +1,95 @@
+/*
+ * disco/tensor.h - DLPack tensors in a session's shared heap.
+ *
+ * Every tensor that crosses the API is a DLPack DLTensor. CPU tensors of a
+ * session live in its shared heap: one memfd segment mapped by the
+ * controller and every worker, so a tensor made on one worker is read by
+ * another with no copy. A register holds a reference to a heap block; the
+ * block is freed when the last register referring to it is freed (blocks are
+ * reference-counted across processes, so broadcast can hand every worker the
+ * same bytes).
+ *
+ * Tensors never travel inside command frames: they move by register (DRef)
+ * and by the copies to and from worker 0 below, as in TVM's Disco.
+ *
+ * Ordering. Worker 0 runs each command in the controller's thread before the
+ * call returns, so:
+ *  - disco_session_copy_to_worker0 has copied the host bytes into the heap
+ *    when it returns; the host buffer may be reused at once.
+ *  - disco_session_copy_from_worker0 reads worker 0's register as it is after
+ *    every command sent before it; no sync is needed first (TVM's Disco needs
+ *    one; disco does not).
+ *
+ * Supported dtypes: float16, bfloat16, float32, float64, int8/16/32/64,
+ * uint8, bool (lanes 1); shapes up to DISCO_MAX_NDIM dimensions, compact
+ * row-major (strides NULL or matching).
+ */
+#ifndef DISCO_TENSOR_H
+#define DISCO_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#include "disco/func.h"
+#include "disco/session.h"
+#include "disco/status.h"
+#include "disco/value.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DISCO_MAX_NDIM 8
+
+/** A value holding a tensor (borrowed). */
+static inline disco_value_t disco_tensor_value(DLTensor *t)
+{
+    disco_value_t x = {.type = DISCO_T_TENSOR, .v.tensor = t};
+    return x;
+}
+
+/** Elements of t (product of the shape; 1 for a scalar). */
+int64_t disco_tensor_numel(const DLTensor *t);
+
+/** Bytes of t's data, or 0 for an unsupported dtype. */
+size_t disco_tensor_nbytes(const DLTensor *t);
+
+/** Whether t is compact row-major (strides NULL or equal to the compact ones). */
+bool disco_tensor_is_compact(const DLTensor *t);
+
+/** In a function: a new tensor in the session's shared heap, owned by this
+ *  call until it is returned as the result (then by the result register) or
+ *  the call ends. Returns DISCO_OK, DISCO_E_BAD_TYPE (unsupported dtype),
+ *  DISCO_E_INVAL (ndim out of range, negative dimension),
+ *  DISCO_E_HEAP_EXHAUSTED. */
+disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim,
+                               DLDataType dtype, DLTensor **out);
+
+/** A new tensor register: on every worker, or on worker 0 only (the others
+ *  hold null). Contents are unspecified. Returns as disco_session_call plus
+ *  DISCO_E_HEAP_EXHAUSTED (reported by the call itself for worker 0, at the
+ *  next sync for the others). */
+disco_status_t disco_session_empty(disco_session_t *sess, const int64_t *shape, int ndim,
+                                   DLDataType dtype, bool worker0_only, disco_dref_t *reg_out);
+
+/** Copies a host tensor (compact, CPU memory) into a new register on worker
+ *  0 (null on the others). Returns DISCO_OK, DISCO_E_INVAL (not compact, not
+ *  CPU), DISCO_E_BAD_TYPE, DISCO_E_HEAP_EXHAUSTED, DISCO_E_BROKEN,
+ *  DISCO_E_SHUTDOWN. */
+disco_status_t disco_session_copy_to_worker0(disco_session_t *sess, const DLTensor *host,
+                                             disco_dref_t *reg_out);
+
+/** Copies worker 0's tensor register into host (compact CPU memory of the
+ *  same dtype and shape). Returns DISCO_OK, DISCO_E_BAD_REG (not a live
+ *  register), DISCO_E_BAD_TYPE (the register holds no tensor),
+ *  DISCO_E_MISMATCH (dtype or shape differ, naming both), DISCO_E_INVAL. */
+disco_status_t disco_session_copy_from_worker0(disco_session_t *sess, disco_dref_t reg,
+                                               DLTensor *host);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,230 @@
+/* tensor.c - reference-counted tensors in the shared heap (see tensor_impl.h). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disco/dtype.h"
+#include "tensor_impl.h"
+
+#define BLOCK_MAGIC 0x4b4c42524e4554ULL /* "TENRBLK" */
+
+struct block_hdr {
+    uint64_t magic;
+    _Atomic uint64_t refs; /* references held by registers in any process */
+    uint64_t nbytes;
+    uint64_t reserved[5];
+};
+_Static_assert(sizeof(struct block_hdr) == DISCO_TENSOR_BLOCK_HDR, "block header");
+
+struct dtensor {
+    DLTensor dl; /* first: a DLTensor* of ours is a struct dtensor* */
+    int64_t shape[DISCO_MAX_NDIM];
+    disco_heap_t *heap;
+    uint64_t block;       /* heap offset of the block header */
+    uint64_t byte_offset; /* of dl.data within the block's data */
+};
+
+/* The tensors this process holds, so that a DLTensor* handed to us can be
+ * told apart from a user's own (a function returning a stack DLTensor). */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct dtensor **live;
+static size_t nlive, live_cap;
+
+static bool live_add(struct dtensor *t)
+{
+    pthread_mutex_lock(&live_lock);
+    if (nlive == live_cap) {
+        size_t cap = live_cap ? live_cap * 2 : 64;
+        struct dtensor **p = realloc(live, cap * sizeof *p);
+        if (p == NULL) {
+            pthread_mutex_unlock(&live_lock);
+            return false;
+        }
+        live = p;
+        live_cap = cap;
+    }
+    live[nlive++] = t;
+    pthread_mutex_unlock(&live_lock);
+    return true;
+}
+
+static bool live_remove(const struct dtensor *t)
+{
+    bool found = false;
+    pthread_mutex_lock(&live_lock);
+    for (size_t i = nlive; i-- > 0;) { /* recent first: frees are mostly LIFO */
+        if (live[i] == t) {
+            live[i] = live[--nlive];
+            found = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
+bool disco__tensor_is_ours(const DLTensor *t)
+{
+    bool found = false;
+    pthread_mutex_lock(&live_lock);
+    for (size_t i = nlive; i-- > 0 && !found;)
+        found = &live[i]->dl == t;
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
+int64_t disco_tensor_numel(const DLTensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+size_t disco_tensor_nbytes(const DLTensor *t)
+{
+    return (size_t)disco_tensor_numel(t) * disco_dtype_bytes(t->dtype);
+}
+
+bool disco_tensor_is_compact(const DLTensor *t)
+{
+    if (t->strides == NULL)
+        return true;
+    int64_t want = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != want)
+            return false;
+        want *= t->shape[i];
+    }
+    return true;
+}
+
+static struct block_hdr *block_at(disco_heap_t *heap, uint64_t block)
+{
+    return disco_heap_ptr(heap, block);
+}
+
+static disco_status_t check_shape(const int64_t *shape, int ndim, DLDataType dtype)
+{
+    disco_status_t st = disco_dtype_check(dtype);
+    if (st != DISCO_OK)
+        return st;
+    if (ndim < 0 || ndim > DISCO_MAX_NDIM)
+        return disco_set_error(DISCO_E_INVAL, "ndim %d: must be 0..%d", ndim, DISCO_MAX_NDIM);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0)
+            return disco_set_error(DISCO_E_INVAL, "dimension %d is negative (%lld)", i,
+                                   (long long)shape[i]);
+    return DISCO_OK;
+}
+
+static disco_status_t wrap(disco_heap_t *heap, uint64_t block, uint64_t byte_offset,
+                           const int64_t *shape, int ndim, DLDataType dtype, DLTensor **out)
+{
+    struct dtensor *t = calloc(1, sizeof *t);
+    if (t == NULL || !live_add(t)) {
+        free(t);
+        return disco_set_error(DISCO_E_NOMEM, "tensor handle");
+    }
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    t->heap = heap;
+    t->block = block;
+    t->byte_offset = byte_offset;
+    t->dl.data = (char *)block_at(heap, block) + DISCO_TENSOR_BLOCK_HDR + byte_offset;
+    t->dl.device = (DLDevice){kDLCPU, 0};
+    t->dl.ndim = ndim;
+    t->dl.dtype = dtype;
+    t->dl.shape = t->shape;
+    t->dl.strides = NULL;
+    t->dl.byte_offset = 0;
+    *out = &t->dl;
+    return DISCO_OK;
+}
+
+disco_status_t disco__tensor_new(disco_heap_t *heap, uint32_t owner, const int64_t *shape,
+                                 int ndim, DLDataType dtype, DLTensor **out)
+{
+    disco_status_t st = check_shape(shape, ndim, dtype);
+    if (st != DISCO_OK)
+        return st;
+    if (heap == NULL)
+        return disco_set_error(DISCO_E_HEAP_EXHAUSTED, "this session has no shared heap");
+    DLTensor probe = {.ndim = ndim, .dtype = dtype, .shape = (int64_t *)shape};
+    size_t nbytes = disco_tensor_nbytes(&probe);
+    uint64_t block;
+    st = disco_heap_alloc(heap, DISCO_TENSOR_BLOCK_HDR + nbytes, 64, owner, &block);
+    if (st != DISCO_OK)
+        return st;
+    struct block_hdr *h = block_at(heap, block);
+    h->magic = BLOCK_MAGIC;
+    h->nbytes = nbytes;
+    /* Relaxed: the block is not shared yet; sharing it (a barrier or a
+     * command) publishes it. */
+    atomic_store_explicit(&h->refs, 1, memory_order_relaxed);
+    if ((st = wrap(heap, block, 0, shape, ndim, dtype, out)) != DISCO_OK)
+        disco_heap_free(heap, block);
+    return st;
+}
+
+disco_status_t disco__tensor_from_block(disco_heap_t *heap, uint64_t block, uint64_t byte_offset,
+                                        const int64_t *shape, int ndim, DLDataType dtype,
+                                        bool adopt, DLTensor **out)
+{
+    disco_status_t st = check_shape(shape, ndim, dtype);
+    if (st != DISCO_OK)
+        return st;
+    struct block_hdr *h = block_at(heap, block);
+    DLTensor probe = {.ndim = ndim, .dtype = dtype, .shape = (int64_t *)shape};
+    if (h->magic != BLOCK_MAGIC || byte_offset + disco_tensor_nbytes(&probe) > h->nbytes)
+        return disco_set_error(DISCO_E_INVAL, "heap block %llu: not a tensor, or too small",
+                               (unsigned long long)block);
+    if (!adopt) /* relaxed: taking a reference needs no ordering, only the count */
+        atomic_fetch_add_explicit(&h->refs, 1, memory_order_relaxed);
+    if ((st = wrap(heap, block, byte_offset, shape, ndim, dtype, out)) != DISCO_OK &&
+        atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) == 1)
+        disco_heap_free(heap, block);
+    return st;
+}
+
+disco_status_t disco__tensor_ref(const DLTensor *t, DLTensor **out)
+{
+    const struct dtensor *d = (const struct dtensor *)t;
+    return disco__tensor_from_block(d->heap, d->block, d->byte_offset, d->shape, t->ndim,
+                                    t->dtype, false, out);
+}
+
+void disco__tensor_add_refs(const DLTensor *t, uint32_t n)
+{
+    const struct dtensor *d = (const struct dtensor *)t;
+    /* Relaxed: the adopters learn of the block through a barrier (release /
+     * acquire) after this. */
+    atomic_fetch_add_explicit(&block_at(d->heap, d->block)->refs, n, memory_order_relaxed);
+}
+
+void disco__tensor_release(DLTensor *t)
+{
+    if (t == NULL)
+        return;
+    struct dtensor *d = (struct dtensor *)t;
+    if (!live_remove(d))
+        return; /* not ours: nothing to drop */
+    struct block_hdr *h = block_at(d->heap, d->block);
+    /* acq_rel: our uses of the bytes happen before whoever frees the block
+     * (release), and the freeing process sees every other's uses (acquire). */
+    if (atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) == 1) {
+        h->magic = 0;
+        disco_heap_free(d->heap, d->block);
+    }
+    free(d);
+}
+
+uint64_t disco__tensor_block(const DLTensor *t)
+{
+    return ((const struct dtensor *)t)->block;
+}
+
+uint64_t disco__tensor_byte_offset(const DLTensor *t)
+{
+    return ((const struct dtensor *)t)->byte_offset;
+}

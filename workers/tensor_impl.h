@@ -1,0 +1,46 @@
+/* tensor_impl.h - tensors as disco keeps them (internal).
+ *
+ * A tensor disco owns is a process-local struct around a DLTensor, holding a
+ * reference to a block of the session's shared heap. The block starts with a
+ * header whose reference count is shared by every process, so registers on
+ * different workers can hold the same bytes (broadcast, scatter views). */
+#ifndef DISCO_WORKERS_TENSOR_IMPL_H
+#define DISCO_WORKERS_TENSOR_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "disco/heap.h"
+#include "disco/tensor.h"
+
+#define DISCO_TENSOR_BLOCK_HDR 64u /* header before the data, keeps data 64-aligned */
+
+/** A new tensor in heap (allocated for owner, refcount 1). */
+disco_status_t disco__tensor_new(disco_heap_t *heap, uint32_t owner, const int64_t *shape,
+                                 int ndim, DLDataType dtype, DLTensor **out);
+
+/** A tensor over existing heap bytes: block (a heap offset from
+ *  disco__tensor_block), byte_offset into its data. adopt: take over a
+ *  reference someone else added for us (see disco__tensor_add_refs);
+ *  otherwise add one. */
+disco_status_t disco__tensor_from_block(disco_heap_t *heap, uint64_t block, uint64_t byte_offset,
+                                        const int64_t *shape, int ndim, DLDataType dtype,
+                                        bool adopt, DLTensor **out);
+
+/** Another reference to t's bytes (a new DLTensor). t must be ours. */
+disco_status_t disco__tensor_ref(const DLTensor *t, DLTensor **out);
+
+/** Adds n references to t's block, for n other processes to adopt. */
+void disco__tensor_add_refs(const DLTensor *t, uint32_t n);
+
+/** Drops one reference; frees the block with the last. NULL is harmless. */
+void disco__tensor_release(DLTensor *t);
+
+/** Whether t is a tensor disco made (and still holds). */
+bool disco__tensor_is_ours(const DLTensor *t);
+
+/** Heap offset of t's block and byte offset of t's data within it. */
+uint64_t disco__tensor_block(const DLTensor *t);
+uint64_t disco__tensor_byte_offset(const DLTensor *t);
+
+#endif
