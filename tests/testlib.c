@@ -110,7 +110,7 @@ static double pattern(int64_t seed, int64_t w, int64_t i)
 
 static void store(DLTensor *t, int64_t i, double v)
 {
-    char *p = t->data;
+    void *p = t->data;
     switch (t->dtype.code) {
     case kDLFloat:
         if (t->dtype.bits == 16)

@@ -70,7 +70,7 @@ static double call_sync(int n, disco_transport_t transport, bool pinned)
 
 static double open_close_ms(int n)
 {
-    double v[64];
+    double v[64] = {0};
     int reps = bench_reps();
     bu_unpin();
     for (int r = 0; r < reps; r++) {
