@@ -155,6 +155,8 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
         return st;
     size_t rlen = 0;
     disco__worker_exec(&s->w0, &h, args, s->reply, DISCO_REPLY_MAX, &rlen);
+    if (s->state != DISCO_OK) /* worker 0 found a dead worker (in a collective) */
+        return disco_set_error(s->state, "%s", s->why);
     if (w0_reply_len != NULL)
         *w0_reply_len = rlen;
     return DISCO_OK;

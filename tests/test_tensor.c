@@ -3,6 +3,8 @@
  * op, several sizes, N = 2, 3, 4, with and without groups; mismatches and
  * heap exhaustion. */
 #include <check.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -538,6 +540,24 @@ START_TEST(test_heap_exhaustion)
 }
 END_TEST
 
+/* A worker killed before a collective: worker 0, waiting for it at the
+ * barrier, notices and the call fails naming it, instead of hanging. */
+START_TEST(test_collective_dead_member)
+{
+    disco_session_t *s = open_tensor_session(3, 1, 16u << 20);
+    disco_dref_t x = fill(s, 100, (DLDataType){kDLFloat, 32, 1}, 0), y;
+    OK(disco_session_sync(s, 2));
+    kill(disco_session_worker_pid(s, 2), SIGKILL);
+    disco_value_t a[3] = {dref(x), disco_str("sum"), disco_bool(false)};
+    FAILS(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y), DISCO_E_WORKER_DIED);
+    HAS("worker 2");
+    HAS("signal 9");
+    FAILS(disco_session_sync(s, 1), DISCO_E_BROKEN);
+    disco_session_close(s);
+    ck_assert_msg(waitpid(-1, NULL, WNOHANG) == -1, "a worker was left");
+}
+END_TEST
+
 Suite *suite_tensor(void)
 {
     Suite *s = suite_create("tensor");
@@ -551,6 +571,7 @@ Suite *suite_tensor(void)
     tcase_add_loop_test(tc, test_data_movement, 0, 3);
     tcase_add_test(tc, test_mismatches);
     tcase_add_test(tc, test_heap_exhaustion);
+    tcase_add_test(tc, test_collective_dead_member);
     suite_add_tcase(s, tc);
     return s;
 }
