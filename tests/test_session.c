@@ -15,49 +15,21 @@
 
 #include "disco/session.h"
 #include "disco/wait.h"
-
-#define OK(call)                                                                                   \
-    do {                                                                                           \
-        disco_status_t st_ = (call);                                                               \
-        ck_assert_msg(st_ == DISCO_OK, "%s: %s (%s)", #call, disco_err_name(st_),                  \
-                      disco_last_error());                                                         \
-    } while (0)
-
-#define FAILS(call, code)                                                                          \
-    do {                                                                                           \
-        disco_status_t st_ = (call);                                                               \
-        ck_assert_msg(st_ == (code), "%s: got %s (%s), want %s", #call, disco_err_name(st_),       \
-                      disco_last_error(), disco_err_name(code));                                   \
-    } while (0)
-
-#define HAS(text)                                                                                  \
-    ck_assert_msg(strstr(disco_last_error(), (text)) != NULL, "detail \"%s\" lacks \"%s\"",        \
-                  disco_last_error(), (text))
-
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    while (d != NULL && readdir(d) != NULL)
-        n++;
-    if (d != NULL)
-        closedir(d);
-    return n;
-}
+#include "testutil.h"
 
 static int fds_before;
 
 /* Every test starts with no children and is checked for leaks at the end. */
 static void setup(void)
 {
-    fds_before = count_fds();
+    fds_before = tu_open_fds();
 }
 
 /* After close: no child left, no fd left, no memfd mapping left. */
 static void assert_clean(void)
 {
     ck_assert_msg(waitpid(-1, NULL, WNOHANG) == -1 && errno == ECHILD, "a worker was left");
-    ck_assert_int_eq(count_fds(), fds_before);
+    ck_assert_int_eq(tu_open_fds(), fds_before);
     FILE *f = fopen("/proc/self/maps", "r");
     char line[512];
     while (fgets(line, sizeof line, f) != NULL)
@@ -74,13 +46,13 @@ static disco_session_t *open_with(int n, disco_launch_t launch, disco_transport_
     cfg.call_timeout_ms = timeout_ms;
     cfg.worker_path = DISCO_TEST_WORKER;
     disco_session_t *s;
-    OK(disco_session_open(&cfg, &s));
+    CK_OK(disco_session_open(&cfg, &s));
     disco_dref_t r;
     disco_value_t path = disco_str(DISCO_TEST_LIB);
-    OK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
+    CK_OK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
     for (int w = 0; w < n; w++)
-        OK(disco_session_sync(s, w));
-    OK(disco_session_free(s, r));
+        CK_OK(disco_session_sync(s, w));
+    CK_OK(disco_session_free(s, r));
     return s;
 }
 
@@ -92,7 +64,7 @@ static disco_session_t *open_n(int n)
 static int64_t get_int(disco_session_t *s, disco_dref_t r, int w)
 {
     disco_value_t v;
-    OK(disco_session_debug_get(s, r, w, &v));
+    CK_OK(disco_session_debug_get(s, r, w, &v));
     ck_assert_int_eq(v.type, DISCO_T_INT);
     return v.v.i;
 }
@@ -101,10 +73,10 @@ static void check_ids(disco_session_t *s)
 {
     int n = disco_session_num_workers(s);
     disco_dref_t id, ws, sum;
-    OK(disco_session_call_by_name(s, "disco.worker_id", NULL, 0, &id));
-    OK(disco_session_call_by_name(s, "disco.world_size", NULL, 0, &ws));
+    CK_OK(disco_session_call_by_name(s, "disco.worker_id", NULL, 0, &id));
+    CK_OK(disco_session_call_by_name(s, "disco.world_size", NULL, 0, &ws));
     disco_value_t args[2] = {disco_int(40), disco_int(2)};
-    OK(disco_session_call_by_name(s, "test.add", args, 2, &sum));
+    CK_OK(disco_session_call_by_name(s, "test.add", args, 2, &sum));
     for (int w = 0; w < n; w++) {
         ck_assert_int_eq(get_int(s, id, w), w);
         ck_assert_int_eq(get_int(s, ws, w), n);
@@ -168,40 +140,40 @@ START_TEST(test_value_round_trip)
         disco_opaque(0xdeadbeefcafef00dULL),
     };
     disco_dref_t echo;
-    OK(disco_session_get_func(s, "test.echo", &echo));
+    CK_OK(disco_session_get_func(s, "test.echo", &echo));
     for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++) {
         disco_dref_t reg, out, out2;
-        OK(disco_session_alloc_reg(s, &reg));
+        CK_OK(disco_session_alloc_reg(s, &reg));
         for (int w = 0; w < 3; w++)
-            OK(disco_session_debug_set(s, reg, w, &vals[k]));
-        OK(disco_session_call(s, echo, &vals[k], 1, &out));
+            CK_OK(disco_session_debug_set(s, reg, w, &vals[k]));
+        CK_OK(disco_session_call(s, echo, &vals[k], 1, &out));
         disco_value_t ref = {.type = DISCO_T_DREF, .v.reg = reg};
-        OK(disco_session_call(s, echo, &ref, 1, &out2)); /* a DRef argument: the register value */
+        CK_OK(disco_session_call(s, echo, &ref, 1, &out2)); /* a DRef argument: the register value */
         for (int w = 0; w < 3; w++) {
             disco_dref_t regs[3] = {reg, out, out2};
             for (int j = 0; j < 3; j++) {
                 disco_value_t got;
-                OK(disco_session_debug_get(s, regs[j], w, &got));
+                CK_OK(disco_session_debug_get(s, regs[j], w, &got));
                 ck_assert_msg(disco_value_equal(&got, &vals[k]),
                               "value %zu (%s), worker %d, reg %d", k, disco_type_name(vals[k].type),
                               w, j);
                 disco_value_clear(&got);
             }
         }
-        OK(disco_session_free(s, out2));
-        OK(disco_session_free(s, out));
-        OK(disco_session_free(s, reg));
+        CK_OK(disco_session_free(s, out2));
+        CK_OK(disco_session_free(s, out));
+        CK_OK(disco_session_free(s, reg));
     }
     /* A string built in scratch memory on the worker. */
     disco_value_t parts[2] = {disco_str("dis"), disco_str("co")};
     disco_dref_t cat;
-    OK(disco_session_call_by_name(s, "test.concat", parts, 2, &cat));
+    CK_OK(disco_session_call_by_name(s, "test.concat", parts, 2, &cat));
     disco_value_t got;
-    OK(disco_session_debug_get(s, cat, 2, &got));
+    CK_OK(disco_session_debug_get(s, cat, 2, &got));
     ck_assert_str_eq(got.v.str, "disco");
     disco_value_clear(&got);
     /* A function register holds a function handle. */
-    OK(disco_session_debug_get(s, echo, 1, &got));
+    CK_OK(disco_session_debug_get(s, echo, 1, &got));
     ck_assert_int_eq(got.type, DISCO_T_FUNC);
     disco_session_close(s);
     assert_clean();
@@ -213,28 +185,28 @@ START_TEST(test_register_reuse)
 {
     disco_session_t *s = open_n(2);
     disco_dref_t a, b, c, d;
-    OK(disco_session_alloc_reg(s, &a));
-    OK(disco_session_alloc_reg(s, &b));
+    CK_OK(disco_session_alloc_reg(s, &a));
+    CK_OK(disco_session_alloc_reg(s, &b));
     ck_assert_uint_ne(a, 0);
     ck_assert_uint_ne(a, b);
-    OK(disco_session_free(s, a));
-    OK(disco_session_free(s, b));
-    OK(disco_session_alloc_reg(s, &c));
-    OK(disco_session_alloc_reg(s, &d));
+    CK_OK(disco_session_free(s, a));
+    CK_OK(disco_session_free(s, b));
+    CK_OK(disco_session_alloc_reg(s, &c));
+    CK_OK(disco_session_alloc_reg(s, &d));
     ck_assert_uint_eq(c, b);
     ck_assert_uint_eq(d, a);
     disco_dref_t echo, r;
-    OK(disco_session_get_func(s, "test.echo", &echo));
-    OK(disco_session_free(s, d));
-    FAILS(disco_session_free(s, d), DISCO_E_BAD_REG);
+    CK_OK(disco_session_get_func(s, "test.echo", &echo));
+    CK_OK(disco_session_free(s, d));
+    CK_STATUS(disco_session_free(s, d), DISCO_E_BAD_REG);
     disco_value_t v;
-    FAILS(disco_session_debug_get(s, d, 1, &v), DISCO_E_BAD_REG);
-    FAILS(disco_session_debug_get(s, 9999, 0, &v), DISCO_E_BAD_REG);
-    FAILS(disco_session_free(s, 0), DISCO_E_BAD_REG);
+    CK_STATUS(disco_session_debug_get(s, d, 1, &v), DISCO_E_BAD_REG);
+    CK_STATUS(disco_session_debug_get(s, 9999, 0, &v), DISCO_E_BAD_REG);
+    CK_STATUS(disco_session_free(s, 0), DISCO_E_BAD_REG);
     disco_value_t arg = {.type = DISCO_T_DREF, .v.reg = d};
-    FAILS(disco_session_call(s, echo, &arg, 1, &r), DISCO_E_BAD_REG);
-    FAILS(disco_session_call(s, c, NULL, 0, &r), DISCO_E_BAD_REG); /* not a function */
-    OK(disco_session_sync(s, 1));
+    CK_STATUS(disco_session_call(s, echo, &arg, 1, &r), DISCO_E_BAD_REG);
+    CK_STATUS(disco_session_call(s, c, NULL, 0, &r), DISCO_E_BAD_REG); /* not a function */
+    CK_OK(disco_session_sync(s, 1));
     disco_session_close(s);
     assert_clean();
 }
@@ -249,21 +221,21 @@ START_TEST(test_many_registers)
     enum { N = 1000 };
     static disco_dref_t regs[N];
     disco_dref_t echo;
-    OK(disco_session_get_func(s, "test.echo", &echo));
+    CK_OK(disco_session_get_func(s, "test.echo", &echo));
     for (int i = 0; i < N; i++) {
         disco_value_t v = disco_int(i);
-        OK(disco_session_call(s, echo, &v, 1, &regs[i]));
+        CK_OK(disco_session_call(s, echo, &v, 1, &regs[i]));
     }
-    OK(disco_session_sync(s, 1));
+    CK_OK(disco_session_sync(s, 1));
     ck_assert_int_eq(get_int(s, regs[N - 1], 1), N - 1);
     for (int i = 0; i < N; i++)
-        OK(disco_session_free(s, regs[i]));
+        CK_OK(disco_session_free(s, regs[i]));
     for (int i = N - 1; i >= 0; i--) {
         disco_dref_t r;
-        OK(disco_session_alloc_reg(s, &r));
+        CK_OK(disco_session_alloc_reg(s, &r));
         ck_assert_uint_eq(r, regs[i]);
     }
-    OK(disco_session_sync(s, 1));
+    CK_OK(disco_session_sync(s, 1));
     disco_session_close(s);
     assert_clean();
 }
@@ -275,26 +247,26 @@ START_TEST(test_call_errors)
 {
     disco_session_t *s = open_n(2);
     disco_dref_t f, r;
-    FAILS(disco_session_get_func(s, "test.no_such_function", &f), DISCO_E_NO_FUNC);
-    HAS("test.no_such_function");
-    OK(disco_session_get_func(s, "test.add", &f));
+    CK_STATUS(disco_session_get_func(s, "test.no_such_function", &f), DISCO_E_NO_FUNC);
+    CK_HAS("test.no_such_function");
+    CK_OK(disco_session_get_func(s, "test.add", &f));
     disco_value_t one = disco_int(1), two[2] = {disco_int(1), disco_str("x")};
-    FAILS(disco_session_call(s, f, &one, 1, &r), DISCO_E_ARG_COUNT);
-    HAS("test.add takes 2 arguments");
-    FAILS(disco_session_call(s, f, two, 2, &r), DISCO_E_BAD_TYPE);
-    HAS("expected int, got str");
+    CK_STATUS(disco_session_call(s, f, &one, 1, &r), DISCO_E_ARG_COUNT);
+    CK_HAS("test.add takes 2 arguments");
+    CK_STATUS(disco_session_call(s, f, two, 2, &r), DISCO_E_BAD_TYPE);
+    CK_HAS("expected int, got str");
     disco_value_t bad = {.type = 77};
     disco_dref_t echo;
-    OK(disco_session_get_func(s, "test.echo", &echo));
-    FAILS(disco_session_call(s, echo, &bad, 1, &r), DISCO_E_BAD_TYPE);
+    CK_OK(disco_session_get_func(s, "test.echo", &echo));
+    CK_STATUS(disco_session_call(s, echo, &bad, 1, &r), DISCO_E_BAD_TYPE);
     static char huge[70000];
     disco_value_t big = disco_bytes(huge, sizeof huge);
-    FAILS(disco_session_call(s, echo, &big, 1, &r), DISCO_E_MSG_TOO_BIG);
-    FAILS(disco_session_sync(s, 2), DISCO_E_INVAL);
-    FAILS(disco_session_sync(s, -1), DISCO_E_INVAL);
+    CK_STATUS(disco_session_call(s, echo, &big, 1, &r), DISCO_E_MSG_TOO_BIG);
+    CK_STATUS(disco_session_sync(s, 2), DISCO_E_INVAL);
+    CK_STATUS(disco_session_sync(s, -1), DISCO_E_INVAL);
     disco_value_t args[2] = {disco_int(2), disco_int(3)};
-    OK(disco_session_call(s, f, args, 2, &r));
-    OK(disco_session_sync(s, 1));
+    CK_OK(disco_session_call(s, f, args, 2, &r));
+    CK_OK(disco_session_sync(s, 1));
     ck_assert_int_eq(get_int(s, r, 1), 5);
     disco_session_close(s);
     assert_clean();
@@ -308,26 +280,26 @@ START_TEST(test_remote_failure)
     disco_session_t *s = open_n(3);
     disco_value_t args[2] = {disco_int(2), disco_str("bad input")};
     disco_dref_t r;
-    OK(disco_session_call_by_name(s, "test.fail_on", args, 2, &r));
-    FAILS(disco_session_sync(s, 2), DISCO_E_REMOTE);
-    HAS("worker 2: test.fail_on: bad input (worker 2)");
-    OK(disco_session_sync(s, 2)); /* reported once */
+    CK_OK(disco_session_call_by_name(s, "test.fail_on", args, 2, &r));
+    CK_STATUS(disco_session_sync(s, 2), DISCO_E_REMOTE);
+    CK_HAS("worker 2: test.fail_on: bad input (worker 2)");
+    CK_OK(disco_session_sync(s, 2)); /* reported once */
     args[0] = disco_int(-1);
-    OK(disco_session_call_by_name(s, "test.fail_on", args, 2, &r));
-    FAILS(disco_session_sync(s, 1), DISCO_E_REMOTE);
-    HAS("worker 0: test.fail_on: bad input (worker 0)");
-    HAS("worker 1: test.fail_on: bad input (worker 1)");
+    CK_OK(disco_session_call_by_name(s, "test.fail_on", args, 2, &r));
+    CK_STATUS(disco_session_sync(s, 1), DISCO_E_REMOTE);
+    CK_HAS("worker 0: test.fail_on: bad input (worker 0)");
+    CK_HAS("worker 1: test.fail_on: bad input (worker 1)");
     /* Worker 2 may not have run it yet at that sync: its report comes with
      * the sync that waits for it, or was already in the first. */
     disco_status_t st = disco_session_sync(s, 2);
     ck_assert_msg(st == DISCO_OK || st == DISCO_E_REMOTE, "sync 2: %s", disco_err_name(st));
-    OK(disco_session_sync(s, 2));
+    CK_OK(disco_session_sync(s, 2));
     check_ids(s);
     /* A library that cannot be loaded. */
     disco_value_t path = disco_str("/nonexistent/libnothing.so");
-    OK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
-    FAILS(disco_session_sync(s, 0), DISCO_E_LIBRARY);
-    HAS("libnothing.so");
+    CK_OK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
+    CK_STATUS(disco_session_sync(s, 0), DISCO_E_LIBRARY);
+    CK_HAS("libnothing.so");
     disco_session_close(s);
     assert_clean();
 }
@@ -344,23 +316,23 @@ START_TEST(test_worker_death)
     int64_t t0 = disco_now_ns();
     if (how == 0) {
         disco_value_t w = disco_int(1);
-        OK(disco_session_call_by_name(s, "test.segv", &w, 1, &r));
+        CK_OK(disco_session_call_by_name(s, "test.segv", &w, 1, &r));
     } else if (how == 1) {
         disco_value_t a[2] = {disco_int(1), disco_int(7)};
-        OK(disco_session_call_by_name(s, "test.exit", a, 2, &r));
+        CK_OK(disco_session_call_by_name(s, "test.exit", a, 2, &r));
     } else {
         disco_value_t w = disco_int(1);
-        OK(disco_session_call_by_name(s, "test.hang", &w, 1, &r));
+        CK_OK(disco_session_call_by_name(s, "test.hang", &w, 1, &r));
         kill(disco_session_worker_pid(s, 1), SIGKILL);
     }
-    FAILS(disco_session_sync(s, 1), DISCO_E_WORKER_DIED);
-    HAS("worker 1 (pid");
-    HAS(how == 0 ? "signal 11" : how == 1 ? "exited with code 7" : "signal 9");
+    CK_STATUS(disco_session_sync(s, 1), DISCO_E_WORKER_DIED);
+    CK_HAS("worker 1 (pid");
+    CK_HAS(how == 0 ? "signal 11" : how == 1 ? "exited with code 7" : "signal 9");
     ck_assert_msg(disco_now_ns() - t0 < 5000000000LL, "death took too long to detect");
-    FAILS(disco_session_sync(s, 2), DISCO_E_BROKEN);
-    HAS("worker 1");
+    CK_STATUS(disco_session_sync(s, 2), DISCO_E_BROKEN);
+    CK_HAS("worker 1");
     disco_dref_t f;
-    FAILS(disco_session_get_func(s, "test.add", &f), DISCO_E_BROKEN);
+    CK_STATUS(disco_session_get_func(s, "test.add", &f), DISCO_E_BROKEN);
     ck_assert_int_eq(disco_session_health(s), DISCO_E_WORKER_DIED);
     disco_session_close(s);
     assert_clean();
@@ -375,15 +347,15 @@ START_TEST(test_deadline)
     int pid = disco_session_worker_pid(s, 2);
     disco_value_t w = disco_int(2);
     disco_dref_t r;
-    OK(disco_session_call_by_name(s, "test.hang", &w, 1, &r));
+    CK_OK(disco_session_call_by_name(s, "test.hang", &w, 1, &r));
     int64_t t0 = disco_now_ns();
-    FAILS(disco_session_sync(s, 2), DISCO_E_TIMEOUT);
+    CK_STATUS(disco_session_sync(s, 2), DISCO_E_TIMEOUT);
     int64_t took = disco_now_ns() - t0;
-    HAS("worker 2 did not answer sync within 300 ms");
+    CK_HAS("worker 2 did not answer sync within 300 ms");
     ck_assert_msg(took >= 300000000LL && took < 3000000000LL, "timeout after %lld ns",
                   (long long)took);
     ck_assert_msg(kill(pid, 0) == -1 && errno == ESRCH, "hung worker %d still exists", pid);
-    FAILS(disco_session_sync(s, 1), DISCO_E_BROKEN);
+    CK_STATUS(disco_session_sync(s, 1), DISCO_E_BROKEN);
     disco_session_close(s);
     assert_clean();
 }
@@ -393,11 +365,11 @@ END_TEST
 START_TEST(test_shutdown_twice)
 {
     disco_session_t *s = open_n(2);
-    OK(disco_session_shutdown(s));
-    OK(disco_session_shutdown(s));
-    FAILS(disco_session_sync(s, 1), DISCO_E_SHUTDOWN);
+    CK_OK(disco_session_shutdown(s));
+    CK_OK(disco_session_shutdown(s));
+    CK_STATUS(disco_session_sync(s, 1), DISCO_E_SHUTDOWN);
     disco_dref_t f;
-    FAILS(disco_session_get_func(s, "test.add", &f), DISCO_E_SHUTDOWN);
+    CK_STATUS(disco_session_get_func(s, "test.add", &f), DISCO_E_SHUTDOWN);
     disco_session_close(s);
     disco_session_close(NULL);
     assert_clean();
@@ -409,14 +381,14 @@ START_TEST(test_bad_config)
 {
     disco_session_config_t cfg = disco_session_config_default(0);
     disco_session_t *s;
-    FAILS(disco_session_open(&cfg, &s), DISCO_E_INVAL);
+    CK_STATUS(disco_session_open(&cfg, &s), DISCO_E_INVAL);
     cfg.num_workers = 1000;
-    FAILS(disco_session_open(&cfg, &s), DISCO_E_INVAL);
+    CK_STATUS(disco_session_open(&cfg, &s), DISCO_E_INVAL);
     cfg = disco_session_config_default(2);
     cfg.launch = DISCO_LAUNCH_SPAWN;
     cfg.worker_path = "/nonexistent/disco-worker";
-    FAILS(disco_session_open(&cfg, &s), DISCO_E_INVAL);
-    HAS("/nonexistent/disco-worker");
+    CK_STATUS(disco_session_open(&cfg, &s), DISCO_E_INVAL);
+    CK_HAS("/nonexistent/disco-worker");
     assert_clean();
 }
 END_TEST

@@ -13,24 +13,7 @@
 #include "disco/dtype.h"
 #include "disco/session.h"
 #include "disco/tensor.h"
-
-#define OK(call)                                                                                   \
-    do {                                                                                           \
-        disco_status_t st_ = (call);                                                               \
-        ck_assert_msg(st_ == DISCO_OK, "%s: %s (%s)", #call, disco_err_name(st_),                  \
-                      disco_last_error());                                                         \
-    } while (0)
-
-#define FAILS(call, code)                                                                          \
-    do {                                                                                           \
-        disco_status_t st_ = (call);                                                               \
-        ck_assert_msg(st_ == (code), "%s: got %s (%s), want %s", #call, disco_err_name(st_),       \
-                      disco_last_error(), disco_err_name(code));                                   \
-    } while (0)
-
-#define HAS(text)                                                                                  \
-    ck_assert_msg(strstr(disco_last_error(), (text)) != NULL, "detail \"%s\" lacks \"%s\"",        \
-                  disco_last_error(), (text))
+#include "testutil.h"
 
 static const DLDataType dtypes[] = {
     {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}, {kDLFloat, 32, 1}, {kDLFloat, 64, 1},
@@ -46,13 +29,13 @@ static disco_session_t *open_tensor_session(int n, int groups, uint64_t heap)
     cfg.num_groups = groups;
     cfg.call_timeout_ms = 20000;
     disco_session_t *s;
-    OK(disco_session_open(&cfg, &s));
+    CK_OK(disco_session_open(&cfg, &s));
     disco_dref_t r;
     disco_value_t path = disco_str(DISCO_TEST_LIB);
-    OK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
+    CK_OK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
     for (int w = 0; w < n; w++)
-        OK(disco_session_sync(s, w));
-    OK(disco_session_free(s, r));
+        CK_OK(disco_session_sync(s, w));
+    CK_OK(disco_session_free(s, r));
     return s;
 }
 
@@ -193,7 +176,7 @@ static void *fetch(disco_session_t *s, disco_dref_t reg, DLDataType t, int64_t *
     size_t nb = disco_tensor_nbytes(&probe);
     void *buf = malloc(nb ? nb : 1);
     DLTensor h = {.data = buf, .device = {kDLCPU, 0}, .ndim = ndim, .dtype = t, .shape = shape};
-    OK(disco_session_copy_from_worker0(s, reg, &h));
+    CK_OK(disco_session_copy_from_worker0(s, reg, &h));
     return buf;
 }
 
@@ -201,9 +184,9 @@ static int64_t checksum_on(disco_session_t *s, disco_dref_t reg, int w)
 {
     disco_value_t a = dref(reg), v;
     disco_dref_t c;
-    OK(disco_session_call_by_name(s, "test.checksum", &a, 1, &c));
-    OK(disco_session_debug_get(s, c, w, &v));
-    OK(disco_session_free(s, c));
+    CK_OK(disco_session_call_by_name(s, "test.checksum", &a, 1, &c));
+    CK_OK(disco_session_debug_get(s, c, w, &v));
+    CK_OK(disco_session_free(s, c));
     return v.v.i;
 }
 
@@ -212,7 +195,7 @@ static disco_dref_t fill(disco_session_t *s, int64_t count, DLDataType t, int64_
     int64_t shape[1] = {count};
     disco_value_t a[3] = {disco_shape(shape, 1), disco_dtype(t), disco_int(seed)};
     disco_dref_t x;
-    OK(disco_session_call_by_name(s, "test.fill", a, 3, &x));
+    CK_OK(disco_session_call_by_name(s, "test.fill", a, 3, &x));
     return x;
 }
 
@@ -224,9 +207,9 @@ static void check_allreduce(disco_session_t *s, int n, int groups, DLDataType t,
     int64_t seed = count % 5 + op;
     disco_dref_t x = fill(s, count, t, seed), y;
     disco_value_t a[3] = {dref(x), disco_str(disco_reduce_name(op)), disco_bool(groups > 1)};
-    OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y));
+    CK_OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y));
     for (int w = n - 1; w >= 0; w--)
-        OK(disco_session_sync(s, w));
+        CK_OK(disco_session_sync(s, w));
     int64_t shape[1] = {count};
     void *got = fetch(s, y, t, shape, 1);
     int gsize = n / groups;
@@ -243,7 +226,7 @@ static void check_allreduce(disco_session_t *s, int n, int groups, DLDataType t,
     size_t esz = disco_dtype_bytes(t);
     for (int g = 1; g < groups && (size_t)count * esz <= (512u << 10); g++) {
         disco_value_t v;
-        OK(disco_session_debug_get(s, y, g * gsize, &v));
+        CK_OK(disco_session_debug_get(s, y, g * gsize, &v));
         ck_assert_uint_eq(v.len, (size_t)count * esz);
         for (int64_t i = 0; i < count; i++) {
             double want = reference(t, op, seed, g * gsize, gsize, i), have = load(t, v.v.bytes, i);
@@ -256,8 +239,8 @@ static void check_allreduce(disco_session_t *s, int n, int groups, DLDataType t,
         if (w % gsize != 0)
             ck_assert_msg(checksum_on(s, y, w) == checksum_on(s, y, w / gsize * gsize),
                           "worker %d differs from its group leader", w);
-    OK(disco_session_free(s, y));
-    OK(disco_session_free(s, x));
+    CK_OK(disco_session_free(s, y));
+    CK_OK(disco_session_free(s, x));
 }
 
 /* Every dtype and op, sizes 0, 1 and odd, N = 2, 3, 4 (loop index). */
@@ -328,26 +311,26 @@ START_TEST(test_copy_round_trip)
                 in[i] &= 1;
         DLTensor h = {.data = in, .device = {kDLCPU, 0}, .ndim = 3, .dtype = dtypes[d], .shape = shape};
         disco_dref_t r;
-        OK(disco_session_copy_to_worker0(s, &h, &r));
+        CK_OK(disco_session_copy_to_worker0(s, &h, &r));
         memset(in + 1, 0xee, 4); /* the host buffer is free to reuse at once */
         h.data = out;
-        OK(disco_session_copy_from_worker0(s, r, &h));
+        CK_OK(disco_session_copy_from_worker0(s, r, &h));
         in[1] = out[1], in[2] = out[2], in[3] = out[3], in[4] = out[4];
         ck_assert_msg(memcmp(in, out, nb) == 0, "dtype %d bytes differ", d);
         int64_t other[3] = {3, 5, 8};
         h.shape = other;
-        FAILS(disco_session_copy_from_worker0(s, r, &h), DISCO_E_MISMATCH);
-        HAS("3 dims");
+        CK_STATUS(disco_session_copy_from_worker0(s, r, &h), DISCO_E_MISMATCH);
+        CK_HAS("3 dims");
         h.shape = shape;
         h.dtype = dtypes[(d + 1) % NDTYPES];
         if (disco_dtype_bytes(h.dtype) != 0)
-            FAILS(disco_session_copy_from_worker0(s, r, &h), DISCO_E_MISMATCH);
+            CK_STATUS(disco_session_copy_from_worker0(s, r, &h), DISCO_E_MISMATCH);
         disco_value_t v;
-        OK(disco_session_debug_get(s, r, 1, &v)); /* the other workers hold null */
+        CK_OK(disco_session_debug_get(s, r, 1, &v)); /* the other workers hold null */
         ck_assert_int_eq(v.type, DISCO_T_NULL);
-        OK(disco_session_free(s, r));
+        CK_OK(disco_session_free(s, r));
         h.dtype = dtypes[d];
-        FAILS(disco_session_copy_from_worker0(s, r, &h), DISCO_E_BAD_REG);
+        CK_STATUS(disco_session_copy_from_worker0(s, r, &h), DISCO_E_BAD_REG);
         free(in);
         free(out);
     }
@@ -357,19 +340,19 @@ START_TEST(test_copy_round_trip)
     DLTensor h = {.data = buf, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1},
                   .shape = shape, .strides = strides};
     disco_dref_t r;
-    FAILS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_INVAL);
+    CK_STATUS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_INVAL);
     h.strides = NULL;
     h.device.device_type = kDLCUDA;
-    FAILS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_INVAL);
+    CK_STATUS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_INVAL);
     h.device.device_type = kDLCPU;
     h.dtype = (DLDataType){kDLFloat, 8, 1};
-    FAILS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_BAD_TYPE);
+    CK_STATUS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_BAD_TYPE);
     /* A register that holds no tensor. */
     disco_dref_t i;
     disco_value_t one = disco_int(1);
-    OK(disco_session_call_by_name(s, "test.echo", &one, 1, &i));
+    CK_OK(disco_session_call_by_name(s, "test.echo", &one, 1, &i));
     h.dtype = (DLDataType){kDLFloat, 32, 1};
-    FAILS(disco_session_copy_from_worker0(s, i, &h), DISCO_E_BAD_TYPE);
+    CK_STATUS(disco_session_copy_from_worker0(s, i, &h), DISCO_E_BAD_TYPE);
     disco_session_close(s);
 }
 END_TEST
@@ -385,20 +368,20 @@ START_TEST(test_data_movement)
     disco_dref_t x = fill(s, count, f32, 1), y;
     disco_value_t a[2] = {dref(x), disco_bool(false)};
     /* broadcast */
-    OK(disco_session_call_by_name(s, "disco.broadcast_from_worker0", a, 2, &y));
+    CK_OK(disco_session_call_by_name(s, "disco.broadcast_from_worker0", a, 2, &y));
     int64_t c0 = checksum_on(s, x, 0);
     for (int w = 0; w < n; w++)
         ck_assert_msg(checksum_on(s, y, w) == c0, "broadcast: worker %d", w);
-    OK(disco_session_free(s, x)); /* the broadcast copies keep the bytes alive */
+    CK_OK(disco_session_free(s, x)); /* the broadcast copies keep the bytes alive */
     for (int w = 0; w < n; w++)
         ck_assert_msg(checksum_on(s, y, w) == c0, "broadcast after free: worker %d", w);
     /* scatter: worker w gets rows [12w, 12w+12) of worker 0's y */
     disco_dref_t z;
     a[0] = dref(y);
-    OK(disco_session_call_by_name(s, "disco.scatter_from_worker0", a, 2, &z));
+    CK_OK(disco_session_call_by_name(s, "disco.scatter_from_worker0", a, 2, &z));
     for (int w = 0; w < n; w++) {
         disco_value_t v;
-        OK(disco_session_debug_get(s, z, w, &v));
+        CK_OK(disco_session_debug_get(s, z, w, &v));
         ck_assert_uint_eq(v.len, 12 * 4);
         for (int i = 0; i < 12; i++)
             ck_assert_msg(((const float *)v.v.bytes)[i] == stored(f32, pattern(1, 0, 12 * w + i)),
@@ -408,17 +391,17 @@ START_TEST(test_data_movement)
     /* gather the scattered pieces back: worker 0 gets y again */
     disco_dref_t g;
     a[0] = dref(z);
-    OK(disco_session_call_by_name(s, "disco.gather_to_worker0", a, 2, &g));
+    CK_OK(disco_session_call_by_name(s, "disco.gather_to_worker0", a, 2, &g));
     ck_assert(checksum_on(s, g, 0) == c0);
     disco_value_t v;
-    OK(disco_session_debug_get(s, g, n - 1, &v));
+    CK_OK(disco_session_debug_get(s, g, n - 1, &v));
     ck_assert_int_eq(v.type, DISCO_T_NULL);
     /* allgather of per-worker fills: every worker sees every worker's part */
     disco_dref_t p = fill(s, 3, f32, 2), ag;
     a[0] = dref(p);
-    OK(disco_session_call_by_name(s, "disco.allgather", a, 2, &ag));
+    CK_OK(disco_session_call_by_name(s, "disco.allgather", a, 2, &ag));
     for (int w = 0; w < n; w++) {
-        OK(disco_session_debug_get(s, ag, w, &v));
+        CK_OK(disco_session_debug_get(s, ag, w, &v));
         ck_assert_uint_eq(v.len, (uint32_t)(3 * n * 4));
         for (int r = 0; r < n; r++)
             for (int i = 0; i < 3; i++)
@@ -428,14 +411,14 @@ START_TEST(test_data_movement)
     /* send_recv: the last worker gets worker 1's part; the rest null */
     disco_value_t sr[3] = {dref(p), disco_int(1), disco_int(n - 1)};
     disco_dref_t got;
-    OK(disco_session_call_by_name(s, "disco.send_recv", sr, 3, &got));
-    OK(disco_session_debug_get(s, got, n - 1, &v));
+    CK_OK(disco_session_call_by_name(s, "disco.send_recv", sr, 3, &got));
+    CK_OK(disco_session_debug_get(s, got, n - 1, &v));
     for (int i = 0; i < 3; i++)
         ck_assert(((const float *)v.v.bytes)[i] == stored(f32, pattern(2, 1, i)));
     disco_value_clear(&v);
-    OK(disco_session_debug_get(s, got, 0, &v));
+    CK_OK(disco_session_debug_get(s, got, 0, &v));
     ck_assert_int_eq(v.type, n - 1 == 0 ? DISCO_T_BYTES : DISCO_T_NULL);
-    OK(disco_session_sync(s, n - 1));
+    CK_OK(disco_session_sync(s, n - 1));
     disco_session_close(s);
 }
 END_TEST
@@ -457,49 +440,49 @@ START_TEST(test_mismatches)
         disco_value_t fa[5] = {disco_shape(shape, 1), disco_dtype(f32), disco_int(2),
                                disco_dtype(cases[k].odd), disco_int(cases[k].extra)};
         disco_dref_t x, y;
-        OK(disco_session_call_by_name(s, "test.fill_odd", fa, 5, &x));
+        CK_OK(disco_session_call_by_name(s, "test.fill_odd", fa, 5, &x));
         static const char *const ops[] = {"disco.allreduce", "disco.allgather",
                                           "disco.gather_to_worker0"};
         for (int o = 0; o < 3; o++) {
             disco_value_t a[3] = {dref(x), o == 0 ? disco_str("sum") : disco_bool(false),
                                   disco_bool(false)};
-            OK(disco_session_call_by_name(s, ops[o], a, o == 0 ? 3 : 2, &y));
-            FAILS(disco_session_sync(s, 0), DISCO_E_MISMATCH);
-            HAS(cases[k].says);
+            CK_OK(disco_session_call_by_name(s, ops[o], a, o == 0 ? 3 : 2, &y));
+            CK_STATUS(disco_session_sync(s, 0), DISCO_E_MISMATCH);
+            CK_HAS(cases[k].says);
             for (int w = 1; w < 3; w++) { /* every member failed the same way */
                 disco_status_t st = disco_session_sync(s, w);
                 ck_assert_msg(st == DISCO_OK || st == DISCO_E_MISMATCH, "%s", disco_err_name(st));
             }
-            OK(disco_session_free(s, y));
+            CK_OK(disco_session_free(s, y));
         }
-        OK(disco_session_free(s, x));
+        CK_OK(disco_session_free(s, x));
     }
     disco_dref_t x = fill(s, 10, f32, 0), bad;
     /* non-tensor argument */
     disco_value_t nt[3] = {disco_int(3), disco_str("sum"), disco_bool(false)};
-    OK(disco_session_call_by_name(s, "disco.allreduce", nt, 3, &bad));
-    FAILS(disco_session_sync(s, 0), DISCO_E_BAD_TYPE);
-    HAS("expected a tensor");
+    CK_OK(disco_session_call_by_name(s, "disco.allreduce", nt, 3, &bad));
+    CK_STATUS(disco_session_sync(s, 0), DISCO_E_BAD_TYPE);
+    CK_HAS("expected a tensor");
     for (int w = 1; w < 3; w++)
         (void)disco_session_sync(s, w);
     /* bad op */
     disco_value_t a[3] = {dref(x), disco_str("median"), disco_bool(false)};
-    OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &bad));
-    FAILS(disco_session_sync(s, 0), DISCO_E_INVAL);
-    HAS("op must be");
+    CK_OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &bad));
+    CK_STATUS(disco_session_sync(s, 0), DISCO_E_INVAL);
+    CK_HAS("op must be");
     for (int w = 1; w < 3; w++)
         (void)disco_session_sync(s, w);
     /* scatter of 10 rows over 3 workers */
     disco_value_t sc[2] = {dref(x), disco_bool(false)};
-    OK(disco_session_call_by_name(s, "disco.scatter_from_worker0", sc, 2, &bad));
-    FAILS(disco_session_sync(s, 0), DISCO_E_MISMATCH);
-    HAS("not a multiple of 3");
+    CK_OK(disco_session_call_by_name(s, "disco.scatter_from_worker0", sc, 2, &bad));
+    CK_STATUS(disco_session_sync(s, 0), DISCO_E_MISMATCH);
+    CK_HAS("not a multiple of 3");
     for (int w = 1; w < 3; w++)
         (void)disco_session_sync(s, w);
     /* a foreign DLTensor returned by a function */
-    OK(disco_session_call_by_name(s, "test.tensor_return_foreign", NULL, 0, &bad));
-    FAILS(disco_session_sync(s, 0), DISCO_E_BAD_TYPE);
-    HAS("disco_ctx_empty");
+    CK_OK(disco_session_call_by_name(s, "test.tensor_return_foreign", NULL, 0, &bad));
+    CK_STATUS(disco_session_sync(s, 0), DISCO_E_BAD_TYPE);
+    CK_HAS("disco_ctx_empty");
     for (int w = 1; w < 3; w++)
         (void)disco_session_sync(s, w);
     /* a tensor cannot travel inside a command */
@@ -507,14 +490,14 @@ START_TEST(test_mismatches)
     int64_t two[1] = {2};
     DLTensor h = {.data = host, .device = {kDLCPU, 0}, .ndim = 1, .dtype = f32, .shape = two};
     disco_value_t tv = disco_tensor_value(&h);
-    FAILS(disco_session_call_by_name(s, "test.echo", &tv, 1, &bad), DISCO_E_BAD_TYPE);
-    HAS("tensors travel by register");
+    CK_STATUS(disco_session_call_by_name(s, "test.echo", &tv, 1, &bad), DISCO_E_BAD_TYPE);
+    CK_HAS("tensors travel by register");
     /* still usable: a good allreduce */
     a[1] = disco_str("max");
     disco_dref_t y;
-    OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y));
+    CK_OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y));
     for (int w = 0; w < 3; w++)
-        OK(disco_session_sync(s, w));
+        CK_OK(disco_session_sync(s, w));
     disco_session_close(s);
 }
 END_TEST
@@ -528,13 +511,13 @@ START_TEST(test_heap_exhaustion)
     disco_dref_t r;
     float *host = calloc(1u << 20, sizeof(float));
     DLTensor h = {.data = host, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = big};
-    FAILS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_HEAP_EXHAUSTED);
-    OK(disco_session_empty(s, big, 1, h.dtype, false, &r));
-    FAILS(disco_session_sync(s, 1), DISCO_E_HEAP_EXHAUSTED);
+    CK_STATUS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_HEAP_EXHAUSTED);
+    CK_OK(disco_session_empty(s, big, 1, h.dtype, false, &r));
+    CK_STATUS(disco_session_sync(s, 1), DISCO_E_HEAP_EXHAUSTED);
     int64_t small[1] = {1000};
     disco_dref_t ok1;
-    OK(disco_session_empty(s, small, 1, h.dtype, false, &ok1));
-    OK(disco_session_sync(s, 1));
+    CK_OK(disco_session_empty(s, small, 1, h.dtype, false, &ok1));
+    CK_OK(disco_session_sync(s, 1));
     free(host);
     disco_session_close(s);
 }
@@ -546,13 +529,13 @@ START_TEST(test_collective_dead_member)
 {
     disco_session_t *s = open_tensor_session(3, 1, 16u << 20);
     disco_dref_t x = fill(s, 100, (DLDataType){kDLFloat, 32, 1}, 0), y;
-    OK(disco_session_sync(s, 2));
+    CK_OK(disco_session_sync(s, 2));
     kill(disco_session_worker_pid(s, 2), SIGKILL);
     disco_value_t a[3] = {dref(x), disco_str("sum"), disco_bool(false)};
-    FAILS(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y), DISCO_E_WORKER_DIED);
-    HAS("worker 2");
-    HAS("signal 9");
-    FAILS(disco_session_sync(s, 1), DISCO_E_BROKEN);
+    CK_STATUS(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y), DISCO_E_WORKER_DIED);
+    CK_HAS("worker 2");
+    CK_HAS("signal 9");
+    CK_STATUS(disco_session_sync(s, 1), DISCO_E_BROKEN);
     disco_session_close(s);
     ck_assert_msg(waitpid(-1, NULL, WNOHANG) == -1, "a worker was left");
 }

@@ -6,20 +6,7 @@
 #include <string.h>
 
 #include "disco/value.h"
-
-#define OK(call)                                                                                   \
-    do {                                                                                           \
-        disco_status_t st_ = (call);                                                               \
-        ck_assert_msg(st_ == DISCO_OK, "%s: %s (%s)", #call, disco_err_name(st_),                  \
-                      disco_last_error());                                                         \
-    } while (0)
-
-#define FAILS(call, code)                                                                          \
-    do {                                                                                           \
-        disco_status_t st_ = (call);                                                               \
-        ck_assert_msg(st_ == (code), "%s: got %s (%s), want %s", #call, disco_err_name(st_),       \
-                      disco_last_error(), disco_err_name(code));                                   \
-    } while (0)
+#include "testutil.h"
 
 static const int64_t dims[3] = {1, -2, INT64_MIN};
 static const unsigned char raw[3] = {0, 255, 0};
@@ -57,10 +44,10 @@ START_TEST(test_round_trip)
     sample(v, &n);
     static uint64_t buf[512];
     for (size_t cut = 1; cut <= n; cut++) { /* every prefix: each type is last once */
-        OK(disco_frame_encode(7, 99, v, (uint32_t)cut, buf, sizeof buf, &len));
+        CK_OK(disco_frame_encode(7, 99, v, (uint32_t)cut, buf, sizeof buf, &len));
         ck_assert_uint_eq(len % 8, 0);
         disco_frame_hdr_t h;
-        OK(disco_frame_decode(buf, len, &h, out, 32));
+        CK_OK(disco_frame_decode(buf, len, &h, out, 32));
         ck_assert_uint_eq(h.code, 7);
         ck_assert_uint_eq(h.seq, 99);
         ck_assert_uint_eq(h.nargs, cut);
@@ -83,7 +70,7 @@ START_TEST(test_copy_clear)
     sample(v, &n);
     for (size_t i = 0; i < n; i++) {
         disco_value_t c;
-        OK(disco_value_copy(&v[i], &c));
+        CK_OK(disco_value_copy(&v[i], &c));
         ck_assert(disco_value_equal(&v[i], &c));
         if (v[i].type == DISCO_T_STR && v[i].len > 0)
             ck_assert_ptr_ne(c.v.str, v[i].v.str);
@@ -91,7 +78,7 @@ START_TEST(test_copy_clear)
         ck_assert_uint_eq(c.type, DISCO_T_NULL);
     }
     disco_value_t bad = {.type = 99}, out;
-    FAILS(disco_value_copy(&bad, &out), DISCO_E_BAD_TYPE);
+    CK_STATUS(disco_value_copy(&bad, &out), DISCO_E_BAD_TYPE);
 }
 END_TEST
 
@@ -103,7 +90,7 @@ START_TEST(test_truncated)
     size_t n, len;
     sample(v, &n);
     static uint64_t buf[512];
-    OK(disco_frame_encode(3, 1, v, (uint32_t)n, buf, sizeof buf, &len));
+    CK_OK(disco_frame_encode(3, 1, v, (uint32_t)n, buf, sizeof buf, &len));
     for (size_t cut = 0; cut < len; cut++) {
         /* A fresh heap copy of exactly cut bytes, so ASan sees any overread. */
         void *p = malloc(cut ? cut : 1);
@@ -124,31 +111,31 @@ START_TEST(test_malformed)
     size_t len;
     disco_value_t out[4], one = disco_str("abc");
     disco_frame_hdr_t h;
-    OK(disco_frame_encode(1, 0, &one, 1, buf, sizeof buf, &len));
+    CK_OK(disco_frame_encode(1, 0, &one, 1, buf, sizeof buf, &len));
     unsigned char *b = (unsigned char *)buf;
     b[DISCO_FRAME_HDR] = 200; /* type code */
-    FAILS(disco_frame_decode(buf, len, &h, out, 4), DISCO_E_BAD_TYPE);
+    CK_STATUS(disco_frame_decode(buf, len, &h, out, 4), DISCO_E_BAD_TYPE);
     b[DISCO_FRAME_HDR] = DISCO_T_STR;
     b[DISCO_FRAME_HDR + 8 + 3] = 'x'; /* the NUL */
-    FAILS(disco_frame_decode(buf, len, &h, out, 4), DISCO_E_BAD_TYPE);
+    CK_STATUS(disco_frame_decode(buf, len, &h, out, 4), DISCO_E_BAD_TYPE);
     ck_assert_ptr_nonnull(strstr(disco_last_error(), "NUL"));
     b[DISCO_FRAME_HDR + 8 + 3] = 0;
-    OK(disco_frame_decode(buf, len, &h, out, 4));
-    FAILS(disco_frame_decode(buf, len + 8, &h, out, 4), DISCO_E_PROTOCOL); /* trailing */
-    FAILS(disco_frame_decode(buf, len, &h, out, 0), DISCO_E_ARG_COUNT);
+    CK_OK(disco_frame_decode(buf, len, &h, out, 4));
+    CK_STATUS(disco_frame_decode(buf, len + 8, &h, out, 4), DISCO_E_PROTOCOL); /* trailing */
+    CK_STATUS(disco_frame_decode(buf, len, &h, out, 0), DISCO_E_ARG_COUNT);
     disco_value_t i = disco_int(5);
-    OK(disco_frame_encode(1, 0, &i, 1, buf, sizeof buf, &len));
+    CK_OK(disco_frame_encode(1, 0, &i, 1, buf, sizeof buf, &len));
     b[DISCO_FRAME_HDR + 4] = 4; /* an int claiming 4 payload bytes */
-    FAILS(disco_frame_decode(buf, len, &h, out, 4), DISCO_E_BAD_TYPE);
+    CK_STATUS(disco_frame_decode(buf, len, &h, out, 4), DISCO_E_BAD_TYPE);
     /* A huge declared length is truncation, not an overread. */
-    OK(disco_frame_encode(1, 0, &one, 1, buf, sizeof buf, &len));
+    CK_OK(disco_frame_encode(1, 0, &one, 1, buf, sizeof buf, &len));
     uint32_t huge = UINT32_MAX;
     memcpy(b + DISCO_FRAME_HDR + 4, &huge, 4);
-    FAILS(disco_frame_decode(buf, len, &h, out, 4), DISCO_E_TRUNCATED);
+    CK_STATUS(disco_frame_decode(buf, len, &h, out, 4), DISCO_E_TRUNCATED);
     /* Encoding refuses unknown types and buffers that are too small. */
     disco_value_t bad = {.type = 42};
-    FAILS(disco_frame_encode(1, 0, &bad, 1, buf, sizeof buf, &len), DISCO_E_BAD_TYPE);
-    FAILS(disco_frame_encode(1, 0, &one, 1, buf, 16, &len), DISCO_E_MSG_TOO_BIG);
+    CK_STATUS(disco_frame_encode(1, 0, &bad, 1, buf, sizeof buf, &len), DISCO_E_BAD_TYPE);
+    CK_STATUS(disco_frame_encode(1, 0, &one, 1, buf, 16, &len), DISCO_E_MSG_TOO_BIG);
     ck_assert_uint_eq(disco_value_encoded_size(&bad), 0);
 }
 END_TEST

@@ -30,6 +30,11 @@
 
 #define CK_OK(call) CK_STATUS(call, DISCO_OK)
 
+/* Asserts that the thread's error detail mentions `text`. */
+#define CK_HAS(text)                                                                               \
+    ck_assert_msg(strstr(disco_last_error(), (text)) != NULL, "detail \"%s\" lacks \"%s\"",        \
+                  disco_last_error(), (text))
+
 /* Milliseconds since `start_ns` on the disco clock. */
 static inline double tu_ms_since(int64_t start_ns)
 {
