@@ -252,6 +252,18 @@ static disco_status_t check_worker(const struct disco_session *s, int worker)
     return DISCO_OK;
 }
 
+/* A debug command's preconditions: a real worker, a usable session, a live
+ * register. */
+static disco_status_t check_reg_on(struct disco_session *s, disco_dref_t reg, int worker)
+{
+    disco_status_t st = check_worker(s, worker);
+    if (st == DISCO_OK)
+        st = usable(s);
+    if (st == DISCO_OK && !reg_ok(s, reg))
+        st = bad_reg(reg);
+    return st;
+}
+
 /* ---- the API ---- */
 
 disco_status_t disco_session_sync(disco_session_t *s, int worker)
@@ -358,13 +370,9 @@ disco_status_t disco_session_alloc_reg(disco_session_t *s, disco_dref_t *reg_out
 disco_status_t disco_session_debug_get(disco_session_t *s, disco_dref_t reg, int worker,
                                        disco_value_t *value_out)
 {
-    disco_status_t st = check_worker(s, worker);
+    disco_status_t st = check_reg_on(s, reg, worker);
     if (st != DISCO_OK)
         return st;
-    if ((st = usable(s)) != DISCO_OK)
-        return st;
-    if (!reg_ok(s, reg))
-        return bad_reg(reg);
     int64_t token = ++s->token;
     disco_value_t args[3] = {
         {.type = DISCO_T_DREF, .v.reg = reg}, disco_int(worker), disco_int(token)};
@@ -385,13 +393,9 @@ disco_status_t disco_session_debug_get(disco_session_t *s, disco_dref_t reg, int
 disco_status_t disco_session_debug_set(disco_session_t *s, disco_dref_t reg, int worker,
                                        const disco_value_t *value)
 {
-    disco_status_t st = check_worker(s, worker);
+    disco_status_t st = check_reg_on(s, reg, worker);
     if (st != DISCO_OK)
         return st;
-    if ((st = usable(s)) != DISCO_OK)
-        return st;
-    if (!reg_ok(s, reg))
-        return bad_reg(reg);
     if (value->type == DISCO_T_DREF || value->type == DISCO_T_FUNC)
         return disco_set_error(DISCO_E_BAD_TYPE, "debug set: a %s cannot be stored directly",
                                disco_type_name(value->type));
