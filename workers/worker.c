@@ -153,6 +153,9 @@ disco_status_t disco__ctx_own(disco_ctx_t *ctx, DLTensor *t)
 disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim,
                                DLDataType dtype, DLTensor **out)
 {
+    if (ctx->worker == NULL || ctx->worker->heap == NULL)
+        return disco_set_error(DISCO_E_HEAP_EXHAUSTED,
+                               "no shared heap here: tensors are made inside a session");
     DLTensor *t;
     disco_status_t st =
         disco__tensor_new(ctx->worker->heap, (uint32_t)ctx->worker_id, shape, ndim, dtype, &t);
@@ -169,6 +172,34 @@ static void ctx_release(disco_ctx_t *ctx)
     for (size_t i = 0; i < ctx->nscratch; i++)
         free(ctx->scratch[i]);
     free(ctx->scratch);
+}
+
+disco_status_t disco__func_run(const struct disco__func *f, disco_worker_t *w,
+                               const disco_value_t *args, int n, disco_value_t *ret_out)
+{
+    disco_ctx_t ctx; /* not zeroed whole: msg is written only on failure */
+    ctx.worker_id = w != NULL ? w->id : 0;
+    ctx.world = w != NULL ? w->world : 1;
+    ctx.failed = 0;
+    ctx.worker = w;
+    ctx.msg[0] = '\0';
+    ctx.scratch = NULL;
+    ctx.nscratch = 0;
+    ctx.tensors = NULL;
+    ctx.ntensors = 0;
+    disco_value_t ret = disco_null();
+    disco_func_t fn = atomic_load_explicit(&f->fn, memory_order_acquire);
+    disco_clear_error();
+    disco_status_t st = fn(&ctx, args, n, &ret);
+    if (st != DISCO_OK) {
+        if (!ctx.failed) /* the message is in the error detail (copy: we rewrite it) */
+            snprintf(ctx.msg, sizeof ctx.msg, "%s", disco_last_error());
+        disco_set_error(st, "%s", ctx.msg[0] ? ctx.msg : disco_strerror(st));
+    } else {
+        st = disco_value_copy(&ret, ret_out);
+    }
+    ctx_release(&ctx);
+    return st;
 }
 
 /* ---- commands ---- */
@@ -237,27 +268,8 @@ static void exec_call(disco_worker_t *w, const disco_value_t *args, int nargs)
         disco__worker_post_error(w, st, f->name, disco_last_error());
         return;
     }
-    disco_ctx_t ctx; /* not zeroed whole: msg is written only on failure */
-    ctx.worker_id = w->id;
-    ctx.world = w->world;
-    ctx.failed = 0;
-    ctx.worker = w;
-    ctx.msg[0] = '\0';
-    ctx.scratch = NULL;
-    ctx.nscratch = 0;
-    ctx.tensors = NULL;
-    ctx.ntensors = 0;
-    disco_value_t ret = disco_null();
-    disco_func_t fn = atomic_load_explicit(&f->fn, memory_order_acquire);
-    disco_clear_error();
-    st = fn(&ctx, real, n, &ret);
-    if (st != DISCO_OK) {
-        const char *msg = ctx.failed ? ctx.msg : disco_last_error();
-        disco__worker_post_error(w, st, f->name, msg[0] ? msg : disco_strerror(st));
-    } else if ((st = disco_value_copy(&ret, slot)) != DISCO_OK) {
+    if ((st = disco__func_run(f, w, real, n, slot)) != DISCO_OK)
         disco__worker_post_error(w, st, f->name, disco_last_error());
-    }
-    ctx_release(&ctx);
 }
 
 static disco_status_t reply_ok(disco_worker_t *w, int64_t token, const disco_value_t *v,

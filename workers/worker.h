@@ -17,6 +17,7 @@
 #include "disco/func.h"
 #include "disco/value.h"
 #include "protocol.h"
+#include "registry.h"
 
 typedef struct disco_worker {
     int id;
@@ -64,6 +65,12 @@ void disco__worker_fini(disco_worker_t *w);
 disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
                                   const disco_value_t *args, void *reply, size_t reply_cap,
                                   size_t *reply_len);
+
+/** Runs function f with args on worker w (NULL: outside any session, as
+ *  worker 0 of 1) and copies its result into *ret_out (which must be null).
+ *  Returns the function's status with its message in disco_last_error(). */
+disco_status_t disco__func_run(const struct disco__func *f, disco_worker_t *w,
+                               const disco_value_t *args, int n, disco_value_t *ret_out);
 
 /** Stores a copy of v (a tensor: a new reference) in register reg.
  *  Returns DISCO_OK, DISCO_E_BAD_REG, DISCO_E_NOMEM. */
