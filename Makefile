@@ -17,7 +17,7 @@ BUILD    := build/asan
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 else ifeq ($(SANITIZE),thread)
 BUILD    := build/tsan
-SANFLAGS := -fsanitize=thread
+SANFLAGS := -fsanitize=thread -DDISCO_NO_CLONES # ifunc resolvers run before TSan is up
 else
 $(error SANITIZE must be address or thread)
 endif
@@ -109,8 +109,39 @@ test: $(TEST_BIN) $(TOOLS) $(TESTLIB)
 	@if ls /dev/shm 2>/dev/null | grep -qi disco; then \
 	    echo "FAIL: disco objects left in /dev/shm"; ls /dev/shm; exit 1; fi
 
+# The data-plane baseline is Open MPI's MPI_Allreduce (tools/mpi_allreduce.c,
+# built with mpicc, not linked with disco, run by disco-bench through mpirun).
+# Debian's Open MPI is installed when mpicc or mpirun is missing (root only);
+# without it the MPI figures are skipped and the table says so.
+MPI_BENCH := $(BUILD)/bin/mpi_allreduce
+MPI_PKGS  := libopenmpi-dev openmpi-bin
+MPI_CC    := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(MPI_BENCH) tools/mpi_allreduce.c
+
 bench: $(BUILD)/bin/disco-bench
-	$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json
+	@if ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then \
+	    if [ "$$(id -u)" = 0 ]; then \
+	        echo "bench: installing $(MPI_PKGS) (the MPI baseline; log in $(BUILD)/mpi-install.log)"; \
+	        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	              --no-install-recommends $(MPI_PKGS); } >$(BUILD)/mpi-install.log 2>&1 \
+	            || { tail -5 $(BUILD)/mpi-install.log; \
+	                 echo "bench: installing Open MPI failed; MPI baseline skipped"; }; \
+	    else \
+	        echo "bench: mpicc/mpirun missing and not root; MPI baseline skipped" \
+	             "(install $(MPI_PKGS))"; \
+	    fi; \
+	fi
+	@mpi=""; \
+	if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
+	    mkdir -p $(dir $(MPI_BENCH)); \
+	    if [ $(MPI_BENCH) -nt tools/mpi_allreduce.c ] || \
+	       { echo "$(MPI_CC)"; $(MPI_CC); }; then \
+	        mpi="--mpi $(MPI_BENCH)"; \
+	    else \
+	        echo "bench: mpicc failed; MPI baseline skipped"; \
+	    fi; \
+	fi; \
+	echo "$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi"; \
+	$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi
 
 demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(DEMOLIB)
 	$(BUILD)/bin/disco-demo
@@ -124,5 +155,26 @@ cppcheck:
 
 clean:
 	rm -rf build
+
+# CUDA, whenever the toolkit is there ($(CUDA_HOME)/include/cuda_runtime.h and
+# the static runtime, libcudart_static.a):
+# workers/cuda.c is compiled against the runtime API, and the static runtime
+# is linked into libdisco.so, the tools and the test runner, so nothing needs
+# a library path (the runtime loads the driver, libcuda.so.1, at run time;
+# never -lcuda). Without the toolkit, cuda.c builds its "no CUDA" stubs.
+# A stamp per mode rebuilds cuda.o when the toolkit comes or goes.
+CUDA_HOME ?= /usr/local/cuda
+CUDART    := $(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart_static.a \
+                 $(CUDA_HOME)/lib/libcudart_static.a $(CUDA_HOME)/lib/x86_64-linux-gnu/libcudart_static.a))
+ifneq ($(and $(wildcard $(CUDA_HOME)/include/cuda_runtime.h),$(CUDART)),)
+CUDA_MODE := on
+LDLIBS    += $(CUDART) -lrt -ldl -lpthread
+$(BUILD)/obj/workers/cuda.o: CFLAGS += -DDISCO_HAVE_CUDA -I$(CUDA_HOME)/include
+else
+CUDA_MODE := off
+endif
+$(BUILD)/obj/workers/cuda.o: $(BUILD)/.cuda-$(CUDA_MODE)
+$(BUILD)/.cuda-$(CUDA_MODE):
+	@mkdir -p $(@D) && rm -f $(BUILD)/.cuda-* && touch $@
 
 -include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_SRC:tools/%.c=$(BUILD)/obj/tools/%.d) $(BENCH_OBJ:.o=.d) $(DEMO_OBJ:.o=.d)

@@ -24,4 +24,17 @@ int bench_reps(void);
  *  call_sync_ns_n4, call_sync_ns_n8, session_open_ms_n8. */
 void bench_session(void);
 
+/** The data-plane figures, N = 2 (bench_tensor.c): allreduce_us_1MiB,
+ *  allreduce_us_64MiB, bcast_us_1MiB, bcast_us_64MiB, copy_to_worker0_gbps
+ *  and its baseline memcpy_gbps. */
+void bench_tensor(void);
+
+/** The Open MPI baseline (bench_tensor.c): runs bench_mpi_path() under
+ *  mpirun with 2 ranks and records mpi_allreduce_us_1MiB and
+ *  mpi_allreduce_us_64MiB; records nothing (and says why) without it. */
+void bench_mpi(void);
+
+/** The mpi_allreduce program (--mpi PATH, else $DISCO_BENCH_MPI), or NULL. */
+const char *bench_mpi_path(void);
+
 #endif

@@ -1,9 +1,11 @@
 /*
- * disco-bench - control-plane latency of disco against its floor and pipes.
+ * disco-bench - control-plane latency of disco against its floor and pipes,
+ * and data-plane figures against memcpy and Open MPI.
  *
- *   disco-bench [--json PATH] [--quick] [--help]
+ *   disco-bench [--json PATH] [--quick] [--mpi PATH] [--help]
  *
- * Figures (the JSON keys are a contract; ns or percent, medians over reps):
+ * Figures (the JSON keys are a contract; ns, us, GB/s or percent, medians
+ * over reps):
  *   floor_rtt_ns        cache-line ping-pong between two pinned processes
  *   ring_rtt_ns         64-byte round trip over two 1-reader disco rings
  *   pipe_rtt_ns         the same over a pair of pipes (TVM Disco's channel)
@@ -14,6 +16,14 @@
  *                       N = 2, rings (bench_session.c); _n4, _n8: N = 4, 8
  *   call_sync_pipe_ns   the same session over pipes (baseline; _n4, _n8 too)
  *   session_open_ms_n8  open + close a session of 8 workers
+ *   allreduce_us_1MiB   float32 sum allreduce + sync worker 1, N = 2, pinned
+ *                       (bench_tensor.c); _64MiB: of 64 MiB
+ *   mpi_allreduce_us_1MiB  Open MPI's MPI_Allreduce, 2 ranks (baseline; _64MiB
+ *                       too; only with --mpi: tools/mpi_allreduce.c)
+ *   bcast_us_64MiB      broadcast_from_worker0 + sync worker 1 (by reference);
+ *                       bcast_us_1MiB shows it is O(1) in the size
+ *   copy_to_worker0_gbps  copy of 64 MiB into worker 0's heap (+ free)
+ *   memcpy_gbps         single-core memcpy of 64 MiB (baseline)
  * Diagnostics (not in the contract): floor_2line_rtt_ns (one line per
  * direction, as a pair of rings must use) and ring_rtt_48b_ns (a message
  * that fits one line with its slot header).
@@ -46,10 +56,11 @@
 
 static struct {
     bool quick;
-    int reps;       /* repetitions per figure */
-    int64_t rep_ns; /* target duration of one repetition */
-    int idle_reps;  /* idle seconds measured */
-} opt = {false, 15, 30000000, 3};
+    int reps;        /* repetitions per figure */
+    int64_t rep_ns;  /* target duration of one repetition */
+    int idle_reps;   /* idle seconds measured */
+    const char *mpi; /* the mpi_allreduce program, or NULL */
+} opt = {false, 15, 30000000, 3, NULL};
 
 /* ---- results ---- */
 
@@ -89,6 +100,11 @@ static const result_t *find_result(const char *key)
 int bench_reps(void)
 {
     return opt.reps;
+}
+
+const char *bench_mpi_path(void)
+{
+    return opt.mpi;
 }
 
 double measure(round_fn fn, void *ctx)
@@ -591,6 +607,8 @@ static const struct section {
     {"broadcast + acks", bench_bcast},
     {"idle reader", bench_idle},
     {"session: call + sync", bench_session},
+    {"data plane: tensors, N = 2", bench_tensor},
+    {"Open MPI baseline", bench_mpi},
 };
 
 /* ---- the table ---- */
@@ -626,6 +644,12 @@ static const row_t rows[] = {
     {"call_sync_ns_n4", "call_sync_pipe_ns_n4", true, "pipe/ring", T_NONE, 0},
     {"call_sync_ns_n8", "call_sync_pipe_ns_n8", true, "pipe/ring", T_NONE, 0},
     {"session_open_ms_n8", NULL, false, NULL, T_VALUE_LE, 10},
+    {"allreduce_us_1MiB", "mpi_allreduce_us_1MiB", true, "mpi/disco", T_RATIO_GE, 1.5},
+    {"allreduce_us_64MiB", "mpi_allreduce_us_64MiB", true, "mpi/disco", T_RATIO_GE, 1.5},
+    {"bcast_us_1MiB", NULL, false, NULL, T_NONE, 0},
+    {"bcast_us_64MiB", "bcast_us_1MiB", false, "64MiB/1MiB", T_NONE, 0},
+    {"copy_to_worker0_gbps", "memcpy_gbps", false, "copy/memcpy", T_RATIO_GE, 0.8},
+    {"memcpy_gbps", NULL, false, NULL, T_NONE, 0},
 };
 
 static void print_row(const row_t *r)
@@ -653,10 +677,15 @@ static void print_row(const row_t *r)
                  v->value < r->target ? "PASS" : "MISS");
         break;
     case T_RATIO_GE:
-        snprintf(target, sizeof target, ">= %gx  %s", r->target, q >= r->target ? "PASS" : "MISS");
+        if (b == NULL) /* the baseline was not measured: no verdict */
+            snprintf(target, sizeof target, ">= %gx  %s", r->target,
+                     strncmp(r->base, "mpi_", 4) == 0 ? "MPI not available" : "no baseline");
+        else
+            snprintf(target, sizeof target, ">= %gx  %s", r->target,
+                     q >= r->target ? "PASS" : "MISS");
         break;
     }
-    printf("%-18s %12.1f %-4s %-18s %12s %-18s %s\n", v->key, v->value, v->unit,
+    printf("%-22s %12.1f %-4s %-22s %12s %-18s %s\n", v->key, v->value, v->unit,
            r->base ? r->base : "-", base_val, ratio, target);
 }
 
@@ -666,7 +695,7 @@ static void print_table(const bu_machine_t *m)
            m->mem_gib, m->gpu, m->load1);
     if (m->load1 > 0.5)
         printf("warning: the machine was busy at start; figures are skewed\n");
-    printf("%-18s %12s %-4s %-18s %12s %-18s %s\n", "name", "value", "unit", "baseline",
+    printf("%-22s %12s %-4s %-22s %12s %-18s %s\n", "name", "value", "unit", "baseline",
            "base value", "ratio", "target");
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         print_row(&rows[i]);
@@ -700,16 +729,22 @@ static void write_json(const char *path, const bu_machine_t *m)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: disco-bench [--json PATH] [--quick] [--help]\n"
+    fprintf(f, "usage: disco-bench [--json PATH] [--quick] [--mpi PATH] [--help]\n"
                "  --json PATH  also write the results as JSON to PATH\n"
-               "  --quick      fewer, shorter repetitions (smoke test, ~2 s)\n"
+               "  --quick      fewer, shorter repetitions (smoke test)\n"
+               "  --mpi PATH   the mpi_allreduce program, run with mpirun as the\n"
+               "               allreduce baseline (default $DISCO_BENCH_MPI; none: skipped)\n"
                "Prints floor, ring and pipe round trips, broadcast + acks to 1..8\n"
-               "readers and the idle CPU of a parked reader (medians; ns or %%).\n");
+               "readers, the idle CPU of a parked reader, session calls, and the data\n"
+               "plane: allreduce, broadcast, copy to worker 0 (medians).\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *json_path = NULL;
+    const char *mpi_env = getenv("DISCO_BENCH_MPI");
+    if (mpi_env != NULL && mpi_env[0] != '\0')
+        opt.mpi = mpi_env;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
             json_path = argv[++i];
@@ -718,6 +753,8 @@ int main(int argc, char **argv)
             opt.reps = 5;
             opt.rep_ns = 5000000;
             opt.idle_reps = 1;
+        } else if (strcmp(argv[i], "--mpi") == 0 && i + 1 < argc) {
+            opt.mpi = argv[++i];
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;

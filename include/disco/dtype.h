@@ -86,8 +86,9 @@ bool disco_dtype_parse(const char *s, DLDataType *out);
  * infinity as IEEE 754 prescribes (fp16: |x| >= 65520); fp16 subnormals are
  * produced exactly; NaN stays NaN with its sign and top payload bits and the
  * quiet bit set (so every quiet NaN round-trips bit-exactly). The code is
- * branch-free so that loops over it vectorize. Assumes the default
- * floating-point environment (round to nearest, no flush-to-zero).
+ * branch-free so that loops over it vectorize. Assumes the default rounding
+ * mode (to nearest); flush-to-zero and denormals-are-zero modes do not
+ * change the results.
  */
 
 static inline uint32_t disco__f32_bits(float f)

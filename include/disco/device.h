@@ -1,0 +1,263 @@
+/*
+ * disco/device.h - device memory, copies and streams per device type, and
+ * sharing CUDA memory between processes.
+ *
+ * Error rule (as everywhere in disco): functions return a disco_status_t,
+ * output arguments are written only on success, and the failing call records
+ * its context in disco_last_error().
+ *
+ * Device types. kDLCPU is plain host memory (malloc; copies are memcpy;
+ * streams are no-ops). kDLCUDA is built whenever the CUDA toolkit is present
+ * at build time (disco_device_has_cuda()); the driver is loaded at run time.
+ * A build without CUDA, or a machine without a GPU or driver, answers every
+ * CUDA call with DISCO_E_NO_DEVICE and a detail that starts with
+ * "no CUDA device: " ("...this build has no CUDA support", or
+ * "...cudaGetDeviceCount: no CUDA-capable device is detected"); the CPU path
+ * is unaffected. Other device types give DISCO_E_NO_DEVICE.
+ *
+ * Workers and GPUs. Worker i uses GPU i mod (number of GPUs), so several
+ * workers may share one GPU (disco_device_for_worker). Processes that use
+ * CUDA must be forked before the parent initializes CUDA (any CUDA call
+ * here does): a child forked afterwards cannot use CUDA.
+ *
+ * CUDA calls change the calling thread's current device to the one they
+ * name (as cudaSetDevice), as TVM's device API does.
+ */
+#ifndef DISCO_DEVICE_H
+#define DISCO_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#include "disco/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------
+ * The device API, one table per device type
+ * ------------------------------------------------------------------------- */
+
+/* A stream of work on a device (CUDA: a cudaStream_t). NULL is the device's
+ * default stream; CPU ignores streams (its copies finish before they return). */
+typedef void *disco_stream_t;
+
+/* What a device type provides. Every pointer is set. Thread-safe: each
+ * function may be called from any thread. The functions return what the
+ * disco_device_* wrappers below document. */
+typedef struct disco_device_api {
+    DLDeviceType type;
+    const char *name; /* "cpu", "cuda" */
+    disco_status_t (*count)(int *count_out);
+    disco_status_t (*set_device)(int device_id);
+    disco_status_t (*alloc)(int device_id, size_t nbytes, void **ptr_out);
+    disco_status_t (*free)(int device_id, void *ptr);
+    /* One side (or both) is of this type; the other is kDLCPU or this type. */
+    disco_status_t (*copy)(void *dst, DLDevice dst_dev, const void *src, DLDevice src_dev,
+                           size_t nbytes, disco_stream_t stream);
+    disco_status_t (*stream_create)(int device_id, disco_stream_t *stream_out);
+    disco_status_t (*stream_free)(int device_id, disco_stream_t stream);
+    disco_status_t (*stream_sync)(int device_id, disco_stream_t stream);
+} disco_device_api_t;
+
+/** The device API of a device type. Thread-safe. Returns DISCO_OK or
+ *  DISCO_E_NO_DEVICE (a type disco does not support). A CUDA table exists in
+ *  every build; without CUDA its functions return DISCO_E_NO_DEVICE. */
+disco_status_t disco_device_api_get(DLDeviceType type, const disco_device_api_t **api_out);
+
+/** Whether this build has CUDA support (the toolkit was found at build
+ *  time). Says nothing about a GPU being there. Thread-safe. */
+bool disco_device_has_cuda(void);
+
+/** Number of devices of a type: 1 for kDLCPU, the number of GPUs for kDLCUDA.
+ *  Thread-safe. Returns DISCO_OK (count >= 1), DISCO_E_NO_DEVICE (no CUDA
+ *  build, no driver, no GPU; the detail says which), DISCO_E_SYS (CUDA
+ *  failed otherwise, e.g. in a child forked after CUDA was initialized). */
+disco_status_t disco_device_count(DLDeviceType type, int *count_out);
+
+/** The device index worker worker_id uses among num_devices devices:
+ *  worker_id mod num_devices. Thread-safe, pure. Returns -1 if worker_id < 0
+ *  or num_devices < 1. */
+static inline int disco_device_for_worker(int worker_id, int num_devices)
+{
+    if (worker_id < 0 || num_devices < 1)
+        return -1;
+    return worker_id % num_devices;
+}
+
+/** The device of type a worker uses: {type, worker_id mod count}; for kDLCPU
+ *  always {kDLCPU, 0}. Thread-safe. Returns DISCO_OK, DISCO_E_INVAL
+ *  (worker_id < 0), or what disco_device_count returns. */
+disco_status_t disco_device_of_worker(DLDeviceType type, int worker_id, DLDevice *dev_out);
+
+/** Makes dev the calling thread's current device (cudaSetDevice). CPU: no-op.
+ *  Returns DISCO_OK, DISCO_E_NO_DEVICE (no such device), DISCO_E_SYS. */
+disco_status_t disco_device_set(DLDevice dev);
+
+/** nbytes (> 0) of memory on dev: malloc'd (64-byte aligned) for CPU,
+ *  cudaMalloc'd for CUDA (and known to this process's IPC table, see below).
+ *  Thread-safe. Returns DISCO_OK, DISCO_E_INVAL (nbytes 0), DISCO_E_NOMEM,
+ *  DISCO_E_NO_DEVICE, DISCO_E_SYS. */
+disco_status_t disco_device_alloc(DLDevice dev, size_t nbytes, void **ptr_out);
+
+/** Frees what disco_device_alloc gave on dev. NULL is harmless. CUDA memory
+ *  that another process still imports is not freed: DISCO_E_AGAIN, with the
+ *  importers' pids in the detail (free it after they release). Thread-safe.
+ *  Returns DISCO_OK, DISCO_E_AGAIN, DISCO_E_INVAL (not an allocation of this
+ *  process), DISCO_E_NO_DEVICE, DISCO_E_SYS. */
+disco_status_t disco_device_free(DLDevice dev, void *ptr);
+
+/** Copies nbytes from src on src_dev to dst on dst_dev: host<->device and
+ *  device<->device (across GPUs too). With a CUDA side the copy is queued on
+ *  stream (any device's; NULL: the default stream of dst's device, of src's
+ *  when dst is CPU) and is complete after disco_device_stream_sync of that
+ *  stream; CPU to CPU finishes before it returns.
+ *  Thread-safe. Returns DISCO_OK, DISCO_E_INVAL (NULL pointer with
+ *  nbytes > 0), DISCO_E_NO_DEVICE (unsupported pair, no CUDA), DISCO_E_SYS. */
+disco_status_t disco_device_copy(void *dst, DLDevice dst_dev, const void *src, DLDevice src_dev,
+                                 size_t nbytes, disco_stream_t stream);
+
+/** A new stream on dev (CUDA: non-blocking with respect to the default
+ *  stream; CPU: NULL). Returns DISCO_OK, DISCO_E_NO_DEVICE, DISCO_E_SYS. */
+disco_status_t disco_device_stream_create(DLDevice dev, disco_stream_t *stream_out);
+
+/** Destroys a stream from disco_device_stream_create. NULL is harmless.
+ *  Returns DISCO_OK, DISCO_E_NO_DEVICE, DISCO_E_SYS. */
+disco_status_t disco_device_stream_free(DLDevice dev, disco_stream_t stream);
+
+/** Waits until everything queued on stream (NULL: the default stream) is done.
+ *  Returns DISCO_OK, DISCO_E_NO_DEVICE, DISCO_E_SYS (a failed kernel or copy
+ *  reports here). */
+disco_status_t disco_device_stream_sync(DLDevice dev, disco_stream_t stream);
+
+/* ---------------------------------------------------------------------------
+ * Sharing CUDA memory between processes (CUDA IPC)
+ *
+ * Protocol:
+ *   1. Before forking (or before spawning, in memory every worker maps), one
+ *      process formats a lifetime table in shared memory:
+ *      disco_device_ipc_init(mem, disco_device_ipc_footprint(n), n).
+ *      Every process that shares memory calls disco_device_ipc_attach(mem,..)
+ *      (a forked child inherits the attachment).
+ *   2. The owner allocates with disco_device_alloc and exports a pointer:
+ *      disco_device_ipc_export(ptr, &ref). The allocation is exported once
+ *      (one cudaIpcGetMemHandle per allocation, whatever pointer inside it is
+ *      exported and however often); ref is its base handle + the offset.
+ *   3. ref travels to other processes as plain bytes (pipe, ring, heap).
+ *   4. An importer calls disco_device_ipc_import(&ref, &ptr): the first
+ *      import of an allocation in a process opens its handle
+ *      (cudaIpcOpenMemHandle, on the importer's current device), later ones
+ *      reuse the cached mapping and count a reference. The exporter
+ *      importing its own ref gets its own pointer back; nothing is opened.
+ *   5. Each import is undone by disco_device_ipc_release(&ref); the last one
+ *      in a process closes the handle.
+ *   6. The owner's disco_device_free refuses (DISCO_E_AGAIN) while any live
+ *      process holds an import; processes that died are not counted.
+ * Ordering of the bytes between processes is the caller's, with IPC events.
+ * ------------------------------------------------------------------------- */
+
+#define DISCO_IPC_HANDLE_BYTES 64
+
+/* A CUDA IPC handle (memory or event): opaque bytes. */
+typedef struct disco_ipc_handle {
+    unsigned char bytes[DISCO_IPC_HANDLE_BYTES];
+} disco_ipc_handle_t;
+
+/* A pointer into an exported allocation, as it travels between processes:
+ * the allocation's base handle plus an offset. Plain bytes, no pointers. */
+typedef struct disco_ipc_ref {
+    disco_ipc_handle_t handle; /* of the allocation's base */
+    int32_t exporter_pid;      /* the process that allocated it */
+    int32_t device_id;         /* the exporter's device */
+    uint32_t slot;             /* entry in the shared lifetime table */
+    uint32_t gen;              /* that entry's generation (stale refs fail) */
+    uint64_t offset;           /* of the pointer from the allocation's base */
+    uint64_t alloc_bytes;      /* size of the whole allocation */
+} disco_ipc_ref_t;
+
+/** Bytes of shared memory a lifetime table for max_exports allocations
+ *  (exported at once, by all processes together) needs. */
+size_t disco_device_ipc_footprint(uint32_t max_exports);
+
+/** Formats the lifetime table in mem (bytes from disco_device_ipc_footprint,
+ *  shared memory, 64-byte aligned) and attaches this process to it. Call
+ *  once, before other processes attach. Not thread-safe with other calls
+ *  of this section. Returns DISCO_OK, DISCO_E_INVAL (too small, misaligned). */
+disco_status_t disco_device_ipc_init(void *mem, size_t bytes, uint32_t max_exports);
+
+/** Attaches this process to a table another process formatted (mem is this
+ *  process's mapping of it). Returns DISCO_OK, DISCO_E_INVAL,
+ *  DISCO_E_BAD_MAGIC (not a table of this layout version). */
+disco_status_t disco_device_ipc_attach(void *mem, size_t bytes);
+
+/** Exports ptr (inside memory from disco_device_alloc on a CUDA device).
+ *  Thread-safe. Returns DISCO_OK, DISCO_E_INVAL (not inside an allocation of
+ *  this process; no table attached), DISCO_E_NOMEM (table full),
+ *  DISCO_E_NO_DEVICE, DISCO_E_SYS (cudaIpcGetMemHandle failed). */
+disco_status_t disco_device_ipc_export(const void *ptr, disco_ipc_ref_t *ref_out);
+
+/** Maps the pointer ref names into this process (see the protocol).
+ *  Thread-safe. Returns DISCO_OK; DISCO_E_INVAL (a bad, forged or stale
+ *  ref: the allocation was freed, or is being freed, or the ref's handle,
+ *  offset or size disagree with the table); DISCO_E_NO_DEVICE; DISCO_E_SYS
+ *  (cudaIpcOpenMemHandle failed). */
+disco_status_t disco_device_ipc_import(const disco_ipc_ref_t *ref, void **ptr_out);
+
+/** Undoes one import of ref's allocation. Thread-safe. Returns DISCO_OK,
+ *  DISCO_E_INVAL (not imported by this process), DISCO_E_SYS (closing the
+ *  handle failed; the import is dropped all the same). */
+disco_status_t disco_device_ipc_release(const disco_ipc_ref_t *ref);
+
+/* ---------------------------------------------------------------------------
+ * CUDA IPC events: ordering work across processes
+ *
+ * Events are made with cudaEventInterprocess | cudaEventDisableTiming. The
+ * owner records on its stream and tells the other process (by any host
+ * channel) that it did; the other process then makes its stream wait for
+ * the event (or waits on the host). A wait covers the last record made
+ * before the wait was issued. Importing an event twice gives two handles;
+ * free each.
+ * ------------------------------------------------------------------------- */
+
+typedef struct disco_event disco_event_t;
+
+/** A new interprocess event on dev (kDLCUDA). Returns DISCO_OK,
+ *  DISCO_E_NO_DEVICE, DISCO_E_NOMEM, DISCO_E_SYS. */
+disco_status_t disco_device_event_create(DLDevice dev, disco_event_t **event_out);
+
+/** The handle another process imports ev with. Returns DISCO_OK,
+ *  DISCO_E_INVAL (NULL), DISCO_E_SYS. */
+disco_status_t disco_device_event_export(disco_event_t *ev, disco_ipc_handle_t *handle_out);
+
+/** Opens an event another process exported, for use on dev. Returns
+ *  DISCO_OK, DISCO_E_NO_DEVICE, DISCO_E_NOMEM, DISCO_E_SYS (bad handle). */
+disco_status_t disco_device_event_import(DLDevice dev, const disco_ipc_handle_t *handle,
+                                         disco_event_t **event_out);
+
+/** Records ev on stream (NULL: default stream). Returns DISCO_OK,
+ *  DISCO_E_INVAL, DISCO_E_SYS. */
+disco_status_t disco_device_event_record(disco_event_t *ev, disco_stream_t stream);
+
+/** Makes later work on stream wait for ev's last record. Returns DISCO_OK,
+ *  DISCO_E_INVAL, DISCO_E_SYS. */
+disco_status_t disco_device_stream_wait_event(disco_stream_t stream, disco_event_t *ev);
+
+/** Waits on the host until ev's last record is done. Returns DISCO_OK,
+ *  DISCO_E_INVAL, DISCO_E_SYS. */
+disco_status_t disco_device_event_sync(disco_event_t *ev);
+
+/** DISCO_OK if ev's last record is done, DISCO_E_AGAIN if not yet;
+ *  DISCO_E_INVAL, DISCO_E_SYS. */
+disco_status_t disco_device_event_query(disco_event_t *ev);
+
+/** Destroys ev (made or imported here). NULL is harmless. */
+void disco_device_event_free(disco_event_t *ev);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,112 @@
+/*
+ * mpi_allreduce - the baseline of disco-bench's allreduce figures: Open MPI's
+ * MPI_Allreduce (MPI_FLOAT, MPI_SUM) of 1 MiB and 64 MiB. Not linked with
+ * disco; built with mpicc and started by disco-bench (make bench) as
+ *
+ *   mpirun -np 2 --bind-to core --mca pml ob1 --mca btl self,vader mpi_allreduce [REPS]
+ *
+ * Out of place (separate send and receive buffers), as disco.allreduce writes
+ * a new tensor. Each call is timed on every rank between a barrier and its
+ * return; a call's time is the slowest rank's (the time until everyone has
+ * the result, as disco's call + sync of the last worker). Rank 0 prints the
+ * median over the repetitions, one line per size:
+ *
+ *   mpi_allreduce_us_1MiB=123.456
+ *   mpi_allreduce_us_64MiB=12345.678
+ *
+ * REPS (default 15) repetitions for 64 MiB, ten times as many for 1 MiB,
+ * after warm-up calls that fault the buffers in.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIB        (1u << 20)
+#define MAX_REPS   1000
+#define WARM_BIG   3
+#define WARM_SMALL 50
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void die(int rank, const char *what, int rc)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    fprintf(stderr, "error: mpi_allreduce rank %d: %s: %s\n", rank, what, msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* Median µs of one MPI_Allreduce of bytes, the slowest rank's time per call;
+ * valid on rank 0. */
+static double allreduce_us(int rank, size_t bytes, int warm, int reps)
+{
+    size_t count = bytes / sizeof(float);
+    float *in = malloc(bytes), *out = malloc(bytes);
+    double *t = calloc((size_t)reps, sizeof *t), *tmax = calloc((size_t)reps, sizeof *tmax);
+    if (in == NULL || out == NULL || t == NULL || tmax == NULL) {
+        fprintf(stderr, "error: mpi_allreduce rank %d: out of memory\n", rank);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    for (size_t i = 0; i < count; i++)
+        in[i] = (float)(i % 1024);
+    memset(out, 0, bytes);
+    for (int r = -warm; r < reps; r++) {
+        int rc = MPI_Barrier(MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS)
+            die(rank, "MPI_Barrier", rc);
+        double t0 = MPI_Wtime();
+        rc = MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        double dt = MPI_Wtime() - t0;
+        if (rc != MPI_SUCCESS)
+            die(rank, "MPI_Allreduce", rc);
+        if (r >= 0)
+            t[r] = dt;
+    }
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (size_t i = 0; i < count; i += 4099) /* a sample: every rank sent the same */
+        if (out[i] != (float)size * in[i]) {
+            fprintf(stderr, "error: mpi_allreduce rank %d: element %zu is %g, want %g\n", rank, i,
+                    (double)out[i], (double)size * in[i]);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    MPI_Reduce(t, tmax, reps, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    qsort(tmax, (size_t)reps, sizeof *tmax, cmp_double);
+    double med = reps % 2 ? tmax[reps / 2] : (tmax[reps / 2 - 1] + tmax[reps / 2]) / 2;
+    free(in);
+    free(out);
+    free(t);
+    free(tmax);
+    return med * 1e6;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int reps = argc > 1 ? atoi(argv[1]) : 15;
+    if (reps < 1 || reps * 10 > MAX_REPS) {
+        if (rank == 0)
+            fprintf(stderr, "usage: mpirun -np N mpi_allreduce [REPS 1..%d]\n", MAX_REPS / 10);
+        MPI_Finalize();
+        return 2;
+    }
+    double small = allreduce_us(rank, MIB, WARM_SMALL, reps * 10);
+    double big = allreduce_us(rank, 64 * (size_t)MIB, WARM_BIG, reps);
+    if (rank == 0) {
+        printf("mpi_ranks=%d\n", size);
+        printf("mpi_allreduce_us_1MiB=%.3f\n", small);
+        printf("mpi_allreduce_us_64MiB=%.3f\n", big);
+        fflush(stdout);
+    }
+    MPI_Finalize();
+    return 0;
+}
