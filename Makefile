@@ -100,7 +100,8 @@ $(BUILD)/obj/testlib/testlib.o: tests/testlib.c | $(DEPS_STAMP)
 
 # Tests find the test library and the worker program by absolute path.
 $(BUILD)/obj/tests/%.o: CFLAGS += -DDISCO_TEST_LIB='"$(abspath $(TESTLIB))"' \
-    -DDISCO_TEST_WORKER='"$(abspath $(BUILD)/bin/disco-worker)"'
+    -DDISCO_TEST_WORKER='"$(abspath $(BUILD)/bin/disco-worker)"' \
+    -DDISCO_TEST_BIN='"$(abspath $(BUILD)/bin)"'
 
 # Each test runs in its own process (CK_FORK=yes). Afterwards nothing of
 # ours may remain in /dev/shm (disco never names segments there).

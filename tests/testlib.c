@@ -9,6 +9,7 @@
 #include "disco/dtype.h"
 #include "disco/func.h"
 #include "disco/tensor.h"
+#include "disco/wait.h"
 
 /* test.add(a, b) = a + b */
 static disco_status_t add(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
@@ -210,3 +211,16 @@ static disco_status_t fill_odd(disco_ctx_t *ctx, const disco_value_t *a, int n,
     return fill(ctx, args, 3, ret);
 }
 DISCO_FUNC("test.fill_odd", "Stiti", fill_odd)
+
+/* test.spin_ms(ms): keeps the CPU busy for ms milliseconds (a slow call). */
+static disco_status_t spin_ms(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)ctx;
+    (void)n;
+    int64_t end = disco_now_ns() + a[0].v.i * 1000000;
+    while (disco_now_ns() < end)
+        ;
+    *ret = disco_int(a[0].v.i);
+    return DISCO_OK;
+}
+DISCO_FUNC("test.spin_ms", "i", spin_ms)

@@ -1,0 +1,156 @@
+/*
+ * disco/rpc.h - RPC sessions: one interface for local and remote execution,
+ * as TVM's RPCSession, served over local IPC and chainable through proxies.
+ *
+ * An RPC session is an ops table. Implementations:
+ *  - the local session (disco_rpc_local): functions of this process's
+ *    registry, memory from this process;
+ *  - the client session (disco_rpc_connect): every op travels to an endpoint
+ *    over a transport (disco/transport.h: shm ring pair, Unix socket, TCP,
+ *    stdio pipes) and back.
+ * A server (disco_rpc_serve, the disco-rpc-server tool) serves a session on a
+ * transport; that session may itself be a client session to another server,
+ * so sessions chain: client -> server A -> server B -> local.
+ *
+ * Handles. Functions and remote memory are named by 64-bit handles that only
+ * the session that made them understands; free them with
+ * disco_rpc_free_handle (a free after the connection closed is harmless).
+ * Remote memory appears as its own device: disco_rpc_device() tags a device
+ * type with the session, so tensor code can tell remote memory apart.
+ *
+ * Protocol. Packets are a u64 length and a disco frame (disco/value.h). The
+ * first exchange carries a magic and DISCO_RPC_VERSION; a mismatch fails the
+ * connect with DISCO_E_VERSION naming both versions. A server whose session
+ * outlives its timeout sends DISCO_E_SESSION_TIMEOUT to the client before it
+ * kills the serving process; the client reports exactly that code. Large
+ * copies travel in chunks of DISCO_RPC_CHUNK bytes.
+ *
+ * Errors: every function returns a disco_status_t; a remote failure comes
+ * back with its code and the remote message in disco_last_error(). Values
+ * returned own their memory (disco_value_clear). A session is used by one
+ * thread at a time.
+ */
+#ifndef DISCO_RPC_H
+#define DISCO_RPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#include "disco/status.h"
+#include "disco/transport.h"
+#include "disco/value.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DISCO_RPC_VERSION 1
+#define DISCO_RPC_MAGIC   "disco-rpc"
+#define DISCO_RPC_CHUNK   (1u << 20)
+#define DISCO_RPC_SESS_MASK 128 /* remote device type = local type + mask * (index + 1) */
+
+typedef struct disco_rpc disco_rpc_t;
+typedef uint64_t disco_rpc_handle_t;
+
+/* Completion of an asynchronous op: status, and the result (owned by the
+ * callback for the call's duration only; copy what you keep). */
+typedef void (*disco_rpc_done_fn)(void *ctx, disco_status_t status, const disco_value_t *ret);
+
+typedef struct disco_rpc_ops {
+    const char *kind; /* "local", "client" */
+    disco_status_t (*get_func)(disco_rpc_t *s, const char *name, disco_rpc_handle_t *func_out);
+    disco_status_t (*call)(disco_rpc_t *s, disco_rpc_handle_t func, const disco_value_t *args,
+                           int nargs, disco_value_t *ret_out);
+    disco_status_t (*copy_to_remote)(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
+                                     uint64_t offset, uint64_t nbytes);
+    disco_status_t (*copy_from_remote)(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t offset,
+                                       void *dst, uint64_t nbytes);
+    disco_status_t (*free_handle)(disco_rpc_t *s, disco_rpc_handle_t h);
+    disco_status_t (*dev_alloc)(disco_rpc_t *s, DLDevice dev, uint64_t nbytes, uint64_t align,
+                                disco_rpc_handle_t *mem_out);
+    disco_status_t (*dev_free)(disco_rpc_t *s, DLDevice dev, disco_rpc_handle_t mem);
+    disco_status_t (*stream_sync)(disco_rpc_t *s, DLDevice dev);
+    disco_status_t (*call_async)(disco_rpc_t *s, disco_rpc_handle_t func,
+                                 const disco_value_t *args, int nargs, disco_rpc_done_fn done,
+                                 void *ctx);
+    disco_status_t (*wait)(disco_rpc_t *s);
+    void (*close)(disco_rpc_t *s);
+} disco_rpc_ops_t;
+
+struct disco_rpc {
+    const disco_rpc_ops_t *ops;
+    int index; /* for device tagging: unique per process */
+};
+
+/* ---- making sessions ---- */
+
+/** The in-process session. Returns DISCO_OK, DISCO_E_NOMEM. */
+disco_status_t disco_rpc_local(disco_rpc_t **sess_out);
+
+/** A client session to the endpoint at address (see disco_connect), with a
+ *  per-call deadline (0 = none). Performs the version handshake. Returns
+ *  DISCO_OK, DISCO_E_VERSION (both versions named), DISCO_E_CLOSED,
+ *  DISCO_E_TIMEOUT, DISCO_E_INVAL (bad address), DISCO_E_NOMEM. */
+disco_status_t disco_rpc_connect(const char *address, uint32_t call_timeout_ms,
+                                 disco_rpc_t **sess_out);
+
+/** The same over a transport already open (e.g. stdio pipes); takes it. */
+disco_status_t disco_rpc_client(disco_transport_t *t, uint32_t call_timeout_ms,
+                                disco_rpc_t **sess_out);
+
+/** Closes a session (a client: tells the server, closes the transport).
+ *  NULL is harmless. */
+void disco_rpc_close(disco_rpc_t *sess);
+
+/* ---- the ops (thin wrappers over the table) ---- */
+
+disco_status_t disco_rpc_get_func(disco_rpc_t *s, const char *name, disco_rpc_handle_t *func_out);
+disco_status_t disco_rpc_call(disco_rpc_t *s, disco_rpc_handle_t func, const disco_value_t *args,
+                              int nargs, disco_value_t *ret_out);
+disco_status_t disco_rpc_copy_to_remote(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
+                                        uint64_t offset, uint64_t nbytes);
+disco_status_t disco_rpc_copy_from_remote(disco_rpc_t *s, disco_rpc_handle_t src,
+                                          uint64_t offset, void *dst, uint64_t nbytes);
+disco_status_t disco_rpc_free_handle(disco_rpc_t *s, disco_rpc_handle_t h);
+disco_status_t disco_rpc_dev_alloc(disco_rpc_t *s, DLDevice dev, uint64_t nbytes, uint64_t align,
+                                   disco_rpc_handle_t *mem_out);
+disco_status_t disco_rpc_dev_free(disco_rpc_t *s, DLDevice dev, disco_rpc_handle_t mem);
+disco_status_t disco_rpc_stream_sync(disco_rpc_t *s, DLDevice dev);
+
+/** Whether the session runs in this process. */
+bool disco_rpc_is_local(const disco_rpc_t *s);
+
+/** The device that names dev's memory behind session s (device type tagged
+ *  with the session; a local session returns dev unchanged). */
+DLDevice disco_rpc_device(const disco_rpc_t *s, DLDevice dev);
+
+/** Asynchronous call: done(ctx, status, ret) runs before this returns for a
+ *  local session, and from disco_rpc_wait (or the next synchronous op) for a
+ *  client, in the order the calls were made. If the call cannot be sent, it
+ *  returns the error and done is never called. */
+disco_status_t disco_rpc_call_async(disco_rpc_t *s, disco_rpc_handle_t func,
+                                    const disco_value_t *args, int nargs, disco_rpc_done_fn done,
+                                    void *ctx);
+
+/** Waits for every outstanding asynchronous call to complete. */
+disco_status_t disco_rpc_wait(disco_rpc_t *s);
+
+/* ---- serving ---- */
+
+/** Serves sess on transport t until the peer says shutdown or goes away.
+ *  Malformed, truncated or oversized packets and unknown codes answer with
+ *  an error (or end the connection when the stream cannot be resynced);
+ *  never crash. Returns DISCO_OK (clean end) or the error that ended it. */
+disco_status_t disco_rpc_serve(disco_rpc_t *sess, disco_transport_t *t);
+
+/** Sends the session-timeout notice on t (the server's parent does, after it
+ *  stopped the serving process). */
+void disco_rpc_send_timeout(disco_transport_t *t, uint32_t timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,355 @@
+/* rpc_client.c - the client RPC session: every op is a request packet to an
+ * endpoint and its answer (see disco/rpc.h). Replies come back in request
+ * order, so asynchronous calls are a FIFO of callbacks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../workers/rpc_proto.h"
+#include "disco/wait.h"
+#include "rpc_impl.h"
+
+#define COPY_WINDOW 4 /* chunks in flight during a copy to remote */
+
+struct pending {
+    uint64_t seq;
+    disco_rpc_done_fn done;
+    void *ctx;
+};
+
+struct client {
+    disco_rpc_t base;
+    disco_transport_t *t;
+    disco__rpc_buf_t out, in;
+    uint32_t timeout_ms;
+    uint64_t seq;
+    disco_status_t dead; /* DISCO_OK while the connection is good */
+    char why[256];
+    struct pending *q;
+    size_t qhead, qlen, qcap;
+    disco_frame_hdr_t h;                      /* the last reply */
+    disco_value_t args[DISCO_RPC_MAX_ARGS]; /* its values (point into in) */
+};
+
+static int64_t deadline(const struct client *c)
+{
+    return c->timeout_ms ? disco_now_ns() + (int64_t)c->timeout_ms * 1000000 : 0;
+}
+
+/* A transport failure ends the session: later ops report it. */
+static disco_status_t die(struct client *c, disco_status_t st)
+{
+    if (c->dead == DISCO_OK) {
+        c->dead = st;
+        snprintf(c->why, sizeof c->why, "%s", disco_last_error());
+    }
+    return st;
+}
+
+static disco_status_t alive(struct client *c)
+{
+    if (c->dead == DISCO_OK)
+        return DISCO_OK;
+    return disco_set_error(c->dead == DISCO_E_SESSION_TIMEOUT ? DISCO_E_SESSION_TIMEOUT
+                                                              : DISCO_E_CLOSED,
+                           "RPC connection is gone: %s", c->why);
+}
+
+static disco_status_t send_req(struct client *c, uint32_t code, const disco_value_t *a, int n,
+                               uint64_t *seq_out)
+{
+    disco_status_t st = alive(c);
+    if (st != DISCO_OK)
+        return st;
+    uint64_t seq = ++c->seq;
+    st = disco__rpc_send(c->t, &c->out, code, seq, a, (uint32_t)n, deadline(c));
+    if (st == DISCO_E_BAD_TYPE || st == DISCO_E_MSG_TOO_BIG)
+        return st; /* nothing was sent */
+    if (st != DISCO_OK)
+        return die(c, st);
+    *seq_out = seq;
+    return DISCO_OK;
+}
+
+/* Reads the reply to seq. A remote exception returns its code, with the
+ * remote message; the session stays usable, except after a session
+ * timeout, which ends it. */
+static disco_status_t read_reply(struct client *c, uint64_t seq)
+{
+    disco_status_t st = disco__rpc_recv(c->t, &c->in, &c->h, c->args, DISCO_RPC_MAX_ARGS,
+                                        deadline(c));
+    if (st == DISCO_E_TIMEOUT)
+        return die(c, disco_set_error(DISCO_E_TIMEOUT, "no answer within %u ms", c->timeout_ms));
+    if (st != DISCO_OK)
+        return die(c, st == DISCO_E_MSG_TOO_BIG || st == DISCO_E_BAD_TYPE ? DISCO_E_PROTOCOL : st);
+    if (c->h.code == DISCO_RPC_EXCEPTION && c->h.nargs == 2 && c->args[0].type == DISCO_T_INT &&
+        c->args[1].type == DISCO_T_STR) {
+        disco_status_t code = (disco_status_t)c->args[0].v.i;
+        st = disco_set_error(code, "remote: %s", c->args[1].v.str);
+        if (code == DISCO_E_SESSION_TIMEOUT)
+            return die(c, st);
+        if (c->h.seq != seq && c->h.seq != 0)
+            return die(c, disco_set_error(DISCO_E_PROTOCOL, "answer %llu to request %llu",
+                                          (unsigned long long)c->h.seq,
+                                          (unsigned long long)seq));
+        return st;
+    }
+    if (c->h.seq != seq || (c->h.code != DISCO_RPC_RETURN && c->h.code != DISCO_RPC_COPY_ACK))
+        return die(c, disco_set_error(DISCO_E_PROTOCOL, "unexpected answer %u to request %llu",
+                                      c->h.code, (unsigned long long)seq));
+    return DISCO_OK;
+}
+
+/* Completes every outstanding asynchronous call, in order. */
+static disco_status_t c_wait(disco_rpc_t *s)
+{
+    struct client *c = (struct client *)s;
+    disco_status_t first = DISCO_OK;
+    while (c->qlen != 0) {
+        struct pending p = c->q[c->qhead];
+        c->qhead = (c->qhead + 1) % c->qcap;
+        c->qlen--;
+        disco_status_t st = c->dead != DISCO_OK ? alive(c) : read_reply(c, p.seq);
+        disco_value_t none = disco_null();
+        p.done(p.ctx, st, st == DISCO_OK && c->h.nargs >= 1 ? &c->args[0] : &none);
+        if (first == DISCO_OK)
+            first = st;
+    }
+    return first;
+}
+
+/* One synchronous request and its answer (values in c->args). */
+static disco_status_t request(struct client *c, uint32_t code, const disco_value_t *a, int n)
+{
+    c_wait(&c->base); /* earlier asynchronous calls answer first */
+    uint64_t seq;
+    disco_status_t st = send_req(c, code, a, n, &seq);
+    return st != DISCO_OK ? st : read_reply(c, seq);
+}
+
+static disco_status_t c_get_func(disco_rpc_t *s, const char *name, disco_rpc_handle_t *out)
+{
+    struct client *c = (struct client *)s;
+    disco_value_t a = disco_str(name);
+    disco_status_t st = request(c, DISCO_RPC_GET_FUNC, &a, 1);
+    if (st == DISCO_OK && (c->h.nargs != 1 || c->args[0].type != DISCO_T_FUNC))
+        st = die(c, disco_set_error(DISCO_E_PROTOCOL, "get function: no handle in the answer"));
+    if (st == DISCO_OK)
+        *out = c->args[0].v.handle;
+    return st;
+}
+
+static disco_status_t c_call(disco_rpc_t *s, disco_rpc_handle_t f, const disco_value_t *args,
+                             int nargs, disco_value_t *ret)
+{
+    struct client *c = (struct client *)s;
+    if (nargs < 0 || nargs >= DISCO_RPC_MAX_ARGS)
+        return disco_set_error(DISCO_E_ARG_COUNT, "%d arguments, at most %d", nargs,
+                               DISCO_RPC_MAX_ARGS - 1);
+    disco_value_t a[DISCO_RPC_MAX_ARGS];
+    a[0] = (disco_value_t){.type = DISCO_T_FUNC, .v.handle = f};
+    if (nargs > 0)
+        memcpy(a + 1, args, (size_t)nargs * sizeof *args);
+    disco_status_t st = request(c, DISCO_RPC_CALL, a, nargs + 1);
+    if (st != DISCO_OK)
+        return st;
+    if (c->h.nargs != 1)
+        return die(c, disco_set_error(DISCO_E_PROTOCOL, "call: %u values returned", c->h.nargs));
+    return disco_value_copy(&c->args[0], ret);
+}
+
+static disco_status_t c_call_async(disco_rpc_t *s, disco_rpc_handle_t f, const disco_value_t *args,
+                                   int nargs, disco_rpc_done_fn done, void *ctx)
+{
+    struct client *c = (struct client *)s;
+    if (nargs < 0 || nargs >= DISCO_RPC_MAX_ARGS)
+        return disco_set_error(DISCO_E_ARG_COUNT, "%d arguments", nargs);
+    if (c->qlen == c->qcap) {
+        size_t cap = c->qcap ? c->qcap * 2 : 16;
+        struct pending *q = malloc(cap * sizeof *q);
+        if (q == NULL)
+            return disco_set_error(DISCO_E_NOMEM, "async queue");
+        for (size_t i = 0; i < c->qlen; i++)
+            q[i] = c->q[(c->qhead + i) % c->qcap];
+        free(c->q);
+        c->q = q;
+        c->qhead = 0;
+        c->qcap = cap;
+    }
+    disco_value_t a[DISCO_RPC_MAX_ARGS];
+    a[0] = (disco_value_t){.type = DISCO_T_FUNC, .v.handle = f};
+    if (nargs > 0)
+        memcpy(a + 1, args, (size_t)nargs * sizeof *args);
+    uint64_t seq;
+    disco_status_t st = send_req(c, DISCO_RPC_CALL, a, nargs + 1, &seq);
+    if (st != DISCO_OK)
+        return st;
+    c->q[(c->qhead + c->qlen++) % c->qcap] = (struct pending){seq, done, ctx};
+    return DISCO_OK;
+}
+
+/* Sends the bytes in chunks, keeping up to COPY_WINDOW unanswered. An empty
+ * copy still sends one packet, so the handle and range are checked. */
+static disco_status_t c_copy_to(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
+                                uint64_t off, uint64_t n)
+{
+    struct client *c = (struct client *)s;
+    c_wait(s);
+    uint64_t sent = 0, seqs[COPY_WINDOW];
+    size_t head = 0, inflight = 0;
+    disco_status_t first = DISCO_OK;
+    bool any = false;
+    while ((sent < n || !any) && first == DISCO_OK) {
+        if (inflight == COPY_WINDOW) {
+            first = read_reply(c, seqs[head]);
+            head = (head + 1) % COPY_WINDOW;
+            inflight--;
+            continue;
+        }
+        uint64_t k = n - sent < DISCO_RPC_CHUNK ? n - sent : DISCO_RPC_CHUNK;
+        disco_value_t a[3] = {disco_opaque(dst), disco_int((int64_t)(off + sent)),
+                              disco_bytes((const char *)src + sent, (uint32_t)k)};
+        first = send_req(c, DISCO_RPC_COPY_TO, a, 3, &seqs[(head + inflight) % COPY_WINDOW]);
+        if (first == DISCO_OK) {
+            inflight++;
+            sent += k;
+            any = true;
+        }
+    }
+    for (; inflight != 0 && c->dead == DISCO_OK; inflight--) {
+        disco_status_t r = read_reply(c, seqs[head]);
+        head = (head + 1) % COPY_WINDOW;
+        if (first == DISCO_OK)
+            first = r;
+    }
+    return first;
+}
+
+static disco_status_t c_copy_from(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t off,
+                                  void *dst, uint64_t n)
+{
+    struct client *c = (struct client *)s;
+    uint64_t got = 0;
+    do {
+        uint64_t k = n - got < DISCO_RPC_CHUNK ? n - got : DISCO_RPC_CHUNK;
+        disco_value_t a[3] = {disco_opaque(src), disco_int((int64_t)(off + got)),
+                              disco_int((int64_t)k)};
+        disco_status_t st = request(c, DISCO_RPC_COPY_FROM, a, 3);
+        if (st != DISCO_OK)
+            return st;
+        if (c->h.nargs != 1 || c->args[0].type != DISCO_T_BYTES || c->args[0].len != k)
+            return die(c, disco_set_error(DISCO_E_PROTOCOL, "copy from remote: short answer"));
+        if (k != 0)
+            memcpy((char *)dst + got, c->args[0].v.bytes, k);
+        got += k;
+    } while (got < n);
+    return DISCO_OK;
+}
+
+static disco_status_t c_free_handle(disco_rpc_t *s, disco_rpc_handle_t h)
+{
+    struct client *c = (struct client *)s;
+    if (c->dead != DISCO_OK)
+        return DISCO_OK; /* the server let go of everything with the connection */
+    disco_value_t a = {.type = DISCO_T_OPAQUE, .v.handle = h};
+    return request(c, DISCO_RPC_FREE_HANDLE, &a, 1);
+}
+
+static disco_status_t c_dev_alloc(disco_rpc_t *s, DLDevice dev, uint64_t n, uint64_t align,
+                                  disco_rpc_handle_t *out)
+{
+    struct client *c = (struct client *)s;
+    disco_value_t a[3] = {disco_device(dev), disco_int((int64_t)n), disco_int((int64_t)align)};
+    disco_status_t st = request(c, DISCO_RPC_DEV_ALLOC, a, 3);
+    if (st == DISCO_OK && (c->h.nargs != 1 || c->args[0].type != DISCO_T_OPAQUE))
+        st = die(c, disco_set_error(DISCO_E_PROTOCOL, "device alloc: no handle in the answer"));
+    if (st == DISCO_OK)
+        *out = c->args[0].v.handle;
+    return st;
+}
+
+static disco_status_t c_dev_free(disco_rpc_t *s, DLDevice dev, disco_rpc_handle_t h)
+{
+    struct client *c = (struct client *)s;
+    if (c->dead != DISCO_OK)
+        return DISCO_OK;
+    disco_value_t a[2] = {disco_device(dev), disco_opaque(h)};
+    return request(c, DISCO_RPC_DEV_FREE, a, 2);
+}
+
+static disco_status_t c_sync(disco_rpc_t *s, DLDevice dev)
+{
+    disco_value_t a = disco_device(dev);
+    return request((struct client *)s, DISCO_RPC_STREAM_SYNC, &a, 1);
+}
+
+static void c_close(disco_rpc_t *s)
+{
+    struct client *c = (struct client *)s;
+    c_wait(s);
+    if (c->dead == DISCO_OK) {
+        uint64_t seq;
+        if (send_req(c, DISCO_RPC_SHUTDOWN, NULL, 0, &seq) == DISCO_OK)
+            read_reply(c, seq);
+    }
+    disco_transport_close(c->t);
+    disco__rpc_buf_free(&c->in);
+    disco__rpc_buf_free(&c->out);
+    free(c->q);
+    free(c);
+}
+
+static const disco_rpc_ops_t client_ops = {
+    .kind = "client",
+    .get_func = c_get_func,
+    .call = c_call,
+    .copy_to_remote = c_copy_to,
+    .copy_from_remote = c_copy_from,
+    .free_handle = c_free_handle,
+    .dev_alloc = c_dev_alloc,
+    .dev_free = c_dev_free,
+    .stream_sync = c_sync,
+    .call_async = c_call_async,
+    .wait = c_wait,
+    .close = c_close,
+};
+
+disco_status_t disco_rpc_client(disco_transport_t *t, uint32_t timeout_ms, disco_rpc_t **out)
+{
+    struct client *c = calloc(1, sizeof *c);
+    if (c == NULL || disco__rpc_buf_init(&c->in) != DISCO_OK ||
+        disco__rpc_buf_init(&c->out) != DISCO_OK) {
+        if (c != NULL) {
+            disco__rpc_buf_free(&c->in);
+            free(c);
+        }
+        disco_transport_close(t);
+        return disco_set_error(DISCO_E_NOMEM, "RPC client");
+    }
+    c->base.ops = &client_ops;
+    c->base.index = disco__rpc_next_index();
+    c->t = t;
+    c->timeout_ms = timeout_ms;
+    disco_value_t hello[2] = {disco_str(DISCO_RPC_MAGIC), disco_int(DISCO_RPC_VERSION)};
+    disco_status_t st = request(c, DISCO_RPC_INIT, hello, 2);
+    if (st == DISCO_OK && (c->h.nargs != 1 || c->args[0].type != DISCO_T_INT ||
+                           c->args[0].v.i != DISCO_RPC_VERSION))
+        st = disco_set_error(DISCO_E_VERSION, "server answered the handshake with another version");
+    if (st != DISCO_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        c->dead = st; /* no shutdown packet for a server that refused us */
+        c_close(&c->base);
+        return disco_set_error(st, "%s", why);
+    }
+    *out = &c->base;
+    return DISCO_OK;
+}
+
+disco_status_t disco_rpc_connect(const char *address, uint32_t timeout_ms, disco_rpc_t **out)
+{
+    disco_transport_t *t;
+    int64_t dl = timeout_ms ? disco_now_ns() + (int64_t)timeout_ms * 1000000 : 0;
+    disco_status_t st = disco_connect(address, dl, &t);
+    return st != DISCO_OK ? st : disco_rpc_client(t, timeout_ms, out);
+}

@@ -1,0 +1,429 @@
+/* test_rpc.c - RPC sessions: every operation over every transport, the local
+ * session, a two-hop proxy chain, version mismatch, session timeout, a
+ * client killed mid-call, malformed packets, handles after the connection
+ * closed. Servers are the disco-rpc-server tool. */
+#include <check.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../workers/rpc_proto.h"
+#include "disco/rpc.h"
+#include "disco/transport.h"
+#include "disco/wait.h"
+#include "testutil.h"
+
+extern char **environ;
+
+#define SERVER DISCO_TEST_BIN "/disco-rpc-server"
+
+typedef struct server {
+    pid_t pid;
+    int out; /* its stdout */
+    int in;  /* its stdin (stdio mode) */
+    char address[256];
+} server_t;
+
+/* Starts disco-rpc-server with the test library loaded and extra args;
+ * --listen mode returns the address it prints, --stdio mode the pipes. */
+static void start_server(server_t *sv, const char *listen, const char *proxy, const char *timeout,
+                         char **env)
+{
+    int out[2], in[2];
+    ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
+    ck_assert_int_eq(pipe2(in, O_CLOEXEC), 0);
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = SERVER;
+    argv[n++] = "--load";
+    argv[n++] = DISCO_TEST_LIB;
+    if (listen != NULL) {
+        argv[n++] = "--listen";
+        argv[n++] = listen;
+    } else {
+        argv[n++] = "--stdio";
+    }
+    if (proxy != NULL) {
+        argv[n++] = "--proxy";
+        argv[n++] = proxy;
+    }
+    if (timeout != NULL) {
+        argv[n++] = "--session-timeout";
+        argv[n++] = timeout;
+    }
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    ck_assert_int_eq(posix_spawn(&sv->pid, SERVER, &fa, NULL, (char **)argv, env ? env : environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out[1]);
+    close(in[0]);
+    sv->out = out[0];
+    sv->in = in[1];
+    sv->address[0] = '\0';
+    if (listen == NULL)
+        return;
+    /* The first line is "listening ADDRESS". */
+    char line[300];
+    size_t got = 0;
+    while (got < sizeof line - 1 && memchr(line, '\n', got) == NULL) {
+        struct pollfd pf = {.fd = sv->out, .events = POLLIN};
+        ck_assert_msg(poll(&pf, 1, 10000) == 1, "server printed no address");
+        ssize_t k = read(sv->out, line + got, sizeof line - 1 - got);
+        ck_assert_msg(k > 0, "server exited before listening");
+        got += (size_t)k;
+    }
+    line[got] = '\0';
+    ck_assert_int_eq(sscanf(line, "listening %255s", sv->address), 1);
+}
+
+static void stop_server(server_t *sv)
+{
+    kill(sv->pid, SIGTERM);
+    int ws;
+    ck_assert_int_eq(waitpid(sv->pid, &ws, 0), sv->pid);
+    close(sv->out);
+    close(sv->in);
+}
+
+static disco_rpc_t *connect_to(server_t *sv)
+{
+    disco_rpc_t *s;
+    if (sv->address[0] != '\0') {
+        CK_OK(disco_rpc_connect(sv->address, 10000, &s));
+    } else {
+        disco_transport_t *t;
+        CK_OK(disco_transport_from_fds(sv->out, sv->in, &t));
+        sv->out = sv->in = -1; /* the transport owns them now */
+        CK_OK(disco_rpc_client(t, 10000, &s));
+    }
+    return s;
+}
+
+struct order {
+    int next;
+    int64_t seen[16];
+};
+
+static void on_done(void *p, disco_status_t st, const disco_value_t *ret)
+{
+    struct order *o = p;
+    o->seen[o->next++] = st == DISCO_OK ? ret->v.i : -1;
+}
+
+/* Every operation on a session: calls, values, errors, memory, async. */
+static void exercise(disco_rpc_t *s)
+{
+    disco_rpc_handle_t add, echo, fail;
+    CK_OK(disco_rpc_get_func(s, "test.add", &add));
+    disco_value_t a[2] = {disco_int(40), disco_int(2)}, r;
+    CK_OK(disco_rpc_call(s, add, a, 2, &r));
+    ck_assert_int_eq(r.v.i, 42);
+    /* values round-trip */
+    CK_OK(disco_rpc_get_func(s, "test.echo", &echo));
+    const int64_t dims[2] = {3, -1};
+    const char bin[4] = {0, 1, 0, 2};
+    disco_value_t vals[] = {disco_null(), disco_bool(true), disco_int(INT64_MIN),
+                            disco_float(-0.0), disco_str("héllo"), disco_bytes(bin, 4),
+                            disco_shape(dims, 2), disco_dtype((DLDataType){kDLBfloat, 16, 1}),
+                            disco_device((DLDevice){kDLCUDA, 1}), disco_opaque(77)};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        CK_OK(disco_rpc_call(s, echo, &vals[i], 1, &r));
+        ck_assert_msg(disco_value_equal(&r, &vals[i]), "echo of %s", disco_type_name(vals[i].type));
+        disco_value_clear(&r);
+    }
+    /* errors travel with their code and message; the session goes on */
+    disco_rpc_handle_t none;
+    CK_STATUS(disco_rpc_get_func(s, "test.nope", &none), DISCO_E_NO_FUNC);
+    CK_HAS("test.nope");
+    CK_OK(disco_rpc_get_func(s, "test.fail_on", &fail));
+    disco_value_t f[2] = {disco_int(-1), disco_str("broken input")};
+    CK_STATUS(disco_rpc_call(s, fail, f, 2, &r), DISCO_E_REMOTE);
+    CK_HAS("broken input");
+    CK_STATUS(disco_rpc_call(s, add, a, 1, &r), DISCO_E_ARG_COUNT);
+    /* memory: alloc, copy in chunks both ways, bounds, free */
+    size_t n = 3 * DISCO_RPC_CHUNK + 5;
+    unsigned char *src = malloc(n), *back = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        src[i] = (unsigned char)(i * 131 + 7);
+    disco_rpc_handle_t mem;
+    DLDevice cpu = {kDLCPU, 0};
+    CK_OK(disco_rpc_dev_alloc(s, cpu, n, 64, &mem));
+    CK_OK(disco_rpc_copy_to_remote(s, src, mem, 0, n));
+    CK_OK(disco_rpc_copy_from_remote(s, mem, 0, back, n));
+    ck_assert_msg(memcmp(src, back, n) == 0, "copied bytes differ");
+    CK_OK(disco_rpc_copy_from_remote(s, mem, 7, back, 10));
+    ck_assert(memcmp(src + 7, back, 10) == 0);
+    CK_STATUS(disco_rpc_copy_to_remote(s, src, mem, n - 2, 3), DISCO_E_INVAL);
+    CK_OK(disco_rpc_stream_sync(s, cpu));
+    CK_STATUS(disco_rpc_dev_alloc(s, (DLDevice){kDLCUDA, 0}, 16, 64, &none), DISCO_E_NO_DEVICE);
+    CK_OK(disco_rpc_free_handle(s, mem));
+    CK_STATUS(disco_rpc_copy_to_remote(s, src, mem, 0, 1), DISCO_E_BAD_REG);
+    CK_STATUS(disco_rpc_free_handle(s, mem), DISCO_E_BAD_REG);
+    free(src);
+    free(back);
+    /* asynchronous calls complete in order, with their values */
+    struct order o = {0};
+    for (int i = 0; i < 10; i++) {
+        disco_value_t b[2] = {disco_int(i), disco_int(100)};
+        CK_OK(disco_rpc_call_async(s, add, b, 2, on_done, &o));
+    }
+    CK_OK(disco_rpc_wait(s));
+    ck_assert_int_eq(o.next, 10);
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_eq(o.seen[i], 100 + i);
+    CK_OK(disco_rpc_free_handle(s, add));
+}
+
+/* Every operation over unix, tcp, shm and stdio pipes. */
+START_TEST(test_ops_every_transport)
+{
+    static const char *const kinds[] = {"unix", "tcp", "shm", "pipe"};
+    char addr[128];
+    if (_i == 1)
+        snprintf(addr, sizeof addr, "tcp:127.0.0.1:0");
+    else
+        snprintf(addr, sizeof addr, "%s:/tmp/disco-test-rpc-%d.sock", kinds[_i], (int)getpid());
+    server_t sv;
+    start_server(&sv, _i == 3 ? NULL : addr, NULL, NULL, NULL);
+    disco_rpc_t *s = connect_to(&sv);
+    ck_assert(!disco_rpc_is_local(s));
+    DLDevice d = disco_rpc_device(s, (DLDevice){kDLCPU, 0});
+    ck_assert_int_ge(d.device_type, DISCO_RPC_SESS_MASK);
+    exercise(s);
+    disco_rpc_close(s);
+    stop_server(&sv);
+}
+END_TEST
+
+/* The local session does the same in process, and is local. */
+START_TEST(test_local_session)
+{
+    void *lib = dlopen(DISCO_TEST_LIB, RTLD_NOW | RTLD_GLOBAL);
+    ck_assert_ptr_nonnull(lib);
+    disco_rpc_t *s;
+    CK_OK(disco_rpc_local(&s));
+    ck_assert(disco_rpc_is_local(s));
+    DLDevice d = disco_rpc_device(s, (DLDevice){kDLCPU, 0});
+    ck_assert_int_eq(d.device_type, kDLCPU);
+    exercise(s);
+    disco_rpc_close(s);
+}
+END_TEST
+
+/* client -> server A (proxy) -> server B (local): everything still works. */
+START_TEST(test_proxy_chain)
+{
+    char b_addr[128];
+    snprintf(b_addr, sizeof b_addr, "unix:/tmp/disco-test-rpc-b-%d.sock", (int)getpid());
+    server_t b, a;
+    start_server(&b, b_addr, NULL, NULL, NULL);
+    start_server(&a, "tcp:127.0.0.1:0", b.address, NULL, NULL);
+    disco_rpc_t *s = connect_to(&a);
+    exercise(s);
+    disco_rpc_close(s);
+    stop_server(&a);
+    stop_server(&b);
+}
+END_TEST
+
+/* A server of another protocol version is refused at connect, with both
+ * versions named. */
+START_TEST(test_version_mismatch)
+{
+    char addr[128], *env[] = {"DISCO_RPC_TEST_VERSION=99", NULL};
+    snprintf(addr, sizeof addr, "unix:/tmp/disco-test-rpc-v-%d.sock", (int)getpid());
+    server_t sv;
+    start_server(&sv, addr, NULL, NULL, env);
+    disco_rpc_t *s;
+    CK_STATUS(disco_rpc_connect(sv.address, 10000, &s), DISCO_E_VERSION);
+    CK_HAS("client speaks disco-rpc 1");
+    CK_HAS("server speaks disco-rpc 99");
+    stop_server(&sv);
+}
+END_TEST
+
+/* A hung call past the session timeout: the client gets the distinct
+ * session-timeout error, and the server serves the next client. */
+START_TEST(test_session_timeout)
+{
+    char addr[128];
+    snprintf(addr, sizeof addr, "shm:/tmp/disco-test-rpc-t-%d.sock", (int)getpid());
+    server_t sv;
+    start_server(&sv, addr, NULL, "300", NULL);
+    disco_rpc_t *s = connect_to(&sv);
+    disco_rpc_handle_t hang;
+    CK_OK(disco_rpc_get_func(s, "test.hang", &hang));
+    disco_value_t w = disco_int(0), r;
+    int64_t t0 = disco_now_ns();
+    CK_STATUS(disco_rpc_call(s, hang, &w, 1, &r), DISCO_E_SESSION_TIMEOUT);
+    CK_HAS("session has expired");
+    int64_t took = disco_now_ns() - t0;
+    ck_assert_msg(took >= 250000000 && took < 5000000000LL, "timeout after %lld ns", (long long)took);
+    CK_STATUS(disco_rpc_call(s, hang, &w, 1, &r), DISCO_E_SESSION_TIMEOUT); /* stays told */
+    CK_OK(disco_rpc_free_handle(s, hang)); /* harmless after the end */
+    disco_rpc_close(s);
+    s = connect_to(&sv);
+    disco_rpc_handle_t add;
+    CK_OK(disco_rpc_get_func(s, "test.add", &add));
+    disco_value_t a[2] = {disco_int(1), disco_int(2)};
+    CK_OK(disco_rpc_call(s, add, a, 2, &r));
+    ck_assert_int_eq(r.v.i, 3);
+    disco_rpc_close(s);
+    stop_server(&sv);
+}
+END_TEST
+
+/* A client killed in the middle of a call leaves the server serving. */
+START_TEST(test_client_killed_mid_call)
+{
+    char addr[128];
+    snprintf(addr, sizeof addr, "unix:/tmp/disco-test-rpc-k-%d.sock", (int)getpid());
+    server_t sv;
+    start_server(&sv, addr, NULL, "10000", NULL);
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t c = fork();
+    if (c == 0) {
+        disco_rpc_t *s;
+        disco_rpc_handle_t spin;
+        if (disco_rpc_connect(sv.address, 10000, &s) != DISCO_OK ||
+            disco_rpc_get_func(s, "test.spin_ms", &spin) != DISCO_OK)
+            _exit(1);
+        disco_value_t ms = disco_int(300);
+        disco_rpc_call_async(s, spin, &ms, 1, on_done, NULL); /* sent; never waited for */
+        (void)!write(ready[1], "x", 1);
+        for (;;)
+            pause();
+    }
+    char x;
+    ck_assert_int_eq(read(ready[0], &x, 1), 1);
+    kill(c, SIGKILL);
+    waitpid(c, NULL, 0);
+    disco_rpc_t *s = connect_to(&sv);
+    disco_rpc_handle_t add;
+    CK_OK(disco_rpc_get_func(s, "test.add", &add));
+    disco_value_t a[2] = {disco_int(5), disco_int(6)}, r;
+    CK_OK(disco_rpc_call(s, add, a, 2, &r));
+    ck_assert_int_eq(r.v.i, 11);
+    disco_rpc_close(s);
+    stop_server(&sv);
+    close(ready[0]);
+    close(ready[1]);
+}
+END_TEST
+
+/* Speaks raw packets to a server: malformed ones get errors, the server
+ * survives and serves the next client. */
+START_TEST(test_malformed_packets)
+{
+    char addr[128];
+    snprintf(addr, sizeof addr, "unix:/tmp/disco-test-rpc-m-%d.sock", (int)getpid());
+    server_t sv;
+    start_server(&sv, addr, NULL, NULL, NULL);
+    disco_transport_t *t;
+    int64_t dl = disco_now_ns() + 10000000000LL;
+    CK_OK(disco_connect(sv.address, dl, &t));
+    disco__rpc_buf_t b;
+    CK_OK(disco__rpc_buf_init(&b));
+    disco_frame_hdr_t h;
+    disco_value_t v[4];
+    /* a request before the handshake */
+    disco_value_t name = disco_str("disco.noop");
+    CK_OK(disco__rpc_send(t, &b, DISCO_RPC_GET_FUNC, 1, &name, 1, dl));
+    CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
+    ck_assert_int_eq(h.code, DISCO_RPC_EXCEPTION);
+    ck_assert_int_eq(v[0].v.i, DISCO_E_PROTOCOL);
+    /* the handshake, then an unknown code, then wrong argument types */
+    disco_value_t hello[2] = {disco_str(DISCO_RPC_MAGIC), disco_int(DISCO_RPC_VERSION)};
+    CK_OK(disco__rpc_send(t, &b, DISCO_RPC_INIT, 2, hello, 2, dl));
+    CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
+    ck_assert_int_eq(h.code, DISCO_RPC_RETURN);
+    CK_OK(disco__rpc_send(t, &b, 999, 3, NULL, 0, dl));
+    CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
+    ck_assert_int_eq(v[0].v.i, DISCO_E_PROTOCOL);
+    disco_value_t wrong = disco_int(5);
+    CK_OK(disco__rpc_send(t, &b, DISCO_RPC_GET_FUNC, 4, &wrong, 1, dl));
+    CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
+    ck_assert_int_eq(v[0].v.i, DISCO_E_BAD_TYPE);
+    /* a whole packet whose frame is garbage: an error, and the stream goes on */
+    uint64_t junk[4] = {24, 0x0000000100000003ULL, 5, 0xffffffff000000ffULL};
+    CK_OK(disco_transport_send(t, junk, sizeof junk, dl));
+    CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
+    ck_assert_int_eq(h.code, DISCO_RPC_EXCEPTION);
+    CK_OK(disco__rpc_send(t, &b, DISCO_RPC_GET_FUNC, 6, &name, 1, dl));
+    CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
+    ck_assert_int_eq(h.code, DISCO_RPC_RETURN);
+    /* an oversized length: the server says so and hangs up */
+    uint64_t huge = 1ULL << 40;
+    CK_OK(disco_transport_send(t, &huge, 8, dl));
+    CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
+    ck_assert_int_eq(v[0].v.i, DISCO_E_MSG_TOO_BIG);
+    CK_STATUS(disco__rpc_recv(t, &b, &h, v, 4, dl), DISCO_E_CLOSED);
+    disco_transport_close(t);
+    /* a truncated packet, then gone */
+    CK_OK(disco_connect(sv.address, dl, &t));
+    uint64_t half[2] = {64, 0};
+    CK_OK(disco_transport_send(t, half, sizeof half, dl));
+    disco_transport_close(t);
+    disco__rpc_buf_free(&b);
+    /* still serving */
+    disco_rpc_t *s = connect_to(&sv);
+    disco_rpc_handle_t f;
+    CK_OK(disco_rpc_get_func(s, "disco.noop", &f));
+    disco_rpc_close(s);
+    stop_server(&sv);
+}
+END_TEST
+
+/* When the server is gone, calls fail with a closed connection and frees
+ * are harmless. */
+START_TEST(test_handles_after_close)
+{
+    char addr[128];
+    snprintf(addr, sizeof addr, "tcp:127.0.0.1:0");
+    server_t sv;
+    start_server(&sv, addr, NULL, NULL, NULL);
+    disco_rpc_t *s = connect_to(&sv);
+    disco_rpc_handle_t mem, f;
+    CK_OK(disco_rpc_dev_alloc(s, (DLDevice){kDLCPU, 0}, 100, 64, &mem));
+    CK_OK(disco_rpc_get_func(s, "test.add", &f));
+    kill(sv.pid, SIGKILL); /* the server and, with it, the connection */
+    waitpid(sv.pid, NULL, 0);
+    disco_value_t a[2] = {disco_int(1), disco_int(2)}, r;
+    disco_status_t st = disco_rpc_call(s, f, a, 2, &r);
+    ck_assert_msg(st == DISCO_E_CLOSED, "call after the server died: %s", disco_err_name(st));
+    CK_OK(disco_rpc_free_handle(s, mem));
+    CK_OK(disco_rpc_dev_free(s, (DLDevice){kDLCPU, 0}, mem));
+    disco_rpc_close(s);
+    close(sv.out);
+    close(sv.in);
+}
+END_TEST
+
+Suite *suite_rpc(void)
+{
+    Suite *s = suite_create("rpc");
+    TCase *tc = tcase_create("rpc");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_ops_every_transport, 0, 4);
+    tcase_add_test(tc, test_local_session);
+    tcase_add_test(tc, test_proxy_chain);
+    tcase_add_test(tc, test_version_mismatch);
+    tcase_add_test(tc, test_session_timeout);
+    tcase_add_test(tc, test_client_killed_mid_call);
+    tcase_add_test(tc, test_malformed_packets);
+    tcase_add_test(tc, test_handles_after_close);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,211 @@
+/* rpc_endpoint.c - serving an RPC session on a transport: read a packet,
+ * run it on the session, answer; bad packets get an error, never a crash. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disco/wait.h"
+
+#include "rpc_proto.h"
+
+/* The version this endpoint speaks: DISCO_RPC_VERSION, unless the test hook
+ * DISCO_RPC_TEST_VERSION says otherwise (the version-mismatch test). */
+static int64_t served_version(void)
+{
+    const char *v = getenv("DISCO_RPC_TEST_VERSION");
+    return v != NULL ? atoll(v) : DISCO_RPC_VERSION;
+}
+
+struct endpoint {
+    disco_rpc_t *s;
+    disco_transport_t *t;
+    disco__rpc_buf_t in, out;
+    void *scratch; /* copy-from bounce buffer, DISCO_RPC_CHUNK bytes */
+    bool greeted;
+};
+
+static disco_status_t reply(struct endpoint *e, uint64_t seq, const disco_value_t *v, uint32_t n)
+{
+    return disco__rpc_send(e->t, &e->out, DISCO_RPC_RETURN, seq, v, n, 0);
+}
+
+static disco_status_t fail(struct endpoint *e, uint64_t seq, disco_status_t st)
+{
+    return disco__rpc_send_error(e->t, &e->out, seq, st, disco_last_error(), 0);
+}
+
+/* Checks a request's argument types against a pattern: i int, s str,
+ * y bytes, d device, h handle (FUNC or OPAQUE), ? anything, * rest. */
+static disco_status_t shape_ok(const disco_frame_hdr_t *h, const disco_value_t *a,
+                               const char *pat)
+{
+    uint32_t i = 0;
+    for (; pat[i] != '\0' && pat[i] != '*'; i++) {
+        if (i >= h->nargs)
+            return disco_set_error(DISCO_E_ARG_COUNT, "request %u: %u arguments, want %zu",
+                                   h->code, h->nargs, strlen(pat));
+        uint32_t t = a[i].type;
+        bool ok = pat[i] == '?' || (pat[i] == 'i' && t == DISCO_T_INT) ||
+                  (pat[i] == 's' && t == DISCO_T_STR) || (pat[i] == 'y' && t == DISCO_T_BYTES) ||
+                  (pat[i] == 'd' && t == DISCO_T_DEVICE) ||
+                  (pat[i] == 'h' && (t == DISCO_T_FUNC || t == DISCO_T_OPAQUE));
+        if (!ok)
+            return disco_set_error(DISCO_E_BAD_TYPE, "request %u argument %u: %s", h->code, i,
+                                   disco_type_name(t));
+    }
+    if (pat[i] != '*' && h->nargs != i)
+        return disco_set_error(DISCO_E_ARG_COUNT, "request %u: %u arguments, want %u", h->code,
+                               h->nargs, i);
+    return DISCO_OK;
+}
+
+static disco_status_t handle(struct endpoint *e, const disco_frame_hdr_t *h, disco_value_t *a)
+{
+    disco_rpc_t *s = e->s;
+    const disco_rpc_ops_t *ops = s->ops;
+    disco_status_t st;
+    disco_rpc_handle_t hd;
+    static const char *const pats[] = {
+        [DISCO_RPC_SHUTDOWN] = "",    [DISCO_RPC_INIT] = "si",        [DISCO_RPC_CALL] = "h*",
+        [DISCO_RPC_COPY_FROM] = "hii", [DISCO_RPC_COPY_TO] = "hiy",   [DISCO_RPC_GET_FUNC] = "s",
+        [DISCO_RPC_FREE_HANDLE] = "h", [DISCO_RPC_DEV_ALLOC] = "dii", [DISCO_RPC_DEV_FREE] = "dh",
+        [DISCO_RPC_STREAM_SYNC] = "d",
+    };
+    if (h->code >= sizeof pats / sizeof pats[0] || pats[h->code] == NULL) {
+        disco_set_error(DISCO_E_PROTOCOL, "unknown request code %u", h->code);
+        return fail(e, h->seq, DISCO_E_PROTOCOL);
+    }
+    if ((st = shape_ok(h, a, pats[h->code])) != DISCO_OK)
+        return fail(e, h->seq, st);
+    if (!e->greeted && h->code != DISCO_RPC_INIT) {
+        disco_set_error(DISCO_E_PROTOCOL, "the version handshake must come first");
+        return fail(e, h->seq, DISCO_E_PROTOCOL);
+    }
+    switch (h->code) {
+    case DISCO_RPC_INIT: {
+        int64_t mine = served_version();
+        if (strcmp(a[0].v.str, DISCO_RPC_MAGIC) != 0 || a[1].v.i != mine) {
+            disco_set_error(DISCO_E_VERSION,
+                            "protocol version mismatch: client speaks %s %lld, server speaks "
+                            "%s %lld",
+                            a[0].v.str, (long long)a[1].v.i, DISCO_RPC_MAGIC, (long long)mine);
+            return fail(e, h->seq, DISCO_E_VERSION);
+        }
+        e->greeted = true;
+        disco_value_t v = disco_int(mine);
+        return reply(e, h->seq, &v, 1);
+    }
+    case DISCO_RPC_GET_FUNC:
+        if ((st = ops->get_func(s, a[0].v.str, &hd)) != DISCO_OK)
+            return fail(e, h->seq, st);
+        {
+            disco_value_t v = {.type = DISCO_T_FUNC, .v.handle = hd};
+            return reply(e, h->seq, &v, 1);
+        }
+    case DISCO_RPC_CALL: {
+        disco_value_t ret = disco_null();
+        if ((st = ops->call(s, a[0].v.handle, a + 1, (int)h->nargs - 1, &ret)) != DISCO_OK)
+            return fail(e, h->seq, st);
+        st = reply(e, h->seq, &ret, 1);
+        if (st == DISCO_E_BAD_TYPE || st == DISCO_E_MSG_TOO_BIG) /* a result that cannot travel */
+            st = fail(e, h->seq, st);
+        disco_value_clear(&ret);
+        return st;
+    }
+    case DISCO_RPC_COPY_TO:
+        if (a[1].v.i < 0 || (st = ops->copy_to_remote(s, a[2].v.bytes, a[0].v.handle,
+                                                      (uint64_t)a[1].v.i, a[2].len)) != DISCO_OK)
+            return fail(e, h->seq, a[1].v.i < 0 ? disco_set_error(DISCO_E_INVAL, "offset < 0")
+                                                : st);
+        return disco__rpc_send(e->t, &e->out, DISCO_RPC_COPY_ACK, h->seq, NULL, 0, 0);
+    case DISCO_RPC_COPY_FROM: {
+        int64_t off = a[1].v.i, n = a[2].v.i;
+        if (off < 0 || n < 0 || n > (int64_t)DISCO_RPC_CHUNK) {
+            disco_set_error(DISCO_E_INVAL, "copy from remote: offset %lld, %lld bytes (chunk %u)",
+                            (long long)off, (long long)n, DISCO_RPC_CHUNK);
+            return fail(e, h->seq, DISCO_E_INVAL);
+        }
+        if ((st = ops->copy_from_remote(s, a[0].v.handle, (uint64_t)off, e->scratch,
+                                        (uint64_t)n)) != DISCO_OK)
+            return fail(e, h->seq, st);
+        disco_value_t v = disco_bytes(e->scratch, (uint32_t)n);
+        return reply(e, h->seq, &v, 1);
+    }
+    case DISCO_RPC_FREE_HANDLE:
+        if ((st = ops->free_handle(s, a[0].v.handle)) != DISCO_OK)
+            return fail(e, h->seq, st);
+        return reply(e, h->seq, NULL, 0);
+    case DISCO_RPC_DEV_ALLOC:
+        if (a[1].v.i < 0 || a[2].v.i < 0) {
+            disco_set_error(DISCO_E_INVAL, "device alloc: negative size or alignment");
+            return fail(e, h->seq, DISCO_E_INVAL);
+        }
+        if ((st = ops->dev_alloc(s, a[0].v.device, (uint64_t)a[1].v.i, (uint64_t)a[2].v.i,
+                                 &hd)) != DISCO_OK)
+            return fail(e, h->seq, st);
+        {
+            disco_value_t v = disco_opaque(hd);
+            return reply(e, h->seq, &v, 1);
+        }
+    case DISCO_RPC_DEV_FREE:
+        if ((st = ops->dev_free(s, a[0].v.device, a[1].v.handle)) != DISCO_OK)
+            return fail(e, h->seq, st);
+        return reply(e, h->seq, NULL, 0);
+    case DISCO_RPC_STREAM_SYNC:
+        if ((st = ops->stream_sync(s, a[0].v.device)) != DISCO_OK)
+            return fail(e, h->seq, st);
+        return reply(e, h->seq, NULL, 0);
+    default: /* SHUTDOWN */
+        reply(e, h->seq, NULL, 0);
+        return DISCO_E_SHUTDOWN;
+    }
+}
+
+disco_status_t disco_rpc_serve(disco_rpc_t *sess, disco_transport_t *t)
+{
+    struct endpoint e = {.s = sess, .t = t};
+    disco_status_t st = disco__rpc_buf_init(&e.in);
+    if (st == DISCO_OK && (st = disco__rpc_buf_init(&e.out)) == DISCO_OK &&
+        (e.scratch = malloc(DISCO_RPC_CHUNK)) == NULL)
+        st = disco_set_error(DISCO_E_NOMEM, "RPC copy buffer");
+    while (st == DISCO_OK) {
+        disco_frame_hdr_t h;
+        disco_value_t args[DISCO_RPC_MAX_ARGS];
+        st = disco__rpc_recv(t, &e.in, &h, args, DISCO_RPC_MAX_ARGS, 0);
+        if (st == DISCO_E_CLOSED) { /* the client went away between packets */
+            st = DISCO_OK;
+            break;
+        }
+        if (st == DISCO_E_MSG_TOO_BIG || st == DISCO_E_TIMEOUT || st == DISCO_E_SYS) {
+            /* The stream is out of step (or gone): say why if we can, end. */
+            disco__rpc_send_error(t, &e.out, 0, st, disco_last_error(), disco_now_ns() + 1000000000LL);
+            break;
+        }
+        if (st != DISCO_OK) { /* a whole packet that does not decode: answer, go on */
+            memcpy(&h, e.in.mem + 1, sizeof h);
+            st = fail(&e, h.seq, st);
+            continue;
+        }
+        st = handle(&e, &h, args);
+    }
+    if (st == DISCO_E_SHUTDOWN)
+        st = DISCO_OK;
+    free(e.scratch);
+    disco__rpc_buf_free(&e.in);
+    disco__rpc_buf_free(&e.out);
+    return st;
+}
+
+void disco_rpc_send_timeout(disco_transport_t *t, uint32_t timeout_ms)
+{
+    disco__rpc_buf_t b;
+    if (disco__rpc_buf_init(&b) != DISCO_OK)
+        return;
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "session has expired after %u ms: the server stopped it (increase the server's "
+             "session timeout)",
+             timeout_ms);
+    disco__rpc_send_error(t, &b, 0, DISCO_E_SESSION_TIMEOUT, msg, disco_now_ns() + 1000000000LL);
+    disco__rpc_buf_free(&b);
+}
