@@ -37,8 +37,8 @@ disco_status_t disco_rpc_copy_to_remote(disco_rpc_t *s, const void *src, disco_r
     return s->ops->copy_to_remote(s, src, dst, offset, nbytes);
 }
 
-disco_status_t disco_rpc_copy_from_remote(disco_rpc_t *s, disco_rpc_handle_t src,
-                                          uint64_t offset, void *dst, uint64_t nbytes)
+disco_status_t disco_rpc_copy_from_remote(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t offset,
+                                          void *dst, uint64_t nbytes)
 {
     return s->ops->copy_from_remote(s, src, offset, dst, nbytes);
 }
@@ -64,9 +64,8 @@ disco_status_t disco_rpc_stream_sync(disco_rpc_t *s, DLDevice dev)
     return s->ops->stream_sync(s, dev);
 }
 
-disco_status_t disco_rpc_call_async(disco_rpc_t *s, disco_rpc_handle_t f,
-                                    const disco_value_t *args, int nargs, disco_rpc_done_fn done,
-                                    void *ctx)
+disco_status_t disco_rpc_call_async(disco_rpc_t *s, disco_rpc_handle_t f, const disco_value_t *args,
+                                    int nargs, disco_rpc_done_fn done, void *ctx)
 {
     return s->ops->call_async(s, f, args, nargs, done, ctx);
 }

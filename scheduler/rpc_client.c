@@ -27,7 +27,7 @@ struct client {
     char why[256];
     struct pending *q;
     size_t qhead, qlen, qcap;
-    disco_frame_hdr_t h;                      /* the last reply */
+    disco_frame_hdr_t h;                    /* the last reply */
     disco_value_t args[DISCO_RPC_MAX_ARGS]; /* its values (point into in) */
 };
 
@@ -76,8 +76,8 @@ static disco_status_t send_req(struct client *c, uint32_t code, const disco_valu
  * timeout, which ends it. */
 static disco_status_t read_reply(struct client *c, uint64_t seq)
 {
-    disco_status_t st = disco__rpc_recv(c->t, &c->in, &c->h, c->args, DISCO_RPC_MAX_ARGS,
-                                        deadline(c));
+    disco_status_t st =
+        disco__rpc_recv(c->t, &c->in, &c->h, c->args, DISCO_RPC_MAX_ARGS, deadline(c));
     if (st == DISCO_E_TIMEOUT)
         return die(c, disco_set_error(DISCO_E_TIMEOUT, "no answer within %u ms", c->timeout_ms));
     if (st != DISCO_OK)
@@ -90,8 +90,7 @@ static disco_status_t read_reply(struct client *c, uint64_t seq)
             return die(c, st);
         if (c->h.seq != seq && c->h.seq != 0)
             return die(c, disco_set_error(DISCO_E_PROTOCOL, "answer %llu to request %llu",
-                                          (unsigned long long)c->h.seq,
-                                          (unsigned long long)seq));
+                                          (unsigned long long)c->h.seq, (unsigned long long)seq));
         return st;
     }
     if (c->h.seq != seq || (c->h.code != DISCO_RPC_RETURN && c->h.code != DISCO_RPC_COPY_ACK))
@@ -225,8 +224,8 @@ static disco_status_t c_copy_to(disco_rpc_t *s, const void *src, disco_rpc_handl
     return first;
 }
 
-static disco_status_t c_copy_from(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t off,
-                                  void *dst, uint64_t n)
+static disco_status_t c_copy_from(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t off, void *dst,
+                                  uint64_t n)
 {
     struct client *c = (struct client *)s;
     uint64_t got = 0;
@@ -332,8 +331,8 @@ disco_status_t disco_rpc_client(disco_transport_t *t, uint32_t timeout_ms, disco
     c->timeout_ms = timeout_ms;
     disco_value_t hello[2] = {disco_str(DISCO_RPC_MAGIC), disco_int(DISCO_RPC_VERSION)};
     disco_status_t st = request(c, DISCO_RPC_INIT, hello, 2);
-    if (st == DISCO_OK && (c->h.nargs != 1 || c->args[0].type != DISCO_T_INT ||
-                           c->args[0].v.i != DISCO_RPC_VERSION))
+    if (st == DISCO_OK &&
+        (c->h.nargs != 1 || c->args[0].type != DISCO_T_INT || c->args[0].v.i != DISCO_RPC_VERSION))
         st = disco_set_error(DISCO_E_VERSION, "server answered the handshake with another version");
     if (st != DISCO_OK) {
         char why[512];

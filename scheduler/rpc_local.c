@@ -9,9 +9,9 @@
 #include "disco/rpc.h"
 #include "rpc_impl.h"
 
-#define TAG_FUNC  (1ULL << 62)
-#define TAG_MEM   (2ULL << 62)
-#define TAG_MASK  (3ULL << 62)
+#define TAG_FUNC (1ULL << 62)
+#define TAG_MEM  (2ULL << 62)
+#define TAG_MASK (3ULL << 62)
 
 struct mem {
     void *p;
@@ -38,7 +38,8 @@ static disco_status_t l_call(disco_rpc_t *s, disco_rpc_handle_t f, const disco_v
                              int nargs, disco_value_t *ret)
 {
     (void)s;
-    const struct disco__func *fn = (f & TAG_MASK) == TAG_FUNC ? disco__func_at(f & ~TAG_MASK) : NULL;
+    const struct disco__func *fn =
+        (f & TAG_MASK) == TAG_FUNC ? disco__func_at(f & ~TAG_MASK) : NULL;
     if (fn == NULL)
         return disco_set_error(DISCO_E_BAD_REG, "handle %#llx is not a function of this session",
                                (unsigned long long)f);
@@ -76,8 +77,8 @@ static disco_status_t l_copy_to(disco_rpc_t *s, const void *src, disco_rpc_handl
     return st;
 }
 
-static disco_status_t l_copy_from(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t off,
-                                  void *dst, uint64_t n)
+static disco_status_t l_copy_from(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t off, void *dst,
+                                  uint64_t n)
 {
     struct mem *m = NULL;
     disco_status_t st = find_mem((struct local *)s, src, off, n, &m);
@@ -91,7 +92,8 @@ static disco_status_t l_alloc(disco_rpc_t *s, DLDevice dev, uint64_t n, uint64_t
 {
     struct local *l = (struct local *)s;
     if (dev.device_type != kDLCPU)
-        return disco_set_error(DISCO_E_NO_DEVICE, "device type %d: this session has CPU memory only",
+        return disco_set_error(DISCO_E_NO_DEVICE,
+                               "device type %d: this session has CPU memory only",
                                (int)dev.device_type);
     if (align == 0)
         align = 64;

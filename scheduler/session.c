@@ -417,8 +417,8 @@ static disco_status_t check_host(const DLTensor *t, const char *what)
     if (t == NULL || t->device.device_type != kDLCPU)
         return disco_set_error(DISCO_E_INVAL, "%s: host tensor must be in CPU memory", what);
     if (t->ndim < 0 || t->ndim > DISCO_MAX_NDIM || !disco_tensor_is_compact(t))
-        return disco_set_error(DISCO_E_INVAL, "%s: host tensor must be compact, ndim <= %d",
-                               what, DISCO_MAX_NDIM);
+        return disco_set_error(DISCO_E_INVAL, "%s: host tensor must be compact, ndim <= %d", what,
+                               DISCO_MAX_NDIM);
     return disco_dtype_check(t->dtype);
 }
 
@@ -429,8 +429,7 @@ disco_status_t disco_session_copy_to_worker0(disco_session_t *s, const DLTensor 
     if (st != DISCO_OK || (st = check_host(host, "copy to worker 0")) != DISCO_OK)
         return st;
     DLTensor *t;
-    if ((st = disco__tensor_new(&s->heap, 0, host->shape, host->ndim, host->dtype, &t)) !=
-        DISCO_OK)
+    if ((st = disco__tensor_new(&s->heap, 0, host->shape, host->ndim, host->dtype, &t)) != DISCO_OK)
         return st;
     memcpy(t->data, (const char *)host->data + host->byte_offset, disco_tensor_nbytes(t));
     /* The other workers' copy of a fresh register is already null (new ids
@@ -446,8 +445,7 @@ disco_status_t disco_session_copy_to_worker0(disco_session_t *s, const DLTensor 
     return st;
 }
 
-disco_status_t disco_session_copy_from_worker0(disco_session_t *s, disco_dref_t reg,
-                                               DLTensor *host)
+disco_status_t disco_session_copy_from_worker0(disco_session_t *s, disco_dref_t reg, DLTensor *host)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK || (st = check_host(host, "copy from worker 0")) != DISCO_OK)

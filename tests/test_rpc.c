@@ -64,7 +64,8 @@ static void start_server(server_t *sv, const char *listen, const char *proxy, co
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in[0], 0);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    ck_assert_int_eq(posix_spawn(&sv->pid, SERVER, &fa, NULL, (char **)argv, env ? env : environ), 0);
+    ck_assert_int_eq(posix_spawn(&sv->pid, SERVER, &fa, NULL, (char **)argv, env ? env : environ),
+                     0);
     posix_spawn_file_actions_destroy(&fa);
     close(out[1]);
     close(in[0]);
@@ -133,10 +134,16 @@ static void exercise(disco_rpc_t *s)
     CK_OK(disco_rpc_get_func(s, "test.echo", &echo));
     const int64_t dims[2] = {3, -1};
     const char bin[4] = {0, 1, 0, 2};
-    disco_value_t vals[] = {disco_null(), disco_bool(true), disco_int(INT64_MIN),
-                            disco_float(-0.0), disco_str("héllo"), disco_bytes(bin, 4),
-                            disco_shape(dims, 2), disco_dtype((DLDataType){kDLBfloat, 16, 1}),
-                            disco_device((DLDevice){kDLCUDA, 1}), disco_opaque(77)};
+    disco_value_t vals[] = {disco_null(),
+                            disco_bool(true),
+                            disco_int(INT64_MIN),
+                            disco_float(-0.0),
+                            disco_str("héllo"),
+                            disco_bytes(bin, 4),
+                            disco_shape(dims, 2),
+                            disco_dtype((DLDataType){kDLBfloat, 16, 1}),
+                            disco_device((DLDevice){kDLCUDA, 1}),
+                            disco_opaque(77)};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
         CK_OK(disco_rpc_call(s, echo, &vals[i], 1, &r));
         ck_assert_msg(disco_value_equal(&r, &vals[i]), "echo of %s", disco_type_name(vals[i].type));
@@ -269,7 +276,8 @@ START_TEST(test_session_timeout)
     CK_STATUS(disco_rpc_call(s, hang, &w, 1, &r), DISCO_E_SESSION_TIMEOUT);
     CK_HAS("session has expired");
     int64_t took = disco_now_ns() - t0;
-    ck_assert_msg(took >= 250000000 && took < 5000000000LL, "timeout after %lld ns", (long long)took);
+    ck_assert_msg(took >= 250000000 && took < 5000000000LL, "timeout after %lld ns",
+                  (long long)took);
     CK_STATUS(disco_rpc_call(s, hang, &w, 1, &r), DISCO_E_SESSION_TIMEOUT); /* stays told */
     CK_OK(disco_rpc_free_handle(s, hang)); /* harmless after the end */
     disco_rpc_close(s);

@@ -148,7 +148,8 @@ START_TEST(test_value_round_trip)
             CK_OK(disco_session_debug_set(s, reg, w, &vals[k]));
         CK_OK(disco_session_call(s, echo, &vals[k], 1, &out));
         disco_value_t ref = {.type = DISCO_T_DREF, .v.reg = reg};
-        CK_OK(disco_session_call(s, echo, &ref, 1, &out2)); /* a DRef argument: the register value */
+        CK_OK(
+            disco_session_call(s, echo, &ref, 1, &out2)); /* a DRef argument: the register value */
         for (int w = 0; w < 3; w++) {
             disco_dref_t regs[3] = {reg, out, out2};
             for (int j = 0; j < 3; j++) {

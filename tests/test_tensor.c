@@ -16,8 +16,8 @@
 #include "testutil.h"
 
 static const DLDataType dtypes[] = {
-    {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}, {kDLFloat, 32, 1}, {kDLFloat, 64, 1},
-    {kDLInt, 8, 1},    {kDLInt, 16, 1},    {kDLInt, 32, 1},   {kDLInt, 64, 1},
+    {kDLFloat, 16, 1}, {kDLBfloat, 16, 1},    {kDLFloat, 32, 1}, {kDLFloat, 64, 1},
+    {kDLInt, 8, 1},    {kDLInt, 16, 1},       {kDLInt, 32, 1},   {kDLInt, 64, 1},
     {kDLUInt, 8, 1},   {DISCO_DL_BOOL, 8, 1},
 };
 #define NDTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
@@ -161,10 +161,10 @@ static double reference(DLDataType t, disco_reduce_op_t op, int64_t seed, int ba
  * 2^-24 relative. Everything else is exact. */
 static bool close_enough(DLDataType t, double got, double want)
 {
-    double tol = t.code == kDLBfloat                    ? 1.0 / 256
+    double tol = t.code == kDLBfloat                  ? 1.0 / 256
                  : t.code == kDLFloat && t.bits == 16 ? 1.0 / 2048
                  : t.code == kDLFloat && t.bits == 32 ? 1e-7
-                                                        : 0;
+                                                      : 0;
     double scale = fabs(want) > 1 ? fabs(want) : 1;
     return fabs(got - want) <= tol * scale;
 }
@@ -309,7 +309,8 @@ START_TEST(test_copy_round_trip)
         if (dtypes[d].code == DISCO_DL_BOOL)
             for (size_t i = 0; i < nb; i++)
                 in[i] &= 1;
-        DLTensor h = {.data = in, .device = {kDLCPU, 0}, .ndim = 3, .dtype = dtypes[d], .shape = shape};
+        DLTensor h = {
+            .data = in, .device = {kDLCPU, 0}, .ndim = 3, .dtype = dtypes[d], .shape = shape};
         disco_dref_t r;
         CK_OK(disco_session_copy_to_worker0(s, &h, &r));
         memset(in + 1, 0xee, 4); /* the host buffer is free to reuse at once */
@@ -337,8 +338,12 @@ START_TEST(test_copy_round_trip)
     /* Strided or non-CPU host tensors, unsupported dtypes. */
     float buf[4];
     int64_t shape[1] = {4}, strides[1] = {2};
-    DLTensor h = {.data = buf, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1},
-                  .shape = shape, .strides = strides};
+    DLTensor h = {.data = buf,
+                  .device = {kDLCPU, 0},
+                  .ndim = 1,
+                  .dtype = {kDLFloat, 32, 1},
+                  .shape = shape,
+                  .strides = strides};
     disco_dref_t r;
     CK_STATUS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_INVAL);
     h.strides = NULL;
@@ -510,7 +515,8 @@ START_TEST(test_heap_exhaustion)
     int64_t big[1] = {1 << 20}; /* 4 MiB of float32 */
     disco_dref_t r;
     float *host = calloc(1u << 20, sizeof(float));
-    DLTensor h = {.data = host, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = big};
+    DLTensor h = {
+        .data = host, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = big};
     CK_STATUS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_HEAP_EXHAUSTED);
     CK_OK(disco_session_empty(s, big, 1, h.dtype, false, &r));
     CK_STATUS(disco_session_sync(s, 1), DISCO_E_HEAP_EXHAUSTED);

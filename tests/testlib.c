@@ -159,8 +159,7 @@ static disco_status_t fill(disco_ctx_t *ctx, const disco_value_t *a, int n, disc
 DISCO_FUNC("test.fill", "Sti", fill)
 
 /* test.checksum(x): FNV-1a of the tensor's bytes (null: 0). */
-static disco_status_t checksum(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                               disco_value_t *ret)
+static disco_status_t checksum(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)ctx;
     (void)n;
@@ -186,8 +185,8 @@ static disco_status_t foreign(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     (void)n;
     static int64_t shape[1] = {4};
     static float data[4];
-    static DLTensor t = {.data = data, .device = {kDLCPU, 0}, .ndim = 1,
-                         .dtype = {kDLFloat, 32, 1}, .shape = shape};
+    static DLTensor t = {
+        .data = data, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = shape};
     *ret = disco_tensor_value(&t);
     return DISCO_OK;
 }
@@ -196,8 +195,7 @@ DISCO_FUNC("test.tensor_return_foreign", "", foreign)
 /* test.fill_odd(shape, dtype, odd_worker, odd_dtype, odd_extra): as
  * test.fill with seed 0, but worker odd_worker uses odd_dtype and adds
  * odd_extra to dimension 0: collectives must notice. */
-static disco_status_t fill_odd(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                               disco_value_t *ret)
+static disco_status_t fill_odd(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)n;
     int64_t shape[DISCO_MAX_NDIM];

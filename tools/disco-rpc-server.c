@@ -107,7 +107,8 @@ static int serve_listen(const char *address, uint32_t timeout_ms, bool once)
         struct pollfd pf[MAX_CHILDREN + 1];
         int n = 0, active = 0;
         int64_t now = disco_now_ns(), wait_ms = 1000;
-        pf[n++] = (struct pollfd){.fd = once && served ? -1 : disco_listener_fd(l), .events = POLLIN};
+        pf[n++] =
+            (struct pollfd){.fd = once && served ? -1 : disco_listener_fd(l), .events = POLLIN};
         for (int i = 0; i < MAX_CHILDREN; i++) {
             pf[n++] = (struct pollfd){.fd = kids[i].pid ? kids[i].pidfd : -1, .events = POLLIN};
             if (kids[i].pid == 0)

@@ -24,8 +24,7 @@ void disco__coll_init(struct disco__coll_area *a, uint32_t world, uint32_t num_g
     a->num_groups = num_groups;
 }
 
-struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t parity,
-                                          uint32_t w)
+struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t parity, uint32_t w)
 {
     struct disco__coll_slot *slots = (struct disco__coll_slot *)&a->group_barrier[a->num_groups];
     return &slots[(parity & 1) * a->world + w];
@@ -162,11 +161,10 @@ static disco_status_t same_inputs(struct coll *c, bool any_dim0)
             same = m->shape[d] == c->me->shape[d];
         if (!same) {
             char a[32], b[32];
-            return disco_set_error(DISCO_E_MISMATCH,
-                                   "worker %d has a %s tensor of %d dims, worker %d a %s of %d",
-                                   c->base + r, disco_dtype_str(m->dtype, a, sizeof a), m->ndim,
-                                   c->w->id, disco_dtype_str(c->me->dtype, b, sizeof b),
-                                   c->me->ndim);
+            return disco_set_error(
+                DISCO_E_MISMATCH, "worker %d has a %s tensor of %d dims, worker %d a %s of %d",
+                c->base + r, disco_dtype_str(m->dtype, a, sizeof a), m->ndim, c->w->id,
+                disco_dtype_str(c->me->dtype, b, sizeof b), c->me->ndim);
         }
     }
     return DISCO_OK;
@@ -194,8 +192,6 @@ static bool flag(const disco_value_t *args, int nargs, int i)
     return i < nargs && args[i].type == DISCO_T_BOOL && args[i].v.b;
 }
 
-
-
 /* ---- builtins ---- */
 
 /* disco.empty(shape, dtype, device, worker0_only): a new tensor (contents
@@ -218,8 +214,7 @@ static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
 /* disco.allreduce(x, op, in_group): every member gets op over the members' x.
  * Member r reduces slice r of all inputs and writes it into every member's
  * output (a reduce-scatter and an allgather in one pass). */
-static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                                disco_value_t *ret)
+static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
     coll_begin(ctx, flag(a, n, 2), &c);
@@ -248,8 +243,7 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
     for (size_t i = lo; i < hi; i += step) {
         size_t m = hi - i < step ? hi - i : step;
         for (int r = 0; r < c.size; r++)
-            srcs[r] = (char *)data_of(&c, member(&c, r)->in_block, member(&c, r)->in_off) +
-                      i * esz;
+            srcs[r] = (char *)data_of(&c, member(&c, r)->in_block, member(&c, r)->in_off) + i * esz;
         char *mine = (char *)out->data + i * esz;
         if ((st = disco_reduce(op, x->dtype, mine, srcs, c.size, m)) != DISCO_OK)
             break; /* cannot happen after the checks above; keep the barrier count */
@@ -316,8 +310,7 @@ static disco_status_t take(disco_ctx_t *ctx, struct coll *c, uint64_t byte_off, 
 /* disco.broadcast_from_worker0(x, in_group): every member gets worker 0's x
  * (the group leader's) by reference: O(1) in the size. The result shares the
  * bytes: treat it as read-only, or copy before writing in place. */
-static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                                disco_value_t *ret)
+static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
     coll_begin(ctx, flag(a, n, 1), &c);
@@ -332,8 +325,7 @@ static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n,
 
 /* disco.scatter_from_worker0(x, in_group): member r gets rows
  * [r*d0/size, (r+1)*d0/size) of worker 0's x, by reference. */
-static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                              disco_value_t *ret)
+static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
     coll_begin(ctx, flag(a, n, 1), &c);
@@ -408,8 +400,7 @@ static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, di
 
 /* disco.allgather(x, in_group): every member gets the members' x stacked
  * along dimension 0. */
-static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                                disco_value_t *ret)
+static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
     coll_begin(ctx, flag(a, n, 1), &c);
@@ -434,16 +425,15 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
 
 /* disco.send_recv(x, src, dst): worker dst gets worker src's x by reference;
  * every other worker gets null. All workers take part. */
-static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                                disco_value_t *ret)
+static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
     coll_begin(ctx, false, &c);
     int src = n >= 3 && a[1].type == DISCO_T_INT ? (int)a[1].v.i : -1;
     int dst = n >= 3 && a[2].type == DISCO_T_INT ? (int)a[2].v.i : -1;
     if (src < 0 || src >= c.size || dst < 0 || dst >= c.size) {
-        disco_set_error(DISCO_E_INVAL, "send_recv(x, src, dst): src %d, dst %d of %d workers",
-                        src, dst, c.size);
+        disco_set_error(DISCO_E_INVAL, "send_recv(x, src, dst): src %d, dst %d of %d workers", src,
+                        dst, c.size);
         coll_fail(&c, DISCO_E_INVAL, disco_last_error());
     } else if (c.rank == src) {
         DLTensor *x = lead_share(&c, a, n, "send_recv");

@@ -56,8 +56,7 @@ size_t disco__coll_footprint(uint32_t world, uint32_t num_groups);
 void disco__coll_init(struct disco__coll_area *a, uint32_t world, uint32_t num_groups);
 
 /** Slot of worker w in set parity (0 or 1). */
-struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t parity,
-                                          uint32_t w);
+struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t parity, uint32_t w);
 
 /** Registers the collective builtins (disco.empty, disco.allreduce, ...). */
 void disco__coll_register(void);

@@ -36,14 +36,13 @@ static disco_status_t fail(struct endpoint *e, uint64_t seq, disco_status_t st)
 
 /* Checks a request's argument types against a pattern: i int, s str,
  * y bytes, d device, h handle (FUNC or OPAQUE), ? anything, * rest. */
-static disco_status_t shape_ok(const disco_frame_hdr_t *h, const disco_value_t *a,
-                               const char *pat)
+static disco_status_t shape_ok(const disco_frame_hdr_t *h, const disco_value_t *a, const char *pat)
 {
     uint32_t i = 0;
     for (; pat[i] != '\0' && pat[i] != '*'; i++) {
         if (i >= h->nargs)
-            return disco_set_error(DISCO_E_ARG_COUNT, "request %u: %u arguments, want %zu",
-                                   h->code, h->nargs, strlen(pat));
+            return disco_set_error(DISCO_E_ARG_COUNT, "request %u: %u arguments, want %zu", h->code,
+                                   h->nargs, strlen(pat));
         uint32_t t = a[i].type;
         bool ok = pat[i] == '?' || (pat[i] == 'i' && t == DISCO_T_INT) ||
                   (pat[i] == 's' && t == DISCO_T_STR) || (pat[i] == 'y' && t == DISCO_T_BYTES) ||
@@ -66,7 +65,7 @@ static disco_status_t handle(struct endpoint *e, const disco_frame_hdr_t *h, dis
     disco_status_t st;
     disco_rpc_handle_t hd;
     static const char *const pats[] = {
-        [DISCO_RPC_SHUTDOWN] = "",    [DISCO_RPC_INIT] = "si",        [DISCO_RPC_CALL] = "h*",
+        [DISCO_RPC_SHUTDOWN] = "",     [DISCO_RPC_INIT] = "si",       [DISCO_RPC_CALL] = "h*",
         [DISCO_RPC_COPY_FROM] = "hii", [DISCO_RPC_COPY_TO] = "hiy",   [DISCO_RPC_GET_FUNC] = "s",
         [DISCO_RPC_FREE_HANDLE] = "h", [DISCO_RPC_DEV_ALLOC] = "dii", [DISCO_RPC_DEV_FREE] = "dh",
         [DISCO_RPC_STREAM_SYNC] = "d",
@@ -115,8 +114,8 @@ static disco_status_t handle(struct endpoint *e, const disco_frame_hdr_t *h, dis
     case DISCO_RPC_COPY_TO:
         if (a[1].v.i < 0 || (st = ops->copy_to_remote(s, a[2].v.bytes, a[0].v.handle,
                                                       (uint64_t)a[1].v.i, a[2].len)) != DISCO_OK)
-            return fail(e, h->seq, a[1].v.i < 0 ? disco_set_error(DISCO_E_INVAL, "offset < 0")
-                                                : st);
+            return fail(e, h->seq,
+                        a[1].v.i < 0 ? disco_set_error(DISCO_E_INVAL, "offset < 0") : st);
         return disco__rpc_send(e->t, &e->out, DISCO_RPC_COPY_ACK, h->seq, NULL, 0, 0);
     case DISCO_RPC_COPY_FROM: {
         int64_t off = a[1].v.i, n = a[2].v.i;
@@ -140,8 +139,8 @@ static disco_status_t handle(struct endpoint *e, const disco_frame_hdr_t *h, dis
             disco_set_error(DISCO_E_INVAL, "device alloc: negative size or alignment");
             return fail(e, h->seq, DISCO_E_INVAL);
         }
-        if ((st = ops->dev_alloc(s, a[0].v.device, (uint64_t)a[1].v.i, (uint64_t)a[2].v.i,
-                                 &hd)) != DISCO_OK)
+        if ((st = ops->dev_alloc(s, a[0].v.device, (uint64_t)a[1].v.i, (uint64_t)a[2].v.i, &hd)) !=
+            DISCO_OK)
             return fail(e, h->seq, st);
         {
             disco_value_t v = disco_opaque(hd);
@@ -178,7 +177,8 @@ disco_status_t disco_rpc_serve(disco_rpc_t *sess, disco_transport_t *t)
         }
         if (st == DISCO_E_MSG_TOO_BIG || st == DISCO_E_TIMEOUT || st == DISCO_E_SYS) {
             /* The stream is out of step (or gone): say why if we can, end. */
-            disco__rpc_send_error(t, &e.out, 0, st, disco_last_error(), disco_now_ns() + 1000000000LL);
+            disco__rpc_send_error(t, &e.out, 0, st, disco_last_error(),
+                                  disco_now_ns() + 1000000000LL);
             break;
         }
         if (st != DISCO_OK) { /* a whole packet that does not decode: answer, go on */

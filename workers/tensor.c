@@ -142,8 +142,8 @@ static disco_status_t wrap(disco_heap_t *heap, uint64_t block, uint64_t byte_off
     return DISCO_OK;
 }
 
-disco_status_t disco__tensor_new(disco_heap_t *heap, uint32_t owner, const int64_t *shape,
-                                 int ndim, DLDataType dtype, DLTensor **out)
+disco_status_t disco__tensor_new(disco_heap_t *heap, uint32_t owner, const int64_t *shape, int ndim,
+                                 DLDataType dtype, DLTensor **out)
 {
     disco_status_t st = check_shape(shape, ndim, dtype);
     if (st != DISCO_OK)
@@ -190,8 +190,8 @@ disco_status_t disco__tensor_from_block(disco_heap_t *heap, uint64_t block, uint
 disco_status_t disco__tensor_ref(const DLTensor *t, DLTensor **out)
 {
     const struct dtensor *d = (const struct dtensor *)t;
-    return disco__tensor_from_block(d->heap, d->block, d->byte_offset, d->shape, t->ndim,
-                                    t->dtype, false, out);
+    return disco__tensor_from_block(d->heap, d->block, d->byte_offset, d->shape, t->ndim, t->dtype,
+                                    false, out);
 }
 
 void disco__tensor_add_refs(const DLTensor *t, uint32_t n)

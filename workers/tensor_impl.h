@@ -16,8 +16,8 @@
 #define DISCO_TENSOR_BLOCK_HDR 64u /* header before the data, keeps data 64-aligned */
 
 /** A new tensor in heap (allocated for owner, refcount 1). */
-disco_status_t disco__tensor_new(disco_heap_t *heap, uint32_t owner, const int64_t *shape,
-                                 int ndim, DLDataType dtype, DLTensor **out);
+disco_status_t disco__tensor_new(disco_heap_t *heap, uint32_t owner, const int64_t *shape, int ndim,
+                                 DLDataType dtype, DLTensor **out);
 
 /** A tensor over existing heap bytes: block (a heap offset from
  *  disco__tensor_block), byte_offset into its data. adopt: take over a

@@ -7,8 +7,8 @@
 #include "tensor_impl.h"
 
 static const char *const type_names[DISCO_T_COUNT] = {
-    "null",  "bool",  "int",    "float", "str",  "bytes",
-    "shape", "dtype", "device", "dref",  "func", "opaque", "tensor",
+    "null",  "bool",   "int",  "float", "str",    "bytes",  "shape",
+    "dtype", "device", "dref", "func",  "opaque", "tensor",
 };
 
 const char *disco_type_name(uint32_t type)

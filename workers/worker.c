@@ -150,8 +150,8 @@ disco_status_t disco__ctx_own(disco_ctx_t *ctx, DLTensor *t)
     return DISCO_OK;
 }
 
-disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim,
-                               DLDataType dtype, DLTensor **out)
+disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim, DLDataType dtype,
+                               DLTensor **out)
 {
     if (ctx->worker == NULL || ctx->worker->heap == NULL)
         return disco_set_error(DISCO_E_HEAP_EXHAUSTED,

@@ -25,7 +25,7 @@ typedef struct disco_worker {
     disco_value_t *regs; /* owned values, index = register id */
     uint64_t nregs;
     struct disco__errbox *errbox;
-    uint64_t seq; /* sequence number of the command being executed */
+    uint64_t seq;                  /* sequence number of the command being executed */
     disco_heap_t *heap;            /* the session's shared heap, or NULL */
     struct disco__coll_area *coll; /* the collective area */
     const disco_wait_t *wait;      /* how collectives wait for other workers */

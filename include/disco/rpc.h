@@ -47,9 +47,9 @@
 extern "C" {
 #endif
 
-#define DISCO_RPC_VERSION 1
-#define DISCO_RPC_MAGIC   "disco-rpc"
-#define DISCO_RPC_CHUNK   (1u << 20)
+#define DISCO_RPC_VERSION   1
+#define DISCO_RPC_MAGIC     "disco-rpc"
+#define DISCO_RPC_CHUNK     (1u << 20)
 #define DISCO_RPC_SESS_MASK 128 /* remote device type = local type + mask * (index + 1) */
 
 typedef struct disco_rpc disco_rpc_t;
@@ -73,9 +73,8 @@ typedef struct disco_rpc_ops {
                                 disco_rpc_handle_t *mem_out);
     disco_status_t (*dev_free)(disco_rpc_t *s, DLDevice dev, disco_rpc_handle_t mem);
     disco_status_t (*stream_sync)(disco_rpc_t *s, DLDevice dev);
-    disco_status_t (*call_async)(disco_rpc_t *s, disco_rpc_handle_t func,
-                                 const disco_value_t *args, int nargs, disco_rpc_done_fn done,
-                                 void *ctx);
+    disco_status_t (*call_async)(disco_rpc_t *s, disco_rpc_handle_t func, const disco_value_t *args,
+                                 int nargs, disco_rpc_done_fn done, void *ctx);
     disco_status_t (*wait)(disco_rpc_t *s);
     void (*close)(disco_rpc_t *s);
 } disco_rpc_ops_t;
@@ -112,8 +111,8 @@ disco_status_t disco_rpc_call(disco_rpc_t *s, disco_rpc_handle_t func, const dis
                               int nargs, disco_value_t *ret_out);
 disco_status_t disco_rpc_copy_to_remote(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
                                         uint64_t offset, uint64_t nbytes);
-disco_status_t disco_rpc_copy_from_remote(disco_rpc_t *s, disco_rpc_handle_t src,
-                                          uint64_t offset, void *dst, uint64_t nbytes);
+disco_status_t disco_rpc_copy_from_remote(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t offset,
+                                          void *dst, uint64_t nbytes);
 disco_status_t disco_rpc_free_handle(disco_rpc_t *s, disco_rpc_handle_t h);
 disco_status_t disco_rpc_dev_alloc(disco_rpc_t *s, DLDevice dev, uint64_t nbytes, uint64_t align,
                                    disco_rpc_handle_t *mem_out);

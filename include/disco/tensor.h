@@ -65,8 +65,8 @@ bool disco_tensor_is_compact(const DLTensor *t);
  *  the call ends. Returns DISCO_OK, DISCO_E_BAD_TYPE (unsupported dtype),
  *  DISCO_E_INVAL (ndim out of range, negative dimension),
  *  DISCO_E_HEAP_EXHAUSTED. */
-disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim,
-                               DLDataType dtype, DLTensor **out);
+disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim, DLDataType dtype,
+                               DLTensor **out);
 
 /** A new tensor register: on every worker, or on worker 0 only (the others
  *  hold null). Contents are unspecified. Returns as disco_session_call plus

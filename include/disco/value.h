@@ -36,15 +36,15 @@ extern "C" {
 typedef enum disco_type {
     DISCO_T_NULL = 0,
     DISCO_T_BOOL = 1,
-    DISCO_T_INT = 2,    /* int64 */
-    DISCO_T_FLOAT = 3,  /* float64 */
-    DISCO_T_STR = 4,    /* NUL-terminated, len = strlen */
-    DISCO_T_BYTES = 5,  /* len bytes */
-    DISCO_T_SHAPE = 6,  /* len int64 dims */
-    DISCO_T_DTYPE = 7,  /* DLDataType */
-    DISCO_T_DEVICE = 8, /* DLDevice */
-    DISCO_T_DREF = 9,   /* register id, valid on every worker */
-    DISCO_T_FUNC = 10,  /* function handle (worker-local) */
+    DISCO_T_INT = 2,     /* int64 */
+    DISCO_T_FLOAT = 3,   /* float64 */
+    DISCO_T_STR = 4,     /* NUL-terminated, len = strlen */
+    DISCO_T_BYTES = 5,   /* len bytes */
+    DISCO_T_SHAPE = 6,   /* len int64 dims */
+    DISCO_T_DTYPE = 7,   /* DLDataType */
+    DISCO_T_DEVICE = 8,  /* DLDevice */
+    DISCO_T_DREF = 9,    /* register id, valid on every worker */
+    DISCO_T_FUNC = 10,   /* function handle (worker-local) */
     DISCO_T_OPAQUE = 11, /* opaque handle: 64 bits passed through untouched */
     DISCO_T_TENSOR = 12  /* DLTensor (see tensor.h); never inside a frame */
 } disco_type_t;

@@ -79,7 +79,8 @@ typedef struct disco_wait {
     void *check_ctx;
 } disco_wait_t;
 
-#define DISCO_WAIT_DEFAULT_PAUSE_NS 2000u   /* 2 us of pause, then yield: a peer sharing our core must run */
+#define DISCO_WAIT_DEFAULT_PAUSE_NS                                                                \
+    2000u /* 2 us of pause, then yield: a peer sharing our core must run */
 #define DISCO_WAIT_DEFAULT_SPIN_NS  200000u /* 0.2 ms, then park */
 #define DISCO_WAIT_DEFAULT_SLICE_MS 10u
 
