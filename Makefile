@@ -61,7 +61,16 @@ $(DEPS_STAMP): tools/deps.sh
 	@sh tools/deps.sh
 	@mkdir -p $(@D) && touch $@
 
-$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+# Objects rebuild when the compile flags change (SANITIZE=, -D options).
+# (BASE_CFLAGS is expanded here, so per-target additions do not touch it.)
+FLAGS_STAMP := $(BUILD)/.cflags
+BASE_CFLAGS := $(CFLAGS) $(SANFLAGS)
+$(FLAGS_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo '$(BASE_CFLAGS)' | cmp -s - $@ || echo '$(BASE_CFLAGS)' > $@
+.PHONY: FORCE
+
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
 
@@ -107,6 +116,7 @@ $(BUILD)/obj/tests/%.o: CFLAGS += -DDISCO_TEST_LIB='"$(abspath $(TESTLIB))"' \
 # ours may remain in /dev/shm (disco never names segments there).
 test: $(TEST_BIN) $(TOOLS) $(TESTLIB)
 	CK_FORK=yes $(TEST_BIN)
+	python3 tests/jsonrpc_test.py $(BUILD)/bin/disco-jsonrpc $(TESTLIB)
 	@if ls /dev/shm 2>/dev/null | grep -qi disco; then \
 	    echo "FAIL: disco objects left in /dev/shm"; ls /dev/shm; exit 1; fi
 
