@@ -54,6 +54,7 @@ TESTLIB  := $(BUILD)/lib/libdisco_testlib.so
 WHOLE_LIB = -rdynamic -Wl,--whole-archive $(BUILD)/libdisco.a -Wl,--no-whole-archive
 
 .PHONY: all deps test bench demo clean format cppcheck
+.SECONDARY: # keep object files (make would delete them as intermediates)
 all: $(BUILD)/libdisco.a $(BUILD)/libdisco.so $(TOOLS) $(DEMOLIB)
 
 deps: $(DEPS_STAMP)
