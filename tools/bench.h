@@ -29,6 +29,12 @@ void bench_session(void);
  *  and its baseline memcpy_gbps. */
 void bench_tensor(void);
 
+/** The RPC figures (bench_rpc.c): a no-op disco_rpc_call round trip to a
+ *  forked server over each transport, rpc_call_ns_shm, _unix, _tcp, _pipe;
+ *  and rpc_copy_gbps_shm, disco_rpc_copy_to_remote of 64 MiB into a remote
+ *  CPU allocation (baseline: memcpy_gbps from bench_tensor). */
+void bench_rpc(void);
+
 /** The Open MPI baseline (bench_tensor.c): runs bench_mpi_path() under
  *  mpirun with 2 ranks and records mpi_allreduce_us_1MiB and
  *  mpi_allreduce_us_64MiB; records nothing (and says why) without it. */

@@ -24,6 +24,11 @@
  *                       bcast_us_1MiB shows it is O(1) in the size
  *   copy_to_worker0_gbps  copy of 64 MiB into worker 0's heap (+ free)
  *   memcpy_gbps         single-core memcpy of 64 MiB (baseline)
+ *   rpc_call_ns_shm     RPC: no-op disco_rpc_call round trip to a forked
+ *                       server over shm (bench_rpc.c); _unix, _tcp, _pipe:
+ *                       over the other transports (baselines)
+ *   rpc_copy_gbps_shm   disco_rpc_copy_to_remote of 64 MiB over shm into a
+ *                       remote CPU allocation (baseline memcpy_gbps)
  * Diagnostics (not in the contract): floor_2line_rtt_ns (one line per
  * direction, as a pair of rings must use) and ring_rtt_48b_ns (a message
  * that fits one line with its slot header).
@@ -608,6 +613,7 @@ static const struct section {
     {"idle reader", bench_idle},
     {"session: call + sync", bench_session},
     {"data plane: tensors, N = 2", bench_tensor},
+    {"RPC: call and copy to remote", bench_rpc},
     {"Open MPI baseline", bench_mpi},
 };
 
@@ -650,6 +656,14 @@ static const row_t rows[] = {
     {"bcast_us_64MiB", "bcast_us_1MiB", false, "64MiB/1MiB", T_NONE, 0},
     {"copy_to_worker0_gbps", "memcpy_gbps", false, "copy/memcpy", T_RATIO_GE, 0.8},
     {"memcpy_gbps", NULL, false, NULL, T_NONE, 0},
+    {"rpc_call_ns_shm", "rpc_call_ns_pipe", true, "pipe/shm", T_RATIO_GE, 100},
+    {"rpc_call_ns_shm", "rpc_call_ns_tcp", true, "tcp/shm", T_RATIO_GE, 100},
+    {"rpc_call_ns_shm", "rpc_call_ns_unix", true, "unix/shm", T_NONE, 0},
+    {"rpc_call_ns_shm", "ring_rtt_ns", false, "rpc/ring", T_NONE, 0},
+    {"rpc_call_ns_unix", "rpc_call_ns_pipe", false, "unix/pipe", T_NONE, 0},
+    {"rpc_call_ns_tcp", "rpc_call_ns_pipe", false, "tcp/pipe", T_NONE, 0},
+    {"rpc_call_ns_pipe", "pipe_rtt_ns", false, "rpc/raw pipe", T_NONE, 0},
+    {"rpc_copy_gbps_shm", "memcpy_gbps", false, "copy/memcpy", T_RATIO_GE, 0.8},
 };
 
 static void print_row(const row_t *r)
