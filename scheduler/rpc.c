@@ -77,7 +77,7 @@ disco_status_t disco_rpc_wait(disco_rpc_t *s)
 
 bool disco_rpc_is_local(const disco_rpc_t *s)
 {
-    return strcmp(s->ops->kind, "local") == 0;
+    return strcmp(s->ops->kind, "local") == 0; /* a worker view runs in other processes */
 }
 
 DLDevice disco_rpc_device(const disco_rpc_t *s, DLDevice dev)

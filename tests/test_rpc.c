@@ -17,6 +17,7 @@
 
 #include "../workers/rpc_proto.h"
 #include "disco/rpc.h"
+#include "disco/session.h"
 #include "disco/transport.h"
 #include "disco/wait.h"
 #include "testutil.h"
@@ -228,6 +229,46 @@ START_TEST(test_local_session)
 }
 END_TEST
 
+/* Each Disco worker as an RPC session over the session's rings: the same
+ * operations, and bytes copied into a worker's memory are what the worker
+ * sees. */
+START_TEST(test_disco_worker_views)
+{
+    disco_session_config_t cfg = disco_session_config_default(3);
+    cfg.heap_bytes = 64u << 20;
+    disco_session_t *ds;
+    CK_OK(disco_session_open(&cfg, &ds));
+    disco_value_t path = disco_str(DISCO_TEST_LIB);
+    disco_dref_t r;
+    CK_OK(disco_session_call_by_name(ds, "disco.load_library", &path, 1, &r));
+    for (int w = 0; w < 3; w++)
+        CK_OK(disco_session_sync(ds, w));
+    for (int w = 0; w < 3; w++) {
+        disco_rpc_t *s;
+        CK_OK(disco_rpc_from_worker(ds, w, &s));
+        ck_assert(!disco_rpc_is_local(s));
+        exercise(s);
+        /* the worker reads what the copy wrote */
+        disco_rpc_handle_t mem;
+        unsigned char bytes[100];
+        for (int i = 0; i < 100; i++)
+            bytes[i] = (unsigned char)(i + w);
+        CK_OK(disco_rpc_dev_alloc(s, (DLDevice){kDLCPU, 0}, 100, 64, &mem));
+        CK_OK(disco_rpc_copy_to_remote(s, bytes, mem, 0, 100));
+        disco_value_t got;
+        CK_OK(disco_session_debug_get(ds, mem, w, &got));
+        ck_assert_uint_eq(got.len, 100);
+        ck_assert(memcmp(got.v.bytes, bytes, 100) == 0);
+        disco_value_clear(&got);
+        CK_OK(disco_rpc_free_handle(s, mem));
+        disco_rpc_close(s);
+    }
+    disco_rpc_t *bad;
+    CK_STATUS(disco_rpc_from_worker(ds, 3, &bad), DISCO_E_INVAL);
+    disco_session_close(ds);
+}
+END_TEST
+
 /* client -> server A (proxy) -> server B (local): everything still works. */
 START_TEST(test_proxy_chain)
 {
@@ -426,6 +467,7 @@ Suite *suite_rpc(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_ops_every_transport, 0, 4);
     tcase_add_test(tc, test_local_session);
+    tcase_add_test(tc, test_disco_worker_views);
     tcase_add_test(tc, test_proxy_chain);
     tcase_add_test(tc, test_version_mismatch);
     tcase_add_test(tc, test_session_timeout);

@@ -37,7 +37,7 @@ static void assert_clean(void)
     fclose(f);
 }
 
-static disco_session_t *open_with(int n, disco_launch_t launch, disco_transport_t transport,
+static disco_session_t *open_with(int n, disco_launch_t launch, disco_session_transport_t transport,
                                   uint32_t timeout_ms)
 {
     disco_session_config_t cfg = disco_session_config_default(n);
@@ -102,7 +102,7 @@ END_TEST
 START_TEST(test_transports_and_launch)
 {
     disco_launch_t launch = (_i & 1) ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
-    disco_transport_t tr = (_i & 2) ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING;
+    disco_session_transport_t tr = (_i & 2) ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING;
     disco_session_t *s = open_with(3, launch, tr, 0);
     check_ids(s);
     disco_session_close(s);

@@ -45,7 +45,7 @@ static int64_t call_rounds(void *p, uint64_t iters)
 /* pinned: with 2 workers, the controller (worker 0) on the first CPU and
  * worker 1 on the second, as the floor and ring figures are measured (and as
  * a placement policy would put them); otherwise every process floats. */
-static double call_sync(int n, disco_transport_t transport, bool pinned)
+static double call_sync(int n, disco_session_transport_t transport, bool pinned)
 {
     disco_session_config_t cfg = disco_session_config_default(n);
     cfg.transport = transport;

@@ -4,6 +4,8 @@
 
 #include "collective.h"
 #include "registry.h"
+#include "disco/heap.h"
+#include "disco/tensor.h"
 #include "worker.h"
 
 /* disco.load_library(path): dlopen the library in this worker; its
@@ -58,6 +60,9 @@ static disco_status_t noop(disco_ctx_t *ctx, const disco_value_t *args, int narg
     return DISCO_OK;
 }
 
+static disco_status_t tensor_span(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                  disco_value_t *ret);
+
 static void register_all(void)
 {
     disco_register_func("disco.load_library", "s", load_library);
@@ -65,6 +70,7 @@ static void register_all(void)
     disco_register_func("disco.world_size", "", world_size);
     disco_register_func("disco.echo", NULL, echo);
     disco_register_func("disco.noop", NULL, noop);
+    disco_register_func("disco.tensor_span", "T", tensor_span);
     disco__coll_register();
 }
 
@@ -72,4 +78,23 @@ void disco__builtins_init(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, register_all);
+}
+
+/* disco.tensor_span(x): where x's bytes are in the shared heap, as a shape
+ * [heap offset, bytes] (for RPC views of a worker that copy directly). */
+static disco_status_t tensor_span(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                  disco_value_t *ret)
+{
+    (void)nargs;
+    const DLTensor *t = args[0].v.tensor;
+    if (ctx->worker == NULL || ctx->worker->heap == NULL ||
+        !disco_heap_contains(ctx->worker->heap, t->data, disco_tensor_nbytes(t)))
+        return disco_ctx_fail(ctx, "the tensor is not in this session's shared heap");
+    int64_t *span = disco_ctx_alloc(ctx, 2 * sizeof *span);
+    if (span == NULL)
+        return disco_ctx_fail(ctx, "out of memory");
+    span[0] = (int64_t)disco_heap_offset(ctx->worker->heap, t->data);
+    span[1] = (int64_t)disco_tensor_nbytes(t);
+    *ret = disco_shape(span, 2);
+    return DISCO_OK;
 }

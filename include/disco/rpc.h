@@ -7,7 +7,8 @@
  *    registry, memory from this process;
  *  - the client session (disco_rpc_connect): every op travels to an endpoint
  *    over a transport (disco/transport.h: shm ring pair, Unix socket, TCP,
- *    stdio pipes) and back.
+ *    stdio pipes) and back;
+ *  - a Disco worker (disco_rpc_from_worker), over its session's rings.
  * A server (disco_rpc_serve, the disco-rpc-server tool) serves a session on a
  * transport; that session may itself be a client session to another server,
  * so sessions chain: client -> server A -> server B -> local.
@@ -39,6 +40,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include "disco/session.h"
 #include "disco/status.h"
 #include "disco/transport.h"
 #include "disco/value.h"
@@ -99,6 +101,14 @@ disco_status_t disco_rpc_connect(const char *address, uint32_t call_timeout_ms,
 /** The same over a transport already open (e.g. stdio pipes); takes it. */
 disco_status_t disco_rpc_client(disco_transport_t *t, uint32_t call_timeout_ms,
                                 disco_rpc_t **sess_out);
+
+/** Disco worker `worker` of a session as an RPC session, over the session's
+ *  shared-memory rings. A call runs on every worker (Disco is SPMD) and
+ *  answers with this worker's result; memory is a byte tensor register in
+ *  the shared heap, copied to and from with one memcpy (after a sync of the
+ *  worker). Completes asynchronous calls at once. Closing the view leaves
+ *  the Disco session open. Returns DISCO_OK, DISCO_E_INVAL, DISCO_E_NOMEM. */
+disco_status_t disco_rpc_from_worker(disco_session_t *sess, int worker, disco_rpc_t **sess_out);
 
 /** Closes a session (a client: tells the server, closes the transport).
  *  NULL is harmless. */

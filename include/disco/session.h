@@ -53,15 +53,15 @@ typedef enum disco_launch {
     DISCO_LAUNCH_SPAWN = 1,
 } disco_launch_t;
 
-typedef enum disco_transport {
+typedef enum disco_session_transport {
     DISCO_TRANSPORT_RING = 0, /* shared-memory rings (default) */
     DISCO_TRANSPORT_PIPE = 1, /* a pair of pipes per worker, as TVM's ProcessSession */
-} disco_transport_t;
+} disco_session_transport_t;
 
 typedef struct disco_session_config {
     int num_workers;       /* >= 1; worker 0 is the controller */
     disco_launch_t launch; /* default fork */
-    disco_transport_t transport;
+    disco_session_transport_t transport;
     uint32_t call_timeout_ms; /* deadline of each wait (sync, debug get); 0 = 60 s */
     uint64_t spin_ns;         /* spin before parking; 0 = default (shorter when
                                  processes outnumber cores) */
