@@ -70,6 +70,30 @@ disco_status_t disco_rpc_call_async(disco_rpc_t *s, disco_rpc_handle_t f, const 
     return s->ops->call_async(s, f, args, nargs, done, ctx);
 }
 
+/* A copy that failed to start (bad handle or range, connection gone) is an
+ * error of the call; one that failed midway is reported to done as well. */
+static disco_status_t copy_done(disco_status_t st, disco_rpc_done_fn done, void *ctx)
+{
+    if (st == DISCO_E_BAD_REG || st == DISCO_E_INVAL || st == DISCO_E_CLOSED)
+        return st;
+    done(ctx, st, NULL);
+    return DISCO_OK;
+}
+
+disco_status_t disco_rpc_copy_to_remote_async(disco_rpc_t *s, const void *src,
+                                              disco_rpc_handle_t dst, uint64_t offset,
+                                              uint64_t nbytes, disco_rpc_done_fn done, void *ctx)
+{
+    return copy_done(s->ops->copy_to_remote(s, src, dst, offset, nbytes), done, ctx);
+}
+
+disco_status_t disco_rpc_copy_from_remote_async(disco_rpc_t *s, disco_rpc_handle_t src,
+                                                uint64_t offset, void *dst, uint64_t nbytes,
+                                                disco_rpc_done_fn done, void *ctx)
+{
+    return copy_done(s->ops->copy_from_remote(s, src, offset, dst, nbytes), done, ctx);
+}
+
 disco_status_t disco_rpc_wait(disco_rpc_t *s)
 {
     return s->ops->wait(s);

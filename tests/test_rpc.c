@@ -123,6 +123,13 @@ static void on_done(void *p, disco_status_t st, const disco_value_t *ret)
     o->seen[o->next++] = st == DISCO_OK ? ret->v.i : -1;
 }
 
+static void count_done(void *p, disco_status_t st, const disco_value_t *ret)
+{
+    (void)ret;
+    if (st == DISCO_OK)
+        ++*(int *)p;
+}
+
 /* Every operation on a session: calls, values, errors, memory, async. */
 static void exercise(disco_rpc_t *s)
 {
@@ -190,6 +197,18 @@ static void exercise(disco_rpc_t *s)
     ck_assert_int_eq(o.next, 10);
     for (int i = 0; i < 10; i++)
         ck_assert_int_eq(o.seen[i], 100 + i);
+    /* asynchronous copies report their completion */
+    int done = 0;
+    unsigned char out[64] = {1, 2, 3}, in[64] = {0};
+    CK_OK(disco_rpc_dev_alloc(s, cpu, sizeof out, 64, &mem));
+    CK_OK(disco_rpc_copy_to_remote_async(s, out, mem, 0, sizeof out, count_done, &done));
+    CK_OK(disco_rpc_copy_from_remote_async(s, mem, 0, in, sizeof in, count_done, &done));
+    CK_OK(disco_rpc_wait(s));
+    ck_assert_int_eq(done, 2);
+    ck_assert(memcmp(in, out, sizeof in) == 0);
+    CK_STATUS(disco_rpc_copy_to_remote_async(s, out, mem, 60, 8, count_done, &done), DISCO_E_INVAL);
+    ck_assert_int_eq(done, 2); /* not called for a copy that could not start */
+    CK_OK(disco_rpc_free_handle(s, mem));
     CK_OK(disco_rpc_free_handle(s, add));
 }
 

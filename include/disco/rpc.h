@@ -144,6 +144,18 @@ disco_status_t disco_rpc_call_async(disco_rpc_t *s, disco_rpc_handle_t func,
                                     const disco_value_t *args, int nargs, disco_rpc_done_fn done,
                                     void *ctx);
 
+/** Asynchronous copies: done(ctx, status, NULL) runs when the copy has
+ *  completed. Today every session completes a copy before this returns
+ *  (for a client, after the asynchronous calls made before it), so the
+ *  callback runs inside it; the interface lets a session overlap later.
+ *  If the copy cannot start, it returns the error and done is never called. */
+disco_status_t disco_rpc_copy_to_remote_async(disco_rpc_t *s, const void *src,
+                                              disco_rpc_handle_t dst, uint64_t offset,
+                                              uint64_t nbytes, disco_rpc_done_fn done, void *ctx);
+disco_status_t disco_rpc_copy_from_remote_async(disco_rpc_t *s, disco_rpc_handle_t src,
+                                                uint64_t offset, void *dst, uint64_t nbytes,
+                                                disco_rpc_done_fn done, void *ctx);
+
 /** Waits for every outstanding asynchronous call to complete. */
 disco_status_t disco_rpc_wait(disco_rpc_t *s);
 
