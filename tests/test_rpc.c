@@ -20,7 +20,7 @@
 #include "disco/session.h"
 #include "disco/transport.h"
 #include "disco/wait.h"
-#include "testutil.h"
+#include "session_util.h"
 
 extern char **environ;
 
@@ -76,7 +76,7 @@ static void start_server(server_t *sv, const char *listen, const char *proxy, co
     if (listen == NULL)
         return;
     /* The first line is "listening ADDRESS". */
-    char line[300];
+    char line[300] = {0};
     size_t got = 0;
     while (got < sizeof line - 1 && memchr(line, '\n', got) == NULL) {
         struct pollfd pf = {.fd = sv->out, .events = POLLIN};
@@ -255,13 +255,7 @@ START_TEST(test_disco_worker_views)
 {
     disco_session_config_t cfg = disco_session_config_default(3);
     cfg.heap_bytes = 64u << 20;
-    disco_session_t *ds;
-    CK_OK(disco_session_open(&cfg, &ds));
-    disco_value_t path = disco_str(DISCO_TEST_LIB);
-    disco_dref_t r;
-    CK_OK(disco_session_call_by_name(ds, "disco.load_library", &path, 1, &r));
-    for (int w = 0; w < 3; w++)
-        CK_OK(disco_session_sync(ds, w));
+    disco_session_t *ds = tu_open_with_testlib(&cfg);
     for (int w = 0; w < 3; w++) {
         disco_rpc_t *s;
         CK_OK(disco_rpc_from_worker(ds, w, &s));

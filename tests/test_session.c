@@ -15,7 +15,7 @@
 
 #include "disco/session.h"
 #include "disco/wait.h"
-#include "testutil.h"
+#include "session_util.h"
 
 static int fds_before;
 
@@ -45,15 +45,7 @@ static disco_session_t *open_with(int n, disco_launch_t launch, disco_session_tr
     cfg.transport = transport;
     cfg.call_timeout_ms = timeout_ms;
     cfg.worker_path = DISCO_TEST_WORKER;
-    disco_session_t *s;
-    CK_OK(disco_session_open(&cfg, &s));
-    disco_dref_t r;
-    disco_value_t path = disco_str(DISCO_TEST_LIB);
-    CK_OK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
-    for (int w = 0; w < n; w++)
-        CK_OK(disco_session_sync(s, w));
-    CK_OK(disco_session_free(s, r));
-    return s;
+    return tu_open_with_testlib(&cfg);
 }
 
 static disco_session_t *open_n(int n)

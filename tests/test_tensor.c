@@ -13,7 +13,7 @@
 #include "disco/dtype.h"
 #include "disco/session.h"
 #include "disco/tensor.h"
-#include "testutil.h"
+#include "session_util.h"
 
 static const DLDataType dtypes[] = {
     {kDLFloat, 16, 1}, {kDLBfloat, 16, 1},    {kDLFloat, 32, 1}, {kDLFloat, 64, 1},
@@ -28,15 +28,7 @@ static disco_session_t *open_tensor_session(int n, int groups, uint64_t heap)
     cfg.heap_bytes = heap;
     cfg.num_groups = groups;
     cfg.call_timeout_ms = 20000;
-    disco_session_t *s;
-    CK_OK(disco_session_open(&cfg, &s));
-    disco_dref_t r;
-    disco_value_t path = disco_str(DISCO_TEST_LIB);
-    CK_OK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
-    for (int w = 0; w < n; w++)
-        CK_OK(disco_session_sync(s, w));
-    CK_OK(disco_session_free(s, r));
-    return s;
+    return tu_open_with_testlib(&cfg);
 }
 
 static disco_value_t dref(disco_dref_t r)
