@@ -115,7 +115,9 @@ disco_status_t disco__procs_start(struct disco_session *s)
         if (st != DISCO_OK)
             break;
         s->pidfd[i] = pidfd_open(s->pid[i]);
-        if (s->pidfd[i] < 0) {
+        /* Without pidfds (kernels before 5.3, valgrind) the workers, our
+         * children, are watched with waitpid(WNOHANG) instead. */
+        if (s->pidfd[i] < 0 && errno != ENOSYS) {
             st =
                 disco_set_error(DISCO_E_SYS, "pidfd_open(%d): %s", (int)s->pid[i], strerror(errno));
             break;
@@ -165,13 +167,19 @@ static bool reap(struct disco_session *s, int i, int flags)
 disco_status_t disco__procs_check(struct disco_session *s)
 {
     struct pollfd pf[DISCO_MAX_WORKERS];
-    int n = 0;
-    for (int i = 1; i < s->world; i++)
+    int n = 0, polled = 0;
+    bool no_pidfd = false;
+    for (int i = 1; i < s->world; i++) {
         pf[n++] = (struct pollfd){.fd = s->reaped[i] ? -1 : s->pidfd[i], .events = POLLIN};
-    if (n == 0 || poll(pf, (nfds_t)n, 0) <= 0)
+        no_pidfd = no_pidfd || (!s->reaped[i] && s->pidfd[i] < 0);
+    }
+    if (n != 0)
+        polled = poll(pf, (nfds_t)n, 0);
+    if (polled <= 0 && !no_pidfd)
         return DISCO_OK;
     for (int i = 1; i < s->world; i++) {
-        if (!(pf[i - 1].revents & POLLIN) || !reap(s, i, WNOHANG))
+        bool ended = s->pidfd[i] >= 0 ? (pf[i - 1].revents & POLLIN) != 0 : !s->reaped[i];
+        if (!ended || !reap(s, i, WNOHANG))
             continue;
         char what[1024];
         describe_exit(s, i, what, sizeof what);
@@ -206,12 +214,13 @@ void disco__procs_stop(struct disco_session *s, int grace_ms)
             continue;
         while (!reap(s, i, WNOHANG)) {
             int64_t left = (deadline - disco_now_ns()) / 1000000;
-            if (left <= 0 || s->pidfd[i] < 0) {
+            if (left <= 0) {
                 disco__procs_kill(s, i);
                 break;
             }
+            /* Without a pidfd, poll nothing for a millisecond and look again. */
             struct pollfd pf = {.fd = s->pidfd[i], .events = POLLIN};
-            poll(&pf, 1, (int)left);
+            poll(&pf, s->pidfd[i] >= 0 ? 1 : 0, s->pidfd[i] >= 0 ? (int)left : 1);
         }
     }
     for (int i = 1; i < s->world; i++) {
