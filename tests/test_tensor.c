@@ -420,6 +420,33 @@ START_TEST(test_data_movement)
 }
 END_TEST
 
+/* A tensor copied to worker 0 only, then broadcast: every worker gets it
+ * (the other workers' register is null, which must not stop them from
+ * joining the collective). */
+START_TEST(test_copy_then_broadcast)
+{
+    disco_session_t *s = open_tensor_session(3, 1, 16u << 20);
+    float host[6] = {1, 2, 3, 4, 5, 6};
+    int64_t shape[1] = {6};
+    DLTensor h = {
+        .data = host, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = shape};
+    disco_dref_t pad[40], x, y;
+    for (int i = 0; i < 40; i++) /* push the id past what the workers have seen */
+        CK_OK(disco_session_alloc_reg(s, &pad[i]));
+    CK_OK(disco_session_copy_to_worker0(s, &h, &x));
+    disco_value_t a[2] = {dref(x), disco_bool(false)};
+    CK_OK(disco_session_call_by_name(s, "disco.broadcast_from_worker0", a, 2, &y));
+    for (int w = 0; w < 3; w++) {
+        disco_value_t v;
+        CK_OK(disco_session_debug_get(s, y, w, &v));
+        ck_assert_uint_eq(v.len, sizeof host);
+        ck_assert(memcmp(v.v.bytes, host, sizeof host) == 0);
+        disco_value_clear(&v);
+    }
+    disco_session_close(s);
+}
+END_TEST
+
 /* Workers that disagree fail together, with the reason, and the session
  * goes on: dtype and shape mismatches, a non-tensor, a bad op, scatter of an
  * indivisible tensor, a foreign tensor result. */
@@ -549,6 +576,7 @@ Suite *suite_tensor(void)
     tcase_add_loop_test(tc, test_allreduce_64mib, 0, 3);
     tcase_add_test(tc, test_allreduce_groups);
     tcase_add_test(tc, test_copy_round_trip);
+    tcase_add_test(tc, test_copy_then_broadcast);
     tcase_add_loop_test(tc, test_data_movement, 0, 3);
     tcase_add_test(tc, test_mismatches);
     tcase_add_test(tc, test_heap_exhaustion);

@@ -236,10 +236,13 @@ static disco_status_t resolve_args(disco_worker_t *w, const disco_value_t *in, i
             continue;
         }
         uint64_t r = in[i].v.reg;
-        if (r == 0 || r >= w->nregs)
-            return disco_set_error(DISCO_E_BAD_REG, "argument %d: register %llu is not set", i,
-                                   (unsigned long long)r);
-        out[i] = w->regs[r];
+        if (r == 0)
+            return disco_set_error(DISCO_E_BAD_REG, "argument %d: register 0", i);
+        /* The controller checked that the register is live; a register this
+         * worker never wrote (say, one copied to worker 0 only) holds null
+         * here. Refusing it would make this worker skip a collective the
+         * others wait in. */
+        out[i] = r < w->nregs ? w->regs[r] : disco_null();
     }
     return DISCO_OK;
 }
