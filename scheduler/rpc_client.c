@@ -187,6 +187,23 @@ static disco_status_t c_call_async(disco_rpc_t *s, disco_rpc_handle_t f, const d
     return DISCO_OK;
 }
 
+/* One COPY_TO packet [mem, offset, bytes], the bytes sent from src itself. */
+static disco_status_t send_chunk(struct client *c, const disco_value_t *a, const void *src,
+                                 uint32_t k, uint64_t *seq_out)
+{
+    disco_status_t st = alive(c);
+    if (st != DISCO_OK)
+        return st;
+    uint64_t seq = ++c->seq;
+    st = disco__rpc_send_payload(c->t, &c->out, DISCO_RPC_COPY_TO, seq, a, 2, src, k, deadline(c));
+    if (st == DISCO_E_BAD_TYPE || st == DISCO_E_MSG_TOO_BIG)
+        return st; /* nothing was sent */
+    if (st != DISCO_OK)
+        return die(c, st);
+    *seq_out = seq;
+    return DISCO_OK;
+}
+
 /* Sends the bytes in chunks, keeping up to COPY_WINDOW unanswered. An empty
  * copy still sends one packet, so the handle and range are checked. */
 static disco_status_t c_copy_to(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
@@ -206,9 +223,9 @@ static disco_status_t c_copy_to(disco_rpc_t *s, const void *src, disco_rpc_handl
             continue;
         }
         uint64_t k = n - sent < DISCO_RPC_CHUNK ? n - sent : DISCO_RPC_CHUNK;
-        disco_value_t a[3] = {disco_opaque(dst), disco_int((int64_t)(off + sent)),
-                              disco_bytes((const char *)src + sent, (uint32_t)k)};
-        first = send_req(c, DISCO_RPC_COPY_TO, a, 3, &seqs[(head + inflight) % COPY_WINDOW]);
+        disco_value_t a[2] = {disco_opaque(dst), disco_int((int64_t)(off + sent))};
+        first = send_chunk(c, a, (const char *)src + sent, (uint32_t)k,
+                           &seqs[(head + inflight) % COPY_WINDOW]);
         if (first == DISCO_OK) {
             inflight++;
             sent += k;

@@ -77,6 +77,14 @@ static disco_status_t l_copy_to(disco_rpc_t *s, const void *src, disco_rpc_handl
     return st;
 }
 
+static void *l_direct(disco_rpc_t *s, disco_rpc_handle_t h, uint64_t off, uint64_t n)
+{
+    struct mem *m = NULL;
+    if (find_mem((struct local *)s, h, off, n, &m) != DISCO_OK)
+        return NULL;
+    return (char *)m->p + off;
+}
+
 static disco_status_t l_copy_from(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t off, void *dst,
                                   uint64_t n)
 {
@@ -184,6 +192,7 @@ static const disco_rpc_ops_t local_ops = {
     .call_async = l_call_async,
     .wait = l_wait,
     .close = l_close,
+    .direct = l_direct,
 };
 
 disco_status_t disco_rpc_local(disco_rpc_t **out)

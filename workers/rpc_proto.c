@@ -32,6 +32,30 @@ disco_status_t disco__rpc_send(disco_transport_t *t, disco__rpc_buf_t *b, uint32
     return disco_transport_send(t, b->mem, len + 8, deadline_ns);
 }
 
+disco_status_t disco__rpc_send_payload(disco_transport_t *t, disco__rpc_buf_t *b, uint32_t code,
+                                       uint64_t seq, const disco_value_t *args, uint32_t nargs,
+                                       const void *data, uint32_t len, int64_t deadline_ns)
+{
+    size_t enc;
+    disco_status_t st = disco_frame_encode(code, seq, args, nargs, b->mem + 1, b->cap - 8, &enc);
+    if (st != DISCO_OK)
+        return st;
+    unsigned char *frame = (unsigned char *)(b->mem + 1);
+    uint32_t count = nargs + 1, arg[2] = {DISCO_T_BYTES, len};
+    memcpy(frame + 4, &count, 4); /* the frame header's argument count */
+    memcpy(frame + enc, arg, 8);
+    size_t pad = ((size_t)len + 7) / 8 * 8 - len;
+    b->mem[0] = enc + 8 + len + pad;
+    if (b->mem[0] > b->cap)
+        return disco_set_error(DISCO_E_MSG_TOO_BIG, "packet of %llu bytes, at most %zu",
+                               (unsigned long long)b->mem[0], b->cap);
+    static const uint64_t zeros = 0;
+    if ((st = disco_transport_send(t, b->mem, 8 + enc + 8, deadline_ns)) == DISCO_OK &&
+        (st = disco_transport_send(t, data, len, deadline_ns)) == DISCO_OK && pad != 0)
+        st = disco_transport_send(t, &zeros, pad, deadline_ns);
+    return st;
+}
+
 disco_status_t disco__rpc_recv(disco_transport_t *t, disco__rpc_buf_t *b, disco_frame_hdr_t *hdr,
                                disco_value_t *args, uint32_t max_args, int64_t deadline_ns)
 {

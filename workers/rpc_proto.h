@@ -42,6 +42,12 @@ disco_status_t disco__rpc_send(disco_transport_t *t, disco__rpc_buf_t *b, uint32
                                uint64_t seq, const disco_value_t *args, uint32_t nargs,
                                int64_t deadline_ns);
 
+/** Sends a packet whose last argument is `len` bytes sent straight from
+ *  data, not copied into the packet buffer first (copies to remote). */
+disco_status_t disco__rpc_send_payload(disco_transport_t *t, disco__rpc_buf_t *b, uint32_t code,
+                                       uint64_t seq, const disco_value_t *args, uint32_t nargs,
+                                       const void *data, uint32_t len, int64_t deadline_ns);
+
 /** Receives and decodes one packet (args point into b). A length over the
  *  buffer gives DISCO_E_MSG_TOO_BIG with the packet unread (the stream
  *  cannot be resynced); the peer closing gives DISCO_E_CLOSED (between or

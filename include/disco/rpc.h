@@ -79,6 +79,10 @@ typedef struct disco_rpc_ops {
                                  int nargs, disco_rpc_done_fn done, void *ctx);
     disco_status_t (*wait)(disco_rpc_t *s);
     void (*close)(disco_rpc_t *s);
+    /* Optional (NULL: none): where bytes [off, off + n) of memory handle h
+     * are in this process, or NULL if they are not reachable; lets a server
+     * receive a copy straight into the destination. */
+    void *(*direct)(disco_rpc_t *s, disco_rpc_handle_t h, uint64_t off, uint64_t n);
 } disco_rpc_ops_t;
 
 struct disco_rpc {
