@@ -120,10 +120,13 @@ disco_status_t disco_session_call(disco_session_t *sess, disco_dref_t func,
                                   const disco_value_t *args, int nargs, disco_dref_t *result_out);
 
 /** Waits until worker has executed every command sent before this one.
- *  Returns DISCO_OK; DISCO_E_REMOTE (a function failed on some worker since
- *  the last report; disco_last_error() names worker, function, message;
- *  the session stays usable); DISCO_E_WORKER_DIED; DISCO_E_TIMEOUT;
- *  DISCO_E_BROKEN; DISCO_E_SHUTDOWN; DISCO_E_INVAL (no such worker). */
+ *  Returns DISCO_OK; the code a worker reported since the last report
+ *  (DISCO_E_REMOTE for a function that failed with disco_ctx_fail, or the
+ *  function's own code, e.g. DISCO_E_LIBRARY, DISCO_E_HEAP_EXHAUSTED,
+ *  DISCO_E_MISMATCH), with disco_last_error() naming every reporting worker,
+ *  its function and message (the session stays usable); DISCO_E_WORKER_DIED;
+ *  DISCO_E_TIMEOUT; DISCO_E_BROKEN; DISCO_E_SHUTDOWN; DISCO_E_INVAL (no such
+ *  worker). */
 disco_status_t disco_session_sync(disco_session_t *sess, int worker);
 
 /** Fetches the value of register reg on worker (synchronous). The value
