@@ -3,7 +3,9 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "disco/dtype.h"
 #include "disco/rpc.h"
+#include "disco/tensor.h"
 #include "rpc_impl.h"
 
 static _Atomic int next_index;
@@ -109,4 +111,68 @@ DLDevice disco_rpc_device(const disco_rpc_t *s, DLDevice dev)
     if (!disco_rpc_is_local(s))
         dev.device_type = (DLDeviceType)(dev.device_type + DISCO_RPC_SESS_MASK * (s->index + 1));
     return dev;
+}
+
+/* ---- tensors on remote memory ---- */
+
+static bool is_remote_of(const disco_rpc_t *s, const DLTensor *t)
+{
+    return !disco_rpc_is_local(s) &&
+           (int)t->device.device_type / DISCO_RPC_SESS_MASK == s->index + 1;
+}
+
+disco_status_t disco_rpc_tensor_alloc(disco_rpc_t *s, DLDevice dev, int64_t *shape, int ndim,
+                                      DLDataType dtype, DLTensor *t_out)
+{
+    disco_status_t st = disco_dtype_check(dtype);
+    if (st != DISCO_OK)
+        return st;
+    if (ndim < 0 || ndim > DISCO_MAX_NDIM)
+        return disco_set_error(DISCO_E_INVAL, "ndim %d: must be 0..%d", ndim, DISCO_MAX_NDIM);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0)
+            return disco_set_error(DISCO_E_INVAL, "dimension %d is negative", i);
+    DLTensor t = {.device = disco_rpc_device(s, dev), .ndim = ndim, .dtype = dtype, .shape = shape};
+    disco_rpc_handle_t h;
+    if ((st = s->ops->dev_alloc(s, dev, disco_tensor_nbytes(&t), 64, &h)) != DISCO_OK)
+        return st;
+    t.data = (void *)(uintptr_t)h;
+    *t_out = t;
+    return DISCO_OK;
+}
+
+disco_status_t disco_rpc_tensor_free(disco_rpc_t *s, DLTensor *t)
+{
+    DLDevice dev = t->device;
+    dev.device_type = (DLDeviceType)(dev.device_type % DISCO_RPC_SESS_MASK);
+    return s->ops->dev_free(s, dev, (disco_rpc_handle_t)(uintptr_t)t->data);
+}
+
+disco_status_t disco_rpc_tensor_copy(disco_rpc_t *s, const DLTensor *from, DLTensor *to)
+{
+    bool up = is_remote_of(s, to) && from->device.device_type == kDLCPU;
+    bool down = is_remote_of(s, from) && to->device.device_type == kDLCPU;
+    if (!up && !down)
+        return disco_set_error(DISCO_E_INVAL,
+                               "tensor copy: need one host tensor and one tensor "
+                               "of this session (devices %d and %d)",
+                               (int)from->device.device_type, (int)to->device.device_type);
+    if (!disco_tensor_is_compact(from) || !disco_tensor_is_compact(to))
+        return disco_set_error(DISCO_E_INVAL, "tensor copy: both tensors must be compact");
+    bool same = from->ndim == to->ndim && from->dtype.code == to->dtype.code &&
+                from->dtype.bits == to->dtype.bits && from->dtype.lanes == to->dtype.lanes;
+    for (int i = 0; same && i < from->ndim; i++)
+        same = from->shape[i] == to->shape[i];
+    if (!same) {
+        char a[32], b[32];
+        return disco_set_error(DISCO_E_MISMATCH, "tensor copy: %s with %d dims to %s with %d dims",
+                               disco_dtype_str(from->dtype, a, sizeof a), from->ndim,
+                               disco_dtype_str(to->dtype, b, sizeof b), to->ndim);
+    }
+    uint64_t n = disco_tensor_nbytes(from);
+    if (up)
+        return s->ops->copy_to_remote(s, (const char *)from->data + from->byte_offset,
+                                      (disco_rpc_handle_t)(uintptr_t)to->data, to->byte_offset, n);
+    return s->ops->copy_from_remote(s, (disco_rpc_handle_t)(uintptr_t)from->data, from->byte_offset,
+                                    (char *)to->data + to->byte_offset, n);
 }

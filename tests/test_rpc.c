@@ -130,6 +130,30 @@ static void count_done(void *p, disco_status_t st, const disco_value_t *ret)
         ++*(int *)p;
 }
 
+/* Tensors on the session's memory: allocated, copied up and back through
+ * their devices; mismatches refused. */
+static void remote_tensors(disco_rpc_t *s)
+{
+    int64_t shape[2] = {4, 5}, other[2] = {5, 4};
+    DLDataType f32 = {kDLFloat, 32, 1};
+    DLTensor r;
+    CK_OK(disco_rpc_tensor_alloc(s, (DLDevice){kDLCPU, 0}, shape, 2, f32, &r));
+    ck_assert_int_ge(r.device.device_type, DISCO_RPC_SESS_MASK);
+    float in[20], out[20] = {0};
+    for (int i = 0; i < 20; i++)
+        in[i] = (float)i * 1.5f;
+    DLTensor h_in = {.data = in, .device = {kDLCPU, 0}, .ndim = 2, .dtype = f32, .shape = shape};
+    DLTensor h_out = h_in;
+    h_out.data = out;
+    CK_OK(disco_rpc_tensor_copy(s, &h_in, &r));
+    CK_OK(disco_rpc_tensor_copy(s, &r, &h_out));
+    ck_assert(memcmp(in, out, sizeof in) == 0);
+    h_out.shape = other;
+    CK_STATUS(disco_rpc_tensor_copy(s, &r, &h_out), DISCO_E_MISMATCH);
+    CK_STATUS(disco_rpc_tensor_copy(s, &h_in, &h_out), DISCO_E_INVAL); /* host to host */
+    CK_OK(disco_rpc_tensor_free(s, &r));
+}
+
 /* Every operation on a session: calls, values, errors, memory, async. */
 static void exercise(disco_rpc_t *s)
 {
@@ -210,6 +234,8 @@ static void exercise(disco_rpc_t *s)
     ck_assert_int_eq(done, 2); /* not called for a copy that could not start */
     CK_OK(disco_rpc_free_handle(s, mem));
     CK_OK(disco_rpc_free_handle(s, add));
+    if (!disco_rpc_is_local(s))
+        remote_tensors(s);
 }
 
 /* Every operation over unix, tcp, shm and stdio pipes. */

@@ -140,6 +140,28 @@ bool disco_rpc_is_local(const disco_rpc_t *s);
  *  with the session; a local session returns dev unchanged). */
 DLDevice disco_rpc_device(const disco_rpc_t *s, DLDevice dev);
 
+/* ---- tensors on remote memory ----
+ * A remote tensor is a plain DLTensor whose device is disco_rpc_device(s,
+ * dev), whose data holds the memory handle and whose byte_offset is the
+ * offset into it; tensor code tells it from host memory by its device. */
+
+/** Allocates remote memory for a compact tensor and fills *t_out as a view
+ *  of it. shape (ndim entries) is the caller's and must outlive the view.
+ *  Returns as disco_rpc_dev_alloc, plus DISCO_E_BAD_TYPE (dtype) and
+ *  DISCO_E_INVAL (ndim, negative dimension). */
+disco_status_t disco_rpc_tensor_alloc(disco_rpc_t *s, DLDevice dev, int64_t *shape, int ndim,
+                                      DLDataType dtype, DLTensor *t_out);
+
+/** Frees a view made by disco_rpc_tensor_alloc (its memory handle). */
+disco_status_t disco_rpc_tensor_free(disco_rpc_t *s, DLTensor *t);
+
+/** Copies between a host tensor (CPU memory) and a remote tensor of this
+ *  session, in either direction, as their devices say. Both compact, same
+ *  dtype and shape. Returns DISCO_OK, DISCO_E_MISMATCH (dtype or shape,
+ *  naming both), DISCO_E_INVAL (not one host and one remote tensor of this
+ *  session, or not compact), or the copy's error. */
+disco_status_t disco_rpc_tensor_copy(disco_rpc_t *s, const DLTensor *from, DLTensor *to);
+
 /** Asynchronous call: done(ctx, status, ret) runs before this returns for a
  *  local session, and from disco_rpc_wait (or the next synchronous op) for a
  *  client, in the order the calls were made. If the call cannot be sent, it
