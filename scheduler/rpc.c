@@ -159,11 +159,7 @@ disco_status_t disco_rpc_tensor_copy(disco_rpc_t *s, const DLTensor *from, DLTen
                                (int)from->device.device_type, (int)to->device.device_type);
     if (!disco_tensor_is_compact(from) || !disco_tensor_is_compact(to))
         return disco_set_error(DISCO_E_INVAL, "tensor copy: both tensors must be compact");
-    bool same = from->ndim == to->ndim && from->dtype.code == to->dtype.code &&
-                from->dtype.bits == to->dtype.bits && from->dtype.lanes == to->dtype.lanes;
-    for (int i = 0; same && i < from->ndim; i++)
-        same = from->shape[i] == to->shape[i];
-    if (!same) {
+    if (!disco_tensor_same_layout(from, to)) {
         char a[32], b[32];
         return disco_set_error(DISCO_E_MISMATCH, "tensor copy: %s with %d dims to %s with %d dims",
                                disco_dtype_str(from->dtype, a, sizeof a), from->ndim,

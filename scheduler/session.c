@@ -457,11 +457,7 @@ disco_status_t disco_session_copy_from_worker0(disco_session_t *s, disco_dref_t 
         return disco_set_error(DISCO_E_BAD_TYPE, "register %llu on worker 0 holds %s, not a tensor",
                                (unsigned long long)reg, disco_type_name(v ? v->type : 0));
     const DLTensor *t = v->v.tensor;
-    bool same = t->ndim == host->ndim && t->dtype.code == host->dtype.code &&
-                t->dtype.bits == host->dtype.bits && t->dtype.lanes == host->dtype.lanes;
-    for (int i = 0; same && i < t->ndim; i++)
-        same = t->shape[i] == host->shape[i];
-    if (!same) {
+    if (!disco_tensor_same_layout(t, host)) {
         char a[32], b[32];
         return disco_set_error(DISCO_E_MISMATCH,
                                "copy from worker 0: register holds %s with %d dims (%lld...), host "

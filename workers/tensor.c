@@ -87,6 +87,17 @@ size_t disco_tensor_nbytes(const DLTensor *t)
     return (size_t)disco_tensor_numel(t) * disco_dtype_bytes(t->dtype);
 }
 
+bool disco_tensor_same_layout(const DLTensor *a, const DLTensor *b)
+{
+    if (a->ndim != b->ndim || a->dtype.code != b->dtype.code || a->dtype.bits != b->dtype.bits ||
+        a->dtype.lanes != b->dtype.lanes)
+        return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i])
+            return false;
+    return true;
+}
+
 bool disco_tensor_is_compact(const DLTensor *t)
 {
     if (t->strides == NULL)

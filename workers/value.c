@@ -122,9 +122,7 @@ bool disco_value_equal(const disco_value_t *a, const disco_value_t *b)
     }
     case DISCO_T_TENSOR: {
         const DLTensor *x = a->v.tensor, *y = b->v.tensor;
-        if (x->ndim != y->ndim || x->dtype.code != y->dtype.code ||
-            x->dtype.bits != y->dtype.bits || x->dtype.lanes != y->dtype.lanes ||
-            memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape) != 0)
+        if (!disco_tensor_same_layout(x, y))
             return false;
         size_t n = disco_tensor_nbytes(x);
         return n == 0 || memcmp((const char *)x->data + x->byte_offset,

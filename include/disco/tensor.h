@@ -57,6 +57,9 @@ int64_t disco_tensor_numel(const DLTensor *t);
 /** Bytes of t's data, or 0 for an unsupported dtype. */
 size_t disco_tensor_nbytes(const DLTensor *t);
 
+/** Whether a and b have the same dtype and shape. */
+bool disco_tensor_same_layout(const DLTensor *a, const DLTensor *b);
+
 /** Whether t is compact row-major (strides NULL or equal to the compact ones). */
 bool disco_tensor_is_compact(const DLTensor *t);
 
