@@ -28,24 +28,6 @@ const char *__asan_default_options(void)
 }
 #endif
 
-#define HAS(text)                                                                                  \
-    ck_assert_msg(strstr(disco_last_error(), (text)) != NULL, "detail \"%s\" lacks \"%s\"",        \
-                  disco_last_error(), (text))
-
-#define CH_STATUS(call, want)                                                                      \
-    do {                                                                                           \
-        int ch_st_ = (call);                                                                       \
-        if (ch_st_ != (want))                                                                      \
-            tu_child_fail("%s: %s, want %s (%s)", #call, disco_err_name(ch_st_),                   \
-                          disco_err_name(want), disco_last_error());                               \
-    } while (0)
-#define CH_OK(call) CH_STATUS(call, DISCO_OK)
-#define CH_TRUE(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            tu_child_fail("%s:%d: %s is false", __FILE__, __LINE__, #cond);                        \
-    } while (0)
-
 static const DLDevice cpu = {kDLCPU, 0};
 
 /* ---- probing and skipping --------------------------------------------------- */
@@ -203,7 +185,7 @@ START_TEST(test_no_device_errors)
     DLDevice gpu = {kDLCUDA, n}; /* one past the last */
     void *p = NULL;
     CK_STATUS(disco_device_alloc(gpu, 64, &p), DISCO_E_NO_DEVICE);
-    HAS("no CUDA device: ");
+    CK_HAS("no CUDA device: ");
     CK_STATUS(disco_device_set(gpu), DISCO_E_NO_DEVICE);
     if (n == 0) {
         ck_assert_msg(strncmp(why, "no CUDA device: ", 16) == 0, "probe detail: %s", why);
@@ -212,7 +194,7 @@ START_TEST(test_no_device_errors)
         int cnt = -1;
         CK_STATUS(disco_device_count(kDLCUDA, &cnt), DISCO_E_NO_DEVICE);
         ck_assert_int_eq(cnt, -1);
-        HAS("no CUDA device: ");
+        CK_HAS("no CUDA device: ");
         DLDevice d;
         CK_STATUS(disco_device_of_worker(kDLCUDA, 3, &d), DISCO_E_NO_DEVICE);
         char host[64];
@@ -380,7 +362,7 @@ START_TEST(test_ipc_across_fork)
         ck_assert_int_eq(got, 'h');
     }
     CK_STATUS(disco_device_free(g0, d), DISCO_E_AGAIN);
-    HAS("still imported by 2 process");
+    CK_HAS("still imported by 2 process");
     CK_OK(disco_device_copy(host, cpu, d + len - MARKS(n), g0, MARKS(n), NULL));
     CK_OK(disco_device_stream_sync(g0, NULL));
     for (int k = 0; k < 2; k++)

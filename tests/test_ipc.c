@@ -22,25 +22,6 @@
 #include "../workers/ipc.h"
 #include "testutil.h"
 
-#define HAS(text)                                                                                  \
-    ck_assert_msg(strstr(disco_last_error(), (text)) != NULL, "detail \"%s\" lacks \"%s\"",        \
-                  disco_last_error(), (text))
-
-/* In a child: fail (exit 1) unless call returns want. */
-#define CH_STATUS(call, want)                                                                      \
-    do {                                                                                           \
-        int ch_st_ = (call);                                                                       \
-        if (ch_st_ != (want))                                                                      \
-            tu_child_fail("%s: %s, want %s (%s)", #call, disco_err_name(ch_st_),                   \
-                          disco_err_name(want), disco_last_error());                               \
-    } while (0)
-#define CH_OK(call) CH_STATUS(call, DISCO_OK)
-#define CH_TRUE(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            tu_child_fail("%s:%d: %s is false", __FILE__, __LINE__, #cond);                        \
-    } while (0)
-
 #define NSLOTS 8
 
 /* ---- shared counters and the fake backend ---------------------------------- */
@@ -294,17 +275,17 @@ START_TEST(test_find_and_offsets)
     CK_STATUS(disco__ipc_find(ipc, b + 1500, &base, NULL, NULL), DISCO_E_INVAL);
     CK_STATUS(disco__ipc_find(ipc, c + 3000, &base, NULL, NULL), DISCO_E_INVAL);
     CK_STATUS(disco__ipc_find(ipc, a - 1, &base, NULL, NULL), DISCO_E_INVAL);
-    HAS("inside no allocation");
+    CK_HAS("inside no allocation");
     /* Overlaps, both sides; empty and NULL. */
     CK_STATUS(disco__ipc_add(ipc, a + 999, 10, 0), DISCO_E_INVAL);
-    HAS("overlaps");
+    CK_HAS("overlaps");
     CK_STATUS(disco__ipc_add(ipc, b - 10, 11, 0), DISCO_E_INVAL);
     CK_STATUS(disco__ipc_add(ipc, a + 1000, 0, 0), DISCO_E_INVAL);
     CK_STATUS(disco__ipc_add(ipc, NULL, 10, 0), DISCO_E_INVAL);
     CK_OK(disco__ipc_add(ipc, a + 1000, 1000, 0)); /* exactly the gap */
     /* Removal by base only; exports of what is not recorded fail. */
     CK_STATUS(disco__ipc_remove(ipc, b + 1), DISCO_E_INVAL);
-    HAS("not its base");
+    CK_HAS("not its base");
     CK_STATUS(disco__ipc_remove(ipc, a + 4500), DISCO_E_INVAL);
     disco_ipc_ref_t r;
     CK_STATUS(disco__ipc_export(ipc, a + 4500, &r), DISCO_E_INVAL);
@@ -390,7 +371,7 @@ START_TEST(test_own_handle_never_opened)
     ck_assert_msg(s.self_refs == 2 && s.imports == 0, "self_refs %llu imports %u",
                   (unsigned long long)s.self_refs, s.imports);
     CK_STATUS(disco__ipc_remove(ipc, a), DISCO_E_AGAIN);
-    HAS("its own process");
+    CK_HAS("its own process");
     CK_OK(disco__ipc_release(ipc, &r));
     CK_OK(disco__ipc_release(ipc, &r));
     CK_STATUS(disco__ipc_release(ipc, &r), DISCO_E_INVAL);
@@ -452,8 +433,8 @@ START_TEST(test_refcount_and_refused_free)
     ck_assert_int_eq(get(c.c2p[0]), 'h');
     ck_assert_int_eq(disco__ipc_importers(ipc, a), 1);
     CK_STATUS(disco__ipc_remove(ipc, a), DISCO_E_AGAIN);
-    HAS("still imported by 1 process");
-    HAS(pidtext);
+    CK_HAS("still imported by 1 process");
+    CK_HAS(pidtext);
     put(c.p2c[1], 'g');
     ck_assert_int_eq(get(c.c2p[0]), '1');
     CK_STATUS(disco__ipc_remove(ipc, a), DISCO_E_AGAIN);
@@ -512,7 +493,7 @@ START_TEST(test_bad_refs)
     disco_ipc_ref_t bad = r;
     bad.handle.bytes[40] ^= 1;
     CK_STATUS(disco__ipc_import(ipc, &bad, &p), DISCO_E_INVAL);
-    HAS("no live export");
+    CK_HAS("no live export");
     struct chan c;
     chan_open(&c);
     pid_t pid = tu_fork();
@@ -571,9 +552,9 @@ START_TEST(test_bad_refs)
     CK_OK(disco__ipc_create(&fake, NULL, &ipc));
     CK_OK(disco__ipc_add(ipc, a, 4096, 0));
     CK_STATUS(disco__ipc_export(ipc, a, &r), DISCO_E_INVAL);
-    HAS("no IPC table");
+    CK_HAS("no IPC table");
     CK_STATUS(disco__ipc_import(ipc, &rb, &p), DISCO_E_INVAL);
-    HAS("no IPC table");
+    CK_HAS("no IPC table");
     CK_OK(disco__ipc_set_table(ipc, table));
     CK_OK(disco__ipc_export(ipc, a, &r));
     CK_STATUS(disco__ipc_set_table(ipc, NULL), DISCO_E_INVAL);
@@ -625,7 +606,7 @@ START_TEST(test_table_full_and_reclaim)
     CK_OK(disco__ipc_add(ipc, d, 4096, 0));
     disco_ipc_ref_t rc, rd;
     CK_STATUS(disco__ipc_export(ipc, c2, &rc), DISCO_E_NOMEM); /* both live */
-    HAS("IPC table full");
+    CK_HAS("IPC table full");
     tu_kill_all(&pid, 1);
     CK_OK(disco__ipc_export(ipc, c2, &rc)); /* b's slot reclaimed */
     ck_assert_uint_eq(rc.slot, refs[1].slot);

@@ -85,6 +85,21 @@ __attribute__((format(printf, 1, 2), noreturn)) static inline void tu_child_fail
     _exit(1);
 }
 
+/* In a child: fail (exit 1) unless call returns want. */
+#define CH_STATUS(call, want)                                                                      \
+    do {                                                                                           \
+        int ch_st_ = (call);                                                                       \
+        if (ch_st_ != (want))                                                                      \
+            tu_child_fail("%s: %s, want %s (%s)", #call, disco_err_name(ch_st_),                   \
+                          disco_err_name(want), disco_last_error());                               \
+    } while (0)
+#define CH_OK(call) CH_STATUS(call, DISCO_OK)
+#define CH_TRUE(cond)                                                                              \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            tu_child_fail("%s:%d: %s is false", __FILE__, __LINE__, #cond);                        \
+    } while (0)
+
 /* Forks a child that dies with the test process (PR_SET_PDEATHSIG), so a
  * test killed by its timeout leaves nothing running. Returns the pid in the
  * parent, 0 in the child. */
