@@ -72,11 +72,11 @@ disco_status_t disco_rpc_call_async(disco_rpc_t *s, disco_rpc_handle_t f, const 
     return s->ops->call_async(s, f, args, nargs, done, ctx);
 }
 
-/* A copy that failed to start (bad handle or range, connection gone) is an
- * error of the call; one that failed midway is reported to done as well. */
+/* A session that copies inside the call: the copy's status goes to done,
+ * except when the connection is gone and nothing could be sent. */
 static disco_status_t copy_done(disco_status_t st, disco_rpc_done_fn done, void *ctx)
 {
-    if (st == DISCO_E_BAD_REG || st == DISCO_E_INVAL || st == DISCO_E_CLOSED)
+    if (st == DISCO_E_CLOSED)
         return st;
     done(ctx, st, NULL);
     return DISCO_OK;
@@ -86,6 +86,8 @@ disco_status_t disco_rpc_copy_to_remote_async(disco_rpc_t *s, const void *src,
                                               disco_rpc_handle_t dst, uint64_t offset,
                                               uint64_t nbytes, disco_rpc_done_fn done, void *ctx)
 {
+    if (s->ops->copy_to_remote_async != NULL)
+        return s->ops->copy_to_remote_async(s, src, dst, offset, nbytes, done, ctx);
     return copy_done(s->ops->copy_to_remote(s, src, dst, offset, nbytes), done, ctx);
 }
 
@@ -93,6 +95,8 @@ disco_status_t disco_rpc_copy_from_remote_async(disco_rpc_t *s, disco_rpc_handle
                                                 uint64_t offset, void *dst, uint64_t nbytes,
                                                 disco_rpc_done_fn done, void *ctx)
 {
+    if (s->ops->copy_from_remote_async != NULL)
+        return s->ops->copy_from_remote_async(s, src, offset, dst, nbytes, done, ctx);
     return copy_done(s->ops->copy_from_remote(s, src, offset, dst, nbytes), done, ctx);
 }
 

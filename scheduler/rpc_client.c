@@ -1,6 +1,16 @@
-/* rpc_client.c - the client RPC session: every op is a request packet to an
- * endpoint and its answer (see disco/rpc.h). Replies come back in request
- * order, so asynchronous calls are a FIFO of callbacks. */
+/* rpc_client.c - the client RPC session: every op is one or more request
+ * packets to an endpoint and their answers (see disco/rpc.h). Answers come
+ * back in request order, so unanswered packets are a FIFO; an op's callback
+ * runs when the answer to its last packet is read.
+ *
+ * Pipelining without deadlock: the server answers request i before it
+ * reads request i + 1. If it is blocked writing a large answer while we
+ * are blocked writing a request, both wait forever. So while any packet
+ * with a possibly large answer (a call, a copy from remote) is unanswered,
+ * the request bytes in flight stay under WINDOW_BYTES, which every
+ * transport buffers (a pipe holds 64 KiB); and at most WINDOW_PACKETS
+ * small answers (copy acknowledgements) are ever owed. Beyond either, the
+ * oldest answer is read first. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,12 +19,20 @@
 #include "disco/wait.h"
 #include "rpc_impl.h"
 
-#define COPY_WINDOW 4 /* chunks in flight during a copy to remote */
+#define WINDOW_PACKETS 64
+#define WINDOW_BYTES   (32u * 1024)
+
+enum pending_kind { P_CALL, P_COPY_TO, P_COPY_FROM };
 
 struct pending {
     uint64_t seq;
+    uint8_t kind; /* enum pending_kind */
+    bool last;    /* the op's last packet: its callback runs here */
+    uint32_t req_bytes;
     disco_rpc_done_fn done;
     void *ctx;
+    void *dst; /* copy from: where the answer's bytes go */
+    uint64_t len;
 };
 
 struct client {
@@ -27,7 +45,10 @@ struct client {
     char why[256];
     struct pending *q;
     size_t qhead, qlen, qcap;
-    disco_frame_hdr_t h;                    /* the last reply */
+    size_t qbig;          /* unanswered packets whose answer may be large */
+    uint64_t qbytes;      /* request bytes of the unanswered packets */
+    disco_status_t op_st; /* first error among the packets of the op being completed */
+    disco_frame_hdr_t h;  /* the last reply */
     disco_value_t args[DISCO_RPC_MAX_ARGS]; /* its values (point into in) */
 };
 
@@ -99,28 +120,77 @@ static disco_status_t read_reply(struct client *c, uint64_t seq)
     return DISCO_OK;
 }
 
-/* Completes every outstanding asynchronous call, in order. */
+/* Reads the answer to the oldest unanswered packet and, after an op's
+ * last packet, runs its callback with the op's first error. */
+static disco_status_t complete_oldest(struct client *c)
+{
+    struct pending p = c->q[c->qhead];
+    c->qhead = (c->qhead + 1) % c->qcap;
+    c->qlen--;
+    c->qbig -= p.kind != P_COPY_TO;
+    c->qbytes -= p.req_bytes;
+    disco_status_t st = c->dead != DISCO_OK ? alive(c) : read_reply(c, p.seq);
+    if (st == DISCO_OK && p.kind == P_COPY_FROM) {
+        if (c->h.nargs != 1 || c->args[0].type != DISCO_T_BYTES || c->args[0].len != p.len)
+            st = die(c, disco_set_error(DISCO_E_PROTOCOL, "copy from remote: short answer"));
+        else if (p.len != 0)
+            memcpy(p.dst, c->args[0].v.bytes, p.len);
+    }
+    if (c->op_st == DISCO_OK)
+        c->op_st = st;
+    if (p.last) {
+        disco_value_t none = disco_null();
+        disco_status_t op = c->op_st;
+        c->op_st = DISCO_OK;
+        if (p.done != NULL)
+            p.done(p.ctx, op,
+                   op == DISCO_OK && p.kind == P_CALL && c->h.nargs >= 1 ? &c->args[0] : &none);
+    }
+    return st;
+}
+
+/* Completes every unanswered packet, in order. Errors of ops went to their
+ * callbacks; only a connection that failed is an error of the wait. */
 static disco_status_t c_wait(disco_rpc_t *s)
 {
     struct client *c = (struct client *)s;
-    disco_status_t first = DISCO_OK;
-    while (c->qlen != 0) {
-        struct pending p = c->q[c->qhead];
-        c->qhead = (c->qhead + 1) % c->qcap;
-        c->qlen--;
-        disco_status_t st = c->dead != DISCO_OK ? alive(c) : read_reply(c, p.seq);
-        disco_value_t none = disco_null();
-        p.done(p.ctx, st, st == DISCO_OK && c->h.nargs >= 1 ? &c->args[0] : &none);
-        if (first == DISCO_OK)
-            first = st;
+    while (c->qlen != 0)
+        complete_oldest(c);
+    return alive(c);
+}
+
+/* Makes room to send a request of req_bytes (see the top of the file). */
+static disco_status_t make_room(struct client *c, uint64_t req_bytes)
+{
+    while (c->qlen != 0 &&
+           (c->qlen >= WINDOW_PACKETS || (c->qbig != 0 && c->qbytes + req_bytes > WINDOW_BYTES)))
+        complete_oldest(c); /* its error goes to its callback */
+    if (c->qlen == c->qcap) {
+        size_t cap = c->qcap ? c->qcap * 2 : WINDOW_PACKETS;
+        struct pending *q = malloc(cap * sizeof *q);
+        if (q == NULL)
+            return disco_set_error(DISCO_E_NOMEM, "RPC request queue");
+        for (size_t i = 0; i < c->qlen; i++)
+            q[i] = c->q[(c->qhead + i) % c->qcap];
+        free(c->q);
+        c->q = q;
+        c->qhead = 0;
+        c->qcap = cap;
     }
-    return first;
+    return DISCO_OK;
+}
+
+static void push(struct client *c, struct pending p)
+{
+    c->q[(c->qhead + c->qlen++) % c->qcap] = p;
+    c->qbig += p.kind != P_COPY_TO;
+    c->qbytes += p.req_bytes;
 }
 
 /* One synchronous request and its answer (values in c->args). */
 static disco_status_t request(struct client *c, uint32_t code, const disco_value_t *a, int n)
 {
-    c_wait(&c->base); /* earlier asynchronous calls answer first */
+    c_wait(&c->base); /* earlier asynchronous ops answer first */
     uint64_t seq;
     disco_status_t st = send_req(c, code, a, n, &seq);
     return st != DISCO_OK ? st : read_reply(c, seq);
@@ -163,27 +233,25 @@ static disco_status_t c_call_async(disco_rpc_t *s, disco_rpc_handle_t f, const d
     struct client *c = (struct client *)s;
     if (nargs < 0 || nargs >= DISCO_RPC_MAX_ARGS)
         return disco_set_error(DISCO_E_ARG_COUNT, "%d arguments", nargs);
-    if (c->qlen == c->qcap) {
-        size_t cap = c->qcap ? c->qcap * 2 : 16;
-        struct pending *q = malloc(cap * sizeof *q);
-        if (q == NULL)
-            return disco_set_error(DISCO_E_NOMEM, "async queue");
-        for (size_t i = 0; i < c->qlen; i++)
-            q[i] = c->q[(c->qhead + i) % c->qcap];
-        free(c->q);
-        c->q = q;
-        c->qhead = 0;
-        c->qcap = cap;
-    }
     disco_value_t a[DISCO_RPC_MAX_ARGS];
     a[0] = (disco_value_t){.type = DISCO_T_FUNC, .v.handle = f};
     if (nargs > 0)
         memcpy(a + 1, args, (size_t)nargs * sizeof *args);
+    size_t bytes = DISCO_FRAME_HDR + 8; /* with the packet's length word */
+    for (int i = 0; i <= nargs; i++)
+        bytes += disco_value_encoded_size(&a[i]);
+    disco_status_t st = make_room(c, bytes);
     uint64_t seq;
-    disco_status_t st = send_req(c, DISCO_RPC_CALL, a, nargs + 1, &seq);
+    if (st == DISCO_OK)
+        st = send_req(c, DISCO_RPC_CALL, a, nargs + 1, &seq);
     if (st != DISCO_OK)
         return st;
-    c->q[(c->qhead + c->qlen++) % c->qcap] = (struct pending){seq, done, ctx};
+    push(c, (struct pending){.seq = seq,
+                             .kind = P_CALL,
+                             .last = true,
+                             .req_bytes = (uint32_t)bytes,
+                             .done = done,
+                             .ctx = ctx});
     return DISCO_OK;
 }
 
@@ -204,45 +272,42 @@ static disco_status_t send_chunk(struct client *c, const disco_value_t *a, const
     return DISCO_OK;
 }
 
-/* Sends the bytes in chunks, keeping up to COPY_WINDOW unanswered. An empty
- * copy still sends one packet, so the handle and range are checked. */
-static disco_status_t c_copy_to(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
-                                uint64_t off, uint64_t n)
+/* Queues the packets of a copy to remote: the bytes in chunks, each sent
+ * from src itself. An empty copy still sends one packet, so the handle
+ * and range are checked. If a packet cannot be sent, the ones already
+ * queued complete with the error and done is not called. */
+static disco_status_t c_copy_to_async(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
+                                      uint64_t off, uint64_t n, disco_rpc_done_fn done, void *ctx)
 {
     struct client *c = (struct client *)s;
-    c_wait(s);
-    uint64_t sent = 0, seqs[COPY_WINDOW];
-    size_t head = 0, inflight = 0;
-    disco_status_t first = DISCO_OK;
-    bool any = false;
-    while ((sent < n || !any) && first == DISCO_OK) {
-        if (inflight == COPY_WINDOW) {
-            first = read_reply(c, seqs[head]);
-            head = (head + 1) % COPY_WINDOW;
-            inflight--;
-            continue;
-        }
+    uint64_t sent = 0;
+    do {
         uint64_t k = n - sent < DISCO_RPC_CHUNK ? n - sent : DISCO_RPC_CHUNK;
         disco_value_t a[2] = {disco_opaque(dst), disco_int((int64_t)(off + sent))};
-        first = send_chunk(c, a, (const char *)src + sent, (uint32_t)k,
-                           &seqs[(head + inflight) % COPY_WINDOW]);
-        if (first == DISCO_OK) {
-            inflight++;
-            sent += k;
-            any = true;
+        uint64_t seq;
+        disco_status_t st = make_room(c, k + 64);
+        if (st == DISCO_OK)
+            st = send_chunk(c, a, (const char *)src + sent, (uint32_t)k, &seq);
+        if (st != DISCO_OK) {
+            if (sent != 0) /* the queued chunks end this op without a callback */
+                c->q[(c->qhead + c->qlen - 1) % c->qcap].last = true;
+            return st;
         }
-    }
-    for (; inflight != 0 && c->dead == DISCO_OK; inflight--) {
-        disco_status_t r = read_reply(c, seqs[head]);
-        head = (head + 1) % COPY_WINDOW;
-        if (first == DISCO_OK)
-            first = r;
-    }
-    return first;
+        sent += k;
+        push(c, (struct pending){.seq = seq,
+                                 .kind = P_COPY_TO,
+                                 .last = sent == n,
+                                 .req_bytes = (uint32_t)(k + 64),
+                                 .done = done,
+                                 .ctx = ctx});
+    } while (sent < n);
+    return DISCO_OK;
 }
 
-static disco_status_t c_copy_from(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t off, void *dst,
-                                  uint64_t n)
+/* Queues the requests of a copy from remote, one per chunk; each answer's
+ * bytes land in dst when it is read. */
+static disco_status_t c_copy_from_async(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t off,
+                                        void *dst, uint64_t n, disco_rpc_done_fn done, void *ctx)
 {
     struct client *c = (struct client *)s;
     uint64_t got = 0;
@@ -250,16 +315,52 @@ static disco_status_t c_copy_from(disco_rpc_t *s, disco_rpc_handle_t src, uint64
         uint64_t k = n - got < DISCO_RPC_CHUNK ? n - got : DISCO_RPC_CHUNK;
         disco_value_t a[3] = {disco_opaque(src), disco_int((int64_t)(off + got)),
                               disco_int((int64_t)k)};
-        disco_status_t st = request(c, DISCO_RPC_COPY_FROM, a, 3);
-        if (st != DISCO_OK)
+        uint64_t seq;
+        disco_status_t st = make_room(c, 128);
+        if (st == DISCO_OK)
+            st = send_req(c, DISCO_RPC_COPY_FROM, a, 3, &seq);
+        if (st != DISCO_OK) {
+            if (got != 0)
+                c->q[(c->qhead + c->qlen - 1) % c->qcap].last = true;
             return st;
-        if (c->h.nargs != 1 || c->args[0].type != DISCO_T_BYTES || c->args[0].len != k)
-            return die(c, disco_set_error(DISCO_E_PROTOCOL, "copy from remote: short answer"));
-        if (k != 0)
-            memcpy((char *)dst + got, c->args[0].v.bytes, k);
+        }
+        push(c, (struct pending){.seq = seq,
+                                 .kind = P_COPY_FROM,
+                                 .last = got + k == n,
+                                 .req_bytes = 128,
+                                 .done = done,
+                                 .ctx = ctx,
+                                 .dst = (char *)dst + got,
+                                 .len = k});
         got += k;
     } while (got < n);
     return DISCO_OK;
+}
+
+static void sync_done(void *ctx, disco_status_t st, const disco_value_t *ret)
+{
+    (void)ret;
+    *(disco_status_t *)ctx = st;
+}
+
+static disco_status_t c_copy_to(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
+                                uint64_t off, uint64_t n)
+{
+    c_wait(s); /* earlier asynchronous ops answer first */
+    disco_status_t res = DISCO_OK;
+    disco_status_t st = c_copy_to_async(s, src, dst, off, n, sync_done, &res);
+    c_wait(s);
+    return st != DISCO_OK ? st : res;
+}
+
+static disco_status_t c_copy_from(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t off, void *dst,
+                                  uint64_t n)
+{
+    c_wait(s);
+    disco_status_t res = DISCO_OK;
+    disco_status_t st = c_copy_from_async(s, src, off, dst, n, sync_done, &res);
+    c_wait(s);
+    return st != DISCO_OK ? st : res;
 }
 
 static disco_status_t c_free_handle(disco_rpc_t *s, disco_rpc_handle_t h)
@@ -326,6 +427,8 @@ static const disco_rpc_ops_t client_ops = {
     .dev_free = c_dev_free,
     .stream_sync = c_sync,
     .call_async = c_call_async,
+    .copy_to_remote_async = c_copy_to_async,
+    .copy_from_remote_async = c_copy_from_async,
     .wait = c_wait,
     .close = c_close,
 };

@@ -77,6 +77,13 @@ typedef struct disco_rpc_ops {
     disco_status_t (*stream_sync)(disco_rpc_t *s, DLDevice dev);
     disco_status_t (*call_async)(disco_rpc_t *s, disco_rpc_handle_t func, const disco_value_t *args,
                                  int nargs, disco_rpc_done_fn done, void *ctx);
+    /* Optional (NULL: the copy runs inside the call, then done runs). */
+    disco_status_t (*copy_to_remote_async)(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
+                                           uint64_t offset, uint64_t nbytes, disco_rpc_done_fn done,
+                                           void *ctx);
+    disco_status_t (*copy_from_remote_async)(disco_rpc_t *s, disco_rpc_handle_t src,
+                                             uint64_t offset, void *dst, uint64_t nbytes,
+                                             disco_rpc_done_fn done, void *ctx);
     disco_status_t (*wait)(disco_rpc_t *s);
     void (*close)(disco_rpc_t *s);
     /* Optional (NULL: none): where bytes [off, off + n) of memory handle h
@@ -163,18 +170,23 @@ disco_status_t disco_rpc_tensor_free(disco_rpc_t *s, DLTensor *t);
 disco_status_t disco_rpc_tensor_copy(disco_rpc_t *s, const DLTensor *from, DLTensor *to);
 
 /** Asynchronous call: done(ctx, status, ret) runs before this returns for a
- *  local session, and from disco_rpc_wait (or the next synchronous op) for a
- *  client, in the order the calls were made. If the call cannot be sent, it
+ *  local session, and from disco_rpc_wait (or the next synchronous op, or
+ *  a later asynchronous one that must read answers to keep sending without
+ *  deadlock) for a client, in the order the calls were made. If the call cannot be sent, it
  *  returns the error and done is never called. */
 disco_status_t disco_rpc_call_async(disco_rpc_t *s, disco_rpc_handle_t func,
                                     const disco_value_t *args, int nargs, disco_rpc_done_fn done,
                                     void *ctx);
 
-/** Asynchronous copies: done(ctx, status, NULL) runs when the copy has
- *  completed. Today every session completes a copy before this returns
- *  (for a client, after the asynchronous calls made before it), so the
- *  callback runs inside it; the interface lets a session overlap later.
- *  If the copy cannot start, it returns the error and done is never called. */
+/** Asynchronous copies: done(ctx, status, NULL) runs once the copy has
+ *  completed, with its status (an error the remote found, such as a bad
+ *  handle or range, arrives here). A client queues the copy's chunks and
+ *  returns: src must stay unchanged, and dst unread, until done has run,
+ *  which happens in disco_rpc_wait or the next synchronous op (or earlier,
+ *  when the client must read answers to keep sending). Local sessions and
+ *  worker views copy inside the call and run done before it returns.
+ *  Returns DISCO_OK (done will run), or DISCO_E_CLOSED / DISCO_E_TIMEOUT /
+ *  DISCO_E_NOMEM when the copy could not be sent (done never runs). */
 disco_status_t disco_rpc_copy_to_remote_async(disco_rpc_t *s, const void *src,
                                               disco_rpc_handle_t dst, uint64_t offset,
                                               uint64_t nbytes, disco_rpc_done_fn done, void *ctx);
@@ -182,7 +194,10 @@ disco_status_t disco_rpc_copy_from_remote_async(disco_rpc_t *s, disco_rpc_handle
                                                 uint64_t offset, void *dst, uint64_t nbytes,
                                                 disco_rpc_done_fn done, void *ctx);
 
-/** Waits for every outstanding asynchronous call to complete. */
+/** Waits for every outstanding asynchronous op to complete (their callbacks
+ *  have run, with their own errors). Returns DISCO_OK, or the error that
+ *  ended the connection (DISCO_E_CLOSED, DISCO_E_TIMEOUT,
+ *  DISCO_E_SESSION_TIMEOUT). */
 disco_status_t disco_rpc_wait(disco_rpc_t *s);
 
 /* ---- serving ---- */
