@@ -40,9 +40,10 @@ LIB_SRC  := $(wildcard shm/*.c workers/*.c scheduler/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # tools/disco-X.c is a program; tools/bench_*.c and tools/demo_*.c are the
 # extra parts of disco-bench and disco-demo; demo_lib.c is the demo's library.
-TOOL_SRC := $(wildcard tools/disco-*.c)
+TOOL_SRC := $(wildcard tools/disco-*.c) tools/disco.c
 TOOLS    := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
 BENCH_OBJ := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/bench_*.c))
+CLI_OBJ  := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/cli_*.c))
 DEMO_OBJ := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(filter-out tools/demo_lib.c,$(wildcard tools/demo_*.c)))
 DEMOLIB  := $(BUILD)/lib/libdisco_demo.so
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -86,9 +87,10 @@ $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
 
-# disco-bench and disco-demo are several files each.
+# disco-bench, disco-demo and disco (the CLI) are several files each.
 $(BUILD)/bin/disco-bench: $(BENCH_OBJ)
 $(BUILD)/bin/disco-demo: $(DEMO_OBJ)
+$(BUILD)/bin/disco: $(CLI_OBJ)
 
 $(DEMOLIB): $(BUILD)/obj/tools/demo_lib.o
 	@mkdir -p $(@D)
@@ -111,7 +113,7 @@ $(BUILD)/obj/testlib/testlib.o: tests/testlib.c | $(DEPS_STAMP)
 # Tests find the test library and the worker program by absolute path.
 $(BUILD)/obj/tests/%.o: CFLAGS += -DDISCO_TEST_LIB='"$(abspath $(TESTLIB))"' \
     -DDISCO_TEST_WORKER='"$(abspath $(BUILD)/bin/disco-worker)"' \
-    -DDISCO_TEST_BIN='"$(abspath $(BUILD)/bin)"'
+    -DDISCO_TEST_BIN='"$(abspath $(BUILD)/bin)"' -DDISCO_TEST_SRC='"$(abspath .)"'
 
 # Each test runs in its own process (CK_FORK=yes). Afterwards nothing of
 # ours may remain in /dev/shm (disco never names segments there).

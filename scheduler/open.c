@@ -1,9 +1,11 @@
 /* open.c - opening, shutting down and closing a session. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../workers/bind.h"
 #include "../workers/collective.h"
 #include "session_impl.h"
 
@@ -34,12 +36,19 @@ static disco_status_t check_config(const disco_session_config_t *c)
     return DISCO_OK;
 }
 
-/* Spin settings: when processes outnumber cores a waiter most likely holds
- * the core its peer needs, so it yields almost at once and parks sooner. */
-static void pick_spin(disco_session_config_t *c)
+/* Spin settings: when processes outnumber the CPUs they may use, a waiter
+ * most likely holds the core its peer needs, so it yields almost at once
+ * and parks sooner; that is worth a warning, once per process. */
+static void pick_spin(disco_session_config_t *c, const disco_plan_t *plan)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    bool crowded = cores > 0 && c->num_workers > cores;
+    static _Atomic int warned; /* any order: it only limits a message */
+    bool crowded = plan->oversubscribed;
+    if (crowded && getenv("DISCO_QUIET") == NULL &&
+        atomic_exchange_explicit(&warned, 1, memory_order_relaxed) == 0)
+        fprintf(stderr,
+                "disco: warning: %d workers on %d CPUs; waits spin less before parking "
+                "(DISCO_QUIET=1 hides this)\n",
+                c->num_workers, plan->num_pus);
     if (c->pause_ns == 0)
         c->pause_ns = crowded ? 1000 : DISCO_WAIT_DEFAULT_PAUSE_NS;
     if (c->spin_ns == 0)
@@ -66,6 +75,8 @@ static disco_status_t make_segment(struct disco_session *s)
     off += ALIGN64(cmd_size);
     size_t reply_off = off, reply_size = rings ? ALIGN64(disco_ring_footprint(&rep)) : 0;
     off += reply_size * (size_t)(world - 1);
+    size_t bind_off = off;
+    off += ALIGN64((size_t)world * sizeof(struct disco__bind));
     size_t coll_off = off;
     off += ALIGN64(disco__coll_footprint((uint32_t)world, (uint32_t)s->cfg.num_groups));
     size_t heap_off = (off + 4095) & ~(size_t)4095;
@@ -91,6 +102,12 @@ static disco_status_t make_segment(struct disco_session *s)
     ctl->reply_off = reply_off;
     ctl->reply_size = reply_size;
     ctl->coll_off = coll_off;
+    ctl->bind_off = bind_off;
+    struct disco__bind *bind = (struct disco__bind *)(base + bind_off);
+    for (int i = 0; i < world; i++) {
+        snprintf(bind[i].cpus, sizeof bind[i].cpus, "%s", s->plan->worker[i].cpus);
+        snprintf(bind[i].nodes, sizeof bind[i].nodes, "%s", s->plan->worker[i].nodes);
+    }
     ctl->heap_off = heap_off;
     ctl->heap_size = heap_size;
     ctl->num_groups = (uint32_t)s->cfg.num_groups;
@@ -126,6 +143,7 @@ static disco_status_t make_segment(struct disco_session *s)
 static void free_session(struct disco_session *s)
 {
     disco__worker_fini(&s->w0);
+    disco_plan_free(s->plan);
     for (int i = 1; i < s->world; i++) {
         if (s->cmd_fd != NULL && s->cmd_fd[i] >= 0)
             close(s->cmd_fd[i]);
@@ -165,8 +183,12 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         s->cfg.heap_bytes = DEFAULT_HEAP;
     if (s->cfg.num_groups == 0)
         s->cfg.num_groups = 1;
-    pick_spin(&s->cfg);
     s->world = cfg->num_workers;
+    if ((st = disco_plan_make(&cfg->place, s->world, &s->plan)) != DISCO_OK) {
+        free(s);
+        return st;
+    }
+    pick_spin(&s->cfg, s->plan);
     s->next_reg = 1;
     s->seg.fd = -1;
     size_t n = (size_t)s->world;
@@ -203,6 +225,11 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         &s->w0, 0, s->world, &s->errbox[0], &s->heap,
         (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off),
         &s->w0_wait);
+    if (s->cfg.place.bind_controller &&
+        (st = disco__bind_self(s->plan->worker[0].cpus, s->plan->worker[0].nodes)) != DISCO_OK) {
+        free_session(s);
+        return st;
+    }
     if ((st = disco__procs_start(s)) != DISCO_OK) {
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());

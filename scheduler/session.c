@@ -27,6 +27,11 @@ disco_status_t disco_session_health(const disco_session_t *s)
     return s->state;
 }
 
+const disco_plan_t *disco_session_plan(const disco_session_t *s)
+{
+    return s->plan;
+}
+
 int disco_session_worker_pid(const disco_session_t *s, int worker)
 {
     if (worker == 0)

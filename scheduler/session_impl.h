@@ -24,6 +24,7 @@ struct disco_session {
     int *cmd_fd, *reply_fd;    /* pipes: controller ends, [world] */
     disco_worker_t w0;
     disco_heap_t heap;
+    disco_plan_t *plan;
 
     /* workers 1..world-1 */
     pid_t *pid;

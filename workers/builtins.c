@@ -2,6 +2,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 
+#include "disco/placement.h"
 #include "collective.h"
 #include "registry.h"
 #include "disco/heap.h"
@@ -63,6 +64,22 @@ static disco_status_t noop(disco_ctx_t *ctx, const disco_value_t *args, int narg
 static disco_status_t tensor_span(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
                                   disco_value_t *ret);
 
+/* disco.cpu_affinity(): the CPUs this worker may run on ("0-1,3"), as the
+ * kernel sees them; shows that a placement plan took effect. */
+static disco_status_t cpu_affinity(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                   disco_value_t *ret)
+{
+    (void)args;
+    (void)nargs;
+    char *buf = disco_ctx_alloc(ctx, 4096);
+    if (buf == NULL)
+        return disco_ctx_fail(ctx, "out of memory");
+    if (disco_place_current_cpus(buf, 4096) != DISCO_OK)
+        return disco_ctx_fail(ctx, "%s", disco_last_error());
+    *ret = disco_str(buf);
+    return DISCO_OK;
+}
+
 static void register_all(void)
 {
     disco_register_func("disco.load_library", "s", load_library);
@@ -71,6 +88,7 @@ static void register_all(void)
     disco_register_func("disco.echo", NULL, echo);
     disco_register_func("disco.noop", NULL, noop);
     disco_register_func("disco.tensor_span", "T", tensor_span);
+    disco_register_func("disco.cpu_affinity", "", cpu_affinity);
     disco__coll_register();
 }
 

@@ -7,6 +7,7 @@
  *   struct disco__errbox[world] one error mailbox per worker
  *   command ring                one writer (controller), world-1 readers
  *   reply rings[world-1]        one per worker 1..world-1, worker -> controller
+ *   struct disco__bind[world]   each worker's CPUs and NUMA nodes
  * The rings are absent with the pipe transport.
  */
 #ifndef DISCO_WORKERS_PROTOCOL_H
@@ -38,7 +39,7 @@ enum disco__reply {
 };
 
 #define DISCO_CTL_MAGIC   0x4c544343534944ULL /* "DISCCTL" */
-#define DISCO_CTL_LAYOUT  2u
+#define DISCO_CTL_LAYOUT  3u
 #define DISCO_ERR_MSG_MAX 384
 #define DISCO_MAX_ARGS    64
 #define DISCO_MAX_WORKERS 255
@@ -77,9 +78,18 @@ struct disco__ctl {
     uint64_t heap_size;
     uint32_t num_groups;
     uint32_t reserved2;
+    uint64_t bind_off; /* struct disco__bind[world] */
     /* Nonzero: the session is broken or shut down (a negative status).
      * Workers watch it as their waits' abort word. */
     _Alignas(64) _Atomic int32_t broken;
+};
+
+/* Where a worker binds itself at start (from the placement plan, written
+ * before the workers start, read-only afterwards): hwloc list strings, ""
+ * for no binding. */
+struct disco__bind {
+    char cpus[256];
+    char nodes[256];
 };
 
 #define DISCO_REPLY_SLOTS 16u

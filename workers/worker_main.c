@@ -9,6 +9,7 @@
 
 #include "disco/segment.h"
 #include "disco/session.h"
+#include "bind.h"
 #include "worker.h"
 
 struct parent_watch {
@@ -57,6 +58,9 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
         chan.reply_fd = &fds[1];
     }
 
+    const struct disco__bind *bind = (const struct disco__bind *)((char *)data + ctl->bind_off);
+    if (disco__bind_self(bind[id].cpus, bind[id].nodes) != DISCO_OK)
+        fprintf(stderr, "disco worker %d: not bound: %s\n", id, disco_last_error());
     struct disco__errbox *boxes = (struct disco__errbox *)((char *)data + ctl->errbox_off);
     disco_heap_t heap;
     if (disco_heap_attach((char *)data + ctl->heap_off, ctl->heap_size, &heap) != DISCO_OK) {

@@ -41,6 +41,7 @@
 
 #include <stdint.h>
 
+#include "disco/placement.h"
 #include "disco/status.h"
 #include "disco/value.h"
 
@@ -73,6 +74,11 @@ typedef struct disco_session_config {
                                  open; 0 = 16 MiB */
     int num_groups;           /* worker groups for in-group collectives; must divide
                                  num_workers; 0 = 1 */
+    disco_place_config_t place; /* where workers run (see placement.h); default:
+                                   $DISCO_PLACE, else spread (none when
+                                   workers outnumber PUs). Workers 1..N-1 bind
+                                   themselves at start; worker 0 is the caller's
+                                   thread and is bound only with bind_controller */
 } disco_session_config_t;
 
 typedef struct disco_session disco_session_t;
@@ -151,6 +157,10 @@ disco_status_t disco_session_free(disco_session_t *sess, disco_dref_t reg);
 
 /** Process id of worker (the controller's own pid for worker 0), or -1. */
 int disco_session_worker_pid(const disco_session_t *sess, int worker);
+
+/** The session's placement plan (owned by the session, valid until close).
+ *  Thread-safe. */
+const disco_plan_t *disco_session_plan(const disco_session_t *sess);
 
 /** DISCO_OK while usable; otherwise the status that broke or ended it. */
 disco_status_t disco_session_health(const disco_session_t *sess);

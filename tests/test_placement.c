@@ -1,0 +1,241 @@
+/* test_placement.c - placement plans on synthetic and XML topologies (exact
+ * cpusets), explicit lists and their errors, the JSON form, and on this
+ * machine: each worker's real affinity, read from inside it, matches its
+ * plan, forked and spawned. */
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "disco/placement.h"
+#include "session_util.h"
+
+#define SYN "pack:2 numa:2 core:4 pu:2" /* 32 PUs, 4 per... 8 per NUMA node */
+#define GPU_XML DISCO_TEST_SRC "/tests/data/gpu3.xml"
+
+static disco_plan_t *plan(disco_place_policy_t policy, const char *syn, const char *xml,
+                          const char *cpus, int n)
+{
+    disco_place_config_t cfg = {.policy = policy, .synthetic = syn, .xml = xml, .cpus = cpus};
+    disco_plan_t *p;
+    CK_OK(disco_plan_make(&cfg, n, &p));
+    ck_assert_int_eq(p->num_workers, n);
+    return p;
+}
+
+/* Checks worker i's cpus, nodes and package. */
+static void expect(const disco_plan_t *p, int i, const char *cpus, const char *nodes, int pkg)
+{
+    ck_assert_msg(strcmp(p->worker[i].cpus, cpus) == 0, "worker %d cpus \"%s\", want \"%s\"", i,
+                  p->worker[i].cpus, cpus);
+    ck_assert_msg(strcmp(p->worker[i].nodes, nodes) == 0, "worker %d nodes \"%s\", want \"%s\"",
+                  i, p->worker[i].nodes, nodes);
+    ck_assert_int_eq(p->worker[i].package, pkg);
+}
+
+/* Spread gives 4 workers one NUMA node each (the first PU of each), 2 per
+ * package; the topology's counts are reported. */
+START_TEST(test_spread)
+{
+    disco_plan_t *p = plan(DISCO_PLACE_SPREAD, SYN, NULL, NULL, 4);
+    ck_assert_int_eq(p->policy, DISCO_PLACE_SPREAD);
+    ck_assert_int_eq(p->num_pus, 32);
+    ck_assert_int_eq(p->num_cores, 16);
+    ck_assert_int_eq(p->num_numa, 4);
+    ck_assert_int_eq(p->num_packages, 2);
+    ck_assert(!p->oversubscribed);
+    expect(p, 0, "0", "0", 0);
+    expect(p, 1, "8", "1", 0);
+    expect(p, 2, "16", "2", 1);
+    expect(p, 3, "24", "3", 1);
+    disco_plan_free(p);
+    /* 2 workers: one package each */
+    p = plan(DISCO_PLACE_SPREAD, SYN, NULL, NULL, 2);
+    expect(p, 0, "0", "0", 0);
+    expect(p, 1, "16", "2", 1);
+    disco_plan_free(p);
+}
+END_TEST
+
+/* Compact fills a core's PUs (SMT siblings) first, then the next core. */
+START_TEST(test_compact)
+{
+    disco_plan_t *p = plan(DISCO_PLACE_COMPACT, SYN, NULL, NULL, 3);
+    expect(p, 0, "0", "0", 0);
+    expect(p, 1, "1", "0", 0);
+    expect(p, 2, "2", "0", 0);
+    ck_assert_int_eq(p->worker[0].core, 0);
+    ck_assert_int_eq(p->worker[1].core, 0);
+    ck_assert_int_eq(p->worker[2].core, 1);
+    disco_plan_free(p);
+}
+END_TEST
+
+/* GPU-affine: worker i on GPU i mod 3, on CPUs of the GPU's package; GPU 2
+ * reports no locality, so its workers spread over the machine and the
+ * plan's notes say so. */
+START_TEST(test_gpu_affine)
+{
+    disco_plan_t *p = plan(DISCO_PLACE_GPU, NULL, GPU_XML, NULL, 6);
+    ck_assert_int_eq(p->num_gpus, 3);
+    static const char *const cpus[6] = {"0", "4", "0", "2", "6", "4"};
+    static const int pkg[6] = {0, 1, 0, 0, 1, 1};
+    for (int i = 0; i < 6; i++) {
+        expect(p, i, cpus[i], pkg[i] == 0 ? "0" : "1", pkg[i]);
+        ck_assert_int_eq(p->worker[i].gpu, i % 3);
+    }
+    ck_assert_msg(strstr(p->notes, "GPU 2 has no local CPUs") != NULL, "notes: %s", p->notes);
+    disco_plan_free(p);
+    /* no GPU at all: spread, and said */
+    p = plan(DISCO_PLACE_GPU, SYN, NULL, NULL, 2);
+    ck_assert_int_eq(p->num_gpus, 0);
+    expect(p, 1, "16", "2", 1);
+    ck_assert(strstr(p->notes, "No GPU") != NULL);
+    disco_plan_free(p);
+}
+END_TEST
+
+/* An explicit list: worker i gets entry i mod count; ranges stay sets. */
+START_TEST(test_list)
+{
+    disco_plan_t *p = plan(DISCO_PLACE_LIST, SYN, NULL, "5, 3-4", 3);
+    expect(p, 0, "5", "0", 0);
+    expect(p, 1, "3-4", "0", 0);
+    expect(p, 2, "5", "0", 0);
+    disco_plan_free(p);
+}
+END_TEST
+
+/* A bad list entry is an error naming the entry: not a number, a CPU the
+ * topology lacks, an empty list. */
+START_TEST(test_list_errors)
+{
+    disco_place_config_t cfg = {.policy = DISCO_PLACE_LIST, .synthetic = SYN, .cpus = "0,x"};
+    disco_plan_t *p = NULL;
+    CK_STATUS(disco_plan_make(&cfg, 2, &p), DISCO_E_INVAL);
+    CK_HAS("entry 2 (\"x\")");
+    cfg.cpus = "1,40";
+    CK_STATUS(disco_plan_make(&cfg, 2, &p), DISCO_E_INVAL);
+    CK_HAS("no CPU 40");
+    cfg.cpus = "3-";
+    CK_STATUS(disco_plan_make(&cfg, 2, &p), DISCO_E_INVAL);
+    CK_HAS("\"3-\"");
+    cfg.cpus = "";
+    CK_STATUS(disco_plan_make(&cfg, 2, &p), DISCO_E_INVAL);
+    ck_assert_ptr_null(p);
+    disco_place_policy_t pol;
+    CK_STATUS(disco_place_policy_parse("scatter", &pol), DISCO_E_INVAL);
+    CK_HAS("scatter");
+    CK_OK(disco_place_policy_parse("compact", &pol));
+    ck_assert_int_eq(pol, DISCO_PLACE_COMPACT);
+    /* and a session refuses to open with it */
+    disco_session_config_t sc = disco_session_config_default(2);
+    sc.place = (disco_place_config_t){.policy = DISCO_PLACE_LIST, .cpus = "0,zero"};
+    disco_session_t *s;
+    CK_STATUS(disco_session_open(&sc, &s), DISCO_E_INVAL);
+    CK_HAS("zero");
+    cfg = (disco_place_config_t){.synthetic = "pack:nonsense"};
+    CK_STATUS(disco_plan_make(&cfg, 2, &p), DISCO_E_INVAL);
+}
+END_TEST
+
+/* The default: spread while workers fit, none (unbound, noted) when they
+ * outnumber PUs; none binds nothing. */
+START_TEST(test_default_and_none)
+{
+    unsetenv("DISCO_PLACE");
+    disco_plan_t *p = plan(DISCO_PLACE_DEFAULT, "core:2 pu:1", NULL, NULL, 2);
+    ck_assert_int_eq(p->policy, DISCO_PLACE_SPREAD);
+    expect(p, 1, "1", "", -1); /* no package level in this topology */
+    disco_plan_free(p);
+    p = plan(DISCO_PLACE_DEFAULT, "core:2 pu:1", NULL, NULL, 3);
+    ck_assert(p->oversubscribed);
+    ck_assert_int_eq(p->policy, DISCO_PLACE_NONE);
+    ck_assert(strstr(p->notes, "outnumber") != NULL);
+    expect(p, 2, "", "", -1);
+    disco_plan_free(p);
+    setenv("DISCO_PLACE", "compact", 1);
+    p = plan(DISCO_PLACE_DEFAULT, SYN, NULL, NULL, 2);
+    ck_assert_int_eq(p->policy, DISCO_PLACE_COMPACT);
+    disco_plan_free(p);
+    setenv("DISCO_PLACE", "sideways", 1);
+    disco_place_config_t cfg = {.synthetic = SYN};
+    CK_STATUS(disco_plan_make(&cfg, 2, &p), DISCO_E_INVAL);
+    CK_HAS("$DISCO_PLACE");
+    unsetenv("DISCO_PLACE");
+}
+END_TEST
+
+/* The JSON form parses and carries every worker's entry. */
+START_TEST(test_json)
+{
+    disco_plan_t *p = plan(DISCO_PLACE_SPREAD, SYN, NULL, NULL, 4);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CK_OK(disco_plan_print(p, f, true));
+    fclose(f);
+    json_error_t err;
+    json_t *doc = json_loadb(buf, len, 0, &err);
+    ck_assert_msg(doc != NULL, "plan JSON does not parse: %s", err.text);
+    ck_assert_str_eq(json_string_value(json_object_get(doc, "policy")), "spread");
+    json_t *arr = json_object_get(doc, "plan");
+    ck_assert_int_eq(json_array_size(arr), 4);
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(arr, 3), "cpus")), "24");
+    json_decref(doc);
+    free(buf);
+    disco_plan_free(p);
+}
+END_TEST
+
+/* On this machine, each worker's affinity read with sched_getaffinity from
+ * inside the worker equals its plan entry (forked and spawned workers). */
+START_TEST(test_real_affinity)
+{
+    disco_session_config_t cfg = disco_session_config_default(3);
+    cfg.launch = _i == 0 ? DISCO_LAUNCH_FORK : DISCO_LAUNCH_SPAWN;
+    cfg.worker_path = DISCO_TEST_WORKER;
+    cfg.place = (disco_place_config_t){.policy = DISCO_PLACE_COMPACT};
+    disco_session_t *s;
+    CK_OK(disco_session_open(&cfg, &s));
+    const disco_plan_t *p = disco_session_plan(s);
+    ck_assert_int_eq(p->num_workers, 3);
+    disco_dref_t r;
+    CK_OK(disco_session_call_by_name(s, "disco.cpu_affinity", NULL, 0, &r));
+    for (int w = 1; w < 3; w++) {
+        disco_value_t v;
+        CK_OK(disco_session_debug_get(s, r, w, &v));
+        ck_assert_int_eq(v.type, DISCO_T_STR);
+        ck_assert_msg(strcmp(v.v.str, p->worker[w].cpus) == 0, "worker %d runs on %s, plan %s", w,
+                      v.v.str, p->worker[w].cpus);
+        disco_value_clear(&v);
+    }
+    disco_session_close(s);
+    /* worker 0, the caller's thread, is left alone unless asked */
+    char before[256], after[256];
+    CK_OK(disco_place_current_cpus(before, sizeof before));
+    cfg.place.bind_controller = true;
+    CK_OK(disco_session_open(&cfg, &s));
+    CK_OK(disco_place_current_cpus(after, sizeof after));
+    ck_assert_str_eq(after, disco_session_plan(s)->worker[0].cpus);
+    disco_session_close(s);
+    (void)before;
+}
+END_TEST
+
+Suite *suite_placement(void)
+{
+    Suite *s = suite_create("placement");
+    TCase *tc = tcase_create("plans");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_spread);
+    tcase_add_test(tc, test_compact);
+    tcase_add_test(tc, test_gpu_affine);
+    tcase_add_test(tc, test_list);
+    tcase_add_test(tc, test_list_errors);
+    tcase_add_test(tc, test_default_and_none);
+    tcase_add_test(tc, test_json);
+    tcase_add_loop_test(tc, test_real_affinity, 0, 2);
+    suite_add_tcase(s, tc);
+    return s;
+}
