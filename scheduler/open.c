@@ -77,6 +77,11 @@ static disco_status_t make_segment(struct disco_session *s)
     off += reply_size * (size_t)(world - 1);
     size_t bind_off = off;
     off += ALIGN64((size_t)world * sizeof(struct disco__bind));
+    size_t trace_off = 0;
+    if (!s->cfg.trace_off) {
+        trace_off = off;
+        off += ALIGN64((size_t)world * sizeof(struct disco__trace_ring));
+    }
     size_t coll_off = off;
     off += ALIGN64(disco__coll_footprint((uint32_t)world, (uint32_t)s->cfg.num_groups));
     size_t heap_off = (off + 4095) & ~(size_t)4095;
@@ -103,6 +108,16 @@ static disco_status_t make_segment(struct disco_session *s)
     ctl->reply_size = reply_size;
     ctl->coll_off = coll_off;
     ctl->bind_off = bind_off;
+    ctl->trace_off = trace_off;
+    if (trace_off != 0) {
+        struct disco__trace_ring *rings = (struct disco__trace_ring *)(base + trace_off);
+        for (int i = 0; i < world; i++) {
+            rings[i].cap = DISCO_TRACE_CAP;
+            rings[i].on = 1;
+        }
+        if (disco__trace_open(&s->trace, rings) != DISCO_OK)
+            return disco_set_error(DISCO_E_NOMEM, "trace records");
+    }
     struct disco__bind *bind = (struct disco__bind *)(base + bind_off);
     for (int i = 0; i < world; i++) {
         snprintf(bind[i].cpus, sizeof bind[i].cpus, "%s", s->plan->worker[i].cpus);
@@ -143,6 +158,7 @@ static disco_status_t make_segment(struct disco_session *s)
 static void free_session(struct disco_session *s)
 {
     disco__worker_fini(&s->w0);
+    disco__trace_close(&s->trace);
     disco_plan_free(s->plan);
     for (int i = 1; i < s->world; i++) {
         if (s->cmd_fd != NULL && s->cmd_fd[i] >= 0)
@@ -225,6 +241,7 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         &s->w0, 0, s->world, &s->errbox[0], &s->heap,
         (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off),
         &s->w0_wait);
+    s->w0.trace = s->trace.rings; /* worker 0's ring is the first */
     if (s->cfg.place.bind_controller &&
         (st = disco__bind_self(s->plan->worker[0].cpus, s->plan->worker[0].nodes)) != DISCO_OK) {
         free_session(s);
@@ -266,5 +283,6 @@ void disco_session_close(disco_session_t *s)
     if (s == NULL)
         return;
     disco_session_shutdown(s);
+    disco__trace_write_env(s);
     free_session(s);
 }

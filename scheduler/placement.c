@@ -179,8 +179,10 @@ static disco_status_t list_entry(hwloc_topology_t t, const char *list, int idx, 
     }
     if (end == tok || *end != '\0' || errno != 0 || !isdigit((unsigned char)tok[0]) || a < 0 ||
         b < a || b > 1 << 20)
-        return disco_set_error(DISCO_E_INVAL, "cpu list \"%s\": entry %d (\"%s\") is not a CPU "
-                                              "number or range", list, idx, tok);
+        return disco_set_error(DISCO_E_INVAL,
+                               "cpu list \"%s\": entry %d (\"%s\") is not a CPU "
+                               "number or range",
+                               list, idx, tok);
     hwloc_bitmap_zero(set);
     for (long c = a; c <= b; c++) {
         if (hwloc_get_pu_obj_by_os_index(t, (unsigned)c) == NULL) {
@@ -319,8 +321,7 @@ static disco_status_t build(hwloc_topology_t t, const disco_place_config_t *cfg,
     }
 }
 
-disco_status_t disco_plan_make(const disco_place_config_t *cfg, int num_workers,
-                               disco_plan_t **out)
+disco_status_t disco_plan_make(const disco_place_config_t *cfg, int num_workers, disco_plan_t **out)
 {
     static const disco_place_config_t none = {0};
     if (cfg == NULL)
@@ -331,7 +332,8 @@ disco_status_t disco_plan_make(const disco_place_config_t *cfg, int num_workers,
     disco_status_t st = DISCO_OK;
     if (policy == DISCO_PLACE_DEFAULT) {
         const char *env = getenv("DISCO_PLACE");
-        if (env != NULL && env[0] != '\0' && (st = disco_place_policy_parse(env, &policy)) != DISCO_OK)
+        if (env != NULL && env[0] != '\0' &&
+            (st = disco_place_policy_parse(env, &policy)) != DISCO_OK)
             return disco_set_error(st, "$DISCO_PLACE: %s", disco_last_error());
     }
     hwloc_topology_t t = NULL;
@@ -399,8 +401,8 @@ disco_status_t disco_plan_print(const disco_plan_t *p, FILE *out, bool json)
     if (p->num_gpus > 0)
         fprintf(out, ", %d GPUs", p->num_gpus);
     fprintf(out, "%s\n", p->oversubscribed ? " (workers outnumber PUs)" : "");
-    fprintf(out, "  %-7s %-16s %-10s %-5s %-8s %s\n", "worker", "cpus", "nodes", "core",
-            "package", "gpu");
+    fprintf(out, "  %-7s %-16s %-10s %-5s %-8s %s\n", "worker", "cpus", "nodes", "core", "package",
+            "gpu");
     for (int i = 0; i < p->num_workers; i++) {
         const disco_place_entry_t *e = &p->worker[i];
         char core[16] = "-", pkg[16] = "-", gpu[16] = "-";

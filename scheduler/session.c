@@ -146,6 +146,11 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     st = disco_frame_encode(code, h.seq, args, nargs, s->buf, s->chan.max_msg, &len);
     if (st != DISCO_OK)
         return st;
+    struct disco__ctl_rec *tr = NULL;
+    if (s->trace.rec != NULL)
+        tr = disco__trace_enqueue(&s->trace, h.seq, code,
+                                  code == DISCO_CMD_CALL ? s->reg_func[args[1].v.reg]->name
+                                                         : disco__cmd_name(code));
     st = disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, call_wait(s));
     if (st == DISCO_E_TIMEOUT) {
         uint32_t slow = disco_ring_slowest_reader(&s->chan.cmd);
@@ -160,6 +165,13 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
         return st;
     size_t rlen = 0;
     disco__worker_exec(&s->w0, &h, args, s->reply, DISCO_REPLY_MAX, &rlen);
+    if (tr != NULL) {
+        /* Worker 0 runs inline right after the broadcast: its slice starts
+         * at the enqueue stamp (one clock read fewer per command). */
+        tr->t_issued = disco__ticks();
+        disco__trace_put(s->w0.trace, h.seq, code, disco__trace_func(&h, args), tr->t_enq,
+                         tr->t_issued);
+    }
     if (s->state != DISCO_OK) /* worker 0 found a dead worker (in a collective) */
         return disco_set_error(s->state, "%s", s->why);
     if (w0_reply_len != NULL)
@@ -229,6 +241,8 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
         if (st != DISCO_OK)
             return st;
     }
+    if (s->trace.rec != NULL) /* the reply answers the last command issued */
+        s->trace.rec[s->seq % DISCO_TRACE_CAP].t_reply = disco__ticks();
     disco_frame_hdr_t h;
     disco_value_t v[3];
     disco_status_t st = disco_frame_decode(s->reply, len, &h, v, 3);

@@ -12,6 +12,7 @@
 #include "../workers/worker.h"
 #include "disco/segment.h"
 #include "disco/session.h"
+#include "trace_impl.h"
 
 struct disco_session {
     disco_session_config_t cfg;
@@ -25,6 +26,7 @@ struct disco_session {
     disco_worker_t w0;
     disco_heap_t heap;
     disco_plan_t *plan;
+    struct disco__ctrace trace; /* rec NULL: tracing off */
 
     /* workers 1..world-1 */
     pid_t *pid;

@@ -10,7 +10,7 @@
 #include "disco/placement.h"
 #include "session_util.h"
 
-#define SYN "pack:2 numa:2 core:4 pu:2" /* 32 PUs, 4 per... 8 per NUMA node */
+#define SYN     "pack:2 numa:2 core:4 pu:2" /* 32 PUs, 4 per... 8 per NUMA node */
 #define GPU_XML DISCO_TEST_SRC "/tests/data/gpu3.xml"
 
 static disco_plan_t *plan(disco_place_policy_t policy, const char *syn, const char *xml,
@@ -28,8 +28,8 @@ static void expect(const disco_plan_t *p, int i, const char *cpus, const char *n
 {
     ck_assert_msg(strcmp(p->worker[i].cpus, cpus) == 0, "worker %d cpus \"%s\", want \"%s\"", i,
                   p->worker[i].cpus, cpus);
-    ck_assert_msg(strcmp(p->worker[i].nodes, nodes) == 0, "worker %d nodes \"%s\", want \"%s\"",
-                  i, p->worker[i].nodes, nodes);
+    ck_assert_msg(strcmp(p->worker[i].nodes, nodes) == 0, "worker %d nodes \"%s\", want \"%s\"", i,
+                  p->worker[i].nodes, nodes);
     ck_assert_int_eq(p->worker[i].package, pkg);
 }
 

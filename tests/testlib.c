@@ -222,3 +222,18 @@ static disco_status_t spin_ms(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     return DISCO_OK;
 }
 DISCO_FUNC("test.spin_ms", "i", spin_ms)
+
+/* test.spin_on(worker, ms): keeps only that worker busy for ms milliseconds
+ * (a straggler). */
+static disco_status_t spin_on(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n;
+    if (disco_ctx_worker_id(ctx) == a[0].v.i) {
+        int64_t end = disco_now_ns() + a[1].v.i * 1000000;
+        while (disco_now_ns() < end)
+            ;
+    }
+    *ret = disco_null();
+    return DISCO_OK;
+}
+DISCO_FUNC("test.spin_on", "ii", spin_on)

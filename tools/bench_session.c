@@ -45,10 +45,11 @@ static int64_t call_rounds(void *p, uint64_t iters)
 /* pinned: with 2 workers, the controller (worker 0) on the first CPU and
  * worker 1 on the second, as the floor and ring figures are measured (and as
  * a placement policy would put them); otherwise every process floats. */
-static double call_sync(int n, disco_session_transport_t transport, bool pinned)
+static double call_sync_traced(int n, disco_session_transport_t transport, bool pinned, bool trace)
 {
     disco_session_config_t cfg = disco_session_config_default(n);
     cfg.transport = transport;
+    cfg.trace_off = !trace;
     cfg.call_timeout_ms = 10000;
     call_ctx_t c = {.target = 1};
     bu_unpin(); /* workers inherit the controller's mask */
@@ -66,6 +67,26 @@ static double call_sync(int n, disco_session_transport_t transport, bool pinned)
     disco_session_close(c.s);
     bu_unpin();
     return ns;
+}
+
+static double call_sync(int n, disco_session_transport_t transport, bool pinned)
+{
+    return call_sync_traced(n, transport, pinned, true);
+}
+
+/* Tracing's cost: call_sync_ns with command stamps on and off, alternated
+ * five times so drift in the machine hits both alike; medians of each. */
+static void trace_overhead(void)
+{
+    double on[5], off[5];
+    for (int i = 0; i < 5; i++) {
+        off[i] = call_sync_traced(2, DISCO_TRANSPORT_RING, true, false);
+        on[i] = call_sync_traced(2, DISCO_TRANSPORT_RING, true, true);
+    }
+    double a = bu_median(on, 5), b = bu_median(off, 5);
+    record("call_sync_traced_ns", a, "ns");
+    record("call_sync_untraced_ns", b, "ns");
+    record("trace_overhead_pct", 100.0 * (a - b) / b, "%");
 }
 
 static double open_close_ms(int n)
@@ -95,4 +116,5 @@ void bench_session(void)
     record("call_sync_ns_n8", call_sync(8, DISCO_TRANSPORT_RING, false), "ns");
     record("call_sync_pipe_ns_n8", call_sync(8, DISCO_TRANSPORT_PIPE, false), "ns");
     record("session_open_ms_n8", open_close_ms(8), "ms");
+    trace_overhead();
 }

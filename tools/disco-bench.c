@@ -16,6 +16,9 @@
  *                       N = 2, rings (bench_session.c); _n4, _n8: N = 4, 8
  *   call_sync_pipe_ns   the same session over pipes (baseline; _n4, _n8 too)
  *   session_open_ms_n8  open + close a session of 8 workers
+ *   trace_overhead_pct  call_sync_ns with command stamps on against off
+ *                       (call_sync_traced_ns / call_sync_untraced_ns), 5
+ *                       alternations, medians
  *   allreduce_us_1MiB   float32 sum allreduce + sync worker 1, N = 2, pinned
  *                       (bench_tensor.c); _64MiB: of 64 MiB
  *   mpi_allreduce_us_1MiB  Open MPI's MPI_Allreduce, 2 ranks (baseline; _64MiB
@@ -649,6 +652,8 @@ static const row_t rows[] = {
     {"call_sync_float_ns", "call_sync_ns", false, "float/pinned", T_NONE, 0},
     {"call_sync_ns_n4", "call_sync_pipe_ns_n4", true, "pipe/ring", T_NONE, 0},
     {"call_sync_ns_n8", "call_sync_pipe_ns_n8", true, "pipe/ring", T_NONE, 0},
+    {"trace_overhead_pct", NULL, false, NULL, T_VALUE_LE, 5},
+    {"call_sync_traced_ns", "call_sync_untraced_ns", false, "on/off", T_NONE, 0},
     {"session_open_ms_n8", NULL, false, NULL, T_VALUE_LE, 10},
     {"allreduce_us_1MiB", "mpi_allreduce_us_1MiB", true, "mpi/disco", T_RATIO_GE, 1.5},
     {"allreduce_us_64MiB", "mpi_allreduce_us_64MiB", true, "mpi/disco", T_RATIO_GE, 1.5},

@@ -63,8 +63,7 @@ static disco_status_t bind_nodes(const char *list)
         hwloc_bitmap_foreach_begin(i, set) if (i < maxnode) mask[i / 64] |= 1UL << (i % 64);
         hwloc_bitmap_foreach_end();
         if (syscall(SYS_set_mempolicy, MPOL_BIND_MODE, mask, (unsigned long)maxnode) != 0)
-            st = disco_set_error(DISCO_E_SYS, "set_mempolicy(bind, %s): %s", list,
-                                 strerror(errno));
+            st = disco_set_error(DISCO_E_SYS, "set_mempolicy(bind, %s): %s", list, strerror(errno));
     }
     hwloc_bitmap_free(set);
     return st;

@@ -8,6 +8,7 @@
  *   command ring                one writer (controller), world-1 readers
  *   reply rings[world-1]        one per worker 1..world-1, worker -> controller
  *   struct disco__bind[world]   each worker's CPUs and NUMA nodes
+ *   struct disco__trace_ring[world]  each worker's command stamps (trace_ring.h)
  * The rings are absent with the pipe transport.
  */
 #ifndef DISCO_WORKERS_PROTOCOL_H
@@ -78,7 +79,8 @@ struct disco__ctl {
     uint64_t heap_size;
     uint32_t num_groups;
     uint32_t reserved2;
-    uint64_t bind_off; /* struct disco__bind[world] */
+    uint64_t bind_off;  /* struct disco__bind[world] */
+    uint64_t trace_off; /* struct disco__trace_ring[world], or 0: tracing off */
     /* Nonzero: the session is broken or shut down (a negative status).
      * Workers watch it as their waits' abort word. */
     _Alignas(64) _Atomic int32_t broken;

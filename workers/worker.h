@@ -18,6 +18,7 @@
 #include "disco/value.h"
 #include "protocol.h"
 #include "registry.h"
+#include "trace_ring.h"
 
 typedef struct disco_worker {
     int id;
@@ -25,11 +26,12 @@ typedef struct disco_worker {
     disco_value_t *regs; /* owned values, index = register id */
     uint64_t nregs;
     struct disco__errbox *errbox;
-    uint64_t seq;                  /* sequence number of the command being executed */
-    disco_heap_t *heap;            /* the session's shared heap, or NULL */
-    struct disco__coll_area *coll; /* the collective area */
-    const disco_wait_t *wait;      /* how collectives wait for other workers */
-    uint64_t ncoll;                /* collectives executed (slot parity) */
+    uint64_t seq;                    /* sequence number of the command being executed */
+    disco_heap_t *heap;              /* the session's shared heap, or NULL */
+    struct disco__coll_area *coll;   /* the collective area */
+    const disco_wait_t *wait;        /* how collectives wait for other workers */
+    uint64_t ncoll;                  /* collectives executed (slot parity) */
+    struct disco__trace_ring *trace; /* its trace ring, or NULL: tracing off */
 } disco_worker_t;
 
 struct disco_ctx {

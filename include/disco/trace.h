@@ -1,0 +1,121 @@
+/*
+ * disco/trace.h - profiling of worker scheduling.
+ *
+ * Every command of a session is stamped four times: the controller enqueues
+ * it, each worker starts and ends it, and (for commands that answer: sync,
+ * debug get/set) the controller sees the reply. Workers stamp into their own
+ * rings in the session's shared memory (the last 8192 commands each); the
+ * controller keeps its stamps in process memory. One clock serves every
+ * process (the TSC where the kernel uses it as its clock source, else
+ * CLOCK_MONOTONIC). Tracing is on unless the session config turns it off;
+ * DISCO_TRACE=path makes a session write its trace to path at close.
+ *
+ * A trace exports as Chrome Trace Event JSON, which Perfetto
+ * (ui.perfetto.dev) and chrome://tracing open: one track for the controller
+ * and one per worker, a slice per command named after its function, and a
+ * flow arrow from each enqueue to each worker's start. The summary gives,
+ * per worker, busy % and queue delay (enqueue to start) p50/p99; per
+ * function, count and time; and per step (the commands between two syncs),
+ * the slowest worker: the straggler that holds the sync back.
+ *
+ * Errors: functions return a disco_status_t; disco_last_error() says more.
+ * Traces and summaries are plain data owned by the caller.
+ */
+#ifndef DISCO_TRACE_H
+#define DISCO_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "disco/session.h"
+#include "disco/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DISCO_TRACE_NAME_MAX 64
+
+/* One command on one worker. Times in microseconds since the session opened. */
+typedef struct disco_trace_slice {
+    uint64_t seq; /* the command's sequence number */
+    int worker;
+    uint32_t cmd; /* command code: 3 call, 4 sync, ... (TVM Disco's action numbers) */
+    char name[DISCO_TRACE_NAME_MAX]; /* function name for a call, else the command's */
+    double enqueue_us, start_us, end_us;
+} disco_trace_slice_t;
+
+/* One command on the controller: enqueued, issued, and answered. */
+typedef struct disco_trace_cmd {
+    uint64_t seq;
+    uint32_t cmd;
+    char name[DISCO_TRACE_NAME_MAX];
+    double enqueue_us, issued_us; /* issued: broadcast, and run on worker 0 */
+    double reply_us;              /* the reply seen; < 0: none asked */
+} disco_trace_cmd_t;
+
+typedef struct disco_trace {
+    int world;
+    size_t nslices, ncmds;
+    disco_trace_slice_t *slices; /* by worker, then by time */
+    disco_trace_cmd_t *cmds;     /* by seq */
+    uint64_t dropped;            /* records lost to ring wrap-around */
+} disco_trace_t;
+
+/** A snapshot of the session's trace so far (the last 8192 commands). It
+ *  gives the workers up to 10 ms to record every command issued so far; a
+ *  worker still busy after that appears without its current command. Returns DISCO_OK,
+ * DISCO_E_INVAL (tracing is off for this session), DISCO_E_NOMEM. */
+disco_status_t disco_session_trace(disco_session_t *sess, disco_trace_t **trace_out);
+
+/** Writes the trace as Chrome Trace Event JSON. Returns DISCO_OK,
+ *  DISCO_E_SYS (write failed), DISCO_E_NOMEM. */
+disco_status_t disco_trace_write_json(const disco_trace_t *trace, FILE *out);
+
+/** Reads a trace written by disco_trace_write_json (parsed with jansson).
+ *  Returns DISCO_OK, DISCO_E_SYS (cannot open), DISCO_E_PROTOCOL (not
+ *  JSON, or not a disco trace: the message says where), DISCO_E_NOMEM. */
+disco_status_t disco_trace_load_json(const char *path, disco_trace_t **trace_out);
+
+void disco_trace_free(disco_trace_t *trace);
+
+typedef struct disco_trace_worker_stats {
+    size_t commands;
+    double busy_us, busy_pct; /* of the span from first start to last end */
+    double queue_p50_us, queue_p99_us;
+    size_t straggler_steps; /* steps in which this worker finished last */
+} disco_trace_worker_stats_t;
+
+typedef struct disco_trace_func_stats {
+    char name[DISCO_TRACE_NAME_MAX];
+    size_t count;                     /* commands (each runs on every worker) */
+    double total_us, mean_us, max_us; /* over every worker's slice */
+} disco_trace_func_stats_t;
+
+typedef struct disco_trace_summary {
+    int world;
+    double span_us;
+    size_t commands, steps;
+    disco_trace_worker_stats_t *worker; /* [world] */
+    disco_trace_func_stats_t *func;     /* [nfuncs], most time first */
+    size_t nfuncs;
+    /* the step whose straggler lagged the most behind the first finisher */
+    uint64_t worst_step_sync_seq;
+    int worst_step_worker;
+    double worst_step_lag_us;
+} disco_trace_summary_t;
+
+/** Summarizes a trace. Returns DISCO_OK, DISCO_E_NOMEM. */
+disco_status_t disco_trace_summarize(const disco_trace_t *trace, disco_trace_summary_t **sum_out);
+
+/** Prints a summary as a table or as JSON. Returns DISCO_OK, DISCO_E_SYS. */
+disco_status_t disco_trace_summary_print(const disco_trace_summary_t *sum, FILE *out, bool json);
+
+void disco_trace_summary_free(disco_trace_summary_t *sum);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,170 @@
+/* trace_json.c - traces as Chrome Trace Event JSON, written and read with
+ * jansson (see disco/trace.h).
+ *
+ * Layout: one process; thread 0 is the controller, thread w + 1 worker w.
+ * A worker slice ("X") carries args {seq, cmd, queue_us}; a controller
+ * slice runs from enqueue to the reply (or to the end of issuing) and
+ * carries {seq, cmd, fn, issued_us, reply_us}; flow events ("s" on the
+ * controller at the enqueue, "f" on the worker at its start) draw the
+ * arrows. Everything the summary needs is in those args, so a file read
+ * back gives the same summary. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disco/trace.h"
+
+static int add(json_t *arr, json_t *ev)
+{
+    return ev == NULL ? -1 : json_array_append_new(arr, ev);
+}
+
+static int meta(json_t *arr, int tid, const char *name)
+{
+    return add(arr, json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "name", "thread_name", "ph", "M",
+                              "pid", 1, "tid", tid, "args", "name", name));
+}
+
+static int write_events(const disco_trace_t *t, json_t *arr)
+{
+    int rc = add(arr, json_pack("{s:s, s:s, s:i, s:{s:s}}", "name", "process_name", "ph", "M",
+                                "pid", 1, "args", "name", "disco session"));
+    rc |= meta(arr, 0, "controller");
+    for (int w = 0; w < t->world; w++) {
+        char name[32];
+        snprintf(name, sizeof name, "worker %d", w);
+        rc |= meta(arr, w + 1, name);
+    }
+    for (size_t i = 0; i < t->ncmds && rc == 0; i++) {
+        const disco_trace_cmd_t *c = &t->cmds[i];
+        double end = c->reply_us > c->issued_us ? c->reply_us : c->issued_us;
+        rc |= add(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:{s:I, s:i, s:s, s:f, "
+                                 "s:f}}",
+                                 "name", c->name, "cat", "controller", "ph", "X", "ts",
+                                 c->enqueue_us, "dur", end - c->enqueue_us, "pid", 1, "tid", 0,
+                                 "args", "seq", (json_int_t)c->seq, "cmd", (int)c->cmd, "fn",
+                                 c->name, "issued_us", c->issued_us, "reply_us", c->reply_us));
+    }
+    for (size_t i = 0; i < t->nslices && rc == 0; i++) {
+        const disco_trace_slice_t *s = &t->slices[i];
+        json_int_t id = (json_int_t)(s->seq * 1024 + (uint64_t)s->worker);
+        rc |= add(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:{s:I, s:i, s:f}}", "name",
+                                 s->name, "cat", "command", "ph", "X", "ts", s->start_us, "dur",
+                                 s->end_us - s->start_us, "pid", 1, "tid", s->worker + 1, "args",
+                                 "seq", (json_int_t)s->seq, "cmd", (int)s->cmd, "queue_us",
+                                 s->start_us - s->enqueue_us));
+        rc |= add(arr,
+                  json_pack("{s:s, s:s, s:s, s:I, s:f, s:i, s:i}", "name", "enqueue", "cat", "flow",
+                            "ph", "s", "id", id, "ts", s->enqueue_us, "pid", 1, "tid", 0));
+        rc |= add(arr, json_pack("{s:s, s:s, s:s, s:s, s:I, s:f, s:i, s:i}", "name", "enqueue",
+                                 "cat", "flow", "ph", "f", "bp", "e", "id", id, "ts", s->start_us,
+                                 "pid", 1, "tid", s->worker + 1));
+    }
+    return rc;
+}
+
+disco_status_t disco_trace_write_json(const disco_trace_t *t, FILE *out)
+{
+    json_t *arr = json_array();
+    json_t *doc = json_pack("{s:o, s:s, s:{s:i, s:I}}", "traceEvents", arr, "displayTimeUnit", "ns",
+                            "otherData", "workers", t->world, "dropped", (json_int_t)t->dropped);
+    if (doc == NULL || write_events(t, arr) != 0) {
+        json_decref(doc);
+        return disco_set_error(DISCO_E_NOMEM, "trace JSON");
+    }
+    int rc = json_dumpf(doc, out, JSON_COMPACT);
+    json_decref(doc);
+    if (rc != 0 || fputc('\n', out) == EOF || fflush(out) != 0)
+        return disco_set_error(DISCO_E_SYS, "writing the trace failed");
+    return DISCO_OK;
+}
+
+/* ---- reading ---- */
+
+static disco_status_t bad(const char *path, size_t i, const char *why)
+{
+    return disco_set_error(DISCO_E_PROTOCOL, "%s: event %zu: %s", path, i, why);
+}
+
+static disco_status_t read_event(const char *path, size_t i, json_t *ev, disco_trace_t *t)
+{
+    const char *ph = NULL, *name = NULL;
+    int tid = -1;
+    double ts = 0, dur = 0;
+    json_t *args = NULL;
+    if (json_unpack(ev, "{s:s, s?s, s?i, s?F, s?F, s?o}", "ph", &ph, "name", &name, "tid", &tid,
+                    "ts", &ts, "dur", &dur, "args", &args) != 0)
+        return bad(path, i, "not a trace event");
+    if (strcmp(ph, "X") != 0)
+        return DISCO_OK; /* metadata and flows carry nothing the summary needs */
+    json_int_t seq = 0;
+    int cmd = 0;
+    if (name == NULL || tid < 0 || args == NULL ||
+        json_unpack(args, "{s:I, s:i}", "seq", &seq, "cmd", &cmd) != 0 || seq < 0)
+        return bad(path, i, "a slice without name, tid, seq or cmd");
+    if (tid == 0) {
+        if ((size_t)t->ncmds == SIZE_MAX)
+            return bad(path, i, "too many");
+        disco_trace_cmd_t *c = &t->cmds[t->ncmds++];
+        *c = (disco_trace_cmd_t){.seq = (uint64_t)seq, .cmd = (uint32_t)cmd, .enqueue_us = ts};
+        snprintf(c->name, sizeof c->name, "%s", name);
+        if (json_unpack(args, "{s:F, s:F}", "issued_us", &c->issued_us, "reply_us", &c->reply_us) !=
+            0)
+            return bad(path, i, "a controller slice without issued_us or reply_us");
+        return DISCO_OK;
+    }
+    if (tid > t->world)
+        return bad(path, i, "a thread beyond the workers");
+    double queue = 0;
+    if (json_unpack(args, "{s:F}", "queue_us", &queue) != 0)
+        return bad(path, i, "a worker slice without queue_us");
+    disco_trace_slice_t *s = &t->slices[t->nslices++];
+    *s = (disco_trace_slice_t){.seq = (uint64_t)seq,
+                               .worker = tid - 1,
+                               .cmd = (uint32_t)cmd,
+                               .start_us = ts,
+                               .end_us = ts + dur,
+                               .enqueue_us = ts - queue};
+    snprintf(s->name, sizeof s->name, "%s", name);
+    return DISCO_OK;
+}
+
+disco_status_t disco_trace_load_json(const char *path, disco_trace_t **out)
+{
+    json_error_t err;
+    json_t *doc = json_load_file(path, 0, &err);
+    if (doc == NULL)
+        return disco_set_error(err.line < 0 ? DISCO_E_SYS : DISCO_E_PROTOCOL, "%s: line %d: %s",
+                               path, err.line, err.text);
+    json_t *events = json_object_get(doc, "traceEvents");
+    int world = 0;
+    disco_status_t st = DISCO_OK;
+    if (!json_is_array(events) ||
+        json_unpack(json_object_get(doc, "otherData"), "{s:i}", "workers", &world) != 0 ||
+        world < 1)
+        st = disco_set_error(DISCO_E_PROTOCOL,
+                             "%s: not a disco trace (no traceEvents or "
+                             "otherData.workers)",
+                             path);
+    disco_trace_t *t = st == DISCO_OK ? calloc(1, sizeof *t) : NULL;
+    size_t n = json_array_size(events);
+    if (st == DISCO_OK) {
+        if (t != NULL) {
+            t->slices = calloc(n ? n : 1, sizeof *t->slices);
+            t->cmds = calloc(n ? n : 1, sizeof *t->cmds);
+        }
+        if (t == NULL || t->slices == NULL || t->cmds == NULL)
+            st = disco_set_error(DISCO_E_NOMEM, "trace of %zu events", n);
+    }
+    if (t != NULL)
+        t->world = world;
+    for (size_t i = 0; i < n && st == DISCO_OK; i++)
+        st = read_event(path, i, json_array_get(events, i), t);
+    json_decref(doc);
+    if (st != DISCO_OK) {
+        disco_trace_free(t);
+        return st;
+    }
+    *out = t;
+    return DISCO_OK;
+}

@@ -1,0 +1,93 @@
+/*
+ * trace_ring.h - per-worker trace rings in the control segment (internal).
+ *
+ * Each worker stamps every command it executes (start, end) into its own
+ * ring: one writer (the worker), read by the controller when it exports a
+ * trace. Stamps are CPU ticks (rdtsc on x86-64 where the kernel's clock
+ * source is the TSC, so every core and process shares one time base;
+ * CLOCK_MONOTONIC nanoseconds elsewhere), converted to nanoseconds by the
+ * controller. The ring keeps the last DISCO_TRACE_CAP records; older ones
+ * are overwritten.
+ *
+ * Protocol (a seqlock per lap):
+ *   1. The worker claims record h = head: it stores claimed = h + 1, then a
+ *      release fence (T0), then writes record h % cap with relaxed stores,
+ *      then publishes head = h + 1 (release, T1).
+ *   2. The reader loads head (acquire, T2: pairs with T1, so the records
+ *      below it are complete), copies records [head - cap, head), then an
+ *      acquire fence (T3), then loads claimed (relaxed). Records the writer
+ *      may have started to reuse (index < claimed - cap) are dropped: if the
+ *      copy read any field of a reuse, T0/T3 make that reuse's claim
+ *      visible to the load of claimed.
+ * Record fields are relaxed atomics, so a record overwritten during the
+ * copy is a stale value to drop, never a data race.
+ */
+#ifndef DISCO_WORKERS_TRACE_RING_H
+#define DISCO_WORKERS_TRACE_RING_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#define DISCO_TRACE_CAP 8192u /* records per worker: 256 KiB */
+
+struct disco__trace_rec {
+    _Atomic uint64_t seq;  /* command sequence number */
+    _Atomic uint64_t info; /* command code << 32 | function register (calls) */
+    _Atomic uint64_t t_start;
+    _Atomic uint64_t t_end;
+};
+
+struct disco__trace_ring {
+    _Alignas(64) _Atomic uint64_t head; /* records ever written */
+    _Atomic uint64_t claimed;           /* records ever started */
+    uint32_t cap;
+    uint32_t on; /* 0: tracing is off for this session */
+    _Alignas(64) struct disco__trace_rec rec[DISCO_TRACE_CAP];
+};
+
+/** Whether ticks are TSC cycles (else nanoseconds); decided once. */
+bool disco__ticks_are_tsc(void);
+
+/** The decision, made by a constructor at load (before any thread starts;
+ *  read-only afterwards), so the clock read costs no call. */
+extern bool disco__tick_tsc;
+
+/** The trace clock: see the top of the file. */
+static inline uint64_t disco__ticks(void)
+{
+#if defined(__x86_64__)
+    if (__builtin_expect(disco__tick_tsc, 1))
+        return __builtin_ia32_rdtsc();
+#endif
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/** The function register a command calls (0 for other commands). */
+#define disco__trace_func(h, args)                                                                 \
+    ((h)->code == DISCO_CMD_CALL && (h)->nargs >= 2 ? (args)[1].v.reg : 0u)
+
+/** Appends one record (the ring's only writer). */
+static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, uint32_t code,
+                                    uint64_t func, uint64_t t_start, uint64_t t_end)
+{
+    /* Relaxed: only this worker writes head. */
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+    /* Relaxed, then T0: release fence, pairs with T3 in the reader. */
+    atomic_store_explicit(&r->claimed, h + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    struct disco__trace_rec *x = &r->rec[h % DISCO_TRACE_CAP];
+    /* Relaxed: published by the release store of head below. */
+    atomic_store_explicit(&x->seq, seq, memory_order_relaxed);
+    atomic_store_explicit(&x->info, (uint64_t)code << 32 | (func & 0xffffffffu),
+                          memory_order_relaxed);
+    atomic_store_explicit(&x->t_start, t_start, memory_order_relaxed);
+    atomic_store_explicit(&x->t_end, t_end, memory_order_relaxed);
+    /* T1: release, pairs with T2 in the reader. */
+    atomic_store_explicit(&r->head, h + 1, memory_order_release);
+}
+
+#endif
