@@ -54,7 +54,7 @@ TESTLIB  := $(BUILD)/lib/libdisco_testlib.so
 # (disco.load_library) resolve disco_register_func & co. against it.
 WHOLE_LIB = -rdynamic -Wl,--whole-archive $(BUILD)/libdisco.a -Wl,--no-whole-archive
 
-.PHONY: all deps test bench demo clean format cppcheck
+.PHONY: all deps test bench demo clean format cppcheck fuzz
 .SECONDARY: # keep object files (make would delete them as intermediates)
 all: $(BUILD)/libdisco.a $(BUILD)/libdisco.so $(TOOLS) $(DEMOLIB)
 
@@ -162,6 +162,36 @@ demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(DEMOLIB)
 
 format:
 	clang-format -i $(wildcard include/disco/*.h shm/*.[ch] workers/*.[ch] scheduler/*.[ch] tools/*.c tests/*.[ch])
+
+# Fuzzing (clang's libFuzzer, with ASan and UBSan): the frame codec and the
+# RPC endpoint's packet parser, each from a generated seed corpus, for
+# FUZZ_SECONDS each. Findings land in build/fuzz/ as crash-* files.
+FUZZ_DIR     := build/fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -fsanitize=fuzzer-no-link,address,undefined
+FUZZ_OBJ     := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
+FUZZERS      := $(FUZZ_DIR)/fuzz_frame $(FUZZ_DIR)/fuzz_rpc
+
+$(FUZZ_DIR)/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	clang $(FUZZ_CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(PKG_LIBS) -lpthread -ldl -lm
+
+$(FUZZ_DIR)/make_seeds: tests/fuzz/make_seeds.c $(BUILD)/libdisco.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(BUILD)/libdisco.a $(PKG_LIBS) $(LDLIBS)
+
+fuzz: $(FUZZERS) $(FUZZ_DIR)/make_seeds
+	@mkdir -p $(FUZZ_DIR)/corpus_frame $(FUZZ_DIR)/corpus_rpc
+	$(FUZZ_DIR)/make_seeds $(FUZZ_DIR)/corpus_frame $(FUZZ_DIR)/corpus_rpc
+	cd $(FUZZ_DIR) && ./fuzz_frame -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	    -print_final_stats=1 corpus_frame 2>&1 | tail -20
+	cd $(FUZZ_DIR) && ./fuzz_rpc -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	    -rss_limit_mb=6144 -malloc_limit_mb=32768 -print_final_stats=1 corpus_rpc 2>&1 | tail -20
+	@if ls $(FUZZ_DIR)/crash-* $(FUZZ_DIR)/leak-* $(FUZZ_DIR)/timeout-* 2>/dev/null; then \
+	    echo "fuzz: findings above"; exit 1; fi
 
 cppcheck:
 	cppcheck --quiet --enable=warning,performance,portability --error-exitcode=1 \

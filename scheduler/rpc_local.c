@@ -3,10 +3,12 @@
  * memory (2 << 62 | table index + 1), so a free knows what it frees. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../workers/registry.h"
 #include "../workers/worker.h"
 #include "disco/rpc.h"
+#include "disco/segment.h"
 #include "rpc_impl.h"
 
 #define TAG_FUNC (1ULL << 62)
@@ -107,6 +109,11 @@ static disco_status_t l_alloc(disco_rpc_t *s, DLDevice dev, uint64_t n, uint64_t
         align = 64;
     if ((align & (align - 1)) != 0 || align > 4096)
         return disco_set_error(DISCO_E_INVAL, "alignment %llu", (unsigned long long)align);
+    /* A size the machine cannot back fails here, before the rounding below
+     * could wrap and before the allocator sees it (found by fuzzing the RPC
+     * endpoint: a client could ask for 2^62 bytes). */
+    if (disco_memory_check(n, "allocation") != DISCO_OK)
+        return disco_set_error(DISCO_E_NOMEM, "%s", disco_last_error());
     size_t i = 0;
     while (i < l->nmem && l->mem[i].p != NULL)
         i++;

@@ -158,8 +158,16 @@ static disco_status_t w_alloc(disco_rpc_t *r, DLDevice dev, uint64_t n, uint64_t
     disco_dref_t reg;
     disco_status_t st =
         disco_session_empty(v->s, shape, 1, (DLDataType){kDLUInt, 8, 1}, false, &reg);
-    if (st == DISCO_OK && (st = disco_session_sync(v->s, v->worker)) != DISCO_OK)
+    if (st == DISCO_OK && (st = disco_session_sync(v->s, v->worker)) != DISCO_OK) {
+        /* It failed on every worker (SPMD): wait for all of them, so their
+         * errors are reported here and not by the view's next op. */
+        char why[512];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        for (int w = 0; w < disco_session_num_workers(v->s); w++)
+            disco_session_sync(v->s, w);
         disco_session_free(v->s, reg);
+        return disco_set_error(st, "%s", why);
+    }
     if (st != DISCO_OK)
         return st;
     struct span *grown = realloc(v->spans, (v->nspans + 1) * sizeof *grown);

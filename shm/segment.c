@@ -67,18 +67,19 @@ static uint64_t cgroup_room(void)
 /* fallocate on a memfd allocates page by page and, asked for more than the
  * machine has, ends in the OOM killer rather than an error. Refuse sizes that
  * cannot fit before trying. */
-static disco_status_t check_backable(size_t total)
+disco_status_t disco_memory_check(uint64_t total, const char *what)
 {
     uint64_t avail = meminfo_bytes("MemAvailable");
     if (avail != 0 && total > avail)
-        return disco_set_error(DISCO_E_NOSPACE,
-                               "segment of %zu bytes exceeds available memory (%" PRIu64 " bytes)",
-                               total, avail);
+        return disco_set_error(
+            DISCO_E_NOSPACE, "%s of %" PRIu64 " bytes exceeds available memory (%" PRIu64 " bytes)",
+            what, total, avail);
     uint64_t room = cgroup_room();
     if (total > room)
-        return disco_set_error(
-            DISCO_E_NOSPACE,
-            "segment of %zu bytes exceeds the cgroup memory left (%" PRIu64 " bytes)", total, room);
+        return disco_set_error(DISCO_E_NOSPACE,
+                               "%s of %" PRIu64 " bytes exceeds the cgroup memory left (%" PRIu64
+                               " bytes)",
+                               what, total, room);
     return DISCO_OK;
 }
 
@@ -87,7 +88,7 @@ disco_status_t disco_segment_create(const char *name, size_t data_size, disco_se
     if (data_size == 0 || data_size > SIZE_MAX / 2)
         return disco_set_error(DISCO_E_INVAL, "segment size %zu is invalid", data_size);
     size_t total = page_round(DISCO_SEGMENT_DATA_OFFSET + data_size);
-    disco_status_t st = check_backable(total);
+    disco_status_t st = disco_memory_check(total, "segment");
     if (st != DISCO_OK)
         return st;
 

@@ -212,6 +212,11 @@ static void exercise(disco_rpc_t *s)
     CK_STATUS(disco_rpc_copy_to_remote(s, src, mem, n - 2, 3), DISCO_E_INVAL);
     CK_OK(disco_rpc_stream_sync(s, cpu));
     CK_STATUS(disco_rpc_dev_alloc(s, (DLDevice){kDLCUDA, 0}, 16, 64, &none), DISCO_E_NO_DEVICE);
+    /* a size beyond the machine is refused cleanly (fuzzing found the
+     * local session handing it to the allocator) */
+    disco_status_t big = disco_rpc_dev_alloc(s, cpu, 1ULL << 62, 64, &none);
+    ck_assert_msg(big == DISCO_E_NOMEM || big == DISCO_E_HEAP_EXHAUSTED, "alloc of 2^62: %s",
+                  disco_err_name(big));
     CK_OK(disco_rpc_free_handle(s, mem));
     CK_STATUS(disco_rpc_copy_to_remote(s, src, mem, 0, 1), DISCO_E_BAD_REG);
     CK_STATUS(disco_rpc_free_handle(s, mem), DISCO_E_BAD_REG);

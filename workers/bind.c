@@ -38,9 +38,8 @@ static disco_status_t bind_cpus(const char *list)
             st = disco_set_error(DISCO_E_NOMEM, "cpu_set_t");
         } else {
             CPU_ZERO_S(sz, cs);
-            unsigned i;
-            hwloc_bitmap_foreach_begin(i, set) CPU_SET_S(i, sz, cs);
-            hwloc_bitmap_foreach_end();
+            for (int i = hwloc_bitmap_first(set); i >= 0; i = hwloc_bitmap_next(set, i))
+                CPU_SET_S((unsigned)i, sz, cs);
             if (sched_setaffinity(0, sz, cs) != 0)
                 st = disco_set_error(DISCO_E_SYS, "sched_setaffinity(%s): %s", list,
                                      strerror(errno));
@@ -59,9 +58,10 @@ static disco_status_t bind_nodes(const char *list)
     disco_status_t st = parse("nodes", list, set);
     if (st == DISCO_OK) {
         unsigned long mask[16] = {0}; /* up to 1024 nodes */
-        unsigned maxnode = sizeof mask * 8, i;
-        hwloc_bitmap_foreach_begin(i, set) if (i < maxnode) mask[i / 64] |= 1UL << (i % 64);
-        hwloc_bitmap_foreach_end();
+        unsigned maxnode = sizeof mask * 8;
+        for (int i = hwloc_bitmap_first(set); i >= 0; i = hwloc_bitmap_next(set, i))
+            if ((unsigned)i < maxnode)
+                mask[i / 64] |= 1UL << (i % 64);
         if (syscall(SYS_set_mempolicy, MPOL_BIND_MODE, mask, (unsigned long)maxnode) != 0)
             st = disco_set_error(DISCO_E_SYS, "set_mempolicy(bind, %s): %s", list, strerror(errno));
     }

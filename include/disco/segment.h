@@ -52,6 +52,11 @@ disco_status_t disco_segment_create(const char *name, size_t data_size, disco_se
  *  or a size that disagrees with the file). */
 disco_status_t disco_segment_attach(int fd, disco_segment_t *seg_out);
 
+/** Whether total bytes can be backed now: no more than MemAvailable and
+ *  than the cgroup's memory limit leaves. what names the memory in the
+ *  message. Thread-safe. Returns DISCO_OK, DISCO_E_NOSPACE. */
+disco_status_t disco_memory_check(uint64_t total, const char *what);
+
 /** Unmaps and closes. Harmless on a zeroed or already closed handle.
  *  Not thread-safe against users of the same mapping. */
 void disco_segment_close(disco_segment_t *seg);
