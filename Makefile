@@ -157,8 +157,8 @@ bench: $(BUILD)/bin/disco-bench
 	echo "$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi"; \
 	$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi
 
-demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(DEMOLIB)
-	$(BUILD)/bin/disco-demo
+demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(BUILD)/bin/disco $(DEMOLIB)
+	$(BUILD)/bin/disco-demo --trace $(BUILD)/demo-trace.json
 
 format:
 	clang-format -i $(wildcard include/disco/*.h shm/*.[ch] workers/*.[ch] scheduler/*.[ch] tools/*.c tests/*.[ch])

@@ -3,9 +3,26 @@
 #define DISCO_TOOLS_DEMO_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /** Median of n values (sorts v). */
 double demo_median(double *v, int n);
+
+typedef struct demo_mlp_opts {
+    int workers;
+    int64_t batch, d_model, d_ff;
+    int steps;
+    uint64_t seed;
+    const char *trace_path; /* NULL: no trace file */
+} demo_mlp_opts_t;
+
+/** The main part: the sharded MLP (demo_mlp.c), with the demo library at
+ *  lib. True if the result matched the one-process reference. */
+bool demo_mlp(const demo_mlp_opts_t *o, const char *lib);
+
+/** Where the demo library is: ../lib beside this program's bin/. */
+void demo_library_path(char *out, size_t cap);
 
 /** The session part: library calls on every worker, an error caught, and
  *  call latency over rings and pipes. True if everything checked out. */

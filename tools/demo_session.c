@@ -18,8 +18,7 @@
         }                                                                                          \
     } while (0)
 
-/* The demo library sits in ../lib beside this program's bin/. */
-static void library_path(char *out, size_t cap)
+void demo_library_path(char *out, size_t cap)
 {
     char self[3000];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -74,7 +73,7 @@ static double call_sync_ns(disco_session_t *s, int n)
 bool demo_session(int n)
 {
     char lib[3100];
-    library_path(lib, sizeof lib);
+    demo_library_path(lib, sizeof lib);
     printf("\nsession: %d workers (worker 0 is this process), library %s\n", n, lib);
     disco_session_config_t cfg = disco_session_config_default(n);
     disco_session_t *s;

@@ -21,6 +21,7 @@
  * 0 in this process, workers 1..N-1 forked; it loads a library into every
  * worker, calls it, catches an error, and times calls over rings and pipes.
  */
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -229,11 +230,35 @@ static bool cluster_stop(cluster_t *c)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: disco-demo [-n N] [--help]\n"
-            "  -n N    workers (1..%d, default 4)\n"
-            "A controller broadcasts commands to N forked workers over disco's\n"
-            "shared-memory rings, checks every reply, and prints the latencies.\n",
+            "usage: disco-demo [--workers N] [--batch B] [--d-model D] [--d-ff F] [--steps S]\n"
+            "                  [--seed X] [--trace PATH] [--mlp-only] [--help]\n"
+            "The main job: a tensor-parallel MLP block, y = gelu(x W1) W2, W1 split by\n"
+            "columns and W2 by rows over N worker processes, an allreduce after the\n"
+            "second layer, for S steps; checked against the block in one process, with\n"
+            "per-step latency (compute and coordination), the placement plan, the\n"
+            "profiling summary and a Perfetto trace. Then the control plane (rings) and\n"
+            "a session's error path, unless --mlp-only.\n"
+            "  --workers N  workers (1..%d; default: one per CPU, at least 2)\n"
+            "  --batch B    rows of x (default 8)\n"
+            "  --d-model D  width of x and y (default 256)\n"
+            "  --d-ff F     hidden width, split over the workers (default 1024)\n"
+            "  --steps S    timed steps (default 20, at most 1000)\n"
+            "  --seed X     weights and inputs (default 1)\n"
+            "  --trace PATH write the trace there (default disco-demo-trace.json)\n"
+            "  -n N         same as --workers\n",
             BU_MAX_CHILDREN);
+}
+
+/* A positive integer option, or exit 2. */
+static long opt_long(const char *name, const char *v, long lo, long hi)
+{
+    char *end;
+    long x = v != NULL ? strtol(v, &end, 10) : 0;
+    if (v == NULL || *end != '\0' || x < lo || x > hi) {
+        fprintf(stderr, "disco-demo: %s wants a number in %ld..%ld\n", name, lo, hi);
+        exit(2);
+    }
+    return x;
 }
 
 double demo_median(double *v, int n)
@@ -243,25 +268,57 @@ double demo_median(double *v, int n)
 
 int main(int argc, char **argv)
 {
-    long n = 4;
+    bu_cpus_init();
+    long n = bu_ncpus < 2 ? 2 : bu_ncpus > 8 ? 8 : bu_ncpus;
+    demo_mlp_opts_t o = {.batch = 8,
+                         .d_model = 256,
+                         .d_ff = 1024,
+                         .steps = 20,
+                         .seed = 1,
+                         .trace_path = "disco-demo-trace.json"};
+    bool mlp_only = false;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
-            char *end;
-            n = strtol(argv[++i], &end, 10);
-            if (*end != '\0' || n < 1 || n > BU_MAX_CHILDREN) {
-                usage(stderr);
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 0;
+        } else if (strcmp(a, "-n") == 0 || strcmp(a, "--workers") == 0) {
+            n = opt_long(a, v, 1, BU_MAX_CHILDREN), i++;
+        } else if (strcmp(a, "--batch") == 0) {
+            o.batch = opt_long(a, v, 1, 4096), i++;
+        } else if (strcmp(a, "--d-model") == 0) {
+            o.d_model = opt_long(a, v, 1, 16384), i++;
+        } else if (strcmp(a, "--d-ff") == 0) {
+            o.d_ff = opt_long(a, v, 1, 65536), i++;
+        } else if (strcmp(a, "--steps") == 0) {
+            o.steps = (int)opt_long(a, v, 1, 1000), i++;
+        } else if (strcmp(a, "--seed") == 0) {
+            o.seed = (uint64_t)opt_long(a, v, 0, LONG_MAX), i++;
+        } else if (strcmp(a, "--trace") == 0 && v != NULL) {
+            o.trace_path = v, i++;
+        } else if (strcmp(a, "--mlp-only") == 0) {
+            mlp_only = true;
         } else {
             usage(stderr);
             return 2;
         }
     }
-    bu_cpus_init();
-    bu_watchdog(30); /* the demo takes ~1 s; past 30 s something hangs */
+    if (o.d_ff < n) {
+        fprintf(stderr, "disco-demo: --d-ff %lld is smaller than %ld workers\n", (long long)o.d_ff,
+                n);
+        return 2;
+    }
+    o.workers = (int)n;
+    char lib[4096];
+    demo_library_path(lib, sizeof lib);
+    bool mlp = demo_mlp(&o, lib);
+    if (mlp_only) {
+        printf("\n%s\n", mlp ? "demo: the sharded MLP matched the reference"
+                             : "demo: the sharded MLP did NOT match (see above)");
+        return mlp ? 0 : 1;
+    }
+    printf("\n== the control plane: rings between a controller and %ld workers\n", n);
+    bu_watchdog(60); /* the demo takes ~1 s; past 30 s something hangs */
     cluster_t c;
     bool ok = true;
     printf("disco-demo: controller %d, %ld workers, %d cpus\n", (int)getpid(), n, bu_ncpus);
@@ -283,6 +340,7 @@ int main(int argc, char **argv)
     printf("broadcast + %2ld acks, 64-byte command:       %8.0f ns (median of 11 x 500)\n", n,
            bcast);
     ok = demo_session((int)n) && ok;
+    ok = mlp && ok;
     printf("\n%s\n", ok ? "demo: every reply checked out" : "demo: WRONG replies (see above)");
     return ok ? 0 : 1;
 }
