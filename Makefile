@@ -54,7 +54,7 @@ TESTLIB  := $(BUILD)/lib/libdisco_testlib.so
 # (disco.load_library) resolve disco_register_func & co. against it.
 WHOLE_LIB = -rdynamic -Wl,--whole-archive $(BUILD)/libdisco.a -Wl,--no-whole-archive
 
-.PHONY: all deps test bench demo clean format cppcheck fuzz
+.PHONY: all deps test bench demo clean format cppcheck fuzz install
 .SECONDARY: # keep object files (make would delete them as intermediates)
 all: $(BUILD)/libdisco.a $(BUILD)/libdisco.so $(TOOLS) $(DEMOLIB)
 
@@ -120,6 +120,7 @@ $(BUILD)/obj/tests/%.o: CFLAGS += -DDISCO_TEST_LIB='"$(abspath $(TESTLIB))"' \
 test: $(TEST_BIN) $(TOOLS) $(TESTLIB)
 	CK_FORK=yes $(TEST_BIN)
 	python3 tests/jsonrpc_test.py $(BUILD)/bin/disco-jsonrpc $(TESTLIB)
+	$(if $(SANITIZE),,sh tests/install_test.sh)
 	@if ls /dev/shm 2>/dev/null | grep -qi disco; then \
 	    echo "FAIL: disco objects left in /dev/shm"; ls /dev/shm; exit 1; fi
 
@@ -159,6 +160,28 @@ bench: $(BUILD)/bin/disco-bench
 
 demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(BUILD)/bin/disco $(DEMOLIB)
 	$(BUILD)/bin/disco-demo --trace $(BUILD)/demo-trace.json
+
+# make install PREFIX=...: headers (with the umbrella <disco/disco.h>),
+# libdisco.so.$(VERSION) with soname $(SONAME), libdisco.a, the tools, the
+# demo's library (beside libdisco, where disco-demo looks for it) and
+# disco.pc for pkg-config. tests/install_test.sh checks it from `make test`.
+PREFIX ?= /usr/local
+install: all
+	install -d $(PREFIX)/include/disco $(PREFIX)/lib/pkgconfig $(PREFIX)/bin
+	install -m 644 include/disco/*.h $(PREFIX)/include/disco/
+	install -m 755 $(BUILD)/libdisco.so $(PREFIX)/lib/libdisco.so.$(VERSION)
+	ln -sf libdisco.so.$(VERSION) $(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(PREFIX)/lib/libdisco.so
+	install -m 644 $(BUILD)/libdisco.a $(PREFIX)/lib/libdisco.a
+	install -m 755 $(TOOLS) $(PREFIX)/bin/
+	install -m 755 $(DEMOLIB) $(PREFIX)/lib/
+	printf '%s\n' 'prefix=$(abspath $(PREFIX))' 'libdir=$${prefix}/lib' \
+	    'includedir=$${prefix}/include' '' 'Name: disco' \
+	    'Description: one program over N worker processes on one machine' \
+	    'Version: $(VERSION)' \
+	    'Libs: -L$${libdir} -Wl,-rpath,$${libdir} -ldisco' \
+	    'Libs.private: $(strip $(PKG_LIBS) $(LDLIBS))' 'Cflags: -I$${includedir}' \
+	    > $(PREFIX)/lib/pkgconfig/disco.pc
 
 format:
 	clang-format -i $(wildcard include/disco/*.h shm/*.[ch] workers/*.[ch] scheduler/*.[ch] tools/*.c tests/*.[ch])

@@ -8,7 +8,15 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
+
+int64_t disco_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 /* Shared (not FUTEX_PRIVATE) operations: the word lives in a MAP_SHARED
  * mapping used by several processes. */

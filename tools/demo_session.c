@@ -114,6 +114,6 @@ bool demo_session(int n)
     disco_session_close(s);
     printf("  no-op call on every worker + sync: rings %.0f ns, pipes %.0f ns (%.0fx)\n", ring,
            pipe, pipe / ring);
-    printf("  (medians of 11 x 200; processes float, no placement yet)\n");
+    printf("  (medians of 11 x 200)\n");
     return ok && ring > 0 && pipe > 0;
 }

@@ -84,13 +84,11 @@ typedef struct disco_wait {
 #define DISCO_WAIT_DEFAULT_SPIN_NS  200000u /* 0.2 ms, then park */
 #define DISCO_WAIT_DEFAULT_SLICE_MS 10u
 
-/** CLOCK_MONOTONIC in nanoseconds: one time base for every process. */
-static inline int64_t disco_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
+/** CLOCK_MONOTONIC in nanoseconds: one time base for every process. Out of
+ *  line, so this header builds under plain -std=c11 (no POSIX feature
+ *  macros needed by users); the call costs ~2 ns beside the clock's ~20.
+ *  Thread-safe. */
+int64_t disco_now_ns(void);
 
 /** One spin-loop hint (pause on x86). */
 static inline void disco_cpu_relax(void)
