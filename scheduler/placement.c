@@ -125,14 +125,15 @@ static void fill(hwloc_topology_t t, const disco_plan_t *p, disco_place_entry_t 
 }
 
 /* Spreads n workers over root's CPUs (hwloc_distrib), one PU each; sets[i]
- * get the singlified shares. */
+ * get the singlified shares. hwloc_distrib allocates the sets itself (with
+ * hwloc_bitmap_dup): handing it allocated ones leaked them (ASan found it). */
 static disco_status_t distrib(hwloc_topology_t t, hwloc_obj_t root, int n, hwloc_bitmap_t *sets)
 {
-    for (int i = 0; i < n; i++)
-        if ((sets[i] = hwloc_bitmap_alloc()) == NULL)
-            return disco_set_error(DISCO_E_NOMEM, "cpusets");
     if (hwloc_distrib(t, &root, 1, sets, (unsigned)n, INT_MAX, 0) != 0)
         return disco_set_error(DISCO_E_SYS, "hwloc_distrib: %s", strerror(errno));
+    for (int i = 0; i < n; i++)
+        if (sets[i] == NULL)
+            return disco_set_error(DISCO_E_NOMEM, "cpusets");
     for (int i = 0; i < n; i++)
         hwloc_bitmap_singlify(sets[i]);
     return DISCO_OK;
