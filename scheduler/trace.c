@@ -63,11 +63,11 @@ static size_t copy_ring(const struct disco_session *s, int w, double scale,
     for (uint64_t i = first; i < head; i++) {
         struct disco__trace_rec *x = &r->rec[i % DISCO_TRACE_CAP];
         disco_trace_slice_t *sl = &out[n];
-        /* Relaxed: validated against claimed below. */
-        sl->seq = atomic_load_explicit(&x->seq, memory_order_relaxed);
-        uint64_t info = atomic_load_explicit(&x->info, memory_order_relaxed);
-        uint64_t a = atomic_load_explicit(&x->t_start, memory_order_relaxed);
-        uint64_t b = atomic_load_explicit(&x->t_end, memory_order_relaxed);
+        /* T3: acquire, pairs with T0: a field of a reuse brings its claim. */
+        sl->seq = atomic_load_explicit(&x->seq, memory_order_acquire);
+        uint64_t info = atomic_load_explicit(&x->info, memory_order_acquire);
+        uint64_t a = atomic_load_explicit(&x->t_start, memory_order_acquire);
+        uint64_t b = atomic_load_explicit(&x->t_end, memory_order_acquire);
         sl->worker = w;
         sl->cmd = (uint32_t)(info >> 32);
         sl->start_us = to_us(t, scale, a);
@@ -78,9 +78,7 @@ static size_t copy_ring(const struct disco_session *s, int w, double scale,
         set_name(sl->name, known ? c->name : disco__cmd_name(sl->cmd));
         n++;
     }
-    /* T3: acquire fence, pairs with T0: a record the copy saw reused has
-     * its claim visible here. */
-    atomic_thread_fence(memory_order_acquire);
+    /* Relaxed: after T3, a reuse the copy saw has its claim visible here. */
     uint64_t claimed = atomic_load_explicit(&r->claimed, memory_order_relaxed);
     uint64_t safe = claimed > DISCO_TRACE_CAP ? claimed - DISCO_TRACE_CAP : 0;
     size_t skip = safe > first ? (size_t)(safe - first) : 0;

@@ -10,15 +10,17 @@
  * are overwritten.
  *
  * Protocol (a seqlock per lap):
- *   1. The worker claims record h = head: it stores claimed = h + 1, then a
- *      release fence (T0), then writes record h % cap with relaxed stores,
- *      then publishes head = h + 1 (release, T1).
+ *   1. The worker claims record h = head: it stores claimed = h + 1, then
+ *      writes record h % cap field by field with release stores (T0), then
+ *      publishes head = h + 1 (release, T1).
  *   2. The reader loads head (acquire, T2: pairs with T1, so the records
- *      below it are complete), copies records [head - cap, head), then an
- *      acquire fence (T3), then loads claimed (relaxed). Records the writer
- *      may have started to reuse (index < claimed - cap) are dropped: if the
- *      copy read any field of a reuse, T0/T3 make that reuse's claim
- *      visible to the load of claimed.
+ *      below it are complete), copies records [head - cap, head) with
+ *      acquire loads (T3), then loads claimed. Records the writer may have
+ *      started to reuse (index < claimed - cap) are dropped: if the copy
+ *      read any field of a reuse, T0/T3 make that reuse's claim (stored
+ *      before it) visible to the load of claimed.
+ * (Per-field release/acquire rather than fences: ThreadSanitizer does not
+ * model fences, and on x86 both are plain moves.)
  * Record fields are relaxed atomics, so a record overwritten during the
  * copy is a stale value to drop, never a data race.
  */
@@ -76,16 +78,15 @@ static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, u
 {
     /* Relaxed: only this worker writes head. */
     uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
-    /* Relaxed, then T0: release fence, pairs with T3 in the reader. */
+    /* Relaxed: ordered before the field stores by their release (T0). */
     atomic_store_explicit(&r->claimed, h + 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
     struct disco__trace_rec *x = &r->rec[h % DISCO_TRACE_CAP];
-    /* Relaxed: published by the release store of head below. */
-    atomic_store_explicit(&x->seq, seq, memory_order_relaxed);
+    /* T0: release, each pairs with T3 in the reader. */
+    atomic_store_explicit(&x->seq, seq, memory_order_release);
     atomic_store_explicit(&x->info, (uint64_t)code << 32 | (func & 0xffffffffu),
-                          memory_order_relaxed);
-    atomic_store_explicit(&x->t_start, t_start, memory_order_relaxed);
-    atomic_store_explicit(&x->t_end, t_end, memory_order_relaxed);
+                          memory_order_release);
+    atomic_store_explicit(&x->t_start, t_start, memory_order_release);
+    atomic_store_explicit(&x->t_end, t_end, memory_order_release);
     /* T1: release, pairs with T2 in the reader. */
     atomic_store_explicit(&r->head, h + 1, memory_order_release);
 }
