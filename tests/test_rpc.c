@@ -251,17 +251,25 @@ static void exercise(disco_rpc_t *s)
         remote_tensors(s);
 }
 
-/* Every operation over unix, tcp, shm and stdio pipes. */
-START_TEST(test_ops_every_transport)
+/* Starts a server on transport kind k (0 unix, 1 tcp, 2 shm, 3 stdio
+ * pipes); tag keeps socket paths of different tests apart. */
+static void start_server_on(server_t *sv, int k, const char *tag)
 {
     static const char *const kinds[] = {"unix", "tcp", "shm", "pipe"};
     char addr[128];
-    if (_i == 1)
+    if (k == 1)
         snprintf(addr, sizeof addr, "tcp:127.0.0.1:0");
     else
-        snprintf(addr, sizeof addr, "%s:/tmp/disco-test-rpc-%d.sock", kinds[_i], (int)getpid());
+        snprintf(addr, sizeof addr, "%s:/tmp/disco-test-rpc-%s-%d.sock", kinds[k], tag,
+                 (int)getpid());
+    start_server(sv, k == 3 ? NULL : addr, NULL, NULL, NULL);
+}
+
+/* Every operation over unix, tcp, shm and stdio pipes. */
+START_TEST(test_ops_every_transport)
+{
     server_t sv;
-    start_server(&sv, _i == 3 ? NULL : addr, NULL, NULL, NULL);
+    start_server_on(&sv, _i, "o");
     disco_rpc_t *s = connect_to(&sv);
     ck_assert(!disco_rpc_is_local(s));
     DLDevice d = disco_rpc_device(s, (DLDevice){kDLCPU, 0});
@@ -293,14 +301,8 @@ static void echo_done(void *p, disco_status_t st, const disco_value_t *ret)
  * the wait; an error the server finds reaches the callback. */
 START_TEST(test_async_pipelining)
 {
-    static const char *const kinds[] = {"unix", "tcp", "shm", "pipe"};
-    char addr[128];
-    if (_i == 1)
-        snprintf(addr, sizeof addr, "tcp:127.0.0.1:0");
-    else
-        snprintf(addr, sizeof addr, "%s:/tmp/disco-test-rpc-p-%d.sock", kinds[_i], (int)getpid());
     server_t sv;
-    start_server(&sv, _i == 3 ? NULL : addr, NULL, NULL, NULL);
+    start_server_on(&sv, _i, "p");
     disco_rpc_t *s = connect_to(&sv);
     disco_rpc_handle_t echo;
     CK_OK(disco_rpc_get_func(s, "test.echo", &echo));
