@@ -29,7 +29,7 @@ void disco__trace_close(struct disco__ctrace *t)
  * least 2 ms of it, spun here if the session is younger). */
 static double ns_per_tick(const struct disco__ctrace *t)
 {
-    if (!disco__ticks_are_tsc())
+    if (!disco__tick_tsc)
         return 1.0;
     int64_t ns;
     uint64_t ticks;

@@ -108,7 +108,6 @@ bool demo_mlp(const demo_mlp_opts_t *o, const char *lib)
     float *x = malloc(cells * sizeof *x), *y = malloc(cells * sizeof *y),
           *ref = malloc(cells * sizeof *ref);
     double lat[MAX_STEPS], comp[MAX_STEPS], err = 0;
-    uint64_t first_seq = 0;
     disco_session_t *s = NULL;
     disco_trace_t *t = NULL;
     disco_trace_summary_t *sum = NULL;
@@ -141,10 +140,8 @@ bool demo_mlp(const demo_mlp_opts_t *o, const char *lib)
             x[i] = demo_mlp_value(o->seed + (uint64_t)(k + 1), 3, i);
         int64_t t0 = disco_now_ns();
         CHECK(step(s, f_part, w1, w2, &hx, &hy));
-        if (k < 0) {
-            first_seq = 0;
+        if (k < 0)
             continue;
-        }
         lat[k] = (double)(disco_now_ns() - t0) / 1e3;
         reference(o, x, ref);
         double dmax = 0, rmax = 0;
@@ -161,7 +158,6 @@ bool demo_mlp(const demo_mlp_opts_t *o, const char *lib)
     for (size_t i = t->nslices; i-- > 0 && found < steps;)
         if (t->slices[i].worker == 0 && strcmp(t->slices[i].name, "demo.mlp_partial") == 0)
             comp[steps - 1 - found++] = slowest_slice_us(t, t->slices[i].seq);
-    (void)first_seq;
     double lat_sorted[MAX_STEPS], comp_sorted[MAX_STEPS];
     memcpy(lat_sorted, lat, (size_t)steps * sizeof *lat);
     memcpy(comp_sorted, comp, (size_t)steps * sizeof *comp);

@@ -49,11 +49,9 @@ struct disco__trace_ring {
     _Alignas(64) struct disco__trace_rec rec[DISCO_TRACE_CAP];
 };
 
-/** Whether ticks are TSC cycles (else nanoseconds); decided once. */
-bool disco__ticks_are_tsc(void);
-
-/** The decision, made by a constructor at load (before any thread starts;
- *  read-only afterwards), so the clock read costs no call. */
+/** Whether ticks are TSC cycles (else nanoseconds): decided by a
+ *  constructor at load (before any thread starts; read-only afterwards),
+ *  so the clock read costs no call. */
 extern bool disco__tick_tsc;
 
 /** The trace clock: see the top of the file. */
