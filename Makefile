@@ -3,6 +3,7 @@
 #   make test       Check suites (SANITIZE=address or SANITIZE=thread to sanitize)
 #   make bench      benchmarks -> build/bench.json
 #   make demo       the main job
+#   make soak       the fault soak (SOAK_SECONDS); a bounded part runs in make test
 # Missing Debian packages are installed first (tools/deps.sh).
 
 CC       ?= gcc
@@ -44,6 +45,7 @@ TOOL_SRC := $(wildcard tools/disco-*.c) tools/disco.c
 TOOLS    := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
 BENCH_OBJ := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/bench_*.c))
 CLI_OBJ  := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/cli_*.c))
+SOAK_OBJ := $(BUILD)/obj/tools/soak_run.o
 DEMO_OBJ := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(filter-out tools/demo_lib.c,$(wildcard tools/demo_*.c)))
 DEMOLIB  := $(BUILD)/lib/libdisco_demo.so
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -54,7 +56,7 @@ TESTLIB  := $(BUILD)/lib/libdisco_testlib.so
 # (disco.load_library) resolve disco_register_func & co. against it.
 WHOLE_LIB = -rdynamic -Wl,--whole-archive $(BUILD)/libdisco.a -Wl,--no-whole-archive
 
-.PHONY: all deps test bench demo clean format cppcheck fuzz install
+.PHONY: all deps test bench demo soak clean format cppcheck fuzz install
 .SECONDARY: # keep object files (make would delete them as intermediates)
 all: $(BUILD)/libdisco.a $(BUILD)/libdisco.so $(TOOLS) $(DEMOLIB)
 
@@ -91,14 +93,16 @@ $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(BUILD)/libdisco.a
 $(BUILD)/bin/disco-bench: $(BENCH_OBJ)
 $(BUILD)/bin/disco-demo: $(DEMO_OBJ)
 $(BUILD)/bin/disco: $(CLI_OBJ)
+$(BUILD)/bin/disco-soak: $(SOAK_OBJ)
 
 $(DEMOLIB): $(BUILD)/obj/tools/demo_lib.o
 	@mkdir -p $(@D)
 	$(CC) -shared $(LDFLAGS) -o $@ $<
 
-$(TEST_BIN): $(TEST_OBJ) $(BUILD)/libdisco.a
+# The soak suite runs a bounded soak with the engine disco-soak uses.
+$(TEST_BIN): $(TEST_OBJ) $(SOAK_OBJ) $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(WHOLE_LIB) $(CHECK_LIBS) $(PKG_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(SOAK_OBJ) $(WHOLE_LIB) $(CHECK_LIBS) $(PKG_LIBS) $(LDLIBS)
 
 # The session tests' function library; its disco symbols come from the
 # program that loads it.
@@ -160,6 +164,12 @@ bench: $(BUILD)/bin/disco-bench
 
 demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(BUILD)/bin/disco $(DEMOLIB)
 	$(BUILD)/bin/disco-demo --trace $(BUILD)/demo-trace.json
+
+# The fault soak (tools/soak.h): SOAK_SECONDS of rounds that kill -9 a
+# worker or the controller mid-call; report in build/soak.json.
+SOAK_SECONDS ?= 120
+soak: $(BUILD)/bin/disco-soak $(BUILD)/bin/disco-worker
+	$(BUILD)/bin/disco-soak --seconds $(SOAK_SECONDS) --json $(BUILD)/soak.json
 
 # make install PREFIX=...: headers (with the umbrella <disco/disco.h>),
 # libdisco.so.$(VERSION) with soname $(SONAME), libdisco.a, the tools, the
@@ -244,4 +254,4 @@ $(BUILD)/obj/workers/cuda.o: $(BUILD)/.cuda-$(CUDA_MODE)
 $(BUILD)/.cuda-$(CUDA_MODE):
 	@mkdir -p $(@D) && rm -f $(BUILD)/.cuda-* && touch $@
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_SRC:tools/%.c=$(BUILD)/obj/tools/%.d) $(BENCH_OBJ:.o=.d) $(DEMO_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_SRC:tools/%.c=$(BUILD)/obj/tools/%.d) $(BENCH_OBJ:.o=.d) $(DEMO_OBJ:.o=.d) $(SOAK_OBJ:.o=.d)

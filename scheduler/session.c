@@ -32,6 +32,16 @@ const disco_plan_t *disco_session_plan(const disco_session_t *s)
     return s->plan;
 }
 
+disco_status_t disco_session_heap_stats(const disco_session_t *s, disco_heap_stats_t *out)
+{
+    *out = (disco_heap_stats_t){0};
+    if (s->heap.sh == NULL)
+        return disco_set_error(DISCO_E_INVAL, "this session has no shared heap");
+    disco_heap_stats(&s->heap, out);
+    /* disco_heap_stats leaves zeros, and the reason, when its lock fails. */
+    return out->capacity != 0 ? DISCO_OK : DISCO_E_BROKEN;
+}
+
 int disco_session_worker_pid(const disco_session_t *s, int worker)
 {
     if (worker == 0)

@@ -354,6 +354,40 @@ START_TEST(test_deadline)
 }
 END_TEST
 
+/* The heap's statistics count a tensor per worker while it lives, none
+ * after its register is freed on every worker; a broken session still
+ * answers. */
+START_TEST(test_heap_stats)
+{
+    disco_session_t *s = open_n(3);
+    disco_heap_stats_t h0, h1, h2;
+    CK_OK(disco_session_heap_stats(s, &h0));
+    ck_assert_uint_eq(h0.capacity, h0.used_bytes + h0.free_bytes);
+    int64_t n = 1000;
+    disco_value_t a[4] = {disco_shape(&n, 1), disco_dtype((DLDataType){kDLFloat, 32, 1}),
+                          disco_device((DLDevice){kDLCPU, 0}), disco_bool(false)};
+    disco_dref_t r;
+    CK_OK(disco_session_call_by_name(s, "disco.empty", a, 4, &r));
+    for (int w = 0; w < 3; w++)
+        CK_OK(disco_session_sync(s, w));
+    CK_OK(disco_session_heap_stats(s, &h1));
+    ck_assert_uint_eq(h1.live_blocks, h0.live_blocks + 3);
+    ck_assert_uint_ge(h1.used_bytes, h0.used_bytes + 3 * 4000);
+    CK_OK(disco_session_free(s, r));
+    for (int w = 0; w < 3; w++)
+        CK_OK(disco_session_sync(s, w));
+    CK_OK(disco_session_heap_stats(s, &h2));
+    ck_assert_uint_eq(h2.live_blocks, h0.live_blocks);
+    ck_assert_uint_eq(h2.used_bytes, h0.used_bytes);
+    kill(disco_session_worker_pid(s, 1), SIGKILL);
+    CK_STATUS(disco_session_sync(s, 1), DISCO_E_WORKER_DIED);
+    CK_OK(disco_session_heap_stats(s, &h2));
+    ck_assert_uint_eq(h2.live_blocks, h0.live_blocks);
+    disco_session_close(s);
+    assert_clean();
+}
+END_TEST
+
 /* Shutdown is harmless twice; calls afterwards say so. */
 START_TEST(test_shutdown_twice)
 {
@@ -447,6 +481,7 @@ Suite *suite_session(void)
     tcase_add_test(tc, test_remote_failure);
     tcase_add_loop_test(tc, test_worker_death, 0, 12);
     tcase_add_test(tc, test_deadline);
+    tcase_add_test(tc, test_heap_stats);
     tcase_add_test(tc, test_shutdown_twice);
     tcase_add_test(tc, test_bad_config);
     tcase_add_test(tc, test_controller_death);

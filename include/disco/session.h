@@ -42,6 +42,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "disco/heap.h"
 #include "disco/placement.h"
 #include "disco/status.h"
 #include "disco/value.h"
@@ -166,6 +167,13 @@ const disco_plan_t *disco_session_plan(const disco_session_t *sess);
 
 /** DISCO_OK while usable; otherwise the status that broke or ended it. */
 disco_status_t disco_session_health(const disco_session_t *sess);
+
+/** The shared tensor heap's statistics (live blocks, bytes used and free,
+ *  recoveries from a process that died holding its lock). Works on a broken
+ *  session too, until close: after a worker death it shows what the dead
+ *  worker left and that the heap is still consistent. Returns DISCO_OK, or
+ *  DISCO_E_BROKEN when the heap's metadata is corrupt. */
+disco_status_t disco_session_heap_stats(const disco_session_t *sess, disco_heap_stats_t *out);
 
 /** Convenience: get_func + call + free of the function register. */
 disco_status_t disco_session_call_by_name(disco_session_t *sess, const char *name,

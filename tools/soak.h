@@ -1,0 +1,61 @@
+/* soak.h - the fault soak: rounds that kill -9 a worker, or the controller,
+ * in the middle of a call, and check what follows. Used by disco-soak
+ * (make soak) and by the soak suite of make test (a bounded run).
+ *
+ * A worker round opens a session (2, 3, 4 or 8 workers; fork or spawn; rings
+ * or pipes), checks that a fault-free pass and a failing call leave the
+ * shared heap as they found it, starts a workload (allreduces, heap
+ * allocations, broadcast + allgather), and has a second thread kill a
+ * random worker after a random delay. The caller's first error must be
+ * DISCO_E_WORKER_DIED naming that worker and signal 9, within bound_ms of
+ * the kill; the heap must still answer (its lock recovered if the victim
+ * died holding it); after close no process, fd, memfd mapping or /dev/shm
+ * entry may remain.
+ *
+ * A controller round forks a controller that runs the same workloads
+ * forever, kills it after a random delay, and measures until every one of
+ * its workers is gone (they must be, within bound_ms). The soak makes itself
+ * a child subreaper, so the orphaned workers become its children and their
+ * end is seen by waitpid as well as by their pidfds. */
+#ifndef DISCO_TOOLS_SOAK_H
+#define DISCO_TOOLS_SOAK_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define SOAK_WORKLOADS 3 /* allreduce, alloc, bcast */
+
+typedef struct soak_opts {
+    int rounds;              /* stop after this many rounds; 0: the time limit only */
+    double seconds;          /* stop after this long; 0: the round limit only */
+    uint64_t seed;           /* 0: from the clock (printed, so a run can be repeated) */
+    uint32_t bound_ms;       /* every death must be reported within this */
+    const char *worker_path; /* spawned workers' program; NULL: the session's default */
+    FILE *log;               /* one line per round, or NULL */
+} soak_opts_t;
+
+typedef struct soak_report {
+    uint64_t seed;
+    int rounds, worker_rounds, controller_rounds, failures;
+    int mid_call; /* worker kills that landed while the caller was in a call or sync */
+    double seconds;
+    double worst_worker_ms, median_worker_ms;         /* kill to the caller's error */
+    double worst_controller_ms, median_controller_ms; /* kill to its last worker gone */
+    uint64_t heap_recoveries; /* heap locks taken back from a dead holder */
+    int by_workers[9];        /* rounds by worker count */
+    int by_launch[2], by_transport[2], by_workload[SOAK_WORKLOADS];
+    char failure[600]; /* the first failure, "" if none */
+} soak_report_t;
+
+/** Runs rounds until either limit; fills r. Returns the number of failed
+ *  rounds (0: all passed). */
+int soak_run(const soak_opts_t *o, soak_report_t *r);
+
+/** Prints the report for people. */
+void soak_print(const soak_report_t *r, FILE *f);
+
+/** Writes the report as JSON to path; returns 0, or -1 with a message on
+ *  stderr. */
+int soak_write_json(const soak_report_t *r, const char *path);
+
+#endif
