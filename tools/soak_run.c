@@ -120,15 +120,73 @@ static void fail(round_t *rd, const char *fmt, ...)
     rd->failed = true;
 }
 
-/* After a round: nothing of it may remain. */
-static void check_clean(round_t *rd, const leaks_t *before)
+/* This process's children, live or not yet reaped (at most cap). */
+static int list_children(pid_t *out, int cap)
 {
-    int st;
-    pid_t p = waitpid(-1, &st, WNOHANG);
-    if (p > 0)
-        fail(rd, "process %d was left for the caller to reap", (int)p);
-    else if (!(p < 0 && errno == ECHILD))
-        fail(rd, "a child process survived the round");
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
+    FILE *f = fopen(path, "r");
+    int n = 0, pid;
+    if (f == NULL)
+        return 0;
+    while (n < cap && fscanf(f, "%d", &pid) == 1)
+        out[n++] = pid;
+    fclose(f);
+    return n;
+}
+
+static void comm_of(pid_t pid, char *comm, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    FILE *f = fopen(path, "r");
+    snprintf(comm, cap, "?");
+    if (f != NULL) {
+        if (fgets(comm, (int)cap, f) != NULL)
+            comm[strcspn(comm, "\n")] = '\0';
+        fclose(f);
+    }
+}
+
+/* After a round no process of it may live on. The session reaps its
+ * workers, so a worker still our child is a failure. Any other child is an
+ * orphan that came to the soak as subreaper (under ASan, LeakSanitizer's
+ * tracer of a worker killed at exit): it must end within the bound, and is
+ * then reaped and counted. */
+static void check_processes(round_t *rd, const int *workers, int nworkers)
+{
+    pid_t kids[64];
+    int64_t deadline = disco_now_ns() + (int64_t)rd->o->bound_ms * 1000000;
+    for (int n; (n = list_children(kids, 64)) > 0;) {
+        for (int i = 0; i < n; i++) {
+            char comm[32];
+            comm_of(kids[i], comm, sizeof comm);
+            bool worker = false;
+            for (int j = 0; j < nworkers; j++)
+                worker |= workers[j] == kids[i];
+            int fd = pidfd_open(kids[i]);
+            int64_t left = (deadline - disco_now_ns()) / 1000000;
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            if (worker) {
+                fail(rd, "worker pid %d (%s) was not reaped by the session", (int)kids[i], comm);
+            } else if (fd >= 0 && poll(&pf, 1, left > 0 ? (int)left : 0) != 1) {
+                fail(rd, "process %d (%s) outlived the round by %u ms", (int)kids[i], comm,
+                     rd->o->bound_ms);
+                kill(kids[i], SIGKILL);
+            } else {
+                rd->r->orphans++;
+            }
+            if (fd >= 0)
+                close(fd);
+            waitpid(kids[i], NULL, 0);
+        }
+    }
+}
+
+/* After a round: nothing of it may remain. */
+static void check_clean(round_t *rd, const leaks_t *before, const int *workers, int nworkers)
+{
+    check_processes(rd, workers, nworkers);
     leaks_t now = leaks_now();
     if (now.fds != before->fds)
         fail(rd, "%d fds open before, %d after", before->fds, now.fds);
@@ -312,7 +370,10 @@ static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
         disco_session_close(w.s);
         return;
     }
-    k.pid = disco_session_worker_pid(w.s, victim);
+    int pids[8];
+    for (int i = 0; i < n; i++)
+        pids[i] = disco_session_worker_pid(w.s, i);
+    k.pid = pids[victim];
     pthread_t th;
     if (pthread_create(&th, NULL, killer_main, &k) != 0) {
         fail(rd, "pthread_create failed");
@@ -355,7 +416,7 @@ static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
     if (disco_session_health(w.s) != DISCO_E_WORKER_DIED)
         fail(rd, "session health %s after the death", disco_err_name(disco_session_health(w.s)));
     disco_session_close(w.s);
-    check_clean(rd, &before);
+    check_clean(rd, &before, pids, n);
 }
 
 /* ---- a controller round ---- */
@@ -458,7 +519,7 @@ static void controller_round(round_t *rd, uint64_t *rng, double *det_ms)
     *det_ms = ms_since(t_kill, t_last);
     if (!rd->failed && *det_ms > o->bound_ms)
         fail(rd, "workers gone %.2f ms after the kill, bound %u ms", *det_ms, o->bound_ms);
-    check_clean(rd, &before);
+    check_clean(rd, &before, NULL, 0);
 }
 
 /* ---- the run ---- */
@@ -543,8 +604,8 @@ void soak_print(const soak_report_t *r, FILE *f)
     for (int i = 0; i < SOAK_WORKLOADS; i++)
         fprintf(f, " %s %d%s", workload_name[i], r->by_workload[i],
                 i + 1 < SOAK_WORKLOADS ? "," : "\n");
-    fprintf(f, "  heap locks recovered from a dead holder: %llu\n",
-            (unsigned long long)r->heap_recoveries);
+    fprintf(f, "  heap locks recovered from a dead holder: %llu; orphans reaped: %d\n",
+            (unsigned long long)r->heap_recoveries, r->orphans);
     if (r->failure[0] != '\0')
         fprintf(f, "  first failure: %s\n", r->failure);
 }
@@ -555,13 +616,13 @@ int soak_write_json(const soak_report_t *r, const char *path)
     for (int i = 0; i < SOAK_WORKLOADS; i++)
         json_object_set_new(by, workload_name[i], json_integer(r->by_workload[i]));
     json_t *root = json_pack(
-        "{s:I, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:o, s:s}", "seed",
+        "{s:I, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:o, s:s}", "seed",
         (json_int_t)r->seed, "rounds", r->rounds, "worker_rounds", r->worker_rounds,
-        "controller_rounds", r->controller_rounds, "mid_call", r->mid_call, "failures", r->failures,
-        "seconds", r->seconds, "worst_worker_ms", r->worst_worker_ms, "median_worker_ms",
-        r->median_worker_ms, "worst_controller_ms", r->worst_controller_ms, "median_controller_ms",
-        r->median_controller_ms, "heap_recoveries", (json_int_t)r->heap_recoveries, "workloads", by,
-        "first_failure", r->failure);
+        "controller_rounds", r->controller_rounds, "mid_call", r->mid_call, "orphans", r->orphans,
+        "failures", r->failures, "seconds", r->seconds, "worst_worker_ms", r->worst_worker_ms,
+        "median_worker_ms", r->median_worker_ms, "worst_controller_ms", r->worst_controller_ms,
+        "median_controller_ms", r->median_controller_ms, "heap_recoveries",
+        (json_int_t)r->heap_recoveries, "workloads", by, "first_failure", r->failure);
     int rc = root != NULL ? json_dump_file(root, path, JSON_INDENT(2)) : -1;
     if (rc != 0)
         fprintf(stderr, "disco-soak: cannot write %s\n", path);
