@@ -163,7 +163,7 @@ bench: $(BUILD)/bin/disco-bench
 	$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi
 
 demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(BUILD)/bin/disco $(DEMOLIB)
-	$(BUILD)/bin/disco-demo --trace $(BUILD)/demo-trace.json
+	$(BUILD)/bin/disco-demo --trace $(BUILD)/demo-trace.json --json $(BUILD)/demo.json
 
 # The fault soak (tools/soak.h): SOAK_SECONDS of rounds that kill -9 a
 # worker or the controller mid-call; report in build/soak.json.

@@ -15,6 +15,7 @@ typedef struct demo_mlp_opts {
     int steps;
     uint64_t seed;
     const char *trace_path; /* NULL: no trace file */
+    const char *json_path;  /* NULL: no figures file */
 } demo_mlp_opts_t;
 
 /** The main part: the sharded MLP (demo_mlp.c), with the demo library at

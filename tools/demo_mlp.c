@@ -2,6 +2,7 @@
  * workers, checked against the same block in one process, with per-step
  * latency split into compute and coordination, the placement plan, the
  * profiling summary and a Perfetto trace. */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +100,21 @@ static disco_status_t step(disco_session_t *s, disco_dref_t f_part, disco_dref_t
     return st;
 }
 
+/* --json: the run's figures (microseconds; the error is relative). */
+static void write_figures(const demo_mlp_opts_t *o, double step_us, double compute_us, double err)
+{
+    json_t *j =
+        json_pack("{s:i, s:I, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:b}", "workers",
+                  o->workers, "batch", (json_int_t)o->batch, "d_model", (json_int_t)o->d_model,
+                  "d_ff", (json_int_t)o->d_ff, "steps", o->steps, "step_us", step_us, "compute_us",
+                  compute_us, "coordination_us", step_us - compute_us, "coordination_pct",
+                  step_us > 0 ? 100.0 * (step_us - compute_us) / step_us : 0.0, "max_rel_err", err,
+                  "tolerance", TOLERANCE, "ok", err <= TOLERANCE);
+    if (j == NULL || json_dump_file(j, o->json_path, JSON_INDENT(2)) != 0)
+        printf("  could not write the figures to %s\n", o->json_path);
+    json_decref(j);
+}
+
 bool demo_mlp(const demo_mlp_opts_t *o, const char *lib)
 {
     bool ok = false;
@@ -169,6 +185,8 @@ bool demo_mlp(const demo_mlp_opts_t *o, const char *lib)
            steps, med, cmed, med - cmed, med > 0 ? 100.0 * (med - cmed) / med : 0);
     printf("result against one process: max relative error %.2e (tolerance %.0e) %s\n", err,
            TOLERANCE, err <= TOLERANCE ? "OK" : "WRONG");
+    if (o->json_path != NULL)
+        write_figures(o, med, cmed, err);
     CHECK(disco_trace_summarize(t, &sum));
     disco_trace_summary_print(sum, stdout, false);
     if (o->trace_path != NULL) {

@@ -91,16 +91,25 @@ static int arg_int(int argc, char **argv, const char *name, int dflt)
     return dflt;
 }
 
+static void worker_usage(FILE *f, const char *argv0)
+{
+    fprintf(f,
+            "usage: %s --disco-fd FD --disco-worker ID [--disco-cmd-fd FD "
+            "--disco-reply-fd FD]\n"
+            "Started by a disco controller (launch mode spawn); not run by hand.\n",
+            argv0);
+}
+
 int disco_worker_main(int argc, char **argv)
 {
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        worker_usage(stdout, argv[0]);
+        return 0;
+    }
     int fd = arg_int(argc, argv, "--disco-fd", -1);
     int id = arg_int(argc, argv, "--disco-worker", -1);
     if (fd < 0 || id < 1) {
-        fprintf(stderr,
-                "usage: %s --disco-fd FD --disco-worker ID [--disco-cmd-fd FD "
-                "--disco-reply-fd FD]\n"
-                "Started by a disco controller (launch mode spawn); not run by hand.\n",
-                argv[0]);
+        worker_usage(stderr, argv[0]);
         return 2;
     }
     disco_segment_t seg;

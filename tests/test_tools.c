@@ -1,0 +1,104 @@
+/* test_tools.c - every tool answers --help (exit 0, a usage line on
+ * stdout) and refuses an unknown option (exit 2, usage on stderr); the tools
+ * that report figures write them with --json, and the JSON parses with the
+ * keys the README names. */
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static const char *const tools[] = {"disco",         "disco-bench",      "disco-demo",
+                                    "disco-jsonrpc", "disco-rpc-server", "disco-soak",
+                                    "disco-worker"};
+#define NTOOLS (sizeof tools / sizeof tools[0])
+
+/* Runs a shell command line; returns its exit code, its stdout in out. */
+static int run(const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    ck_assert_msg(p != NULL, "popen %s", cmd);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+START_TEST(test_help)
+{
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "%s/%s --help", DISCO_TEST_BIN, tools[_i]);
+    ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s --help did not exit 0", tools[_i]);
+    ck_assert_msg(strstr(out, "usage:") != NULL, "%s --help printed no usage: %s", tools[_i], out);
+    snprintf(cmd, sizeof cmd, "%s/%s --no-such-option 2>&1 >/dev/null", DISCO_TEST_BIN, tools[_i]);
+    int rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 2, "%s --no-such-option exited %d, not 2", tools[_i], rc);
+    ck_assert_msg(strstr(out, "usage:") != NULL, "%s: no usage on stderr: %s", tools[_i], out);
+}
+END_TEST
+
+/* The JSON file a command wrote: parsed, with every key in keys. */
+static json_t *load_with(const char *path, const char *const *keys)
+{
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    ck_assert_msg(j != NULL, "%s: %s (line %d)", path, e.text, e.line);
+    for (; *keys != NULL; keys++)
+        ck_assert_msg(json_object_get(j, *keys) != NULL, "%s has no \"%s\"", path, *keys);
+    return j;
+}
+
+START_TEST(test_json)
+{
+    char dir[] = "/tmp/disco-tools-XXXXXX", cmd[2048], out[65536];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const char *bin = DISCO_TEST_BIN;
+
+    snprintf(cmd, sizeof cmd, "%s/disco-soak --rounds 4 --quiet --json %s/soak.json", bin, dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "%s/soak.json", dir);
+    json_t *j = load_with(cmd, (const char *const[]){"rounds", "failures", "worst_worker_ms",
+                                                     "worst_controller_ms", NULL});
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "rounds")), 4);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "failures")), 0);
+    json_decref(j);
+
+    snprintf(cmd, sizeof cmd,
+             "%s/disco-demo --mlp-only --workers 2 --steps 2 --trace %s/t.json --json %s/d.json",
+             bin, dir, dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "%s/d.json", dir);
+    j = load_with(cmd, (const char *const[]){"step_us", "compute_us", "coordination_us",
+                                             "max_rel_err", "ok", NULL});
+    ck_assert(json_is_true(json_object_get(j, "ok")));
+    json_decref(j);
+
+    snprintf(cmd, sizeof cmd, "%s/disco trace %s/t.json --json > %s/s.json", bin, dir, dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "%s/s.json", dir);
+    json_decref(load_with(cmd, (const char *const[]){"workers", NULL}));
+
+    snprintf(cmd, sizeof cmd, "%s/disco topo --workers 2 --json > %s/p.json", bin, dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "%s/p.json", dir);
+    json_decref(load_with(cmd, (const char *const[]){"workers", NULL}));
+
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+}
+END_TEST
+
+Suite *suite_tools(void)
+{
+    Suite *s = suite_create("tools");
+    TCase *tc = tcase_create("tools");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_help, 0, NTOOLS);
+    tcase_add_test(tc, test_json);
+    suite_add_tcase(s, tc);
+    return s;
+}
