@@ -4,6 +4,7 @@
 #   make bench      benchmarks -> build/bench.json
 #   make demo       the main job
 #   make soak       the fault soak (SOAK_SECONDS); a bounded part runs in make test
+#   make valgrind   memcheck over whole sessions (demo and a short soak)
 # Missing Debian packages are installed first (tools/deps.sh).
 
 CC       ?= gcc
@@ -56,7 +57,7 @@ TESTLIB  := $(BUILD)/lib/libdisco_testlib.so
 # (disco.load_library) resolve disco_register_func & co. against it.
 WHOLE_LIB = -rdynamic -Wl,--whole-archive $(BUILD)/libdisco.a -Wl,--no-whole-archive
 
-.PHONY: all deps test bench demo soak clean format cppcheck fuzz install
+.PHONY: all deps test bench demo soak valgrind clean format cppcheck fuzz install
 .SECONDARY: # keep object files (make would delete them as intermediates)
 all: $(BUILD)/libdisco.a $(BUILD)/libdisco.so $(TOOLS) $(DEMOLIB)
 
@@ -170,6 +171,26 @@ demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(BUILD)/bin/disco $(DEM
 SOAK_SECONDS ?= 120
 soak: $(BUILD)/bin/disco-soak $(BUILD)/bin/disco-worker
 	$(BUILD)/bin/disco-soak --seconds $(SOAK_SECONDS) --json $(BUILD)/soak.json
+
+# valgrind memcheck over whole sessions: the demo's MLP (open, library
+# calls, tensors, collectives, trace, close) and a short soak (worker and
+# controller kills; spawned workers followed too). Each process logs to
+# build/valgrind/PID.log; any memory error or definite or indirect leak in
+# any of them fails the target. valgrind is installed when missing (root).
+VG_DIR   := $(BUILD)/valgrind
+VALGRIND := valgrind -q --trace-children=yes --leak-check=full --log-file=$(VG_DIR)/%p.log \
+    --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99
+VG_BAD   := Invalid|uninitialised|Uninitialised|definitely lost|indirectly lost|Mismatched|Syscall param|overlap
+valgrind: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-soak $(BUILD)/bin/disco-worker $(DEMOLIB)
+	@command -v valgrind >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
+	@rm -rf $(VG_DIR) && mkdir -p $(VG_DIR)
+	$(VALGRIND) $(BUILD)/bin/disco-demo --mlp-only --workers 2 --steps 3 --d-model 64 \
+	    --d-ff 256 --trace $(VG_DIR)/trace.json
+	$(VALGRIND) $(BUILD)/bin/disco-soak --rounds 12 --bound-ms 5000 --quiet
+	@if grep -E -l '$(VG_BAD)' $(VG_DIR)/*.log; then \
+	    echo "valgrind: errors in the logs above"; exit 1; fi
+	@echo "valgrind: $$(ls $(VG_DIR)/*.log | wc -l) processes, no memory errors, no definite or indirect leaks"
 
 # make install PREFIX=...: headers (with the umbrella <disco/disco.h>),
 # libdisco.so.$(VERSION) with soname $(SONAME), libdisco.a, the tools, the

@@ -148,6 +148,28 @@ static void comm_of(pid_t pid, char *comm, size_t cap)
     }
 }
 
+/* Whether process pid (fd: its pidfd, or -1 where pidfd_open is missing,
+ * as under valgrind) ended before deadline. Without a pidfd it polls
+ * waitpid, which works because the soak is the orphans' subreaper. */
+static bool wait_gone(pid_t pid, int fd, int64_t deadline)
+{
+    if (fd >= 0) {
+        int64_t left = (deadline - disco_now_ns()) / 1000000;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        return poll(&pf, 1, left > 0 ? (int)left : 0) == 1;
+    }
+    for (;;) {
+        siginfo_t si = {0};
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0)
+            return errno == ECHILD && kill(pid, 0) != 0; /* not ours: gone if it is gone */
+        if (si.si_pid == pid)
+            return true;
+        if (disco_now_ns() >= deadline)
+            return false;
+        sleep_us(100);
+    }
+}
+
 /* After a round no process of it may live on. The session reaps its
  * workers, so a worker still our child is a failure. Any other child is an
  * orphan that came to the soak as subreaper (under ASan, LeakSanitizer's
@@ -165,11 +187,9 @@ static void check_processes(round_t *rd, const int *workers, int nworkers)
             for (int j = 0; j < nworkers; j++)
                 worker |= workers[j] == kids[i];
             int fd = pidfd_open(kids[i]);
-            int64_t left = (deadline - disco_now_ns()) / 1000000;
-            struct pollfd pf = {.fd = fd, .events = POLLIN};
             if (worker) {
                 fail(rd, "worker pid %d (%s) was not reaped by the session", (int)kids[i], comm);
-            } else if (fd >= 0 && poll(&pf, 1, left > 0 ? (int)left : 0) != 1) {
+            } else if (!wait_gone(kids[i], fd, deadline)) {
                 fail(rd, "process %d (%s) outlived the round by %u ms", (int)kids[i], comm,
                      rd->o->bound_ms);
                 kill(kids[i], SIGKILL);
@@ -499,21 +519,19 @@ static void controller_round(round_t *rd, uint64_t *rng, double *det_ms)
     waitpid(ctl, &ctl_status, 0);
     if (!WIFSIGNALED(ctl_status) || WTERMSIG(ctl_status) != SIGKILL)
         fail(rd, "the controller ended by itself before the kill (status %#x)", ctl_status);
-    /* Every worker must end; the time is the last one's. */
+    /* Every worker must end; the time is the last one's. As the subreaper
+     * the soak inherited them, so it reaps them too. */
     int64_t t_last = t_kill;
     for (int i = 0; i < n - 1; i++) {
-        if (fds[i] < 0) /* gone before pidfd_open */
-            continue;
-        struct pollfd pf = {.fd = fds[i], .events = POLLIN};
-        if (poll(&pf, 1, HARD_LIMIT_MS) != 1) {
+        if (!wait_gone(pids[i], fds[i], t_kill + HARD_LIMIT_MS * 1000000LL)) {
             fail(rd, "worker %d (pid %d) outlived its controller by %d ms", i + 1, pids[i],
                  HARD_LIMIT_MS);
             kill(pids[i], SIGKILL);
         }
         t_last = disco_now_ns();
-        close(fds[i]);
+        if (fds[i] >= 0)
+            close(fds[i]);
     }
-    /* As the subreaper, the soak inherited the orphans: reap them. */
     for (int i = 0; i < n - 1; i++)
         waitpid(pids[i], NULL, 0);
     *det_ms = ms_since(t_kill, t_last);
