@@ -170,7 +170,7 @@ demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(BUILD)/bin/disco $(DEM
 # worker or the controller mid-call; report in build/soak.json.
 SOAK_SECONDS ?= 120
 soak: $(BUILD)/bin/disco-soak $(BUILD)/bin/disco-worker
-	$(BUILD)/bin/disco-soak --seconds $(SOAK_SECONDS) --json $(BUILD)/soak.json
+	$(BUILD)/bin/disco-soak --seconds $(SOAK_SECONDS) --quiet --json $(BUILD)/soak.json
 
 # valgrind memcheck over whole sessions: the demo's MLP (open, library
 # calls, tensors, collectives, trace, close) and a short soak (worker and

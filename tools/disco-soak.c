@@ -24,7 +24,8 @@ static void usage(FILE *f)
                "Kills a random worker (or the controller) mid-call, round after round, and\n"
                "checks the caller's error comes within --bound-ms (default 1000) and that no\n"
                "process, fd, memfd mapping, /dev/shm entry or heap block is left. Default:\n"
-               "60 s. --seed repeats a run (the seed used is printed). Exit 0: all passed.\n");
+               "60 s. --seed repeats a run (the seed used is printed). --quiet: no line per\n"
+            "round (failures still go to stderr). Exit 0: all passed.\n");
 }
 
 static bool number(const char *s, double *out)

@@ -31,7 +31,7 @@ typedef struct soak_opts {
     uint64_t seed;           /* 0: from the clock (printed, so a run can be repeated) */
     uint32_t bound_ms;       /* every death must be reported within this */
     const char *worker_path; /* spawned workers' program; NULL: the session's default */
-    FILE *log;               /* one line per round, or NULL */
+    FILE *log;               /* one line per round, or NULL (failures then go to stderr) */
 } soak_opts_t;
 
 typedef struct soak_report {

@@ -115,8 +115,8 @@ static void fail(round_t *rd, const char *fmt, ...)
     if (!rd->failed && rd->r->failure[0] == '\0')
         snprintf(rd->r->failure, sizeof rd->r->failure, "round %d (%s): %s", rd->index, rd->what,
                  msg);
-    if (rd->o->log != NULL)
-        fprintf(rd->o->log, "round %d (%s): FAIL: %s\n", rd->index, rd->what, msg);
+    fprintf(rd->o->log != NULL ? rd->o->log : stderr, "round %d (%s): FAIL: %s\n", rd->index,
+            rd->what, msg);
     rd->failed = true;
 }
 
