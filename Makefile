@@ -122,7 +122,7 @@ $(BUILD)/obj/tests/%.o: CFLAGS += -DDISCO_TEST_LIB='"$(abspath $(TESTLIB))"' \
 
 # Each test runs in its own process (CK_FORK=yes). Afterwards nothing of
 # ours may remain in /dev/shm (disco never names segments there).
-test: $(TEST_BIN) $(TOOLS) $(TESTLIB)
+test: $(TEST_BIN) $(TOOLS) $(TESTLIB) $(DEMOLIB)
 	CK_FORK=yes $(TEST_BIN)
 	python3 tests/jsonrpc_test.py $(BUILD)/bin/disco-jsonrpc $(TESTLIB)
 	$(if $(SANITIZE),,sh tests/install_test.sh)
