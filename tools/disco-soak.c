@@ -25,7 +25,7 @@ static void usage(FILE *f)
                "checks the caller's error comes within --bound-ms (default 1000) and that no\n"
                "process, fd, memfd mapping, /dev/shm entry or heap block is left. Default:\n"
                "60 s. --seed repeats a run (the seed used is printed). --quiet: no line per\n"
-            "round (failures still go to stderr). Exit 0: all passed.\n");
+               "round (failures still go to stderr). Exit 0: all passed.\n");
 }
 
 static bool number(const char *s, double *out)

@@ -390,7 +390,7 @@ static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
         disco_session_close(w.s);
         return;
     }
-    int pids[8];
+    int pids[8] = {0};
     for (int i = 0; i < n; i++)
         pids[i] = disco_session_worker_pid(w.s, i);
     k.pid = pids[victim];
@@ -564,15 +564,25 @@ int soak_run(const soak_opts_t *o, soak_report_t *r)
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     int cap = 1024, nw = 0, nc = 0;
     double *wms = malloc((size_t)cap * sizeof *wms), *cms = malloc((size_t)cap * sizeof *cms);
+    if (wms == NULL || cms == NULL) {
+        free(wms);
+        free(cms);
+        snprintf(r->failure, sizeof r->failure, "out of memory");
+        return r->failures = 1;
+    }
     int64_t t0 = disco_now_ns();
     for (;;) {
         double elapsed = ms_since(t0, disco_now_ns()) / 1e3;
         if ((o->rounds > 0 && r->rounds >= o->rounds) || (o->seconds > 0 && elapsed >= o->seconds))
             break;
         if (nw == cap || nc == cap) {
+            double *w2 = realloc(wms, (size_t)cap * 2 * sizeof *wms);
+            wms = w2 != NULL ? w2 : wms;
+            double *c2 = realloc(cms, (size_t)cap * 2 * sizeof *cms);
+            cms = c2 != NULL ? c2 : cms;
+            if (w2 == NULL || c2 == NULL)
+                break; /* out of memory for the times: stop with what was run */
             cap *= 2;
-            wms = realloc(wms, (size_t)cap * sizeof *wms);
-            cms = realloc(cms, (size_t)cap * sizeof *cms);
         }
         round_t rd = {.r = r, .o = o, .index = ++r->rounds};
         double det = 0;
