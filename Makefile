@@ -46,7 +46,7 @@ TOOL_SRC := $(wildcard tools/disco-*.c) tools/disco.c
 TOOLS    := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
 BENCH_OBJ := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/bench_*.c))
 CLI_OBJ  := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/cli_*.c))
-SOAK_OBJ := $(BUILD)/obj/tools/soak_run.o
+SOAK_OBJ := $(BUILD)/obj/tools/soak_run.o $(BUILD)/obj/tools/soak_report.o
 DEMO_OBJ := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(filter-out tools/demo_lib.c,$(wildcard tools/demo_*.c)))
 DEMOLIB  := $(BUILD)/lib/libdisco_demo.so
 TEST_SRC := $(wildcard tests/test_*.c)

@@ -25,6 +25,9 @@
 
 #define SOAK_WORKLOADS 3 /* allreduce, alloc, bcast */
 
+/** The workloads' names, by index. */
+extern const char *const soak_workload_name[SOAK_WORKLOADS];
+
 typedef struct soak_opts {
     int rounds;              /* stop after this many rounds; 0: the time limit only */
     double seconds;          /* stop after this long; 0: the round limit only */
