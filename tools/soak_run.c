@@ -285,12 +285,22 @@ static disco_status_t sync_all(work_t *w)
     return DISCO_OK;
 }
 
-static disco_session_config_t round_config(const soak_opts_t *o, int n, int launch, int transport)
+/* Draws a round's session (workers, launch, transport) and workload, counts
+ * them in the report, and names them in setting. */
+static disco_session_config_t draw_round(round_t *rd, uint64_t *rng, int *kind, char *setting,
+                                         size_t cap)
 {
+    static const int sizes[] = {2, 3, 4, 8};
+    int n = sizes[pick(rng, 4)], launch = pick(rng, 2), transport = pick(rng, 2);
+    *kind = pick(rng, SOAK_WORKLOADS);
+    snprintf(setting, cap, "%d workers, %s, %s, %s", n, launch ? "spawn" : "fork",
+             transport ? "pipes" : "rings", soak_workload_name[*kind]);
+    rd->r->by_workers[n]++, rd->r->by_launch[launch]++, rd->r->by_transport[transport]++;
+    rd->r->by_workload[*kind]++;
     disco_session_config_t cfg = disco_session_config_default(n);
     cfg.launch = launch ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
     cfg.transport = transport ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING;
-    cfg.worker_path = o->worker_path;
+    cfg.worker_path = rd->o->worker_path;
     cfg.call_timeout_ms = HARD_LIMIT_MS;
     /* x, an allgather's n-fold output and a broadcast on each worker, and room */
     cfg.heap_bytes = (uint64_t)(n * n + 3 * n + 8) * X_FLOATS * sizeof(float);
@@ -363,17 +373,14 @@ static void check_heap_steady(round_t *rd, work_t *w, int kind)
 static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
 {
     const soak_opts_t *o = rd->o;
-    static const int sizes[] = {2, 3, 4, 8};
-    int n = sizes[pick(rng, 4)], launch = pick(rng, 2), transport = pick(rng, 2);
-    int kind = pick(rng, SOAK_WORKLOADS), victim = 1 + pick(rng, n - 1);
+    int kind;
+    char setting[96];
+    disco_session_config_t cfg = draw_round(rd, rng, &kind, setting, sizeof setting);
+    int n = cfg.num_workers, victim = 1 + pick(rng, n - 1);
     killer_t k = {.delay_us = pick(rng, MAX_DELAY_US + 1)};
-    snprintf(rd->what, sizeof rd->what, "kill worker %d of %d, %s, %s, %s, after %ld us", victim, n,
-             launch ? "spawn" : "fork", transport ? "pipes" : "rings", soak_workload_name[kind],
+    snprintf(rd->what, sizeof rd->what, "kill worker %d, %s, after %ld us", victim, setting,
              k.delay_us);
-    rd->r->by_workers[n]++, rd->r->by_launch[launch]++, rd->r->by_transport[transport]++;
-    rd->r->by_workload[kind]++;
     leaks_t before = leaks_now();
-    disco_session_config_t cfg = round_config(o, n, launch, transport);
     work_t w = {.n = n, .rng = next_rand(rng) | 1};
     disco_status_t st = disco_session_open(&cfg, &w.s);
     if (st != DISCO_OK) {
@@ -476,18 +483,13 @@ static bool read_all(int fd, void *buf, size_t len, int timeout_ms)
 static void controller_round(round_t *rd, uint64_t *rng, double *det_ms)
 {
     const soak_opts_t *o = rd->o;
-    static const int sizes[] = {2, 3, 4, 8};
-    int n = sizes[pick(rng, 4)], launch = pick(rng, 2), transport = pick(rng, 2);
-    int kind = pick(rng, SOAK_WORKLOADS);
+    int kind;
+    char setting[96];
+    disco_session_config_t cfg = draw_round(rd, rng, &kind, setting, sizeof setting);
+    int n = cfg.num_workers;
     long delay_us = pick(rng, MAX_DELAY_US + 1);
-    snprintf(rd->what, sizeof rd->what,
-             "kill the controller of %d workers, %s, %s, %s, after %ld us", n,
-             launch ? "spawn" : "fork", transport ? "pipes" : "rings", soak_workload_name[kind],
-             delay_us);
-    rd->r->by_workers[n]++, rd->r->by_launch[launch]++, rd->r->by_transport[transport]++;
-    rd->r->by_workload[kind]++;
+    snprintf(rd->what, sizeof rd->what, "kill the controller, %s, after %ld us", setting, delay_us);
     leaks_t before = leaks_now();
-    disco_session_config_t cfg = round_config(o, n, launch, transport);
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) {
         fail(rd, "pipe: %s", strerror(errno));
