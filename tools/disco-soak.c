@@ -37,7 +37,7 @@ static bool number(const char *s, double *out)
 
 int main(int argc, char **argv)
 {
-    soak_opts_t o = {.seconds = 60, .bound_ms = 1000, .log = stdout};
+    soak_opts_t o = {.seconds = -1, .bound_ms = 1000, .log = stdout};
     const char *json = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -50,8 +50,6 @@ int main(int argc, char **argv)
             o.seconds = v, i++;
         } else if (strcmp(a, "--rounds") == 0 && has) {
             o.rounds = (int)v, i++;
-            if (o.seconds == 60) /* a round limit alone: no time limit */
-                o.seconds = 0;
         } else if (strcmp(a, "--seed") == 0 && i + 1 < argc) {
             o.seed = strtoull(argv[++i], NULL, 0);
         } else if (strcmp(a, "--bound-ms") == 0 && has && v >= 1) {
@@ -65,6 +63,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (o.seconds < 0) /* not given: no time limit with a round limit, else 60 s */
+        o.seconds = o.rounds > 0 ? 0 : 60;
     /* Rounds put up to 8 workers on this machine's cores on purpose: the
      * library's once-per-process oversubscription warning is noise here. */
     setenv("DISCO_QUIET", "1", 0);
