@@ -557,46 +557,50 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* Detection times of one kind of round. */
+typedef struct samples {
+    double *v;
+    int n, cap;
+} samples_t;
+
+/* Appends x; false when out of memory (x is then dropped). */
+static bool push(samples_t *s, double x)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 1024;
+        double *v = realloc(s->v, (size_t)cap * sizeof *v);
+        if (v == NULL)
+            return false;
+        s->v = v, s->cap = cap;
+    }
+    s->v[s->n++] = x;
+    return true;
+}
+
 int soak_run(const soak_opts_t *o, soak_report_t *r)
 {
     *r = (soak_report_t){.seed = o->seed ? o->seed : (uint64_t)disco_now_ns() | 1};
     uint64_t rng = r->seed;
     /* Orphaned workers of a killed controller become ours. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
-    int cap = 1024, nw = 0, nc = 0;
-    double *wms = malloc((size_t)cap * sizeof *wms), *cms = malloc((size_t)cap * sizeof *cms);
-    if (wms == NULL || cms == NULL) {
-        free(wms);
-        free(cms);
-        snprintf(r->failure, sizeof r->failure, "out of memory");
-        return r->failures = 1;
-    }
+    samples_t wms = {0}, cms = {0};
     int64_t t0 = disco_now_ns();
-    for (;;) {
+    for (bool room = true; room;) {
         double elapsed = ms_since(t0, disco_now_ns()) / 1e3;
         if ((o->rounds > 0 && r->rounds >= o->rounds) || (o->seconds > 0 && elapsed >= o->seconds))
             break;
-        if (nw == cap || nc == cap) {
-            double *w2 = realloc(wms, (size_t)cap * 2 * sizeof *wms);
-            wms = w2 != NULL ? w2 : wms;
-            double *c2 = realloc(cms, (size_t)cap * 2 * sizeof *cms);
-            cms = c2 != NULL ? c2 : cms;
-            if (w2 == NULL || c2 == NULL)
-                break; /* out of memory for the times: stop with what was run */
-            cap *= 2;
-        }
         round_t rd = {.r = r, .o = o, .index = ++r->rounds};
         double det = 0;
         bool ctl = pick(&rng, 4) == 0;
         if (ctl) {
             r->controller_rounds++;
             controller_round(&rd, &rng, &det);
-            cms[nc++] = det;
+            room = push(&cms, det);
             r->worst_controller_ms = det > r->worst_controller_ms ? det : r->worst_controller_ms;
         } else {
             r->worker_rounds++;
             worker_round(&rd, &rng, &det);
-            wms[nw++] = det;
+            room = push(&wms, det);
             r->worst_worker_ms = det > r->worst_worker_ms ? det : r->worst_worker_ms;
         }
         r->failures += rd.failed;
@@ -605,9 +609,9 @@ int soak_run(const soak_opts_t *o, soak_report_t *r)
                     ctl ? "workers gone" : "caller told", det);
     }
     r->seconds = ms_since(t0, disco_now_ns()) / 1e3;
-    r->median_worker_ms = median(wms, nw);
-    r->median_controller_ms = median(cms, nc);
-    free(wms);
-    free(cms);
+    r->median_worker_ms = median(wms.v, wms.n);
+    r->median_controller_ms = median(cms.v, cms.n);
+    free(wms.v);
+    free(cms.v);
     return r->failures;
 }
