@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ticks.h"
+
 int64_t disco_now_ns(void)
 {
     struct timespec ts;
@@ -94,6 +96,20 @@ static void park(disco_waitq_t *q, disco_cond_fn cond, void *arg, const disco_wa
     atomic_fetch_sub_explicit(&q->waiters, 1, memory_order_relaxed);
 }
 
+/* A check of the condition after the wait began: stamps w->found_at when
+ * it holds. The clock is read before the check, so the read overlaps the
+ * wait for the data instead of following its arrival. */
+static inline bool found(disco_cond_fn cond, void *arg, const disco_wait_t *w)
+{
+    if (w->found_at == NULL)
+        return cond(arg);
+    uint64_t t = disco__ticks();
+    if (!cond(arg))
+        return false;
+    *w->found_at = t;
+    return true;
+}
+
 disco_status_t disco_wait_until(disco_waitq_t *q, disco_cond_fn cond, void *arg,
                                 const disco_wait_t *w)
 {
@@ -125,7 +141,7 @@ disco_status_t disco_wait_until(disco_waitq_t *q, disco_cond_fn cond, void *arg,
      * that the peer needs our core, so yield at every check from then on. */
     bool yielding = false;
     for (uint32_t i = 1;; i++) {
-        if (cond(arg))
+        if (found(cond, arg, w))
             return DISCO_OK;
         if (!yielding && (i & 31) != 0) {
             disco_cpu_relax();
@@ -150,7 +166,7 @@ disco_status_t disco_wait_until(disco_waitq_t *q, disco_cond_fn cond, void *arg,
 
     /* Park, a slice at a time, looking at the exits after each. */
     for (;;) {
-        if (cond(arg))
+        if (found(cond, arg, w))
             return DISCO_OK;
         int64_t now = disco_now_ns();
         if ((st = check_exits(w, now)) != DISCO_OK) {

@@ -10,6 +10,7 @@
 #include "disco/segment.h"
 #include "disco/wait.h"
 #include "testutil.h"
+#include "../shm/ticks.h"
 
 #define MS 1000000LL
 
@@ -116,6 +117,8 @@ struct parked {
     _Atomic int32_t *abort_word;
     disco_status_t st;
     double ms;
+    uint64_t found_at; /* the wait's stamp (tracing) */
+    uint64_t t_after;  /* ticks read once the wait returned */
 };
 
 static void *park_thread(void *arg)
@@ -124,10 +127,12 @@ static void *park_thread(void *arg)
     /* Park slices of 5 s: only a wake can end this wait sooner. */
     disco_wait_t w = {.park_slice_ms = 5000,
                       .abort_word = p->abort_word,
-                      .deadline_ns = disco_now_ns() + 20000 * MS};
+                      .deadline_ns = disco_now_ns() + 20000 * MS,
+                      .found_at = &p->found_at};
     int64_t t0 = disco_now_ns();
     p->st = p->f != NULL ? disco_wait_until(p->q, flag_set, p->f, &w)
                          : disco_wait_until(p->q, never, NULL, &w);
+    p->t_after = disco__ticks();
     p->ms = tu_ms_since(t0);
     return NULL;
 }
@@ -222,6 +227,33 @@ START_TEST(test_wake_parked_thread)
     ck_assert_int_eq(pthread_join(t, NULL), 0);
     ck_assert_msg(p.st == DISCO_OK, "disco_wait_until: %s", disco_err_name(p.st));
     ck_assert_msg(p.ms < 2000, "woken wait took %.1f ms (park slice 5 s)", p.ms);
+}
+END_TEST
+
+/* found_at (tracing's stamp): a wait that waited stores the clock read just
+ * before the check that saw the flag, which for a parked waiter comes after
+ * the setter's wake (so after the setter's own read) and before the wait
+ * returned; a condition true at the first check leaves it untouched. */
+START_TEST(test_found_at)
+{
+    struct flag f = {0};
+    struct parked p = {.q = &f.q, .f = &f};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, park_thread, &p), 0);
+    wait_for_parker(&f.q);
+    uint64_t t_set = disco__ticks();
+    atomic_store_explicit(&f.value, 1, memory_order_release); /* K0 */
+    disco_waitq_wake(&f.q);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    CK_OK(p.st);
+    ck_assert_msg(p.found_at >= t_set && p.found_at <= p.t_after,
+                  "stamp %llu outside [set %llu, return %llu]", (unsigned long long)p.found_at,
+                  (unsigned long long)t_set, (unsigned long long)p.t_after);
+
+    uint64_t untouched = 7;
+    disco_wait_t w = {.found_at = &untouched};
+    CK_OK(disco_wait_until(&f.q, flag_set, &f, &w));
+    ck_assert_uint_eq(untouched, 7);
 }
 END_TEST
 
@@ -490,6 +522,7 @@ Suite *suite_wait(void)
     tc = tcase_create("wake");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_wake_parked_thread);
+    tcase_add_test(tc, test_found_at);
     tcase_add_test(tc, test_wake_parked_process);
     tcase_add_test(tc, test_pingpong_threads);
     tcase_add_test(tc, test_pingpong_processes);

@@ -3,10 +3,8 @@
  *
  * Each worker stamps every command it executes (start, end) into its own
  * ring: one writer (the worker), read by the controller when it exports a
- * trace. Stamps are CPU ticks (rdtsc on x86-64 where the kernel's clock
- * source is the TSC, so every core and process shares one time base;
- * CLOCK_MONOTONIC nanoseconds elsewhere), converted to nanoseconds by the
- * controller. The ring keeps the last DISCO_TRACE_CAP records; older ones
+ * trace. Stamps are trace-clock ticks (shm/ticks.h), converted to
+ * nanoseconds by the controller. The ring keeps the last DISCO_TRACE_CAP records; older ones
  * are overwritten.
  *
  * Protocol (a seqlock per lap):
@@ -32,6 +30,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "../shm/ticks.h"
+
 #define DISCO_TRACE_CAP 8192u /* records per worker: 256 KiB */
 
 struct disco__trace_rec {
@@ -48,23 +48,6 @@ struct disco__trace_ring {
     uint32_t on; /* 0: tracing is off for this session */
     _Alignas(64) struct disco__trace_rec rec[DISCO_TRACE_CAP];
 };
-
-/** Whether ticks are TSC cycles (else nanoseconds): decided by a
- *  constructor at load (before any thread starts; read-only afterwards),
- *  so the clock read costs no call. */
-extern bool disco__tick_tsc;
-
-/** The trace clock: see the top of the file. */
-static inline uint64_t disco__ticks(void)
-{
-#if defined(__x86_64__)
-    if (__builtin_expect(disco__tick_tsc, 1))
-        return __builtin_ia32_rdtsc();
-#endif
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /** The function register a command calls (0 for other commands). */
 #define disco__trace_func(h, args)                                                                 \

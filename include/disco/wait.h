@@ -77,6 +77,12 @@ typedef struct disco_wait {
      * a non-OK return ends the wait with it. NULL: none. */
     disco_status_t (*check)(void *ctx);
     void *check_ctx;
+    /* Internal (tracing): non-NULL makes a wait that had to wait store the
+     * trace clock's ticks (shm/ticks.h) read just before the check that
+     * found the condition true. The read rides the wait loop, so the moment
+     * of arrival is stamped without a clock read after it. Left untouched
+     * when the condition held at the first check. NULL: no stamp. */
+    uint64_t *found_at;
 } disco_wait_t;
 
 #define DISCO_WAIT_DEFAULT_PAUSE_NS                                                                \

@@ -1,8 +1,8 @@
-/* trace_ring.c - the trace clock's choice (see trace_ring.h). */
+/* ticks.c - the trace clock's choice (see ticks.h). */
 #include <stdio.h>
 #include <string.h>
 
-#include "trace_ring.h"
+#include "ticks.h"
 
 bool disco__tick_tsc;
 

@@ -1,0 +1,34 @@
+/*
+ * ticks.h - the trace clock (internal): one time base for every core and
+ * process, cheap enough to read on every command.
+ *
+ * Ticks are TSC cycles (rdtsc on x86-64 where the kernel's clock source is
+ * the TSC, so every core and process shares one time base) or, elsewhere,
+ * CLOCK_MONOTONIC nanoseconds. The controller converts them to nanoseconds
+ * when it exports a trace (scheduler/trace.c).
+ */
+#ifndef DISCO_SHM_TICKS_H
+#define DISCO_SHM_TICKS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+/** Whether ticks are TSC cycles (else nanoseconds): decided by a
+ *  constructor at load (before any thread starts; read-only afterwards),
+ *  so the clock read costs no call. */
+extern bool disco__tick_tsc;
+
+/** The trace clock: see the top of the file. */
+static inline uint64_t disco__ticks(void)
+{
+#if defined(__x86_64__)
+    if (__builtin_expect(disco__tick_tsc, 1))
+        return __builtin_ia32_rdtsc();
+#endif
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#endif
