@@ -80,7 +80,7 @@ static disco_status_t make_segment(struct disco_session *s)
     size_t trace_off = 0;
     if (!s->cfg.trace_off) {
         trace_off = off;
-        off += ALIGN64((size_t)world * sizeof(struct disco__trace_ring));
+        off += ALIGN64((size_t)(world - 1) * sizeof(struct disco__trace_ring));
     }
     size_t coll_off = off;
     off += ALIGN64(disco__coll_footprint((uint32_t)world, (uint32_t)s->cfg.num_groups));
@@ -111,7 +111,7 @@ static disco_status_t make_segment(struct disco_session *s)
     ctl->trace_off = trace_off;
     if (trace_off != 0) {
         struct disco__trace_ring *rings = (struct disco__trace_ring *)(base + trace_off);
-        for (int i = 0; i < world; i++) {
+        for (int i = 0; i < world - 1; i++) {
             rings[i].cap = DISCO_TRACE_CAP;
             rings[i].on = 1;
         }
@@ -241,7 +241,9 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         &s->w0, 0, s->world, &s->errbox[0], &s->heap,
         (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off),
         &s->w0_wait);
-    s->w0.trace = s->trace.rings; /* worker 0's ring is the first */
+    /* Worker 0 has no trace ring: it runs inline in issue(), whose record
+     * of each command (enqueue, issued) is its slice. */
+    s->w0.trace = NULL;
     if (s->cfg.place.bind_controller &&
         (st = disco__bind_self(s->plan->worker[0].cpus, s->plan->worker[0].nodes)) != DISCO_OK) {
         free_session(s);

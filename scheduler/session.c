@@ -151,6 +151,9 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
      * syscall on every call. */
     if (++s->issued % HEALTH_EVERY == 0 && (st = disco__procs_check(s)) != DISCO_OK)
         return st;
+    /* The enqueue stamp is read before the frame is encoded: the clock read
+     * then overlaps the encoding instead of delaying the broadcast's fence. */
+    uint64_t t_enq = s->trace.rec != NULL ? disco__ticks() : 0;
     size_t len;
     disco_frame_hdr_t h = {.code = code, .nargs = nargs, .seq = ++s->seq};
     st = disco_frame_encode(code, h.seq, args, nargs, s->buf, s->chan.max_msg, &len);
@@ -158,7 +161,7 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
         return st;
     struct disco__ctl_rec *tr = NULL;
     if (s->trace.rec != NULL)
-        tr = disco__trace_enqueue(&s->trace, h.seq, code,
+        tr = disco__trace_enqueue(&s->trace, h.seq, code, t_enq,
                                   code == DISCO_CMD_CALL ? s->reg_func[args[1].v.reg]->name
                                                          : disco__cmd_name(code));
     st = disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, call_wait(s));
@@ -175,13 +178,10 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
         return st;
     size_t rlen = 0;
     disco__worker_exec(&s->w0, &h, args, s->reply, DISCO_REPLY_MAX, &rlen);
-    if (tr != NULL) {
-        /* Worker 0 runs inline right after the broadcast: its slice starts
-         * at the enqueue stamp (one clock read fewer per command). */
+    /* Worker 0 runs inline right after the broadcast: this record is its
+     * slice too, from the enqueue stamp to this one (scheduler/trace.c). */
+    if (tr != NULL)
         tr->t_issued = disco__ticks();
-        disco__trace_put(s->w0.trace, h.seq, code, disco__trace_func(&h, args), tr->t_enq,
-                         tr->t_issued);
-    }
     if (s->state != DISCO_OK) /* worker 0 found a dead worker (in a collective) */
         return disco_set_error(s->state, "%s", s->why);
     if (w0_reply_len != NULL)
@@ -228,9 +228,13 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
                                  const char *what, size_t w0_len, disco_value_t *value_out)
 {
     uint32_t len = (uint32_t)w0_len;
+    uint64_t seen = 0; /* with tracing: when the wait found the reply (0: it did not wait) */
     if (worker != 0) {
+        const disco_wait_t *w = call_wait(s);
+        s->wait.found_at = s->trace.rec != NULL ? &seen : NULL;
         disco_status_t st =
-            disco__chan_recv_reply(&s->chan, worker, s->reply, DISCO_REPLY_MAX, &len, call_wait(s));
+            disco__chan_recv_reply(&s->chan, worker, s->reply, DISCO_REPLY_MAX, &len, w);
+        s->wait.found_at = NULL;
         if (st == DISCO_E_TIMEOUT) {
             disco__procs_kill(s, worker);
             return disco__session_break(s, DISCO_E_TIMEOUT,
@@ -252,7 +256,7 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
             return st;
     }
     if (s->trace.rec != NULL) /* the reply answers the last command issued */
-        s->trace.rec[s->seq % DISCO_TRACE_CAP].t_reply = disco__ticks();
+        s->trace.rec[s->seq % DISCO_TRACE_CAP].t_reply = seen != 0 ? seen : disco__ticks();
     disco_frame_hdr_t h;
     disco_value_t v[3];
     disco_status_t st = disco_frame_decode(s->reply, len, &h, v, 3);

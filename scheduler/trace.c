@@ -55,7 +55,7 @@ static size_t copy_ring(const struct disco_session *s, int w, double scale,
                         disco_trace_slice_t *out, uint64_t *dropped)
 {
     const struct disco__ctrace *t = &s->trace;
-    struct disco__trace_ring *r = &t->rings[w];
+    struct disco__trace_ring *r = &t->rings[w - 1];
     /* T2: acquire, pairs with T1: records below head are complete. */
     uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
     uint64_t first = head > DISCO_TRACE_CAP ? head - DISCO_TRACE_CAP : 0;
@@ -75,6 +75,11 @@ static size_t copy_ring(const struct disco_session *s, int w, double scale,
         const struct disco__ctl_rec *c = &t->rec[sl->seq % DISCO_TRACE_CAP];
         bool known = c->seq == sl->seq;
         sl->enqueue_us = known ? to_us(t, scale, c->t_enq) : sl->start_us;
+        /* A command the worker found waiting starts at the previous one's
+         * end (worker.c), which may precede its enqueue when it arrived in
+         * between: then the enqueue is the tighter bound on its start. */
+        if (sl->start_us < sl->enqueue_us)
+            sl->start_us = sl->enqueue_us;
         set_name(sl->name, known ? c->name : disco__cmd_name(sl->cmd));
         n++;
     }
@@ -87,6 +92,19 @@ static size_t copy_ring(const struct disco_session *s, int w, double scale,
     memmove(out, out + skip, (n - skip) * sizeof *out);
     *dropped += first + skip;
     return n - skip;
+}
+
+/* Worker 0 runs each command inline in the controller's thread, from the
+ * enqueue stamp to the issued stamp: the command's record is its slice. */
+static void w0_slice(const disco_trace_cmd_t *c, disco_trace_slice_t *sl)
+{
+    *sl = (disco_trace_slice_t){.seq = c->seq,
+                                .worker = 0,
+                                .cmd = c->cmd,
+                                .enqueue_us = c->enqueue_us,
+                                .start_us = c->enqueue_us,
+                                .end_us = c->issued_us};
+    memcpy(sl->name, c->name, sizeof sl->name);
 }
 
 /* The sequence number of the last command worker w recorded (0: none). */
@@ -107,7 +125,7 @@ static void settle(const struct disco_session *s)
 {
     int64_t end = disco_now_ns() + 10000000;
     for (int w = 1; w < s->world; w++)
-        while (last_recorded(&s->trace.rings[w]) < s->seq && disco_now_ns() < end &&
+        while (last_recorded(&s->trace.rings[w - 1]) < s->seq && disco_now_ns() < end &&
                s->state == DISCO_OK)
             sched_yield();
 }
@@ -142,7 +160,10 @@ disco_status_t disco_session_trace(disco_session_t *s, disco_trace_t **out)
         d->issued_us = c->t_issued ? to_us(t, scale, c->t_issued) : d->enqueue_us;
         d->reply_us = c->t_reply ? to_us(t, scale, c->t_reply) : -1.0;
     }
-    for (int w = 0; w < s->world; w++)
+    for (size_t i = 0; i < tr->ncmds; i++) /* worker 0: the controller's records */
+        if (t->rec[tr->cmds[i].seq % DISCO_TRACE_CAP].t_issued != 0)
+            w0_slice(&tr->cmds[i], &tr->slices[tr->nslices++]);
+    for (int w = 1; w < s->world; w++)
         tr->nslices += copy_ring(s, w, scale, tr->slices + tr->nslices, &tr->dropped);
     *out = tr;
     return DISCO_OK;

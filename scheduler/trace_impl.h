@@ -18,7 +18,7 @@ struct disco__ctl_rec {
 
 struct disco__ctrace {
     struct disco__ctl_rec *rec;      /* [DISCO_TRACE_CAP] */
-    struct disco__trace_ring *rings; /* [world], in the control segment */
+    struct disco__trace_ring *rings; /* [world - 1]: workers 1.., in the control segment */
     uint64_t t0;                     /* ticks at open */
     int64_t ns0;                     /* CLOCK_MONOTONIC at open */
 };
@@ -36,10 +36,11 @@ void disco__trace_close(struct disco__ctrace *t);
 void disco__trace_write_env(struct disco_session *s);
 
 static inline struct disco__ctl_rec *disco__trace_enqueue(struct disco__ctrace *t, uint64_t seq,
-                                                          uint32_t code, const char *name)
+                                                          uint32_t code, uint64_t t_enq,
+                                                          const char *name)
 {
     struct disco__ctl_rec *r = &t->rec[seq % DISCO_TRACE_CAP];
-    *r = (struct disco__ctl_rec){.seq = seq, .code = code, .name = name, .t_enq = disco__ticks()};
+    *r = (struct disco__ctl_rec){.seq = seq, .code = code, .name = name, .t_enq = t_enq};
     return r;
 }
 

@@ -8,7 +8,7 @@
  *   command ring                one writer (controller), world-1 readers
  *   reply rings[world-1]        one per worker 1..world-1, worker -> controller
  *   struct disco__bind[world]   each worker's CPUs and NUMA nodes
- *   struct disco__trace_ring[world]  each worker's command stamps (trace_ring.h)
+ *   struct disco__trace_ring[world-1]  workers 1..world-1's command stamps (trace_ring.h)
  * The rings are absent with the pipe transport.
  */
 #ifndef DISCO_WORKERS_PROTOCOL_H
@@ -40,7 +40,7 @@ enum disco__reply {
 };
 
 #define DISCO_CTL_MAGIC   0x4c544343534944ULL /* "DISCCTL" */
-#define DISCO_CTL_LAYOUT  3u
+#define DISCO_CTL_LAYOUT  4u
 #define DISCO_ERR_MSG_MAX 384
 #define DISCO_MAX_ARGS    64
 #define DISCO_MAX_WORKERS 255
@@ -80,7 +80,7 @@ struct disco__ctl {
     uint32_t num_groups;
     uint32_t reserved2;
     uint64_t bind_off;  /* struct disco__bind[world] */
-    uint64_t trace_off; /* struct disco__trace_ring[world], or 0: tracing off */
+    uint64_t trace_off; /* struct disco__trace_ring[world - 1], or 0: tracing off */
     /* Nonzero: the session is broken or shut down (a negative status).
      * Workers watch it as their waits' abort word. */
     _Alignas(64) _Atomic int32_t broken;

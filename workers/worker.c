@@ -383,33 +383,63 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
     }
 }
 
+/* A finished command's trace record that is not in the ring yet. */
+struct held_rec {
+    bool full;
+    uint64_t seq, func, t_start, t_end;
+    uint32_t code;
+};
+
+static void put_held(struct disco__trace_ring *r, struct held_rec *h)
+{
+    if (h->full)
+        disco__trace_put(r, h->seq, h->code, h->func, h->t_start, h->t_end);
+    h->full = false;
+}
+
+/* Receives the next command. With tracing, *t_start gets its start stamp: a
+ * command already waiting starts when the previous one ended (last_end: no
+ * clock read in a busy stream); one we had to wait for starts when the wait
+ * found it (the wait loop's own clock read, off the path from its arrival
+ * to our reply). Idle time is when the held record goes into the ring. */
+static disco_status_t next_cmd(disco_worker_t *w, disco_chan_t *c, void *buf, uint32_t cap,
+                               uint32_t *len, const disco_wait_t *wait, uint64_t last_end,
+                               struct held_rec *held, uint64_t *t_start)
+{
+    if (w->trace == NULL)
+        return disco__chan_recv_cmd(c, buf, cap, len, wait);
+    disco_status_t st = DISCO_E_AGAIN;
+    if (c->kind == DISCO_CHAN_RING && last_end != 0) {
+        disco_wait_t poll = *wait;
+        poll.no_wait = true;
+        st = disco__chan_recv_cmd(c, buf, cap, len, &poll);
+        *t_start = last_end;
+    }
+    if (st == DISCO_E_AGAIN) {
+        put_held(w->trace, held);
+        uint64_t found = 0;
+        disco_wait_t stamped = *wait;
+        stamped.found_at = &found;
+        st = disco__chan_recv_cmd(c, buf, cap, len, &stamped);
+        *t_start = found != 0 ? found : disco__ticks();
+    }
+    return st;
+}
+
 int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *wait)
 {
     size_t cap = (c->max_msg + 7u) & ~7u;
     void *buf = aligned_alloc(8, cap ? cap : 8);
     void *reply = aligned_alloc(8, DISCO_REPLY_MAX);
     int rc = 1;
+    struct held_rec held = {.full = false};
     if (buf == NULL || reply == NULL)
         goto out;
-    disco_wait_t poll = *wait;
-    poll.no_wait = true;
-    bool can_poll = c->kind == DISCO_CHAN_RING;
     uint64_t last_end = 0; /* the previous command's end stamp */
     for (;;) {
         uint32_t len;
         uint64_t t0 = 0;
-        disco_status_t st = DISCO_E_AGAIN;
-        /* Tracing: a command already waiting starts when the previous one
-         * ended (one clock read fewer per command in a busy stream); one
-         * we had to wait for starts when it arrived. */
-        if (w->trace != NULL && can_poll && last_end != 0) {
-            st = disco__chan_recv_cmd(c, buf, (uint32_t)cap, &len, &poll);
-            t0 = last_end;
-        }
-        if (st == DISCO_E_AGAIN) {
-            st = disco__chan_recv_cmd(c, buf, (uint32_t)cap, &len, wait);
-            t0 = w->trace != NULL ? disco__ticks() : 0;
-        }
+        disco_status_t st = next_cmd(w, c, buf, (uint32_t)cap, &len, wait, last_end, &held, &t0);
         if (st != DISCO_OK)
             goto out; /* controller gone, session broken, or channel closed */
         disco_frame_hdr_t h;
@@ -430,12 +460,25 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
         }
         if (rlen != 0 && disco__chan_send_reply(c, reply, (uint32_t)rlen, wait) != DISCO_OK)
             goto out;
-        if (w->trace != NULL) { /* stamped after the reply: off the caller's path */
+        if (w->trace != NULL) {
+            /* The end is stamped after the reply went out. The record is
+             * written to the ring only off the path of the next reply: after
+             * a reply of our own, or when we go idle (next_cmd). */
             last_end = disco__ticks();
-            disco__trace_put(w->trace, h.seq, h.code, disco__trace_func(&h, args), t0, last_end);
+            put_held(w->trace, &held);
+            held = (struct held_rec){.full = true,
+                                     .seq = h.seq,
+                                     .func = disco__trace_func(&h, args),
+                                     .t_start = t0,
+                                     .t_end = last_end,
+                                     .code = h.code};
+            if (rlen != 0)
+                put_held(w->trace, &held);
         }
     }
 out:
+    if (w->trace != NULL)
+        put_held(w->trace, &held);
     free(buf);
     free(reply);
     return rc;

@@ -77,7 +77,7 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     disco__worker_init(&w, id, (int)ctl->world, &boxes[id], &heap,
                        (struct disco__coll_area *)((char *)data + ctl->coll_off), &wait);
     if (ctl->trace_off != 0)
-        w.trace = (struct disco__trace_ring *)((char *)data + ctl->trace_off) + id;
+        w.trace = (struct disco__trace_ring *)((char *)data + ctl->trace_off) + (id - 1);
     int rc = disco__worker_loop(&w, &chan, &wait);
     disco__worker_fini(&w);
     return rc;
