@@ -402,26 +402,29 @@ static void put_held(struct disco__trace_ring *r, struct held_rec *h)
  * clock read in a busy stream); one we had to wait for starts when the wait
  * found it (the wait loop's own clock read, off the path from its arrival
  * to our reply). Idle time is when the held record goes into the ring. */
+/* The worker loop's waits: as given, a poll, and a wait that stamps. */
+struct waits {
+    const disco_wait_t *plain;
+    disco_wait_t poll, stamped;
+    uint64_t found; /* the stamped wait's stamp */
+};
+
 static disco_status_t next_cmd(disco_worker_t *w, disco_chan_t *c, void *buf, uint32_t cap,
-                               uint32_t *len, const disco_wait_t *wait, uint64_t last_end,
+                               uint32_t *len, struct waits *ws, uint64_t last_end,
                                struct held_rec *held, uint64_t *t_start)
 {
     if (w->trace == NULL)
-        return disco__chan_recv_cmd(c, buf, cap, len, wait);
+        return disco__chan_recv_cmd(c, buf, cap, len, ws->plain);
     disco_status_t st = DISCO_E_AGAIN;
     if (c->kind == DISCO_CHAN_RING && last_end != 0) {
-        disco_wait_t poll = *wait;
-        poll.no_wait = true;
-        st = disco__chan_recv_cmd(c, buf, cap, len, &poll);
+        st = disco__chan_recv_cmd(c, buf, cap, len, &ws->poll);
         *t_start = last_end;
     }
     if (st == DISCO_E_AGAIN) {
         put_held(w->trace, held);
-        uint64_t found = 0;
-        disco_wait_t stamped = *wait;
-        stamped.found_at = &found;
-        st = disco__chan_recv_cmd(c, buf, cap, len, &stamped);
-        *t_start = found != 0 ? found : disco__ticks();
+        ws->found = 0;
+        st = disco__chan_recv_cmd(c, buf, cap, len, &ws->stamped);
+        *t_start = ws->found != 0 ? ws->found : disco__ticks();
     }
     return st;
 }
@@ -436,10 +439,13 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
     if (buf == NULL || reply == NULL)
         goto out;
     uint64_t last_end = 0; /* the previous command's end stamp */
+    struct waits ws = {.plain = wait, .poll = *wait, .stamped = *wait};
+    ws.poll.no_wait = true;
+    ws.stamped.found_at = &ws.found;
     for (;;) {
         uint32_t len;
         uint64_t t0 = 0;
-        disco_status_t st = next_cmd(w, c, buf, (uint32_t)cap, &len, wait, last_end, &held, &t0);
+        disco_status_t st = next_cmd(w, c, buf, (uint32_t)cap, &len, &ws, last_end, &held, &t0);
         if (st != DISCO_OK)
             goto out; /* controller gone, session broken, or channel closed */
         disco_frame_hdr_t h;
