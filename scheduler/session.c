@@ -151,6 +151,11 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
      * syscall on every call. */
     if (++s->issued % HEALTH_EVERY == 0 && (st = disco__procs_check(s)) != DISCO_OK)
         return st;
+    /* The command slot's cache line is last held by the readers: start
+     * taking it now, so the fetch overlaps the encoding (and the clock read)
+     * instead of stalling the broadcast's stores. */
+    if (s->chan.kind == DISCO_CHAN_RING)
+        disco_ring_prefetch_write(&s->chan.cmd);
     /* The enqueue stamp is read before the frame is encoded: the clock read
      * then overlaps the encoding instead of delaying the broadcast's fence. */
     uint64_t t_enq = s->trace.rec != NULL ? disco__ticks() : 0;

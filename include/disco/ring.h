@@ -107,6 +107,11 @@ disco_status_t disco_ring_attach(void *mem, size_t mem_size, disco_ring_t *ring_
 disco_status_t disco_ring_write(disco_ring_t *r, const void *msg, uint32_t len,
                                 const disco_wait_t *w);
 
+/** Starts taking the cache line of the slot the next write begins in, so
+ *  that the write's stores do not wait for it (call it before other work
+ *  that leads up to the write). Writer only; changes nothing visible. */
+void disco_ring_prefetch_write(const disco_ring_t *r);
+
 /** Reads the next message for reader into buf (cap bytes) and sets *len_out.
  *  Blocks per w while there is none. Returns DISCO_OK; DISCO_E_BUF_TOO_SMALL
  *  (message longer than cap: *len_out is set to its length and it stays
