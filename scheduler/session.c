@@ -164,11 +164,6 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     st = disco_frame_encode(code, h.seq, args, nargs, s->buf, s->chan.max_msg, &len);
     if (st != DISCO_OK)
         return st;
-    struct disco__ctl_rec *tr = NULL;
-    if (s->trace.rec != NULL)
-        tr = disco__trace_enqueue(&s->trace, h.seq, code, t_enq,
-                                  code == DISCO_CMD_CALL ? s->reg_func[args[1].v.reg]->name
-                                                         : disco__cmd_name(code));
     st = disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, call_wait(s));
     if (st == DISCO_E_TIMEOUT) {
         uint32_t slow = disco_ring_slowest_reader(&s->chan.cmd);
@@ -181,6 +176,14 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     }
     if (st != DISCO_OK)
         return st;
+    /* The record is written after the broadcast: its stores (a fresh line
+     * every command or so) would otherwise sit before the broadcast's fence
+     * and delay the command. */
+    struct disco__ctl_rec *tr = NULL;
+    if (s->trace.rec != NULL)
+        tr = disco__trace_enqueue(&s->trace, h.seq, code, t_enq,
+                                  code == DISCO_CMD_CALL ? s->reg_func[args[1].v.reg]->name
+                                                         : disco__cmd_name(code));
     size_t rlen = 0;
     disco__worker_exec(&s->w0, &h, args, s->reply, DISCO_REPLY_MAX, &rlen);
     /* Worker 0 runs inline right after the broadcast: this record is its
