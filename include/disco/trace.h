@@ -3,9 +3,14 @@
  *
  * Every command of a session is stamped four times: the controller enqueues
  * it, each worker starts and ends it, and (for commands that answer: sync,
- * debug get/set) the controller sees the reply. Workers stamp into their own
- * rings in the session's shared memory (the last 8192 commands each); the
- * controller keeps its stamps in process memory. One clock serves every
+ * debug get/set) the controller sees the reply. Workers 1..N-1 stamp into
+ * their own rings in the session's shared memory (the last 8192 commands
+ * each); the controller keeps its stamps in process memory, and worker 0 (the
+ * controller's thread) has for each command the slice from the enqueue stamp
+ * to the issued stamp: encoding, broadcast and its own run. A start or reply
+ * that came while its reader was waiting is stamped by the waiting loop's
+ * clock read just before the check that saw it, which keeps the reads off
+ * the path from a command to its reply. One clock serves every
  * process (the TSC where the kernel uses it as its clock source, else
  * CLOCK_MONOTONIC). Tracing is on unless the session config turns it off;
  * DISCO_TRACE=path makes a session write its trace to path at close.
