@@ -154,8 +154,7 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     /* The command slot's cache line is last held by the readers: start
      * taking it now, so the fetch overlaps the encoding (and the clock read)
      * instead of stalling the broadcast's stores. */
-    if (s->chan.kind == DISCO_CHAN_RING)
-        disco_ring_prefetch_write(&s->chan.cmd);
+    disco__chan_prepare_bcast(&s->chan);
     /* The enqueue stamp is read before the frame is encoded: the clock read
      * then overlaps the encoding instead of delaying the broadcast's fence. */
     uint64_t t_enq = s->trace.rec != NULL ? disco__ticks() : 0;

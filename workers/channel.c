@@ -101,6 +101,12 @@ static disco_status_t pipe_recv(int fd, void *buf, uint32_t cap, uint32_t *len_o
 
 /* ---- the four calls ---- */
 
+void disco__chan_prepare_bcast(disco_chan_t *c)
+{
+    if (c->kind == DISCO_CHAN_RING && c->world > 1)
+        disco_ring_prefetch_write(&c->cmd);
+}
+
 disco_status_t disco__chan_bcast(disco_chan_t *c, const void *msg, uint32_t len,
                                  const disco_wait_t *w)
 {

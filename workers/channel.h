@@ -33,6 +33,11 @@ typedef struct disco_chan {
     int *reply_fd;
 } disco_chan_t;
 
+/** Controller: a hint that a broadcast follows (starts fetching the command
+ *  slot it writes; see disco_ring_prefetch_write). Does nothing on pipes or
+ *  with no worker besides worker 0. */
+void disco__chan_prepare_bcast(disco_chan_t *c);
+
 /** Controller: sends one command frame to every worker 1..world-1. A dead
  *  worker's pipe is skipped. Returns DISCO_OK, DISCO_E_MSG_TOO_BIG, or the
  *  wait's status (ring full / pipe full past the deadline). */
