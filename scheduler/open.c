@@ -241,9 +241,9 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         &s->w0, 0, s->world, &s->errbox[0], &s->heap,
         (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off),
         &s->w0_wait);
-    /* Worker 0 has no trace ring: it runs inline in issue(), whose record
-     * of each command (enqueue, issued) is its slice. */
-    s->w0.trace = NULL;
+    /* Worker 0 has no trace ring (disco__worker_init leaves w0.trace NULL):
+     * it runs inline in issue(), whose record of each command (enqueue,
+     * issued) is its slice. */
     if (s->cfg.place.bind_controller &&
         (st = disco__bind_self(s->plan->worker[0].cpus, s->plan->worker[0].nodes)) != DISCO_OK) {
         free_session(s);

@@ -159,10 +159,9 @@ disco_status_t disco_session_trace(disco_session_t *s, disco_trace_t **out)
         d->enqueue_us = to_us(t, scale, c->t_enq);
         d->issued_us = c->t_issued ? to_us(t, scale, c->t_issued) : d->enqueue_us;
         d->reply_us = c->t_reply ? to_us(t, scale, c->t_reply) : -1.0;
+        if (c->t_issued != 0) /* worker 0's slices come first */
+            w0_slice(d, &tr->slices[tr->nslices++]);
     }
-    for (size_t i = 0; i < tr->ncmds; i++) /* worker 0: the controller's records */
-        if (t->rec[tr->cmds[i].seq % DISCO_TRACE_CAP].t_issued != 0)
-            w0_slice(&tr->cmds[i], &tr->slices[tr->nslices++]);
     for (int w = 1; w < s->world; w++)
         tr->nslices += copy_ring(s, w, scale, tr->slices + tr->nslices, &tr->dropped);
     *out = tr;

@@ -4,8 +4,8 @@
  * Each worker stamps every command it executes (start, end) into its own
  * ring: one writer (the worker), read by the controller when it exports a
  * trace. Stamps are trace-clock ticks (shm/ticks.h), converted to
- * nanoseconds by the controller. The ring keeps the last DISCO_TRACE_CAP records; older ones
- * are overwritten.
+ * nanoseconds by the controller. The ring keeps the last DISCO_TRACE_CAP
+ * records; older ones are overwritten.
  *
  * Protocol (a seqlock per lap):
  *   1. The worker claims record h = head: it stores claimed = h + 1, then
@@ -26,9 +26,7 @@
 #define DISCO_WORKERS_TRACE_RING_H
 
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stdint.h>
-#include <time.h>
 
 #include "../shm/ticks.h"
 

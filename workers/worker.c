@@ -397,17 +397,18 @@ static void put_held(struct disco__trace_ring *r, struct held_rec *h)
     h->full = false;
 }
 
-/* Receives the next command. With tracing, *t_start gets its start stamp: a
- * command already waiting starts when the previous one ended (last_end: no
- * clock read in a busy stream); one we had to wait for starts when the wait
- * found it (the wait loop's own clock read, off the path from its arrival
- * to our reply). Idle time is when the held record goes into the ring. */
 /* The worker loop's waits: as given, a poll, and a wait that stamps. */
 struct waits {
     const disco_wait_t *plain;
     disco_wait_t poll, stamped;
     uint64_t found; /* the stamped wait's stamp */
 };
+
+/* Receives the next command. With tracing, *t_start gets its start stamp: a
+ * command already waiting starts when the previous one ended (last_end: no
+ * clock read in a busy stream); one we had to wait for starts when the wait
+ * found it (the wait loop's own clock read, off the path from its arrival
+ * to our reply). Idle time is when the held record goes into the ring. */
 
 static disco_status_t next_cmd(disco_worker_t *w, disco_chan_t *c, void *buf, uint32_t cap,
                                uint32_t *len, struct waits *ws, uint64_t last_end,
