@@ -271,7 +271,7 @@ disco_status_t disco_session_shutdown(disco_session_t *s)
         size_t len;
         disco_frame_hdr_t h = {.code = DISCO_CMD_SHUTDOWN, .seq = ++s->seq};
         if (disco_frame_encode(h.code, h.seq, NULL, 0, s->buf, s->chan.max_msg, &len) == DISCO_OK &&
-            disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, &s->wait) == DISCO_OK)
+            disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, &s->wait, NULL) == DISCO_OK)
             grace = 2000;
     }
     disco__procs_stop(s, grace);

@@ -155,15 +155,17 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
      * taking it now, so the fetch overlaps the encoding (and the clock read)
      * instead of stalling the broadcast's stores. */
     disco__chan_prepare_bcast(&s->chan);
-    /* The enqueue stamp is read before the frame is encoded: the clock read
-     * then overlaps the encoding instead of delaying the broadcast's fence. */
-    uint64_t t_enq = s->trace.rec != NULL ? disco__ticks() : 0;
     size_t len;
     disco_frame_hdr_t h = {.code = code, .nargs = nargs, .seq = ++s->seq};
     st = disco_frame_encode(code, h.seq, args, nargs, s->buf, s->chan.max_msg, &len);
     if (st != DISCO_OK)
         return st;
-    st = disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, call_wait(s));
+    /* The enqueue stamp is read by the broadcast as it publishes the frame,
+     * where the clock read overlaps the publishing stores' wait for their
+     * cache line instead of adding to the path. */
+    uint64_t t_enq = 0;
+    st = disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, call_wait(s),
+                           s->trace.rec != NULL ? &t_enq : NULL);
     if (st == DISCO_E_TIMEOUT) {
         uint32_t slow = disco_ring_slowest_reader(&s->chan.cmd);
         int w = s->chan.kind == DISCO_CHAN_RING && slow != UINT32_MAX ? (int)slow + 1 : 0;

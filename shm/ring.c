@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "ticks.h"
+
 #define SLOT_FIRST 1u /* first slot of a message: len is the whole length */
 #define SLOT_CONT  2u /* continuation slot */
 
@@ -181,6 +183,12 @@ static disco_status_t wait_space(disco_ring_t *r, uint64_t pos, const disco_wait
 disco_status_t disco_ring_write(disco_ring_t *r, const void *msg, uint32_t len,
                                 const disco_wait_t *w)
 {
+    return disco__ring_write_stamped(r, msg, len, w, NULL);
+}
+
+disco_status_t disco__ring_write_stamped(disco_ring_t *r, const void *msg, uint32_t len,
+                                         const disco_wait_t *w, uint64_t *published_at)
+{
     if (len > r->max_msg)
         return disco_set_error(DISCO_E_MSG_TOO_BIG, "message of %u bytes, ring maximum is %u", len,
                                r->max_msg);
@@ -223,6 +231,10 @@ disco_status_t disco_ring_write(disco_ring_t *r, const void *msg, uint32_t len,
         /* W2: release, pairs with the reader's R1 acquire: the payload and
          * header above are visible before seq says the slot is ready. */
         atomic_store_explicit(&s->seq, pos, memory_order_release);
+        /* Read before W3's fence, whose wait for the stores above it hides
+         * most of the read's cost. */
+        if (k == 0 && published_at != NULL)
+            *published_at = disco__ticks();
         disco_waitq_wake(&r->sh->data_q); /* W3 */
     }
     /* Relaxed: head is only read by this writer (and by attach, before any
@@ -395,4 +407,13 @@ void disco_ring_prefetch_write(const disco_ring_t *r)
     /* Relaxed: only this writer stores head. */
     uint64_t head = atomic_load_explicit(&r->sh->head, memory_order_relaxed);
     __builtin_prefetch(slot_at(r, head), 1, 3);
+}
+
+void disco_ring_prefetch_read(const disco_ring_t *r, uint32_t reader)
+{
+    if (reader >= r->nreaders)
+        return;
+    /* Relaxed: only this reader stores its cursor. */
+    uint64_t pos = atomic_load_explicit(&r->sh->readers[reader].cursor, memory_order_relaxed);
+    __builtin_prefetch(slot_at(r, pos), 0, 3);
 }

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../shm/ticks.h"
 #include "disco/ring.h"
 #include "disco/segment.h"
 #include "testutil.h"
@@ -379,6 +380,47 @@ START_TEST(test_oversize_refused)
     put(&t.r, 100, 2, &no_wait);
     get(&t.r, 0, 30, 1, &no_wait);
     get(&t.r, 0, 100, 2, &no_wait);
+    empty(&t.r, 0);
+    tring_free(&t);
+}
+END_TEST
+
+/* A stamped write reads the trace clock as it publishes: the stamp lies
+ * between reads taken before and after the write, a spanning message is
+ * stamped once, and a refused or timed-out write leaves the stamp alone.
+ * The read prefetch changes nothing a reader sees. */
+START_TEST(test_write_stamped)
+{
+    struct tring t;
+    tring_init(&t, 4, 64, 2, 1000, 0);
+    unsigned char buf[1000];
+    for (uint32_t len = 0; len <= 130; len += 65) { /* 1, 2 and 3 slots */
+        make_msg(buf, len, len);
+        uint64_t stamp = 0, before = disco__ticks();
+        CK_OK(disco__ring_write_stamped(&t.r, buf, len, &no_wait, &stamp));
+        uint64_t after = disco__ticks();
+        ck_assert_msg(stamp >= before && stamp <= after,
+                      "%u bytes: stamp %llu outside [%llu, %llu]", len, (unsigned long long)stamp,
+                      (unsigned long long)before, (unsigned long long)after);
+        disco_ring_prefetch_read(&t.r, 0);
+        disco_ring_prefetch_read(&t.r, 7); /* no such reader: ignored */
+        get(&t.r, 0, len, len, &no_wait);
+        get(&t.r, 1, len, len, &no_wait);
+    }
+    uint64_t stamp = 42;
+    CK_STATUS(disco__ring_write_stamped(&t.r, buf, 1001, &no_wait, &stamp), DISCO_E_MSG_TOO_BIG);
+    ck_assert_uint_eq(stamp, 42);
+    for (uint32_t k = 0; k < 4; k++) /* fill the ring */
+        put(&t.r, 10, k, &no_wait);
+    CK_STATUS(disco__ring_write_stamped(&t.r, buf, 10, &no_wait, &stamp), DISCO_E_AGAIN);
+    ck_assert_uint_eq(stamp, 42);
+    for (uint32_t k = 0; k < 4; k++) {
+        get(&t.r, 0, 10, k, &no_wait);
+        get(&t.r, 1, 10, k, &no_wait);
+    }
+    make_msg(buf, 10, 9);
+    CK_OK(disco__ring_write_stamped(&t.r, buf, 10, &no_wait, NULL)); /* no stamp asked */
+    get(&t.r, 0, 10, 9, &no_wait);
     empty(&t.r, 0);
     tring_free(&t);
 }
@@ -1052,6 +1094,7 @@ Suite *suite_ring(void)
     tcase_add_test(tc, test_spanning_sizes);
     tcase_add_test(tc, test_larger_than_ring);
     tcase_add_test(tc, test_oversize_refused);
+    tcase_add_test(tc, test_write_stamped);
     tcase_add_test(tc, test_huge_len_slot_count);
     tcase_add_test(tc, test_buf_too_small);
     tcase_add_test(tc, test_bad_reader);

@@ -64,11 +64,12 @@
 
 static struct {
     bool quick;
-    int reps;        /* repetitions per figure */
-    int64_t rep_ns;  /* target duration of one repetition */
-    int idle_reps;   /* idle seconds measured */
-    const char *mpi; /* the mpi_allreduce program, or NULL */
-} opt = {false, 15, 30000000, 3, NULL};
+    int reps;         /* repetitions per figure */
+    int64_t rep_ns;   /* target duration of one repetition */
+    int idle_reps;    /* idle seconds measured */
+    const char *mpi;  /* the mpi_allreduce program, or NULL */
+    const char *only; /* run only the sections whose names contain this */
+} opt = {false, 15, 30000000, 3, NULL, NULL};
 
 /* ---- results ---- */
 
@@ -748,11 +749,13 @@ static void write_json(const char *path, const bu_machine_t *m)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: disco-bench [--json PATH] [--quick] [--mpi PATH] [--help]\n"
+    fprintf(f, "usage: disco-bench [--json PATH] [--quick] [--mpi PATH] [--only TEXT] [--help]\n"
                "  --json PATH  also write the results as JSON to PATH\n"
                "  --quick      fewer, shorter repetitions (smoke test)\n"
                "  --mpi PATH   the mpi_allreduce program, run with mpirun as the\n"
                "               allreduce baseline (default $DISCO_BENCH_MPI; none: skipped)\n"
+               "  --only TEXT  run only the sections whose names contain TEXT\n"
+               "               (e.g. \"session\"); the others' rows are left out\n"
                "Prints floor, ring and pipe round trips, broadcast + acks to 1..8\n"
                "readers, the idle CPU of a parked reader, session calls, and the data\n"
                "plane: allreduce, broadcast, copy to worker 0 (medians).\n");
@@ -774,6 +777,8 @@ int main(int argc, char **argv)
             opt.idle_reps = 1;
         } else if (strcmp(argv[i], "--mpi") == 0 && i + 1 < argc) {
             opt.mpi = argv[++i];
+        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+            opt.only = argv[++i];
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
@@ -789,6 +794,8 @@ int main(int argc, char **argv)
     bu_machine_probe(&m);
     printf("disco-bench: %d reps per figure%s\n", opt.reps, opt.quick ? " (quick)" : "");
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
+        if (opt.only != NULL && strstr(sections[i].name, opt.only) == NULL)
+            continue;
         printf("%s\n", sections[i].name);
         bu_watchdog(120); /* a section that takes this long is stuck */
         bu_unpin();       /* every section starts floating over all CPUs */

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../shm/ticks.h"
+
 /* ---- pipes ---- */
 
 /* Writes all of buf to fd (non-blocking on the controller side), waiting per
@@ -101,6 +103,12 @@ static disco_status_t pipe_recv(int fd, void *buf, uint32_t cap, uint32_t *len_o
 
 /* ---- the four calls ---- */
 
+void disco__chan_prepare_recv(disco_chan_t *c)
+{
+    if (c->kind == DISCO_CHAN_RING)
+        disco_ring_prefetch_read(&c->cmd, (uint32_t)(c->self - 1));
+}
+
 void disco__chan_prepare_bcast(disco_chan_t *c)
 {
     if (c->kind == DISCO_CHAN_RING && c->world > 1)
@@ -108,13 +116,17 @@ void disco__chan_prepare_bcast(disco_chan_t *c)
 }
 
 disco_status_t disco__chan_bcast(disco_chan_t *c, const void *msg, uint32_t len,
-                                 const disco_wait_t *w)
+                                 const disco_wait_t *w, uint64_t *sent_at)
 {
     if (len > c->max_msg)
         return disco_set_error(DISCO_E_MSG_TOO_BIG, "command of %u bytes, maximum is %u", len,
                                c->max_msg);
+    if (c->kind == DISCO_CHAN_RING && c->world > 1)
+        return disco__ring_write_stamped(&c->cmd, msg, len, w, sent_at);
+    if (sent_at != NULL)
+        *sent_at = disco__ticks();
     if (c->kind == DISCO_CHAN_RING)
-        return c->world > 1 ? disco_ring_write(&c->cmd, msg, len, w) : DISCO_OK;
+        return DISCO_OK;
     for (int i = 1; i < c->world; i++) {
         if (c->cmd_fd[i] < 0)
             continue;

@@ -38,11 +38,18 @@ typedef struct disco_chan {
  *  with no worker besides worker 0. */
 void disco__chan_prepare_bcast(disco_chan_t *c);
 
+/** Worker: a hint that a command receive follows (starts fetching the slot
+ *  it reads; see disco_ring_prefetch_read). Does nothing on pipes. */
+void disco__chan_prepare_recv(disco_chan_t *c);
+
 /** Controller: sends one command frame to every worker 1..world-1. A dead
- *  worker's pipe is skipped. Returns DISCO_OK, DISCO_E_MSG_TOO_BIG, or the
- *  wait's status (ring full / pipe full past the deadline). */
+ *  worker's pipe is skipped. When sent_at is not NULL it gets the trace
+ *  clock (shm/ticks.h) as the frame is published (rings: see
+ *  disco__ring_write_stamped; pipes and a lone worker 0: before the sends).
+ *  Returns DISCO_OK, DISCO_E_MSG_TOO_BIG, or the wait's status (ring full /
+ *  pipe full past the deadline). */
 disco_status_t disco__chan_bcast(disco_chan_t *c, const void *msg, uint32_t len,
-                                 const disco_wait_t *w);
+                                 const disco_wait_t *w, uint64_t *sent_at);
 
 /** Controller: receives worker's next reply. Returns DISCO_OK,
  *  DISCO_E_BUF_TOO_SMALL, DISCO_E_CLOSED (pipe end of file), the wait's

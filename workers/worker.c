@@ -471,6 +471,9 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
             /* The end is stamped after the reply went out. The record is
              * written to the ring only off the path of the next reply: after
              * a reply of our own, or when we go idle (next_cmd). */
+            /* The next command may be waiting already: start fetching its
+             * slot so that the clock read below overlaps the fetch. */
+            disco__chan_prepare_recv(c);
             last_end = disco__ticks();
             put_held(w->trace, &held);
             held = (struct held_rec){.full = true,

@@ -107,10 +107,22 @@ disco_status_t disco_ring_attach(void *mem, size_t mem_size, disco_ring_t *ring_
 disco_status_t disco_ring_write(disco_ring_t *r, const void *msg, uint32_t len,
                                 const disco_wait_t *w);
 
+/** disco_ring_write that also reads the trace clock (internal: shm/ticks.h)
+ *  into *published_at right after the message's first slot is published,
+ *  while the publishing stores drain (the read then adds little to the
+ *  write). *published_at is untouched when the write fails before that. */
+disco_status_t disco__ring_write_stamped(disco_ring_t *r, const void *msg, uint32_t len,
+                                         const disco_wait_t *w, uint64_t *published_at);
+
 /** Starts taking the cache line of the slot the next write begins in, so
  *  that the write's stores do not wait for it (call it before other work
  *  that leads up to the write). Writer only; changes nothing visible. */
 void disco_ring_prefetch_write(const disco_ring_t *r);
+
+/** Starts reading the cache line of the slot reader's next message begins
+ *  in, so that the read's first check finds it on its way (call it before
+ *  other work that leads up to the read). Changes nothing visible. */
+void disco_ring_prefetch_read(const disco_ring_t *r, uint32_t reader);
 
 /** Reads the next message for reader into buf (cap bytes) and sets *len_out.
  *  Blocks per w while there is none. Returns DISCO_OK; DISCO_E_BUF_TOO_SMALL

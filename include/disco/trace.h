@@ -2,12 +2,13 @@
  * disco/trace.h - profiling of worker scheduling.
  *
  * Every command of a session is stamped four times: the controller enqueues
- * it, each worker starts and ends it, and (for commands that answer: sync,
- * debug get/set) the controller sees the reply. Workers 1..N-1 stamp into
- * their own rings in the session's shared memory (the last 8192 commands
- * each); the controller keeps its stamps in process memory, and worker 0 (the
+ * it (the stamp is read as the broadcast publishes the encoded command), each
+ * worker starts and ends it, and (for commands that answer: sync, debug
+ * get/set) the controller sees the reply. Workers 1..N-1 stamp into their own
+ * rings in the session's shared memory (the last 8192 commands each); the
+ * controller keeps its stamps in process memory, and worker 0 (the
  * controller's thread) has for each command the slice from the enqueue stamp
- * to the issued stamp: encoding, broadcast and its own run. A start or reply
+ * to the issued stamp: the end of the broadcast and its own run. A start or reply
  * that came while its reader was waiting is stamped by the waiting loop's
  * clock read just before the check that saw it, which keeps the reads off
  * the path from a command to its reply. One clock serves every
