@@ -208,10 +208,16 @@ disco_status_t disco_trace_summary_print(const disco_trace_summary_t *s, FILE *o
         fprintf(out, "  %-7d %9zu %9.1f %8.1f %12.2f %12.2f %10zu\n", w, ws->commands, ws->busy_us,
                 ws->busy_pct, ws->queue_p50_us, ws->queue_p99_us, ws->straggler_steps);
     }
-    fprintf(out, "  %-24s %8s %12s %10s %10s\n", "function", "count", "total us", "mean us",
+    int wide = 24; /* the function column fits the longest name */
+    for (size_t f = 0; f < s->nfuncs; f++) {
+        size_t n = strlen(s->func[f].name);
+        if (n > (size_t)wide)
+            wide = n < 200 ? (int)n : 200;
+    }
+    fprintf(out, "  %-*s %8s %12s %10s %10s\n", wide, "function", "count", "total us", "mean us",
             "max us");
     for (size_t f = 0; f < s->nfuncs; f++)
-        fprintf(out, "  %-24s %8zu %12.1f %10.2f %10.2f\n", s->func[f].name, s->func[f].count,
+        fprintf(out, "  %-*s %8zu %12.1f %10.2f %10.2f\n", wide, s->func[f].name, s->func[f].count,
                 s->func[f].total_us, s->func[f].mean_us, s->func[f].max_us);
     if (s->worst_step_worker >= 0)
         fprintf(out,
