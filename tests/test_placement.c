@@ -1,13 +1,20 @@
 /* test_placement.c - placement plans on synthetic and XML topologies (exact
  * cpusets), explicit lists and their errors, the JSON form, and on this
  * machine: each worker's real affinity, read from inside it, matches its
- * plan, forked and spawned. */
+ * plan, forked and spawned; heap pages follow a process's node binding. */
 #include <check.h>
 #include <jansson.h>
+#include <linux/mempolicy.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 
+#include "../workers/bind.h"
+#include "../workers/tensor_impl.h"
+#include "disco/heap.h"
 #include "disco/placement.h"
+#include "disco/segment.h"
 #include "session_util.h"
 
 #define SYN     "pack:2 numa:2 core:4 pu:2" /* 32 PUs, 4 per... 8 per NUMA node */
@@ -223,6 +230,81 @@ START_TEST(test_real_affinity)
 }
 END_TEST
 
+/* The memory policy of the page at addr (rounded up to a page): its mode,
+ * and its node mask's first word in *mask0. */
+static int range_policy(const void *addr, unsigned long *mask0)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    void *at = (void *)(((uintptr_t)addr + page - 1) & ~(page - 1));
+    int mode = -1;
+    unsigned long mask[16] = {0};
+    ck_assert_msg(syscall(SYS_get_mempolicy, &mode, mask, sizeof mask * 8, at, MPOL_F_ADDR) == 0,
+                  "get_mempolicy(%p): %s", at, strerror(errno));
+    *mask0 = mask[0];
+    return mode;
+}
+
+/* A tensor made by a process bound to node 0 gets that binding as the
+ * policy of its pages, and another process mapping the same segment sees
+ * it (the policy lives with the shared memory, not the mapping); its pages
+ * are on node 0. A tensor made by an unbound process keeps the default
+ * policy, and one smaller than a page is made as well. This machine has one
+ * node, so a page's move cannot be seen here; its binding can. */
+START_TEST(test_heap_pages_follow_binding)
+{
+    size_t fp = disco_heap_footprint(8u << 20);
+    disco_segment_t seg;
+    CK_OK(disco_segment_create("disco-test-place", fp, &seg));
+    disco_heap_t heap;
+    CK_OK(disco_heap_init(disco_segment_data(&seg), fp, &heap));
+    char *base = disco_segment_data(&seg);
+    const DLDataType f32 = {kDLFloat, 32, 1};
+    int64_t shape[1] = {1 << 18}; /* 1 MiB */
+    unsigned long mask0;
+
+    DLTensor *plain;
+    CK_OK(disco__tensor_new(&heap, 0, shape, 1, f32, &plain));
+    ck_assert_int_eq(range_policy(plain->data, &mask0), MPOL_DEFAULT);
+
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        if (disco__bind_self("", "0") != DISCO_OK)
+            tu_child_fail("bind to node 0: %s", disco_last_error());
+        DLTensor *t, *small;
+        int64_t one[1] = {4};
+        if (disco__tensor_new(&heap, 1, shape, 1, f32, &t) != DISCO_OK ||
+            disco__tensor_new(&heap, 1, one, 1, f32, &small) != DISCO_OK)
+            tu_child_fail("tensor: %s", disco_last_error());
+        memset(t->data, 0x5a, (size_t)shape[0] * 4);
+        uint64_t off[2] = {(uint64_t)((char *)t->data - base), (uint64_t)(uintptr_t)small->data};
+        if (write(fds[1], off, sizeof off) != (ssize_t)sizeof off)
+            tu_child_fail("write: %s", strerror(errno));
+        _exit(0);
+    }
+    close(fds[1]);
+    uint64_t off[2];
+    ck_assert_int_eq(read(fds[0], off, sizeof off), (ssize_t)sizeof off);
+    close(fds[0]);
+    tu_wait_ok(pid, "bound child");
+
+    char *data = base + off[0];
+    ck_assert_int_eq(range_policy(data, &mask0), MPOL_BIND);
+    ck_assert_uint_eq(mask0, 1);
+    ck_assert_int_eq((unsigned char)data[12345], 0x5a); /* the child's bytes */
+    int node = -1;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    void *at = (void *)(((uintptr_t)data + page - 1) & ~(page - 1));
+    ck_assert_int_eq(syscall(SYS_get_mempolicy, &node, NULL, 0UL, at, MPOL_F_NODE | MPOL_F_ADDR),
+                     0);
+    ck_assert_int_eq(node, 0);
+    /* the unbound process's tensor kept its policy */
+    ck_assert_int_eq(range_policy(plain->data, &mask0), MPOL_DEFAULT);
+    disco_segment_close(&seg);
+}
+END_TEST
+
 Suite *suite_placement(void)
 {
     Suite *s = suite_create("placement");
@@ -236,6 +318,7 @@ Suite *suite_placement(void)
     tcase_add_test(tc, test_default_and_none);
     tcase_add_test(tc, test_json);
     tcase_add_loop_test(tc, test_real_affinity, 0, 2);
+    tcase_add_test(tc, test_heap_pages_follow_binding);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -4,7 +4,9 @@
  * calls are the ones hwloc itself makes on Linux. */
 #include <errno.h>
 #include <hwloc.h>
+#include <linux/mempolicy.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -13,7 +15,7 @@
 #include "bind.h"
 #include "disco/placement.h"
 
-#define MPOL_BIND_MODE 2 /* MPOL_BIND in <linux/mempolicy.h> */
+#define NODE_WORDS 16 /* node masks: up to 1024 nodes */
 
 static disco_status_t parse(const char *what, const char *list, hwloc_bitmap_t set)
 {
@@ -57,12 +59,12 @@ static disco_status_t bind_nodes(const char *list)
         return disco_set_error(DISCO_E_NOMEM, "nodeset");
     disco_status_t st = parse("nodes", list, set);
     if (st == DISCO_OK) {
-        unsigned long mask[16] = {0}; /* up to 1024 nodes */
+        unsigned long mask[NODE_WORDS] = {0};
         unsigned maxnode = sizeof mask * 8;
         for (int i = hwloc_bitmap_first(set); i >= 0; i = hwloc_bitmap_next(set, i))
             if ((unsigned)i < maxnode)
                 mask[i / 64] |= 1UL << (i % 64);
-        if (syscall(SYS_set_mempolicy, MPOL_BIND_MODE, mask, (unsigned long)maxnode) != 0)
+        if (syscall(SYS_set_mempolicy, MPOL_BIND, mask, (unsigned long)maxnode) != 0)
             st = disco_set_error(DISCO_E_SYS, "set_mempolicy(bind, %s): %s", list, strerror(errno));
     }
     hwloc_bitmap_free(set);
@@ -77,6 +79,34 @@ disco_status_t disco__bind_self(const char *cpus, const char *nodes)
     if (st == DISCO_OK && nodes[0] != '\0')
         st = bind_nodes(nodes);
     return st;
+}
+
+disco_status_t disco__place_pages(void *addr, size_t len)
+{
+    int mode = MPOL_DEFAULT;
+    unsigned long mask[NODE_WORDS] = {0};
+    unsigned long maxnode = sizeof mask * 8;
+    if (syscall(SYS_get_mempolicy, &mode, mask, maxnode, NULL, 0UL) != 0)
+        return disco_set_error(DISCO_E_SYS, "get_mempolicy: %s", strerror(errno));
+    if (mode != MPOL_BIND)
+        return DISCO_OK; /* not bound to nodes: the pages stay where they are */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)addr + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)addr + len) & ~(page - 1);
+    if (hi <= lo)
+        return DISCO_OK; /* no whole page: it shares its pages with other blocks */
+    /* The pages exist (the segment is backed at creation), but a move only
+     * sees pages mapped into this process: a read maps each one here. */
+    for (uintptr_t p = lo; p < hi; p += page)
+        (void)*(volatile const char *)p;
+    /* EIO: some pages could not be moved (another process maps them too);
+     * they stay where they are, which is all "where possible" promises. */
+    if (syscall(SYS_mbind, (void *)lo, (unsigned long)(hi - lo), MPOL_BIND, mask, maxnode,
+                (unsigned)MPOL_MF_MOVE) != 0 &&
+        errno != EIO)
+        return disco_set_error(DISCO_E_SYS, "mbind(%zu bytes): %s", (size_t)(hi - lo),
+                               strerror(errno));
+    return DISCO_OK;
 }
 
 disco_status_t disco_place_current_cpus(char *buf, size_t cap)

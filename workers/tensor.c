@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bind.h"
 #include "disco/dtype.h"
 #include "tensor_impl.h"
 
@@ -173,9 +174,15 @@ disco_status_t disco__tensor_new(disco_heap_t *heap, uint32_t owner, const int64
     /* Relaxed: the block is not shared yet; sharing it (a barrier or a
      * command) publishes it. */
     atomic_store_explicit(&h->refs, 1, memory_order_relaxed);
-    if ((st = wrap(heap, block, 0, shape, ndim, dtype, out)) != DISCO_OK)
+    if ((st = wrap(heap, block, 0, shape, ndim, dtype, out)) != DISCO_OK) {
         disco_heap_free(heap, block);
-    return st;
+        return st;
+    }
+    /* The process that makes a tensor is the one that fills it: its pages
+     * go to that process's NUMA nodes. A hint: a failure leaves them where
+     * they are, and the tensor is as good. */
+    (void)disco__place_pages((*out)->data, nbytes);
+    return DISCO_OK;
 }
 
 disco_status_t disco__tensor_from_block(disco_heap_t *heap, uint64_t block, uint64_t byte_offset,
