@@ -152,8 +152,8 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     if (++s->issued % HEALTH_EVERY == 0 && (st = disco__procs_check(s)) != DISCO_OK)
         return st;
     /* The command slot's cache line is last held by the readers: start
-     * taking it now, so the fetch overlaps the encoding (and the clock read)
-     * instead of stalling the broadcast's stores. */
+     * taking it now, so the fetch overlaps the encoding instead of stalling
+     * the broadcast's stores. */
     disco__chan_prepare_bcast(&s->chan);
     size_t len;
     disco_frame_hdr_t h = {.code = code, .nargs = nargs, .seq = ++s->seq};

@@ -77,7 +77,10 @@ static size_t copy_ring(const struct disco_session *s, int w, double scale,
         sl->enqueue_us = known ? to_us(t, scale, c->t_enq) : sl->start_us;
         /* A command the worker found waiting starts at the previous one's
          * end (worker.c), which may precede its enqueue when it arrived in
-         * between: then the enqueue is the tighter bound on its start. */
+         * between; and a waiting worker's stamp, read just before the check
+         * that saw the command, may precede the enqueue stamp read just
+         * after publishing it (shm/ring.c). Either way the enqueue is the
+         * tighter bound on its start. */
         if (sl->start_us < sl->enqueue_us)
             sl->start_us = sl->enqueue_us;
         set_name(sl->name, known ? c->name : disco__cmd_name(sl->cmd));

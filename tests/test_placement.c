@@ -230,18 +230,27 @@ START_TEST(test_real_affinity)
 }
 END_TEST
 
-/* The memory policy of the page at addr (rounded up to a page): its mode,
- * and its node mask's first word in *mask0. */
-static int range_policy(const void *addr, unsigned long *mask0)
+/* The page at addr (rounded up to a page): its memory policy's mode, its
+ * node mask's first word, and the node the page is on. */
+struct page_policy {
+    int mode;
+    unsigned long mask0;
+    int node;
+};
+
+static struct page_policy page_policy(const void *addr)
 {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     void *at = (void *)(((uintptr_t)addr + page - 1) & ~(page - 1));
-    int mode = -1;
+    struct page_policy p = {.mode = -1, .node = -1};
     unsigned long mask[16] = {0};
-    ck_assert_msg(syscall(SYS_get_mempolicy, &mode, mask, sizeof mask * 8, at, MPOL_F_ADDR) == 0,
+    ck_assert_msg(syscall(SYS_get_mempolicy, &p.mode, mask, sizeof mask * 8, at, MPOL_F_ADDR) == 0,
                   "get_mempolicy(%p): %s", at, strerror(errno));
-    *mask0 = mask[0];
-    return mode;
+    ck_assert_msg(syscall(SYS_get_mempolicy, &p.node, NULL, 0UL, at, MPOL_F_NODE | MPOL_F_ADDR) ==
+                      0,
+                  "get_mempolicy(%p, node): %s", at, strerror(errno));
+    p.mask0 = mask[0];
+    return p;
 }
 
 /* A tensor made by a process bound to node 0 gets that binding as the
@@ -260,11 +269,10 @@ START_TEST(test_heap_pages_follow_binding)
     char *base = disco_segment_data(&seg);
     const DLDataType f32 = {kDLFloat, 32, 1};
     int64_t shape[1] = {1 << 18}; /* 1 MiB */
-    unsigned long mask0;
 
     DLTensor *plain;
     CK_OK(disco__tensor_new(&heap, 0, shape, 1, f32, &plain));
-    ck_assert_int_eq(range_policy(plain->data, &mask0), MPOL_DEFAULT);
+    ck_assert_int_eq(page_policy(plain->data).mode, MPOL_DEFAULT);
 
     int fds[2];
     ck_assert_int_eq(pipe(fds), 0);
@@ -278,29 +286,25 @@ START_TEST(test_heap_pages_follow_binding)
             disco__tensor_new(&heap, 1, one, 1, f32, &small) != DISCO_OK)
             tu_child_fail("tensor: %s", disco_last_error());
         memset(t->data, 0x5a, (size_t)shape[0] * 4);
-        uint64_t off[2] = {(uint64_t)((char *)t->data - base), (uint64_t)(uintptr_t)small->data};
-        if (write(fds[1], off, sizeof off) != (ssize_t)sizeof off)
+        uint64_t off = (uint64_t)((char *)t->data - base);
+        if (write(fds[1], &off, sizeof off) != (ssize_t)sizeof off)
             tu_child_fail("write: %s", strerror(errno));
         _exit(0);
     }
     close(fds[1]);
-    uint64_t off[2];
-    ck_assert_int_eq(read(fds[0], off, sizeof off), (ssize_t)sizeof off);
+    uint64_t off;
+    ck_assert_int_eq(read(fds[0], &off, sizeof off), (ssize_t)sizeof off);
     close(fds[0]);
     tu_wait_ok(pid, "bound child");
 
-    char *data = base + off[0];
-    ck_assert_int_eq(range_policy(data, &mask0), MPOL_BIND);
-    ck_assert_uint_eq(mask0, 1);
+    char *data = base + off;
+    struct page_policy p = page_policy(data);
+    ck_assert_int_eq(p.mode, MPOL_BIND);
+    ck_assert_uint_eq(p.mask0, 1);
+    ck_assert_int_eq(p.node, 0);
     ck_assert_int_eq((unsigned char)data[12345], 0x5a); /* the child's bytes */
-    int node = -1;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    void *at = (void *)(((uintptr_t)data + page - 1) & ~(page - 1));
-    ck_assert_int_eq(syscall(SYS_get_mempolicy, &node, NULL, 0UL, at, MPOL_F_NODE | MPOL_F_ADDR),
-                     0);
-    ck_assert_int_eq(node, 0);
     /* the unbound process's tensor kept its policy */
-    ck_assert_int_eq(range_policy(plain->data, &mask0), MPOL_DEFAULT);
+    ck_assert_int_eq(page_policy(plain->data).mode, MPOL_DEFAULT);
     disco_segment_close(&seg);
 }
 END_TEST

@@ -214,17 +214,27 @@ START_TEST(test_check_status_not_swallowed)
 }
 END_TEST
 
+/* Parks a thread on f, then sets f and wakes it; *t_set gets the ticks read
+ * just before the set. Returns the parked thread's outcome. */
+static struct parked set_parked_flag(struct flag *f, uint64_t *t_set)
+{
+    struct parked p = {.q = &f->q, .f = f};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, park_thread, &p), 0);
+    wait_for_parker(&f->q);
+    *t_set = disco__ticks();
+    atomic_store_explicit(&f->value, 1, memory_order_release); /* K0 */
+    disco_waitq_wake(&f->q);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    return p;
+}
+
 /* A wake after the flag is set ends a parked wait at once (park slice 5 s). */
 START_TEST(test_wake_parked_thread)
 {
     struct flag f = {0};
-    struct parked p = {.q = &f.q, .f = &f};
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, park_thread, &p), 0);
-    wait_for_parker(&f.q);
-    atomic_store_explicit(&f.value, 1, memory_order_release); /* K0 */
-    disco_waitq_wake(&f.q);
-    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    uint64_t t_set;
+    struct parked p = set_parked_flag(&f, &t_set);
     ck_assert_msg(p.st == DISCO_OK, "disco_wait_until: %s", disco_err_name(p.st));
     ck_assert_msg(p.ms < 2000, "woken wait took %.1f ms (park slice 5 s)", p.ms);
 }
@@ -237,14 +247,8 @@ END_TEST
 START_TEST(test_found_at)
 {
     struct flag f = {0};
-    struct parked p = {.q = &f.q, .f = &f};
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, park_thread, &p), 0);
-    wait_for_parker(&f.q);
-    uint64_t t_set = disco__ticks();
-    atomic_store_explicit(&f.value, 1, memory_order_release); /* K0 */
-    disco_waitq_wake(&f.q);
-    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    uint64_t t_set;
+    struct parked p = set_parked_flag(&f, &t_set);
     CK_OK(p.st);
     ck_assert_msg(p.found_at >= t_set && p.found_at <= p.t_after,
                   "stamp %llu outside [set %llu, return %llu]", (unsigned long long)p.found_at,

@@ -409,7 +409,6 @@ struct waits {
  * clock read in a busy stream); one we had to wait for starts when the wait
  * found it (the wait loop's own clock read, off the path from its arrival
  * to our reply). Idle time is when the held record goes into the ring. */
-
 static disco_status_t next_cmd(disco_worker_t *w, disco_chan_t *c, void *buf, uint32_t cap,
                                uint32_t *len, struct waits *ws, uint64_t last_end,
                                struct held_rec *held, uint64_t *t_start)
@@ -468,11 +467,11 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
         if (rlen != 0 && disco__chan_send_reply(c, reply, (uint32_t)rlen, wait) != DISCO_OK)
             goto out;
         if (w->trace != NULL) {
-            /* The end is stamped after the reply went out. The record is
-             * written to the ring only off the path of the next reply: after
-             * a reply of our own, or when we go idle (next_cmd). */
-            /* The next command may be waiting already: start fetching its
-             * slot so that the clock read below overlaps the fetch. */
+            /* The end is stamped after the reply went out, once the fetch of
+             * the next command's slot (which may be waiting already) has
+             * begun, so the clock read overlaps it. The record is written to
+             * the ring only off the path of the next reply: after a reply of
+             * our own, or when we go idle (next_cmd). */
             disco__chan_prepare_recv(c);
             last_end = disco__ticks();
             put_held(w->trace, &held);
