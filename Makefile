@@ -25,9 +25,9 @@ $(error SANITIZE must be address or thread)
 endif
 
 DEPS_STAMP := build/.deps-ok
-PKGS       := hwloc check jansson
+PKGS       := hwloc check jansson libsodium
 PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS    = $(shell pkg-config --libs hwloc jansson 2>/dev/null)
+PKG_LIBS    = $(shell pkg-config --libs hwloc jansson libsodium 2>/dev/null)
 CHECK_LIBS  = $(shell pkg-config --libs check 2>/dev/null)
 
 CFLAGS   ?= $(O) -g

@@ -9,6 +9,7 @@ have_pc() { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists "$1"; }
 have_pc hwloc || missing="$missing libhwloc-dev"
 have_pc check || missing="$missing check libsubunit-dev"
 have_pc jansson || missing="$missing libjansson-dev"
+have_pc libsodium || missing="$missing libsodium-dev" # RPC authentication (HMAC, random tokens)
 [ -f /usr/include/dlpack/dlpack.h ] || missing="$missing libdlpack-dev"
 [ -z "$missing" ] && exit 0
 echo "deps: installing$missing"

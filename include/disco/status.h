@@ -45,7 +45,10 @@ extern "C" {
     X(E_NO_DEVICE, -24, "no such device")                                                          \
     X(E_MISMATCH, -25, "shape, dtype, device or size mismatch")                                    \
     X(E_CLOSED, -26, "connection closed")                                                          \
-    X(E_PROTOCOL, -27, "malformed message")
+    X(E_PROTOCOL, -27, "malformed message")                                                        \
+    X(E_AUTH, -28, "authentication failed")                                                        \
+    X(E_BUSY, -29, "server busy: every connection slot is taken")                                  \
+    X(E_OVERFLOW, -30, "size overflows or exceeds its limit")
 
 typedef enum {
 #define DISCO_STATUS_ENUM(name, value, msg) DISCO_##name = value,
@@ -54,7 +57,7 @@ typedef enum {
 } disco_status_t;
 
 /* Smallest (most negative) code in the table; handy for exhaustive tests. */
-#define DISCO_STATUS_MIN (-27)
+#define DISCO_STATUS_MIN (-30)
 
 /** Message for a status code. Thread-safe. Never NULL: an unknown code gives
  *  "unknown status". */
