@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../shm/segment_fork.h"
+#include "../workers/inherit.h"
 #include "session_impl.h"
 
 extern char **environ;
@@ -38,37 +40,62 @@ static void worker_path(const struct disco_session *s, char *out, size_t cap)
     snprintf(out, cap, "%sdisco-worker", slash != NULL ? self : "");
 }
 
+/* The fds a spawned worker gets, at fixed numbers: the segment, and the
+ * command and reply pipes (pipe transport). */
+enum { SPAWN_SEG_FD = 3, SPAWN_CMD_FD = 4, SPAWN_REPLY_FD = 5, SPAWN_NFDS = 6 };
+
 static disco_status_t spawn_one(struct disco_session *s, int i, int cmd_r, int reply_w)
 {
-    char path[4096], a_fd[16], a_id[16], a_cmd[16], a_rep[16];
+    char path[4096], a_id[16], a_cmd[16], a_rep[16], a_fd[16];
     worker_path(s, path, sizeof path);
     if (access(path, X_OK) != 0)
         return disco_set_error(DISCO_E_INVAL,
                                "worker program %s: %s (set worker_path or "
                                "$DISCO_WORKER)",
                                path, strerror(errno));
-    snprintf(a_fd, sizeof a_fd, "%d", s->seg.fd);
+    /* Only the worker's own fds cross exec, and nothing else of the
+     * controller's (the application's fds that lack close-on-exec, other
+     * sessions'): the child moves its fds onto 3 (and 4, 5 with pipes) and
+     * closes every fd above them before exec. The sources are first duplicated (close-on-
+     * exec) above 5, so that moving one onto 3..5 never overwrites another
+     * that is still to be moved. */
+    int src[3] = {s->seg.fd, cmd_r, reply_w}, dup[3] = {-1, -1, -1};
+    int nfd = cmd_r >= 0 ? 3 : 1;
+    disco_status_t st = DISCO_OK;
+    for (int k = 0; k < nfd && st == DISCO_OK; k++)
+        if ((dup[k] = fcntl(src[k], F_DUPFD_CLOEXEC, SPAWN_NFDS)) < 0)
+            st = disco_set_error(DISCO_E_SYS, "dup fd %d for worker %d: %s", src[k], i,
+                                 strerror(errno));
+    snprintf(a_fd, sizeof a_fd, "%d", SPAWN_SEG_FD);
     snprintf(a_id, sizeof a_id, "%d", i);
-    snprintf(a_cmd, sizeof a_cmd, "%d", cmd_r);
-    snprintf(a_rep, sizeof a_rep, "%d", reply_w);
+    snprintf(a_cmd, sizeof a_cmd, "%d", cmd_r >= 0 ? SPAWN_CMD_FD : -1);
+    snprintf(a_rep, sizeof a_rep, "%d", cmd_r >= 0 ? SPAWN_REPLY_FD : -1);
     char *argv[] = {path,  "--disco-fd",
                     a_fd,  "--disco-worker",
                     a_id,  "--disco-cmd-fd",
                     a_cmd, "--disco-reply-fd",
-                    a_rep, NULL};
+                    a_rep, NULL,
+                    NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    /* dup2 onto itself clears close-on-exec for just these fds in the child. */
-    posix_spawn_file_actions_adddup2(&fa, s->seg.fd, s->seg.fd);
-    if (cmd_r >= 0) {
-        posix_spawn_file_actions_adddup2(&fa, cmd_r, cmd_r);
-        posix_spawn_file_actions_adddup2(&fa, reply_w, reply_w);
-    }
-    int err = posix_spawn(&s->pid[i], path, &fa, NULL, argv, environ);
+    /* dup2 onto another number leaves close-on-exec clear on the copy. */
+    for (int k = 0; k < nfd && st == DISCO_OK; k++)
+        posix_spawn_file_actions_adddup2(&fa, dup[k], SPAWN_SEG_FD + k);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    posix_spawn_file_actions_addclosefrom_np(&fa, SPAWN_SEG_FD + nfd);
+#else
+    /* No closefrom action before glibc 2.34: the worker closes the rest
+     * itself before anything else (disco_worker_main). */
+    argv[9] = "--disco-close-others";
+#endif
+    int err = st == DISCO_OK ? posix_spawn(&s->pid[i], path, &fa, NULL, argv, environ) : 0;
     posix_spawn_file_actions_destroy(&fa);
-    if (err != 0)
-        return disco_set_error(DISCO_E_SYS, "spawn %s: %s", path, strerror(err));
-    return DISCO_OK;
+    for (int k = 0; k < nfd; k++)
+        if (dup[k] >= 0)
+            close(dup[k]);
+    if (st == DISCO_OK && err != 0)
+        st = disco_set_error(DISCO_E_SYS, "spawn %s: %s", path, strerror(err));
+    return st;
 }
 
 static disco_status_t fork_one(struct disco_session *s, int i, int cmd_r, int reply_w)
@@ -77,14 +104,18 @@ static disco_status_t fork_one(struct disco_session *s, int i, int cmd_r, int re
     if (pid < 0)
         return disco_set_error(DISCO_E_SYS, "fork worker %d: %s", i, strerror(errno));
     if (pid == 0) {
-        /* Child: drop the controller's ends of every pipe, so end of file
-         * still reaches whoever should see it. */
-        for (int j = 1; j <= i; j++) {
-            if (s->cmd_fd != NULL && s->cmd_fd[j] >= 0)
-                close(s->cmd_fd[j]);
-            if (s->reply_fd != NULL && s->reply_fd[j] >= 0)
-                close(s->reply_fd[j]);
-        }
+        /* Child: keep only what this worker needs. Every other segment of
+         * the controller (earlier sessions', RPC transports') is unmapped,
+         * so closing those frees their memory even while this worker lives;
+         * every fd but 0-2 and its own pipe ends is closed: the controller's
+         * ends of every pipe (so end of file reaches whoever should see it),
+         * the application's files and sockets, other sessions' fds. This
+         * session's mapping stays (at the same address) and its memfd fd is
+         * not needed. Unmapping rather than MADV_DONTFORK at creation: the
+         * application's own forks keep the sessions they may read from. */
+        disco__segment_unmap_others(&s->seg);
+        int keep[2] = {cmd_r, reply_w};
+        disco__close_fds_except(keep, 2);
         _exit(disco__worker_process(disco_segment_data(&s->seg), disco_segment_data_size(&s->seg),
                                     i, cmd_r, reply_w));
     }

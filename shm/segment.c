@@ -2,6 +2,8 @@
 #include "disco/segment.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,12 +12,95 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "segment_fork.h"
+
 struct segment_header {
     uint64_t magic;
     uint32_t layout;
     uint32_t data_offset;
     uint64_t size; /* bytes mapped, header included */
 };
+
+/* ---- every mapping of this process, for forked workers ----
+ *
+ * A forked child inherits every mapping of its parent. A session's worker
+ * needs only its own session's segment; all others (earlier sessions',
+ * RPC transports') it drops at once (disco__segment_unmap_others), or a
+ * closed session's memory would stay alive as long as any later session's
+ * workers. A fixed table, not a list under a lock: the child reads it right
+ * after fork, when a lock held by another thread of the parent would never
+ * be released.
+ *
+ * Slot protocol: FREE -> BUSY (claimed by one thread, CAS) -> fields written
+ * -> LIVE (release store, T1). A reader takes a slot only when its state
+ * reads LIVE (acquire, pairs with T1) and then reads the fields. Removal:
+ * LIVE -> BUSY (CAS, only by the thread that closes that mapping) -> FREE.
+ * The fields are atomics (relaxed) so that a reader racing a removal reads
+ * a stale value, never a torn one; a child never races anyone (it has one
+ * thread), and a slot caught BUSY at fork is skipped: that mapping is left
+ * in the child. A table that is full leaves later mappings untracked (kept
+ * by children too); 1024 live segments in one process is far more than any
+ * use here. */
+#define TRACK_SLOTS 1024
+enum { SLOT_FREE, SLOT_BUSY, SLOT_LIVE };
+static struct tracked {
+    _Atomic int state;
+    _Atomic uintptr_t base;
+    _Atomic size_t size;
+} tracked[TRACK_SLOTS];
+
+static void track(void *base, size_t size)
+{
+    for (int i = 0; i < TRACK_SLOTS; i++) {
+        int free_slot = SLOT_FREE;
+        /* Relaxed on success is enough: the claim publishes nothing; the
+         * LIVE store below does (T1). */
+        if (atomic_compare_exchange_strong_explicit(&tracked[i].state, &free_slot, SLOT_BUSY,
+                                                    memory_order_relaxed, memory_order_relaxed)) {
+            atomic_store_explicit(&tracked[i].base, (uintptr_t)base, memory_order_relaxed);
+            atomic_store_explicit(&tracked[i].size, size, memory_order_relaxed);
+            /* T1: release, pairs with the acquire loads of readers. */
+            atomic_store_explicit(&tracked[i].state, SLOT_LIVE, memory_order_release);
+            return;
+        }
+    }
+}
+
+static void untrack(void *base)
+{
+    for (int i = 0; i < TRACK_SLOTS; i++) {
+        int live = SLOT_LIVE;
+        /* Acquire on the state (pairs with T1) before the base is compared. */
+        if (atomic_load_explicit(&tracked[i].state, memory_order_acquire) != SLOT_LIVE ||
+            atomic_load_explicit(&tracked[i].base, memory_order_relaxed) != (uintptr_t)base)
+            continue;
+        /* Only the closing thread removes this base: the CAS cannot lose
+         * to another remover of the same mapping. Relaxed: nothing is read
+         * after it. */
+        if (atomic_compare_exchange_strong_explicit(&tracked[i].state, &live, SLOT_BUSY,
+                                                    memory_order_relaxed, memory_order_relaxed)) {
+            atomic_store_explicit(&tracked[i].base, 0, memory_order_relaxed);
+            /* Release: the cleared fields before the slot is reused. */
+            atomic_store_explicit(&tracked[i].state, SLOT_FREE, memory_order_release);
+            return;
+        }
+    }
+}
+
+void disco__segment_unmap_others(const disco_segment_t *keep)
+{
+    for (int i = 0; i < TRACK_SLOTS; i++) {
+        /* Acquire: pairs with T1, the fields of a LIVE slot are complete. */
+        if (atomic_load_explicit(&tracked[i].state, memory_order_acquire) != SLOT_LIVE)
+            continue;
+        void *base = (void *)atomic_load_explicit(&tracked[i].base, memory_order_relaxed);
+        size_t size = atomic_load_explicit(&tracked[i].size, memory_order_relaxed);
+        if (keep != NULL && base == keep->base)
+            continue;
+        munmap(base, size);
+        atomic_store_explicit(&tracked[i].state, SLOT_FREE, memory_order_relaxed);
+    }
+}
 
 static size_t page_round(size_t n)
 {
@@ -115,6 +200,7 @@ disco_status_t disco_segment_create(const char *name, size_t data_size, disco_se
     h->layout = DISCO_SEGMENT_LAYOUT;
     h->data_offset = DISCO_SEGMENT_DATA_OFFSET;
     h->size = total;
+    track(base, total);
     seg_out->fd = fd;
     seg_out->base = base;
     seg_out->size = total;
@@ -155,6 +241,7 @@ disco_status_t disco_segment_attach(int fd, disco_segment_t *seg_out)
         close(dup_fd);
         return st;
     }
+    track(base, total);
     seg_out->fd = dup_fd;
     seg_out->base = base;
     seg_out->size = total;
@@ -163,8 +250,10 @@ disco_status_t disco_segment_attach(int fd, disco_segment_t *seg_out)
 
 void disco_segment_close(disco_segment_t *seg)
 {
-    if (seg->base != NULL && seg->size != 0)
+    if (seg->base != NULL && seg->size != 0) {
+        untrack(seg->base);
         munmap(seg->base, seg->size);
+    }
     if (seg->base != NULL && seg->fd >= 0)
         close(seg->fd);
     seg->base = NULL;

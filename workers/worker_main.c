@@ -10,6 +10,7 @@
 #include "disco/segment.h"
 #include "disco/session.h"
 #include "bind.h"
+#include "inherit.h"
 #include "worker.h"
 
 struct parent_watch {
@@ -112,6 +113,15 @@ int disco_worker_main(int argc, char **argv)
         worker_usage(stderr, argv[0]);
         return 2;
     }
+    int cmd_fd = arg_int(argc, argv, "--disco-cmd-fd", -1);
+    int reply_fd = arg_int(argc, argv, "--disco-reply-fd", -1);
+    /* Asked by a controller whose C library could not close them before
+     * exec (see lifecycle.c): drop every fd but ours. */
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--disco-close-others") == 0) {
+            int keep[3] = {fd, cmd_fd, reply_fd};
+            disco__close_fds_except(keep, 3);
+        }
     disco_segment_t seg;
     if (disco_segment_attach(fd, &seg) != DISCO_OK) {
         fprintf(stderr, "disco worker %d: %s\n", id, disco_last_error());
@@ -119,8 +129,7 @@ int disco_worker_main(int argc, char **argv)
     }
     close(fd);
     int rc = disco__worker_process(disco_segment_data(&seg), disco_segment_data_size(&seg), id,
-                                   arg_int(argc, argv, "--disco-cmd-fd", -1),
-                                   arg_int(argc, argv, "--disco-reply-fd", -1));
+                                   cmd_fd, reply_fd);
     disco_segment_close(&seg);
     return rc;
 }
