@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "../workers/bind.h"
 #include "../workers/channel.h"
 #include "../workers/protocol.h"
 #include "../workers/registry.h"
@@ -26,7 +27,8 @@ struct disco_session {
     disco_worker_t w0;
     disco_heap_t heap;
     disco_plan_t *plan;
-    struct disco__ctrace trace; /* rec NULL: tracing off */
+    struct disco__bind_saved ctl_saved; /* the controller thread's placement before open bound it */
+    struct disco__ctrace trace;         /* rec NULL: tracing off */
 
     /* workers 1..world-1 */
     pid_t *pid;

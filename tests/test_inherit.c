@@ -1,6 +1,5 @@
 /* test_inherit.c - what worker processes inherit from the controller: only
- * their own session's segment and fds (issue 14, section 5), and what the
- * controller's thread keeps of a session's placement after close. */
+ * their own session's segment and fds (issue 14, section 5). */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>

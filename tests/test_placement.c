@@ -7,6 +7,7 @@
 #include <linux/mempolicy.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 
@@ -218,15 +219,54 @@ START_TEST(test_real_affinity)
         disco_value_clear(&v);
     }
     disco_session_close(s);
-    /* worker 0, the caller's thread, is left alone unless asked */
+    /* worker 0, the caller's thread, is bound while the session is open
+     * (by default), and given back its CPUs at close */
     char before[256], after[256];
     CK_OK(disco_place_current_cpus(before, sizeof before));
-    cfg.place.bind_controller = true;
     CK_OK(disco_session_open(&cfg, &s));
     CK_OK(disco_place_current_cpus(after, sizeof after));
     ck_assert_str_eq(after, disco_session_plan(s)->worker[0].cpus);
     disco_session_close(s);
-    (void)before;
+    CK_OK(disco_place_current_cpus(after, sizeof after));
+    ck_assert_str_eq(after, before);
+}
+END_TEST
+
+/* With the defaults (2 workers), whenever the plan binds workers it binds
+ * worker 0, and open binds the controller's thread to that entry: floating,
+ * the kernel put it on worker 1's CPU (p99 of call + sync 10x worse). The
+ * thread runs where the plan says while the session is open, and close
+ * gives it back exactly the CPUs it had. Loop 1: place.leave_controller
+ * leaves the thread alone throughout. */
+START_TEST(test_controller_bound_by_default)
+{
+    unsetenv("DISCO_PLACE");
+    disco_session_config_t cfg = disco_session_config_default(2);
+    cfg.place.leave_controller = _i == 1;
+    char before[256], during[256], after[256];
+    CK_OK(disco_place_current_cpus(before, sizeof before));
+    disco_session_t *s;
+    CK_OK(disco_session_open(&cfg, &s));
+    const disco_plan_t *p = disco_session_plan(s);
+    CK_OK(disco_place_current_cpus(during, sizeof during));
+    if (p->worker[1].cpus[0] != '\0')
+        ck_assert_msg(p->worker[0].cpus[0] != '\0',
+                      "plan %s binds worker 1 (%s) but leaves worker 0 floating",
+                      disco_place_policy_name(p->policy), p->worker[1].cpus);
+    if (_i == 0 && p->worker[0].cpus[0] != '\0')
+        ck_assert_msg(strcmp(during, p->worker[0].cpus) == 0,
+                      "controller runs on %s while open; the plan says %s", during,
+                      p->worker[0].cpus);
+    else
+        ck_assert_msg(strcmp(during, before) == 0, "controller moved from %s to %s", before,
+                      during);
+    disco_dref_t r;
+    CK_OK(disco_session_call_by_name(s, "disco.worker_id", NULL, 0, &r));
+    CK_OK(disco_session_sync(s, 1));
+    disco_session_close(s);
+    CK_OK(disco_place_current_cpus(after, sizeof after));
+    ck_assert_msg(strcmp(after, before) == 0, "controller left on %s after close (had %s)", after,
+                  before);
 }
 END_TEST
 
@@ -322,6 +362,7 @@ Suite *suite_placement(void)
     tcase_add_test(tc, test_default_and_none);
     tcase_add_test(tc, test_json);
     tcase_add_loop_test(tc, test_real_affinity, 0, 2);
+    tcase_add_loop_test(tc, test_controller_bound_by_default, 0, 2);
     tcase_add_test(tc, test_heap_pages_follow_binding);
     suite_add_tcase(s, tc);
     return s;

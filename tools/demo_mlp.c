@@ -132,10 +132,10 @@ bool demo_mlp(const demo_mlp_opts_t *o, const char *lib)
            (long long)o->batch, (long long)dm, (long long)dm, (long long)o->d_ff, n, steps);
     disco_session_config_t cfg = disco_session_config_default(n);
     cfg.heap_bytes = 64u << 20;
-    /* Worker 0 is this thread: pinned too, it cannot land on worker 1's
-     * core (seen on 2 cores: the partials then ran one after the other and
-     * coordination read ~50% of a step in 1 run of 3). */
-    cfg.place.bind_controller = true;
+    /* Worker 0 is this thread, pinned by default like the workers, so it
+     * cannot land on worker 1's core (seen on 2 cores when it was not: the
+     * partials then ran one after the other and coordination read ~50% of a
+     * step in 1 run of 3). */
     CHECK(disco_session_open(&cfg, &s));
     disco_plan_print(disco_session_plan(s), stdout, false);
     disco_dref_t r, w1, w2, f_part;

@@ -81,6 +81,37 @@ disco_status_t disco__bind_self(const char *cpus, const char *nodes)
     return st;
 }
 
+disco_status_t disco__bind_save(bool mem, struct disco__bind_saved *out)
+{
+    struct disco__bind_saved v = {.tid = (pid_t)syscall(SYS_gettid), .mem = mem};
+    if (sched_getaffinity(0, sizeof v.cpus, (cpu_set_t *)(void *)v.cpus) != 0)
+        return disco_set_error(DISCO_E_SYS, "sched_getaffinity: %s", strerror(errno));
+    if (mem && syscall(SYS_get_mempolicy, &v.mem_mode, v.nodes, (unsigned long)sizeof v.nodes * 8,
+                       NULL, 0UL) != 0)
+        return disco_set_error(DISCO_E_SYS, "get_mempolicy: %s", strerror(errno));
+    *out = v;
+    return DISCO_OK;
+}
+
+void disco__bind_restore(struct disco__bind_saved *v)
+{
+    if (v->tid == 0)
+        return;
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    /* Another thread restores the opener only while it is a thread of this
+     * process (signal 0 checks without sending): a tid that ended may be
+     * reused by another process. */
+    if (v->tid == self || syscall(SYS_tgkill, getpid(), v->tid, 0) == 0)
+        sched_setaffinity(v->tid == self ? 0 : v->tid, sizeof v->cpus,
+                          (const cpu_set_t *)(const void *)v->cpus);
+    if (v->mem && v->tid == self) {
+        bool dflt = (v->mem_mode & ~(MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES)) == MPOL_DEFAULT;
+        syscall(SYS_set_mempolicy, v->mem_mode, dflt ? NULL : v->nodes,
+                dflt ? 0UL : (unsigned long)sizeof v->nodes * 8);
+    }
+    v->tid = 0;
+}
+
 disco_status_t disco__place_pages(void *addr, size_t len)
 {
     int mode = MPOL_DEFAULT;

@@ -53,8 +53,12 @@ typedef struct disco_place_config {
                               e.g. "pack:2 numa:2 core:4 pu:2") instead of this
                               machine; for tests and the topo tool */
     const char *xml;       /* or for a topology saved as hwloc XML */
-    bool bind_controller;  /* also bind the controller's thread (worker 0);
-                              default: it is the caller's thread, left alone */
+    bool leave_controller; /* leave the controller's thread (worker 0) alone.
+                              Default (false): whenever the plan binds worker
+                              0, the thread that opens the session is bound
+                              to worker 0's entry while the session is open
+                              and its CPUs and memory policy are given back
+                              at close (see session.h) */
 } disco_place_config_t;
 
 #define DISCO_PLACE_SET_MAX 256

@@ -80,8 +80,12 @@ typedef struct disco_session_config {
     disco_place_config_t place; /* where workers run (see placement.h); default:
                                    $DISCO_PLACE, else spread (none when
                                    workers outnumber PUs). Workers 1..N-1 bind
-                                   themselves at start; worker 0 is the caller's
-                                   thread and is bound only with bind_controller */
+                                   themselves at start; worker 0, the caller's
+                                   thread, is bound by open to its entry too
+                                   (unless place.leave_controller), so that the
+                                   kernel cannot put it on a worker's CPU;
+                                   close gives the thread back its CPUs and
+                                   memory policy */
 } disco_session_config_t;
 
 typedef struct disco_session disco_session_t;
@@ -101,7 +105,9 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
 
 /** Shuts the workers down (asks, then kills stragglers after a grace period),
  *  reaps them and frees everything. NULL is harmless; so is a session that is
- *  broken. */
+ *  broken. If open bound the controller's thread (see place), that thread's
+ *  CPU affinity is restored, and its memory policy too when close runs on
+ *  it (a memory policy can only be set by its own thread). */
 void disco_session_close(disco_session_t *sess);
 
 /** Asks the workers to exit and reaps them, keeping the handle (later calls
