@@ -20,8 +20,9 @@ void record(const char *key, double value, const char *unit);
 /** Repetitions per figure (fewer with --quick). */
 int bench_reps(void);
 
-/** The session figures: call_sync_ns (rings, N = 2), call_sync_pipe_ns,
- *  call_sync_ns_n4, call_sync_ns_n8, session_open_ms_n8. */
+/** The session figures: call_sync_ns (rings, N = 2), call_sync_p99_ns (its
+ *  tail with the defaults), call_sync_pipe_ns, call_sync_ns_n4,
+ *  call_sync_ns_n8, session_open_ms_n8. */
 void bench_session(void);
 
 /** The data-plane figures, N = 2 (bench_tensor.c): allreduce_us_1MiB,

@@ -14,6 +14,9 @@
  *   idle_cpu_pct        CPU used by a reader parked on an empty ring
  *   call_sync_ns        session: no-op call on every worker + sync worker 1,
  *                       N = 2, rings (bench_session.c); _n4, _n8: N = 4, 8
+ *   call_sync_p99_ns    the same round with the defaults (placement as a
+ *                       user gets it, nothing pinned by the bench): the
+ *                       99th percentile of single rounds
  *   call_sync_pipe_ns   the same session over pipes (baseline; _n4, _n8 too)
  *   session_open_ms_n8  open + close a session of 8 workers
  *   trace_overhead_pct  call_sync_ns with command stamps on against off
@@ -650,6 +653,7 @@ static const row_t rows[] = {
     {"call_sync_ns", NULL, false, NULL, T_VALUE_LE, 400},
     {"call_sync_ns", "call_sync_pipe_ns", true, "pipe/ring", T_RATIO_GE, 100},
     {"call_sync_ns", "floor_2line_rtt_ns", false, "ring/2line", T_NONE, 0},
+    {"call_sync_p99_ns", "call_sync_ns", false, "p99/pinned", T_NONE, 0},
     {"call_sync_float_ns", "call_sync_ns", false, "float/pinned", T_NONE, 0},
     {"call_sync_ns_n4", "call_sync_pipe_ns_n4", true, "pipe/ring", T_NONE, 0},
     {"call_sync_ns_n8", "call_sync_pipe_ns_n8", true, "pipe/ring", T_NONE, 0},
