@@ -195,7 +195,16 @@ valgrind: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-soak $(BUILD)/bin/disco-wor
 # make install PREFIX=...: headers (with the umbrella <disco/disco.h>),
 # libdisco.so.$(VERSION) with soname $(SONAME), libdisco.a, the tools, the
 # demo's library (beside libdisco, where disco-demo looks for it) and
-# disco.pc for pkg-config. tests/install_test.sh checks it from `make test`.
+# disco.pc for pkg-config. tests/install_test.sh checks it from `make test`
+# (it builds the README's example, tests/readme_example.c, both ways).
+# disco.pc's Libs.private is what libdisco.a needs besides itself: hwloc,
+# jansson, libsodium, the static CUDA runtime when CUDA was found, and the C
+# library's parts. The linker, not pkg-config, picks the archive over the .so
+# (-Wl,-Bstatic before the flags); Libs.private starts with -Wl,-Bdynamic so
+# that only libdisco is linked statically, and -rdynamic so that libraries
+# loaded with disco.load_library find the archive's functions.
+PC_PRIVATE = -Wl,-Bdynamic -rdynamic $(PKG_LIBS) $(if $(filter on,$(CUDA_MODE)),$(CUDART)) \
+    -lrt -ldl -lpthread -lm
 PREFIX ?= /usr/local
 install: all
 	install -d $(PREFIX)/include/disco $(PREFIX)/lib/pkgconfig $(PREFIX)/bin
@@ -207,11 +216,14 @@ install: all
 	install -m 755 $(TOOLS) $(PREFIX)/bin/
 	install -m 755 $(DEMOLIB) $(PREFIX)/lib/
 	printf '%s\n' 'prefix=$(abspath $(PREFIX))' 'libdir=$${prefix}/lib' \
-	    'includedir=$${prefix}/include' '' 'Name: disco' \
+	    'includedir=$${prefix}/include' '' \
+	    '# shared: cc app.c $$(pkg-config --cflags --libs disco)' \
+	    '# static: cc app.c -Wl,-Bstatic $$(pkg-config --static --cflags --libs disco)' \
+	    'Name: disco' \
 	    'Description: one program over N worker processes on one machine' \
 	    'Version: $(VERSION)' \
 	    'Libs: -L$${libdir} -Wl,-rpath,$${libdir} -ldisco' \
-	    'Libs.private: $(strip $(PKG_LIBS) $(LDLIBS))' 'Cflags: -I$${includedir}' \
+	    'Libs.private: $(strip $(PC_PRIVATE))' 'Cflags: -I$${includedir}' \
 	    > $(PREFIX)/lib/pkgconfig/disco.pc
 
 format:

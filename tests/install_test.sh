@@ -1,46 +1,41 @@
 #!/bin/sh
 # install_test.sh - installs disco into a temporary prefix with
-# `make install PREFIX=...`, then builds and runs a small program against the
-# installed copy using only `pkg-config --cflags --libs disco` (shared) and
-# `pkg-config --static` (static). Run by `make test`.
+# `make install PREFIX=...`, then builds the README's example program
+# (tests/readme_example.c) against the installed copy exactly as the README
+# says, with pkg-config only: shared (`pkg-config --cflags --libs disco`) and
+# static (`-Wl,-Bstatic` and `pkg-config --static`, whose Libs.private must
+# name everything libdisco.a needs: hwloc, jansson, libsodium, the static
+# CUDA runtime when CUDA was found), and runs both. Run by `make test`.
 set -eu
 
+src=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d /tmp/disco-install-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 make --no-print-directory -s install PREFIX="$tmp/prefix" >/dev/null
-cat > "$tmp/hello.c" <<'C'
-#include <disco/disco.h>
-#include <stdio.h>
-
-int main(void)
-{
-    disco_session_config_t cfg = disco_session_config_default(2);
-    disco_session_t *s;
-    disco_dref_t r;
-    disco_value_t v;
-    if (disco_session_open(&cfg, &s) != DISCO_OK ||
-        disco_session_call_by_name(s, "disco.worker_id", NULL, 0, &r) != DISCO_OK ||
-        disco_session_debug_get(s, r, 1, &v) != DISCO_OK || v.v.i != 1) {
-        fprintf(stderr, "hello: %s\n", disco_last_error());
-        return 1;
-    }
-    disco_session_close(s);
-    printf("hello from worker %lld\n", (long long)v.v.i);
-    return 0;
-}
-C
 export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
-cc -std=c11 -Wall -Wextra -Werror -o "$tmp/hello" "$tmp/hello.c" $(pkg-config --cflags --libs disco)
-out=$(LD_LIBRARY_PATH="$tmp/prefix/lib" DISCO_QUIET=1 "$tmp/hello")
-[ "$out" = "hello from worker 1" ] || { echo "install test: shared build said: $out"; exit 1; }
-# static: the archive, then what it needs (Libs.private)
-cc -std=c11 -Wall -Wextra -Werror -o "$tmp/hello_static" "$tmp/hello.c" $(pkg-config --cflags disco) \
-    "$tmp/prefix/lib/libdisco.a" $(pkg-config --static --libs disco | sed 's/-ldisco//')
-out=$(DISCO_QUIET=1 "$tmp/hello_static")
-[ "$out" = "hello from worker 1" ] || { echo "install test: static build said: $out"; exit 1; }
+flags="-std=c11 -Wall -Wextra -Werror"
+want="worker 3 says 40"
+
+# shared: found through the rpath disco.pc sets, no LD_LIBRARY_PATH
+cc $flags -o "$tmp/example" "$src/readme_example.c" $(pkg-config --cflags --libs disco)
+out=$(DISCO_QUIET=1 "$tmp/example")
+[ "$out" = "$want" ] || { echo "install test: shared build said: $out"; exit 1; }
+readelf -d "$tmp/example" | grep -q 'NEEDED.*libdisco.so.0' ||
+    { echo "install test: the shared build does not use libdisco.so.0"; exit 1; }
+
+# static: libdisco.a, and what it needs from Libs.private
+cc $flags -o "$tmp/example_static" "$src/readme_example.c" \
+    -Wl,-Bstatic $(pkg-config --static --cflags --libs disco)
+if readelf -d "$tmp/example_static" | grep -q 'NEEDED.*libdisco'; then
+    echo "install test: the static build still needs libdisco.so"; exit 1
+fi
+out=$(DISCO_QUIET=1 "$tmp/example_static")
+[ "$out" = "$want" ] || { echo "install test: static build said: $out"; exit 1; }
+
 for t in disco disco-demo disco-bench disco-rpc-server disco-jsonrpc disco-worker; do
     [ -x "$tmp/prefix/bin/$t" ] || { echo "install test: $t not installed"; exit 1; }
 done
 readelf -d "$tmp/prefix/lib/libdisco.so" | grep -q 'SONAME.*libdisco.so.0' ||
     { echo "install test: no versioned soname"; exit 1; }
-echo "install test: headers, libdisco.so (soname libdisco.so.0), libdisco.a, tools and disco.pc work"
+echo "install test: headers, libdisco.so (soname libdisco.so.0), libdisco.a, tools and disco.pc" \
+    "work; the README's example builds and runs shared and static"
