@@ -188,7 +188,7 @@ void disco__trace_write_env(struct disco_session *s)
     disco_trace_t *tr;
     if (disco_session_trace(s, &tr) != DISCO_OK)
         return;
-    FILE *f = fopen(path, "w");
+    FILE *f = fopen(path, "we"); /* close-on-exec: a fork elsewhere must not hold it */
     if (f == NULL || disco_trace_write_json(tr, f) != DISCO_OK)
         fprintf(stderr, "disco: cannot write the trace to %s\n", path);
     if (f != NULL)

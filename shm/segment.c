@@ -111,7 +111,7 @@ static size_t page_round(size_t n)
 /* Reads a "Key: N kB" line of /proc/meminfo; returns bytes or 0 if absent. */
 static uint64_t meminfo_bytes(const char *key)
 {
-    FILE *f = fopen("/proc/meminfo", "r");
+    FILE *f = fopen("/proc/meminfo", "re");
     if (f == NULL)
         return 0;
     char line[256];
@@ -132,14 +132,14 @@ static uint64_t meminfo_bytes(const char *key)
 static uint64_t cgroup_room(void)
 {
     uint64_t max = 0, cur = 0;
-    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "re");
     if (f == NULL)
         return UINT64_MAX;
     int ok = fscanf(f, "%" SCNu64, &max) == 1;
     fclose(f);
     if (!ok)
         return UINT64_MAX; /* "max" */
-    f = fopen("/sys/fs/cgroup/memory.current", "r");
+    f = fopen("/sys/fs/cgroup/memory.current", "re");
     if (f == NULL)
         return UINT64_MAX;
     ok = fscanf(f, "%" SCNu64, &cur) == 1;

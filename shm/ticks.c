@@ -12,7 +12,7 @@ bool disco__tick_tsc;
 __attribute__((constructor)) static void decide(void)
 {
 #if defined(__x86_64__)
-    FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
+    FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "re");
     char buf[32] = "";
     if (f != NULL) {
         if (fgets(buf, sizeof buf, f) == NULL)
