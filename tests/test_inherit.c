@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../workers/inherit.h"
 #include "disco/session.h"
 #include "testutil.h"
 
@@ -155,11 +156,59 @@ START_TEST(test_app_fds_not_inherited)
 }
 END_TEST
 
+/* Whether fd is open in this process. */
+static bool fd_open(int fd)
+{
+    return fcntl(fd, F_GETFD) != -1;
+}
+
+/* disco__close_fds_except (loop 0, close_range) and its fallback, the walk
+ * of /proc/self/fd (loop 1), close every fd but 0-2 and the keep-list, in a
+ * child with 40 fds open: the list unsorted, with a duplicate, a negative
+ * entry and stdio in it; the kept fds stay and still work. */
+START_TEST(test_close_fds_except)
+{
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        int fds[40];
+        for (int k = 0; k < 40; k += 2)
+            CH_TRUE(pipe(&fds[k]) == 0);
+        int keep[6] = {fds[30], fds[3], -1, fds[17], 1, fds[3]};
+        int want[3] = {fds[30], fds[3], fds[17]};
+        int rc = _i == 0 ? disco__close_fds_except(keep, 6) : disco__close_fds_listed(keep, 6);
+        CH_TRUE(rc == 0);
+        for (int k = 0; k < 40; k++) {
+            bool kept = fds[k] == want[0] || fds[k] == want[1] || fds[k] == want[2];
+            if (fd_open(fds[k]) != kept)
+                tu_child_fail("fd %d (entry %d): %s", fds[k], k,
+                              kept ? "closed though kept" : "still open");
+        }
+        CH_TRUE(fd_open(2)); /* stdio is never closed */
+        /* nothing else is open: count /proc/self/fd */
+        DIR *d = opendir("/proc/self/fd");
+        CH_TRUE(d != NULL);
+        int n = 0;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+            if (e->d_name[0] != '.' && atoi(e->d_name) > 2 && atoi(e->d_name) != dirfd(d))
+                n++;
+        closedir(d);
+        if (n != 3)
+            tu_child_fail("%d fds above 2 are open, want the 3 kept", n);
+        char c;
+        CH_TRUE(read(fds[30], &c, 1) == 0); /* a read end whose write end is gone: end of file */
+        _exit(0);
+    }
+    tu_wait_ok(pid, "closing child");
+}
+END_TEST
+
 Suite *suite_inherit(void)
 {
     Suite *s = suite_create("inherit");
     TCase *tc = tcase_create("inherit");
     tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_close_fds_except, 0, 2);
     tcase_add_loop_test(tc, test_closed_session_released, 0, 2);
     tcase_add_loop_test(tc, test_app_fds_not_inherited, 0, 4);
     suite_add_tcase(s, tc);

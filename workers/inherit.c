@@ -44,11 +44,11 @@ struct linux_dirent64 {
 };
 
 /* Without close_range: the fds that exist, from /proc/self/fd. */
-static bool close_listed(const int *keep, int n)
+int disco__close_fds_listed(const int *keep, int n)
 {
     int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir < 0)
-        return false;
+        return -1;
     /* Closing while reading is safe for this directory: each entry read
      * names an fd that is then closed; a closed fd cannot reappear. Read it
      * again until a pass closes nothing, so entries skipped by the
@@ -75,7 +75,7 @@ static bool close_listed(const int *keep, int n)
         }
     }
     close(dir);
-    return true;
+    return 0;
 }
 
 int disco__close_fds_except(int *keep, int n)
@@ -98,7 +98,7 @@ int disco__close_fds_except(int *keep, int n)
     }
     if (ok && close_span(lo, UINT_MAX))
         return 0;
-    if (close_listed(keep, n))
+    if (disco__close_fds_listed(keep, n) == 0)
         return 0;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)

@@ -16,4 +16,9 @@
  *  fd may have stayed open (no close_range, no /proc and no fd limit). */
 int disco__close_fds_except(int *keep, int n);
 
+/** The fallback of disco__close_fds_except where close_range is missing:
+ *  closes every fd listed in /proc/self/fd except 0-2 and keep (in any
+ *  order). Returns 0, or -1 without /proc. Exposed for its test. */
+int disco__close_fds_listed(const int *keep, int n);
+
 #endif
