@@ -53,12 +53,12 @@ static disco_status_t spawn_one(struct disco_session *s, int i, int cmd_r, int r
                                "worker program %s: %s (set worker_path or "
                                "$DISCO_WORKER)",
                                path, strerror(errno));
-    /* Only the worker's own fds cross exec, and nothing else of the
+    /* Only the worker's own fds cross exec, nothing else of the
      * controller's (the application's fds that lack close-on-exec, other
      * sessions'): the child moves its fds onto 3 (and 4, 5 with pipes) and
-     * closes every fd above them before exec. The sources are first duplicated (close-on-
-     * exec) above 5, so that moving one onto 3..5 never overwrites another
-     * that is still to be moved. */
+     * closes every fd above them before exec. The sources are duplicated
+     * first, close-on-exec and above 5, so that moving one onto 3..5 never
+     * overwrites another that is still to be moved. */
     int src[3] = {s->seg.fd, cmd_r, reply_w}, dup[3] = {-1, -1, -1};
     int nfd = cmd_r >= 0 ? 3 : 1;
     disco_status_t st = DISCO_OK;
