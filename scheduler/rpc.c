@@ -128,17 +128,13 @@ static bool is_remote_of(const disco_rpc_t *s, const DLTensor *t)
 disco_status_t disco_rpc_tensor_alloc(disco_rpc_t *s, DLDevice dev, int64_t *shape, int ndim,
                                       DLDataType dtype, DLTensor *t_out)
 {
-    disco_status_t st = disco_dtype_check(dtype);
+    size_t nbytes; /* checked: an overflowing shape used to wrap to a few bytes */
+    disco_status_t st = disco_shape_nbytes(shape, ndim, dtype, &nbytes);
     if (st != DISCO_OK)
         return st;
-    if (ndim < 0 || ndim > DISCO_MAX_NDIM)
-        return disco_set_error(DISCO_E_INVAL, "ndim %d: must be 0..%d", ndim, DISCO_MAX_NDIM);
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] < 0)
-            return disco_set_error(DISCO_E_INVAL, "dimension %d is negative", i);
     DLTensor t = {.device = disco_rpc_device(s, dev), .ndim = ndim, .dtype = dtype, .shape = shape};
     disco_rpc_handle_t h;
-    if ((st = s->ops->dev_alloc(s, dev, disco_tensor_nbytes(&t), 64, &h)) != DISCO_OK)
+    if ((st = s->ops->dev_alloc(s, dev, nbytes, 64, &h)) != DISCO_OK)
         return st;
     t.data = (void *)(uintptr_t)h;
     *t_out = t;
@@ -169,7 +165,10 @@ disco_status_t disco_rpc_tensor_copy(disco_rpc_t *s, const DLTensor *from, DLTen
                                disco_dtype_str(from->dtype, a, sizeof a), from->ndim,
                                disco_dtype_str(to->dtype, b, sizeof b), to->ndim);
     }
-    uint64_t n = disco_tensor_nbytes(from);
+    size_t n;
+    disco_status_t st = disco_shape_nbytes(from->shape, from->ndim, from->dtype, &n);
+    if (st != DISCO_OK)
+        return st;
     if (up)
         return s->ops->copy_to_remote(s, (const char *)from->data + from->byte_offset,
                                       (disco_rpc_handle_t)(uintptr_t)to->data, to->byte_offset, n);

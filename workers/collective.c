@@ -452,11 +452,13 @@ static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n,
 
 void disco__coll_register(void)
 {
-    disco_register_func("disco.empty", "Stdb", empty);
-    disco_register_func("disco.allreduce", NULL, allreduce);
-    disco_register_func("disco.allgather", NULL, allgather);
-    disco_register_func("disco.broadcast_from_worker0", NULL, broadcast);
-    disco_register_func("disco.scatter_from_worker0", NULL, scatter);
-    disco_register_func("disco.gather_to_worker0", NULL, gather);
-    disco_register_func("disco.send_recv", NULL, send_recv);
+    /* Each needs a session worker (its heap and collective area): refused
+     * outside a session instead of dereferencing NULL. */
+    disco__register_session_func("disco.empty", "Stdb", empty);
+    disco__register_session_func("disco.allreduce", NULL, allreduce);
+    disco__register_session_func("disco.allgather", NULL, allgather);
+    disco__register_session_func("disco.broadcast_from_worker0", NULL, broadcast);
+    disco__register_session_func("disco.scatter_from_worker0", NULL, scatter);
+    disco__register_session_func("disco.gather_to_worker0", NULL, gather);
+    disco__register_session_func("disco.send_recv", NULL, send_recv);
 }
