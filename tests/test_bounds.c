@@ -420,6 +420,48 @@ START_TEST(test_worker_view_alloc_overflow)
 }
 END_TEST
 
+/* Gathering a tensor with a zero dimension multiplies dimension 0 by the
+ * group size: past int64 that is refused as an overflow (it was signed
+ * overflow, and came out as a "negative dimension" at best). */
+START_TEST(test_gather_dim0_overflow)
+{
+    disco_session_t *s = open_small(2, 1u << 20);
+    int64_t shape[2] = {INT64_C(1) << 62, 0}; /* no elements, 0 bytes */
+    disco_dref_t x, y;
+    CK_OK(disco_session_empty(s, shape, 2, F32, false, &x));
+    disco_value_t a[2] = {dref(x), disco_bool(false)};
+    CK_OK(disco_session_call_by_name(s, "disco.allgather", a, 2, &y));
+    CK_STATUS(disco_session_sync(s, 1), DISCO_E_OVERFLOW);
+    CK_HAS("times 2 overflows");
+    CK_OK(disco_session_free(s, y));
+    CK_OK(disco_session_call_by_name(s, "disco.gather_to_worker0", a, 2, &y));
+    CK_STATUS(disco_session_sync(s, 1), DISCO_E_OVERFLOW);
+    CK_OK(disco_session_free(s, y));
+    CK_OK(disco_session_free(s, x));
+    allreduce_still_works(s);
+    disco_session_close(s);
+}
+END_TEST
+
+/* A string value whose len is short of its strlen (what disco_str makes of
+ * a string of 4 GiB or more) is copied and encoded as ending at len: the
+ * copy keeps a terminator, the frame decodes (it used to lose its NUL). */
+START_TEST(test_str_len_rules)
+{
+    disco_value_t v = {.type = DISCO_T_STR, .len = 3, .v.str = "abcdef"}, c;
+    CK_OK(disco_value_copy(&v, &c));
+    ck_assert_str_eq(c.v.str, "abc");
+    disco_value_clear(&c);
+    _Alignas(8) unsigned char buf[64];
+    size_t len;
+    CK_OK(disco_frame_encode(1, 2, &v, 1, buf, sizeof buf, &len));
+    disco_frame_hdr_t h;
+    disco_value_t d;
+    CK_OK(disco_frame_decode(buf, len, &h, &d, 1));
+    ck_assert_str_eq(d.v.str, "abc");
+}
+END_TEST
+
 /* Whether every byte of s is printable ASCII. */
 static bool printable(const char *s)
 {
@@ -567,6 +609,8 @@ Suite *suite_bounds(void)
     tcase_add_test(tc, test_collectives_outside_session_local);
     tcase_add_test(tc, test_collectives_outside_session_server);
     tcase_add_test(tc, test_worker_view_alloc_overflow);
+    tcase_add_test(tc, test_gather_dim0_overflow);
+    tcase_add_test(tc, test_str_len_rules);
     tcase_add_test(tc, test_text_safe);
     tcase_add_test(tc, test_worker_error_strings);
     tcase_add_test(tc, test_rpc_exception_checked);

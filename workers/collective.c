@@ -361,8 +361,12 @@ static DLTensor *gather_prep(disco_ctx_t *ctx, struct coll *c, const disco_value
     if (st == DISCO_OK && want_out) {
         int64_t shape[DISCO_MAX_NDIM];
         memcpy(shape, x->shape, (size_t)x->ndim * sizeof *shape);
-        shape[0] *= c->size;
-        st = disco_ctx_empty(ctx, shape, x->ndim, x->dtype, &out);
+        /* Checked: a tensor with a 0 dimension may have any dimension 0. */
+        if (__builtin_mul_overflow(shape[0], (int64_t)c->size, &shape[0]))
+            st = disco_set_error(DISCO_E_OVERFLOW, "%s: dimension 0 (%lld) times %d overflows",
+                                 what, (long long)x->shape[0], c->size);
+        else
+            st = disco_ctx_empty(ctx, shape, x->ndim, x->dtype, &out);
     }
     if (st != DISCO_OK) {
         coll_fail(c, st, disco_last_error());
