@@ -35,8 +35,8 @@ static disco_status_t check_config(const disco_session_config_t *c)
      * can wrap (a max_msg of 0xFFFFFFFF rounded up to 0 and the first call
      * overran the frame buffer). */
     if (c->max_msg != 0 && (c->max_msg < 256 || c->max_msg > MAX_MAX_MSG))
-        return disco_set_error(DISCO_E_INVAL, "cfg.max_msg %u: must be 256..%u (0: %u)",
-                               c->max_msg, MAX_MAX_MSG, DEFAULT_MAX_MSG);
+        return disco_set_error(DISCO_E_INVAL, "cfg.max_msg %u: must be 256..%u (0: %u)", c->max_msg,
+                               MAX_MAX_MSG, DEFAULT_MAX_MSG);
     if (c->heap_bytes > MAX_HEAP)
         return disco_set_error(DISCO_E_INVAL, "cfg.heap_bytes %llu: at most %llu (2^46)",
                                (unsigned long long)c->heap_bytes, (unsigned long long)MAX_HEAP);

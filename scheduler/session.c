@@ -546,7 +546,8 @@ static disco_status_t fits_heap(const struct disco_session *s, size_t nbytes, in
 {
     uint64_t cap = s->heap.arena_end - s->heap.arena_off;
     /* No overflow: nbytes <= DISCO_TENSOR_MAX_BYTES (2^62). */
-    uint64_t one = DISCO_HEAP_BLOCK_HDR + DISCO_TENSOR_BLOCK_HDR + ((uint64_t)nbytes + 63) / 64 * 64;
+    uint64_t one =
+        DISCO_HEAP_BLOCK_HDR + DISCO_TENSOR_BLOCK_HDR + ((uint64_t)nbytes + 63) / 64 * 64;
     uint64_t all;
     if (!__builtin_mul_overflow(one, (uint64_t)count, &all) && all <= cap)
         return DISCO_OK;

@@ -65,7 +65,7 @@ static void allreduce_still_works(disco_session_t *s)
     CK_OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y));
     for (int w = n - 1; w >= 0; w--)
         CK_OK(disco_session_sync(s, w));
-    float got[1000];
+    float got[1000] = {0};
     DLTensor h = {.data = got, .device = {kDLCPU, 0}, .ndim = 1, .dtype = F32, .shape = shape};
     CK_OK(disco_session_copy_from_worker0(s, y, &h));
     for (int i = 0; i < 1000; i++) {
@@ -311,9 +311,14 @@ END_TEST
 static void call_session_builtins(disco_rpc_t *rs, const char *how)
 {
     static const char *const names[] = {
-        "disco.allreduce",          "disco.allgather",      "disco.broadcast_from_worker0",
-        "disco.scatter_from_worker0", "disco.gather_to_worker0", "disco.send_recv",
-        "disco.empty",              "disco.tensor_span",
+        "disco.allreduce",
+        "disco.allgather",
+        "disco.broadcast_from_worker0",
+        "disco.scatter_from_worker0",
+        "disco.gather_to_worker0",
+        "disco.send_recv",
+        "disco.empty",
+        "disco.tensor_span",
     };
     int64_t shape[1] = {4};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -479,7 +484,8 @@ START_TEST(test_text_safe)
     const char raw[5] = {'a', 'b', 'c', 'd', 'e'}; /* no terminator */
     ck_assert_str_eq(disco__text_safe(out, sizeof out, raw, sizeof raw), "abcde");
     ck_assert_str_eq(disco__text_safe(out, sizeof out, "a\x1b[2J\n", 64), "a\\x1b[2J\\x0a");
-    ck_assert_str_eq(disco__text_safe(out, sizeof out, "\xc3\xa9t\xc3\xa9", 64), "\\xc3\\xa9t\\xc3");
+    ck_assert_str_eq(disco__text_safe(out, sizeof out, "\xc3\xa9t\xc3\xa9", 64),
+                     "\\xc3\\xa9t\\xc3");
     ck_assert_str_eq(disco__text_safe(out, 4, "abcdef", 64), "abc");
     ck_assert_str_eq(disco__text_safe(out, 6, "ab\x01z", 64), "ab"); /* no half escape */
     ck_assert_str_eq(disco__text_safe(out, 1, "abc", 64), "");
