@@ -550,6 +550,48 @@ START_TEST(test_worker_error_strings)
 }
 END_TEST
 
+/* Puts an error reply to the controller's next token into worker 1's reply
+ * ring, as a hostile worker 1 would (worker 1 is idle, so the ring's one
+ * writer is us for the moment), and asks worker 1 for a debug get. */
+static disco_status_t forged_reply(disco_session_t *s, int64_t code, const char *msg)
+{
+    disco_value_t v[3] = {disco_int(s->token + 1), disco_int(code), disco_str(msg)};
+    static _Alignas(8) unsigned char frame[8192];
+    size_t len;
+    CK_OK(disco_frame_encode(DISCO_REPLY_ERROR, 1, v, 3, frame, sizeof frame, &len));
+    CK_OK(disco_spsc_write(&s->reply_rings[1], frame, (uint32_t)len, NULL));
+    disco_dref_t r;
+    CK_OK(disco_session_alloc_reg(s, &r));
+    disco_value_t got;
+    return disco_session_debug_get(s, r, 1, &got);
+}
+
+/* A worker's error reply is read like its mailbox: its text bounded and
+ * escaped, its code one of ours (a code that is none breaks the session
+ * as a protocol error instead of coming back as a "status" 7). */
+START_TEST(test_worker_error_reply)
+{
+    static char long_msg[1200]; /* spans slots, but fewer than the ring holds */
+    memset(long_msg, 'L', sizeof long_msg - 1);
+    memcpy(long_msg, "\x1b[2J\x9b", 5);
+    disco_session_t *s = open_small(2, 1u << 20);
+    CK_OK(disco_session_sync(s, 1));
+    CK_STATUS(forged_reply(s, DISCO_E_INVAL, long_msg), DISCO_E_INVAL);
+    ck_assert_msg(printable(disco_last_error()), "detail: %s", disco_last_error());
+    CK_HAS("worker 1: \\x1b[2J\\x9bLLL");
+    ck_assert_uint_lt(strlen(disco_last_error()), 512);
+    disco_session_close(s);
+
+    s = open_small(2, 1u << 20);
+    CK_OK(disco_session_sync(s, 1));
+    CK_STATUS(forged_reply(s, 7, "m"), DISCO_E_PROTOCOL);
+    CK_HAS("error reply with status 7");
+    ck_assert_int_eq(disco_session_health(s), DISCO_E_PROTOCOL);
+    disco_session_close(s);
+    ck_assert_msg(waitpid(-1, NULL, WNOHANG) == -1, "a worker was left");
+}
+END_TEST
+
 /* A fake RPC server (a child over two pipes): it greets, then answers the
  * first request with an exception whose status is 0 and whose message
  * carries a terminal escape. */
@@ -619,6 +661,7 @@ Suite *suite_bounds(void)
     tcase_add_test(tc, test_str_len_rules);
     tcase_add_test(tc, test_text_safe);
     tcase_add_test(tc, test_worker_error_strings);
+    tcase_add_test(tc, test_worker_error_reply);
     tcase_add_test(tc, test_rpc_exception_checked);
     suite_add_tcase(s, tc);
     return s;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../shm/text.h"
 #include "disco/dtype.h"
 #include "registry.h"
 #include "tensor_impl.h"
@@ -137,8 +138,12 @@ static disco_status_t coll_meet(struct coll *c)
         if (m->seq != c->w->seq)
             return disco_set_error(DISCO_E_PROTOCOL, "worker %d is at another command",
                                    c->base + r);
-        if (m->status != DISCO_OK)
-            return disco_set_error(m->status, "worker %d: %s", c->base + r, m->msg);
+        if (m->status != DISCO_OK) { /* another process's words: bounded, escaped */
+            char msg[sizeof m->msg];
+            disco__text_safe(msg, sizeof msg, m->msg, sizeof m->msg);
+            return disco_set_error(disco__status_is_error(m->status) ? m->status : DISCO_E_PROTOCOL,
+                                   "worker %d: %s", c->base + r, msg);
+        }
     }
     c->met = true;
     return DISCO_OK;
