@@ -33,16 +33,29 @@ disco_status_t disco_rpc_call(disco_rpc_t *s, disco_rpc_handle_t f, const disco_
     return s->ops->call(s, f, args, nargs, ret_out);
 }
 
+/* Whether bytes [offset, offset + nbytes) can be named on the wire (an
+ * int64 offset) without wrapping: a client sends each chunk's offset as
+ * offset + done, which used to wrap to the start of the allocation. */
+static disco_status_t range_ok(uint64_t offset, uint64_t nbytes)
+{
+    if (offset > INT64_MAX || nbytes > INT64_MAX - offset)
+        return disco_set_error(DISCO_E_OVERFLOW, "bytes [%llu, +%llu): past 2^63",
+                               (unsigned long long)offset, (unsigned long long)nbytes);
+    return DISCO_OK;
+}
+
 disco_status_t disco_rpc_copy_to_remote(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
                                         uint64_t offset, uint64_t nbytes)
 {
-    return s->ops->copy_to_remote(s, src, dst, offset, nbytes);
+    disco_status_t st = range_ok(offset, nbytes);
+    return st != DISCO_OK ? st : s->ops->copy_to_remote(s, src, dst, offset, nbytes);
 }
 
 disco_status_t disco_rpc_copy_from_remote(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t offset,
                                           void *dst, uint64_t nbytes)
 {
-    return s->ops->copy_from_remote(s, src, offset, dst, nbytes);
+    disco_status_t st = range_ok(offset, nbytes);
+    return st != DISCO_OK ? st : s->ops->copy_from_remote(s, src, offset, dst, nbytes);
 }
 
 disco_status_t disco_rpc_free_handle(disco_rpc_t *s, disco_rpc_handle_t h)
@@ -86,6 +99,9 @@ disco_status_t disco_rpc_copy_to_remote_async(disco_rpc_t *s, const void *src,
                                               disco_rpc_handle_t dst, uint64_t offset,
                                               uint64_t nbytes, disco_rpc_done_fn done, void *ctx)
 {
+    disco_status_t st = range_ok(offset, nbytes);
+    if (st != DISCO_OK)
+        return st; /* done never runs: nothing was sent */
     if (s->ops->copy_to_remote_async != NULL)
         return s->ops->copy_to_remote_async(s, src, dst, offset, nbytes, done, ctx);
     return copy_done(s->ops->copy_to_remote(s, src, dst, offset, nbytes), done, ctx);
@@ -95,6 +111,9 @@ disco_status_t disco_rpc_copy_from_remote_async(disco_rpc_t *s, disco_rpc_handle
                                                 uint64_t offset, void *dst, uint64_t nbytes,
                                                 disco_rpc_done_fn done, void *ctx)
 {
+    disco_status_t st = range_ok(offset, nbytes);
+    if (st != DISCO_OK)
+        return st; /* done never runs: nothing was sent */
     if (s->ops->copy_from_remote_async != NULL)
         return s->ops->copy_from_remote_async(s, src, offset, dst, nbytes, done, ctx);
     return copy_done(s->ops->copy_from_remote(s, src, offset, dst, nbytes), done, ctx);

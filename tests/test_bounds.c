@@ -376,9 +376,9 @@ START_TEST(test_collectives_outside_session_local)
 }
 END_TEST
 
-/* The same through an RPC server (disco-rpc-server --stdio serving its
- * local session): the serving process answers the error and goes on. */
-START_TEST(test_collectives_outside_session_server)
+/* disco-rpc-server --stdio (serving its local session, with the test
+ * library) as a client session; *pid_out is the server's pid. */
+static disco_rpc_t *stdio_server(pid_t *pid_out)
 {
     int out[2], in[2];
     ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
@@ -389,8 +389,7 @@ START_TEST(test_collectives_outside_session_server)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in[0], 0);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    pid_t pid;
-    ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL, (char **)argv, environ), 0);
+    ck_assert_int_eq(posix_spawn(pid_out, argv[0], &fa, NULL, (char **)argv, environ), 0);
     posix_spawn_file_actions_destroy(&fa);
     close(out[1]);
     close(in[0]);
@@ -398,11 +397,66 @@ START_TEST(test_collectives_outside_session_server)
     CK_OK(disco_transport_from_fds(out[0], in[1], &t));
     disco_rpc_t *rs;
     CK_OK(disco_rpc_client(t, 10000, &rs));
-    call_session_builtins(rs, "server");
+    return rs;
+}
+
+static void stdio_server_end(disco_rpc_t *rs, pid_t pid)
+{
     disco_rpc_close(rs);
     int ws;
     ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
     ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "server ended with status %#x", ws);
+}
+
+/* The same through an RPC server (disco-rpc-server --stdio serving its
+ * local session): the serving process answers the error and goes on. */
+START_TEST(test_collectives_outside_session_server)
+{
+    pid_t pid;
+    disco_rpc_t *rs = stdio_server(&pid);
+    call_session_builtins(rs, "server");
+    stdio_server_end(rs, pid);
+}
+END_TEST
+
+static void no_done(void *ctx, disco_status_t st, const disco_value_t *ret)
+{
+    (void)st, (void)ret;
+    ++*(int *)ctx;
+}
+
+/* A copy whose offset plus size passes 2^63 is refused before anything is
+ * sent (a client sends chunk k's offset as offset + done, which wrapped to
+ * the start of the allocation: the second chunk of a copy at 2^64 - 1 MiB
+ * landed at offset 0). */
+START_TEST(test_copy_range_overflow)
+{
+    pid_t pid;
+    disco_rpc_t *rs = stdio_server(&pid);
+    static unsigned char buf[2u << 20];
+    disco_rpc_handle_t h;
+    CK_OK(disco_rpc_dev_alloc(rs, (DLDevice){kDLCPU, 0}, sizeof buf, 64, &h));
+    memset(buf, 0x5a, sizeof buf);
+    CK_OK(disco_rpc_copy_to_remote(rs, buf, h, 0, sizeof buf));
+    memset(buf, 0xa5, sizeof buf); /* what a wrapped copy would write */
+    uint64_t wrap = UINT64_MAX - (1u << 20) + 1; /* + 1 MiB == 0 */
+    int dones = 0;
+    CK_STATUS(disco_rpc_copy_to_remote_async(rs, buf, h, wrap, sizeof buf, no_done, &dones),
+              DISCO_E_OVERFLOW);
+    CK_STATUS(disco_rpc_copy_to_remote(rs, buf, h, wrap, sizeof buf), DISCO_E_OVERFLOW);
+    CK_STATUS(disco_rpc_copy_from_remote(rs, h, wrap, buf, sizeof buf), DISCO_E_OVERFLOW);
+    CK_STATUS(disco_rpc_copy_from_remote_async(rs, h, wrap, buf, sizeof buf, no_done, &dones),
+              DISCO_E_OVERFLOW);
+    CK_STATUS(disco_rpc_copy_to_remote(rs, buf, h, INT64_MAX, 1), DISCO_E_OVERFLOW);
+    disco_rpc_wait(rs);
+    ck_assert_int_eq(dones, 0);
+    /* nothing landed at the start of the allocation */
+    memset(buf, 0, sizeof buf);
+    CK_OK(disco_rpc_copy_from_remote(rs, h, 0, buf, 1u << 20));
+    for (size_t i = 0; i < (1u << 20); i++)
+        ck_assert_msg(buf[i] == 0x5a, "byte %zu is %#x", i, buf[i]);
+    CK_OK(disco_rpc_free_handle(rs, h));
+    stdio_server_end(rs, pid);
 }
 END_TEST
 
@@ -656,6 +710,7 @@ Suite *suite_bounds(void)
     tcase_add_test(tc, test_config_sizes);
     tcase_add_test(tc, test_collectives_outside_session_local);
     tcase_add_test(tc, test_collectives_outside_session_server);
+    tcase_add_test(tc, test_copy_range_overflow);
     tcase_add_test(tc, test_worker_view_alloc_overflow);
     tcase_add_test(tc, test_gather_dim0_overflow);
     tcase_add_test(tc, test_str_len_rules);
