@@ -219,16 +219,14 @@ static disco_status_t collect_errors(struct disco_session *s)
         disco__text_safe(func, sizeof func, b->func, sizeof b->func);
         disco__text_safe(msg, sizeof msg, b->msg, sizeof b->msg);
         int32_t code = b->code;
-        if (!disco__status_is_error(code)) {
-            disco__text_safe(msg, sizeof msg, "(not an error status code)", sizeof msg);
-            code = DISCO_E_PROTOCOL;
-        }
+        bool bad = !disco__status_is_error(code);
         if (first == DISCO_OK)
-            first = (disco_status_t)code;
+            first = bad ? DISCO_E_PROTOCOL : (disco_status_t)code;
         uint32_t more = atomic_exchange_explicit(&b->dropped, 0, memory_order_relaxed);
         if (used < sizeof detail) {
-            int n = snprintf(detail + used, sizeof detail - used, "%sworker %d: %s: %s",
-                             used ? "; " : "", i, func, msg);
+            int n = snprintf(detail + used, sizeof detail - used, "%sworker %d: %s: %s%s",
+                             used ? "; " : "", i, func,
+                             bad ? "(its status is not an error status) " : "", msg);
             used += n > 0 ? (size_t)n : 0;
             if (more != 0 && used < sizeof detail) {
                 n = snprintf(detail + used, sizeof detail - used, " (and %u more)", more);
