@@ -13,6 +13,9 @@
 #define DEFAULT_MAX_MSG    (64u * 1024u)
 #define DEFAULT_HEAP       (16u << 20)
 #define ALIGN64(n)         (((n) + 63u) & ~(size_t)63u)
+#define MAX_MAX_MSG        (1u << 30)           /* 1 GiB: a command, not a data path */
+#define MAX_HEAP           (UINT64_C(1) << 46)  /* 64 TiB: beyond any machine's memory */
+#define MAX_SPIN_NS        UINT64_C(1000000000) /* 1 s of spinning before parking */
 
 static disco_status_t controller_check(void *p)
 {
@@ -28,8 +31,20 @@ static disco_status_t check_config(const disco_session_config_t *c)
         return disco_set_error(DISCO_E_INVAL, "launch mode %d is unknown", (int)c->launch);
     if (c->transport != DISCO_TRANSPORT_RING && c->transport != DISCO_TRANSPORT_PIPE)
         return disco_set_error(DISCO_E_INVAL, "transport %d is unknown", (int)c->transport);
-    if (c->max_msg != 0 && c->max_msg < 256)
-        return disco_set_error(DISCO_E_INVAL, "max_msg %u: at least 256", c->max_msg);
+    /* Sizes: each field's range, so that no rounding or sum made from it
+     * can wrap (a max_msg of 0xFFFFFFFF rounded up to 0 and the first call
+     * overran the frame buffer). */
+    if (c->max_msg != 0 && (c->max_msg < 256 || c->max_msg > MAX_MAX_MSG))
+        return disco_set_error(DISCO_E_INVAL, "cfg.max_msg %u: must be 256..%u (0: %u)", c->max_msg,
+                               MAX_MAX_MSG, DEFAULT_MAX_MSG);
+    if (c->heap_bytes > MAX_HEAP)
+        return disco_set_error(DISCO_E_INVAL, "cfg.heap_bytes %llu: at most %llu (2^46)",
+                               (unsigned long long)c->heap_bytes, (unsigned long long)MAX_HEAP);
+    if (c->spin_ns > MAX_SPIN_NS || c->pause_ns > MAX_SPIN_NS)
+        return disco_set_error(DISCO_E_INVAL,
+                               "cfg.spin_ns %llu, cfg.pause_ns %llu: each at most %llu (1 s)",
+                               (unsigned long long)c->spin_ns, (unsigned long long)c->pause_ns,
+                               (unsigned long long)MAX_SPIN_NS);
     if (c->num_groups < 0 || (c->num_groups > 0 && c->num_workers % c->num_groups != 0))
         return disco_set_error(DISCO_E_INVAL, "num_groups %d does not divide %d workers",
                                c->num_groups, c->num_workers);
@@ -216,7 +231,7 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
     s->pidfd = malloc(n * sizeof *s->pidfd);
     s->wstatus = calloc(n, sizeof *s->wstatus);
     s->reaped = calloc(n, sizeof *s->reaped);
-    s->buf = aligned_alloc(8, (s->cfg.max_msg + 7u) & ~7u);
+    s->buf = aligned_alloc(8, ((size_t)s->cfg.max_msg + 7u) & ~(size_t)7u);
     s->reply = aligned_alloc(8, DISCO_REPLY_MAX);
     if (!s->reply_rings || !s->cmd_fd || !s->reply_fd || !s->pid || !s->pidfd || !s->wstatus ||
         !s->reaped || !s->buf || !s->reply) {

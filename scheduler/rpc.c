@@ -33,16 +33,29 @@ disco_status_t disco_rpc_call(disco_rpc_t *s, disco_rpc_handle_t f, const disco_
     return s->ops->call(s, f, args, nargs, ret_out);
 }
 
+/* Whether bytes [offset, offset + nbytes) can be named on the wire (an
+ * int64 offset) without wrapping: a client sends each chunk's offset as
+ * offset + done, which used to wrap to the start of the allocation. */
+static disco_status_t range_ok(uint64_t offset, uint64_t nbytes)
+{
+    if (offset > INT64_MAX || nbytes > INT64_MAX - offset)
+        return disco_set_error(DISCO_E_OVERFLOW, "bytes [%llu, +%llu): past 2^63",
+                               (unsigned long long)offset, (unsigned long long)nbytes);
+    return DISCO_OK;
+}
+
 disco_status_t disco_rpc_copy_to_remote(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
                                         uint64_t offset, uint64_t nbytes)
 {
-    return s->ops->copy_to_remote(s, src, dst, offset, nbytes);
+    disco_status_t st = range_ok(offset, nbytes);
+    return st != DISCO_OK ? st : s->ops->copy_to_remote(s, src, dst, offset, nbytes);
 }
 
 disco_status_t disco_rpc_copy_from_remote(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t offset,
                                           void *dst, uint64_t nbytes)
 {
-    return s->ops->copy_from_remote(s, src, offset, dst, nbytes);
+    disco_status_t st = range_ok(offset, nbytes);
+    return st != DISCO_OK ? st : s->ops->copy_from_remote(s, src, offset, dst, nbytes);
 }
 
 disco_status_t disco_rpc_free_handle(disco_rpc_t *s, disco_rpc_handle_t h)
@@ -86,6 +99,9 @@ disco_status_t disco_rpc_copy_to_remote_async(disco_rpc_t *s, const void *src,
                                               disco_rpc_handle_t dst, uint64_t offset,
                                               uint64_t nbytes, disco_rpc_done_fn done, void *ctx)
 {
+    disco_status_t st = range_ok(offset, nbytes);
+    if (st != DISCO_OK)
+        return st; /* done never runs: nothing was sent */
     if (s->ops->copy_to_remote_async != NULL)
         return s->ops->copy_to_remote_async(s, src, dst, offset, nbytes, done, ctx);
     return copy_done(s->ops->copy_to_remote(s, src, dst, offset, nbytes), done, ctx);
@@ -95,6 +111,9 @@ disco_status_t disco_rpc_copy_from_remote_async(disco_rpc_t *s, disco_rpc_handle
                                                 uint64_t offset, void *dst, uint64_t nbytes,
                                                 disco_rpc_done_fn done, void *ctx)
 {
+    disco_status_t st = range_ok(offset, nbytes);
+    if (st != DISCO_OK)
+        return st; /* done never runs: nothing was sent */
     if (s->ops->copy_from_remote_async != NULL)
         return s->ops->copy_from_remote_async(s, src, offset, dst, nbytes, done, ctx);
     return copy_done(s->ops->copy_from_remote(s, src, offset, dst, nbytes), done, ctx);
@@ -128,17 +147,13 @@ static bool is_remote_of(const disco_rpc_t *s, const DLTensor *t)
 disco_status_t disco_rpc_tensor_alloc(disco_rpc_t *s, DLDevice dev, int64_t *shape, int ndim,
                                       DLDataType dtype, DLTensor *t_out)
 {
-    disco_status_t st = disco_dtype_check(dtype);
+    size_t nbytes; /* checked: an overflowing shape used to wrap to a few bytes */
+    disco_status_t st = disco_shape_nbytes(shape, ndim, dtype, &nbytes);
     if (st != DISCO_OK)
         return st;
-    if (ndim < 0 || ndim > DISCO_MAX_NDIM)
-        return disco_set_error(DISCO_E_INVAL, "ndim %d: must be 0..%d", ndim, DISCO_MAX_NDIM);
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] < 0)
-            return disco_set_error(DISCO_E_INVAL, "dimension %d is negative", i);
     DLTensor t = {.device = disco_rpc_device(s, dev), .ndim = ndim, .dtype = dtype, .shape = shape};
     disco_rpc_handle_t h;
-    if ((st = s->ops->dev_alloc(s, dev, disco_tensor_nbytes(&t), 64, &h)) != DISCO_OK)
+    if ((st = s->ops->dev_alloc(s, dev, nbytes, 64, &h)) != DISCO_OK)
         return st;
     t.data = (void *)(uintptr_t)h;
     *t_out = t;
@@ -169,7 +184,10 @@ disco_status_t disco_rpc_tensor_copy(disco_rpc_t *s, const DLTensor *from, DLTen
                                disco_dtype_str(from->dtype, a, sizeof a), from->ndim,
                                disco_dtype_str(to->dtype, b, sizeof b), to->ndim);
     }
-    uint64_t n = disco_tensor_nbytes(from);
+    size_t n;
+    disco_status_t st = disco_shape_nbytes(from->shape, from->ndim, from->dtype, &n);
+    if (st != DISCO_OK)
+        return st;
     if (up)
         return s->ops->copy_to_remote(s, (const char *)from->data + from->byte_offset,
                                       (disco_rpc_handle_t)(uintptr_t)to->data, to->byte_offset, n);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../shm/text.h"
 #include "../workers/rpc_proto.h"
 #include "disco/wait.h"
 #include "rpc_impl.h"
@@ -105,8 +106,17 @@ static disco_status_t read_reply(struct client *c, uint64_t seq)
         return die(c, st == DISCO_E_MSG_TOO_BIG || st == DISCO_E_BAD_TYPE ? DISCO_E_PROTOCOL : st);
     if (c->h.code == DISCO_RPC_EXCEPTION && c->h.nargs == 2 && c->args[0].type == DISCO_T_INT &&
         c->args[1].type == DISCO_T_STR) {
-        disco_status_t code = (disco_status_t)c->args[0].v.i;
-        st = disco_set_error(code, "remote: %s", c->args[1].v.str);
+        /* The peer's words: bounded, escaped, and a code of ours (an
+         * "exception" with status 0 would read as success). */
+        char msg[512];
+        disco__text_safe(msg, sizeof msg, c->args[1].v.str, (size_t)c->args[1].len + 1);
+        disco_status_t code = disco__status_is_error(c->args[0].v.i)
+                                  ? (disco_status_t)c->args[0].v.i
+                                  : DISCO_E_PROTOCOL;
+        st = code == DISCO_E_PROTOCOL && c->args[0].v.i != DISCO_E_PROTOCOL
+                 ? disco_set_error(code, "remote: exception with status %lld: %s",
+                                   (long long)c->args[0].v.i, msg)
+                 : disco_set_error(code, "remote: %s", msg);
         if (code == DISCO_E_SESSION_TIMEOUT)
             return die(c, st);
         if (c->h.seq != seq && c->h.seq != 0)

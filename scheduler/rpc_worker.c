@@ -154,6 +154,9 @@ static disco_status_t w_alloc(disco_rpc_t *r, DLDevice dev, uint64_t n, uint64_t
     if (align > 64)
         return disco_set_error(DISCO_E_INVAL, "alignment %llu: at most 64 in the shared heap",
                                (unsigned long long)align);
+    if (n > DISCO_TENSOR_MAX_BYTES) /* (int64_t)n would turn negative past 2^63 */
+        return disco_set_error(DISCO_E_OVERFLOW, "device alloc of %llu bytes: at most 2^62",
+                               (unsigned long long)n);
     int64_t shape[1] = {(int64_t)n};
     disco_dref_t reg;
     disco_status_t st =

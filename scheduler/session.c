@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../shm/text.h"
 #include "../workers/tensor_impl.h"
 #include "disco/dtype.h"
 #include "session_impl.h"
@@ -211,12 +212,21 @@ static disco_status_t collect_errors(struct disco_session *s)
         /* Acquire: pairs with the worker's release of full. */
         if (!atomic_load_explicit(&b->full, memory_order_acquire))
             continue;
+        /* The box is the worker's to write: its text is copied within its
+         * fields (a terminator forced, control bytes escaped) and its code
+         * must be an error of ours. */
+        char func[sizeof b->func], msg[sizeof b->msg];
+        disco__text_safe(func, sizeof func, b->func, sizeof b->func);
+        disco__text_safe(msg, sizeof msg, b->msg, sizeof b->msg);
+        int32_t code = b->code;
+        bool bad = !disco__status_is_error(code);
         if (first == DISCO_OK)
-            first = b->code;
+            first = bad ? DISCO_E_PROTOCOL : (disco_status_t)code;
         uint32_t more = atomic_exchange_explicit(&b->dropped, 0, memory_order_relaxed);
         if (used < sizeof detail) {
-            int n = snprintf(detail + used, sizeof detail - used, "%sworker %d: %s: %s",
-                             used ? "; " : "", i, b->func, b->msg);
+            int n = snprintf(detail + used, sizeof detail - used, "%sworker %d: %s: %s%s",
+                             used ? "; " : "", i, func,
+                             bad ? "(its status is not an error status) " : "", msg);
             used += n > 0 ? (size_t)n : 0;
             if (more != 0 && used < sizeof detail) {
                 n = snprintf(detail + used, sizeof detail - used, " (and %u more)", more);
@@ -273,8 +283,16 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
         return disco__session_break(s, DISCO_E_PROTOCOL, "worker %d: bad reply to %s", worker,
                                     what);
     if (h.code == DISCO_REPLY_ERROR && h.nargs == 3 && v[1].type == DISCO_T_INT &&
-        v[2].type == DISCO_T_STR)
-        return disco_set_error((disco_status_t)v[1].v.i, "worker %d: %s", worker, v[2].v.str);
+        v[2].type == DISCO_T_STR) {
+        /* The worker's words: bounded, escaped, and a code of ours. */
+        char msg[DISCO_ERR_MSG_MAX];
+        disco__text_safe(msg, sizeof msg, v[2].v.str, (size_t)v[2].len + 1);
+        if (!disco__status_is_error(v[1].v.i))
+            return disco__session_break(s, DISCO_E_PROTOCOL,
+                                        "worker %d: error reply with status %lld: %s", worker,
+                                        (long long)v[1].v.i, msg);
+        return disco_set_error((disco_status_t)v[1].v.i, "worker %d: %s", worker, msg);
+    }
     if (h.code != DISCO_REPLY_OK)
         return disco__session_break(s, DISCO_E_PROTOCOL, "worker %d: reply code %u to %s", worker,
                                     h.code, what);
@@ -458,10 +476,16 @@ static disco_status_t check_host(const DLTensor *t, const char *what)
 {
     if (t == NULL || t->device.device_type != kDLCPU)
         return disco_set_error(DISCO_E_INVAL, "%s: host tensor must be in CPU memory", what);
-    if (t->ndim < 0 || t->ndim > DISCO_MAX_NDIM || !disco_tensor_is_compact(t))
-        return disco_set_error(DISCO_E_INVAL, "%s: host tensor must be compact, ndim <= %d", what,
-                               DISCO_MAX_NDIM);
-    return disco_dtype_check(t->dtype);
+    size_t nbytes; /* the size first: a compactness check multiplies the shape too */
+    disco_status_t st = disco_shape_nbytes(t->shape, t->ndim, t->dtype, &nbytes);
+    if (st != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        return disco_set_error(st, "%s: %s", what, why);
+    }
+    if (!disco_tensor_is_compact(t))
+        return disco_set_error(DISCO_E_INVAL, "%s: host tensor must be compact", what);
+    return DISCO_OK;
 }
 
 disco_status_t disco_session_copy_to_worker0(disco_session_t *s, const DLTensor *host,
@@ -513,15 +537,79 @@ disco_status_t disco_session_copy_from_worker0(disco_session_t *s, disco_dref_t 
     return DISCO_OK;
 }
 
+/* Refuses, before anything is sent, count tensors of nbytes that the heap
+ * could never hold at once (each worker's tensor is a block of the one
+ * shared heap). */
+static disco_status_t fits_heap(const struct disco_session *s, size_t nbytes, int count)
+{
+    uint64_t cap = s->heap.arena_end - s->heap.arena_off;
+    /* No overflow: nbytes <= DISCO_TENSOR_MAX_BYTES (2^62). */
+    uint64_t one =
+        DISCO_HEAP_BLOCK_HDR + DISCO_TENSOR_BLOCK_HDR + ((uint64_t)nbytes + 63) / 64 * 64;
+    uint64_t all;
+    if (!__builtin_mul_overflow(one, (uint64_t)count, &all) && all <= cap)
+        return DISCO_OK;
+    return disco_set_error(DISCO_E_HEAP_EXHAUSTED,
+                           "disco.empty: %d tensor%s of %zu bytes (one per worker, %llu bytes "
+                           "with headers) cannot fit in the shared heap of %llu bytes "
+                           "(heap_bytes)",
+                           count, count == 1 ? "" : "s", nbytes, (unsigned long long)one,
+                           (unsigned long long)cap);
+}
+
+/* Worker 0 ran the call in register reg inline, so its failure is known
+ * now: it is taken from worker 0's mailbox (where it is this call's, by its
+ * sequence number) and returned, and the register is freed. Other workers'
+ * failures stay for the next sync. */
+static disco_status_t w0_outcome(struct disco_session *s, disco_dref_t reg)
+{
+    const disco_value_t *v = disco__worker_get_reg(&s->w0, reg);
+    if (v != NULL && v->type == DISCO_T_TENSOR)
+        return DISCO_OK;
+    struct disco__errbox *b = &s->errbox[0];
+    char msg[DISCO_ERR_MSG_MAX];
+    disco_status_t st = DISCO_E_REMOTE;
+    /* Acquire: pairs with the release of full in disco__worker_post_error
+     * (written by this very thread, as worker 0; kept for the pairing). */
+    if (atomic_load_explicit(&b->full, memory_order_acquire) && b->seq == s->seq) {
+        disco__text_safe(msg, sizeof msg, b->msg, sizeof b->msg);
+        if (disco__status_is_error(b->code))
+            st = (disco_status_t)b->code;
+        /* Release: our reads of the box are done before it is reused. */
+        atomic_store_explicit(&b->full, 0, memory_order_release);
+    } else {
+        snprintf(msg, sizeof msg,
+                 "made no tensor (its error came after an earlier one, which the next sync "
+                 "reports)");
+    }
+    disco_session_free(s, reg);
+    return disco_set_error(st, "worker 0: disco.empty: %s", msg);
+}
+
 disco_status_t disco_session_empty(disco_session_t *s, const int64_t *shape, int ndim,
                                    DLDataType dtype, bool worker0_only, disco_dref_t *reg_out)
 {
-    if (ndim < 0 || ndim > DISCO_MAX_NDIM)
-        return disco_set_error(DISCO_E_INVAL, "ndim %d: must be 0..%d", ndim, DISCO_MAX_NDIM);
+    /* Every size is checked here, before a command goes out: an overflowing
+     * shape used to wrap to a few bytes and be allocated as such. */
+    size_t nbytes;
+    disco_status_t st = disco_shape_nbytes(shape, ndim, dtype, &nbytes);
+    if (st != DISCO_OK || (st = usable(s)) != DISCO_OK ||
+        (st = fits_heap(s, nbytes, worker0_only ? 1 : s->world)) != DISCO_OK)
+        return st;
     disco_value_t args[4] = {disco_shape(shape, (uint32_t)ndim), disco_dtype(dtype),
                              disco_device((DLDevice){kDLCPU, 0}), disco_bool(worker0_only)};
-    disco_status_t st = disco_dtype_check(dtype);
-    if (st != DISCO_OK)
+    disco_dref_t f, reg;
+    if ((st = disco_session_get_func(s, "disco.empty", &f)) != DISCO_OK)
         return st;
-    return disco_session_call_by_name(s, "disco.empty", args, 4, reg_out);
+    st = disco_session_call(s, f, args, 4, &reg);
+    if (st == DISCO_OK)
+        st = w0_outcome(s, reg);
+    disco_status_t fst = disco_session_free(s, f);
+    if (st == DISCO_OK && fst != DISCO_OK) {
+        disco_session_free(s, reg);
+        st = fst;
+    }
+    if (st == DISCO_OK)
+        *reg_out = reg;
+    return st;
 }

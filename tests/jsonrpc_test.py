@@ -403,6 +403,17 @@ def test_connect():
                     p.wait()
 
 
+# Collectives need a session worker: through the JSON front (a local
+# session) they answer DISCO_E_INVAL instead of killing the tool.
+@with_tool
+def test_collective_needs_worker(t):
+    for name in ["disco.allreduce", "disco.broadcast_from_worker0", "disco.send_recv"]:
+        h = t.ok("get_function", {"name": name})["handle"]
+        err = t.error("call", {"handle": h, "args": [0, "sum", 0]})
+        assert err["code"] == -1 and "needs a session worker" in err["message"], err
+    assert t.call("test.add", 1, 2) == 3
+
+
 def main():
     global TOOL, TESTLIB
     if len(sys.argv) != 3:

@@ -526,8 +526,9 @@ START_TEST(test_mismatches)
 }
 END_TEST
 
-/* A heap too small for a tensor: its own error with the sizes; freeing
- * makes room again. */
+/* A heap too small for a tensor: its own error with the sizes, from the
+ * call itself (disco_session_empty refuses it before sending anything);
+ * freeing makes room again. */
 START_TEST(test_heap_exhaustion)
 {
     disco_session_t *s = open_tensor_session(2, 1, 1u << 20);
@@ -537,8 +538,9 @@ START_TEST(test_heap_exhaustion)
     DLTensor h = {
         .data = host, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = big};
     CK_STATUS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_HEAP_EXHAUSTED);
-    CK_OK(disco_session_empty(s, big, 1, h.dtype, false, &r));
-    CK_STATUS(disco_session_sync(s, 1), DISCO_E_HEAP_EXHAUSTED);
+    CK_STATUS(disco_session_empty(s, big, 1, h.dtype, false, &r), DISCO_E_HEAP_EXHAUSTED);
+    CK_HAS("4194304 bytes");
+    CK_OK(disco_session_sync(s, 1)); /* nothing was sent, nothing is pending */
     int64_t small[1] = {1000};
     disco_dref_t ok1;
     CK_OK(disco_session_empty(s, small, 1, h.dtype, false, &ok1));

@@ -87,7 +87,7 @@ static void register_all(void)
     disco_register_func("disco.world_size", "", world_size);
     disco_register_func("disco.echo", NULL, echo);
     disco_register_func("disco.noop", NULL, noop);
-    disco_register_func("disco.tensor_span", "T", tensor_span);
+    disco__register_session_func("disco.tensor_span", "T", tensor_span);
     disco_register_func("disco.cpu_affinity", "", cpu_affinity);
     disco__coll_register();
 }

@@ -74,7 +74,7 @@ static disco_status_t pipe_send(int fd, const void *msg, uint32_t len, const dis
 {
     /* One write for small frames keeps them atomic (below PIPE_BUF). */
     char small[512];
-    if (len + 4u <= sizeof small) {
+    if (len <= sizeof small - 4u) { /* not len + 4: it wraps for len near UINT32_MAX */
         memcpy(small, &len, 4);
         memcpy(small + 4, msg, len);
         return pipe_write_all(fd, small, len + 4u, w);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../shm/text.h"
 #include "disco/dtype.h"
 #include "registry.h"
 #include "tensor_impl.h"
@@ -137,8 +138,12 @@ static disco_status_t coll_meet(struct coll *c)
         if (m->seq != c->w->seq)
             return disco_set_error(DISCO_E_PROTOCOL, "worker %d is at another command",
                                    c->base + r);
-        if (m->status != DISCO_OK)
-            return disco_set_error(m->status, "worker %d: %s", c->base + r, m->msg);
+        if (m->status != DISCO_OK) { /* another process's words: bounded, escaped */
+            char msg[sizeof m->msg];
+            disco__text_safe(msg, sizeof msg, m->msg, sizeof m->msg);
+            return disco_set_error(disco__status_is_error(m->status) ? m->status : DISCO_E_PROTOCOL,
+                                   "worker %d: %s", c->base + r, msg);
+        }
     }
     c->met = true;
     return DISCO_OK;
@@ -361,8 +366,12 @@ static DLTensor *gather_prep(disco_ctx_t *ctx, struct coll *c, const disco_value
     if (st == DISCO_OK && want_out) {
         int64_t shape[DISCO_MAX_NDIM];
         memcpy(shape, x->shape, (size_t)x->ndim * sizeof *shape);
-        shape[0] *= c->size;
-        st = disco_ctx_empty(ctx, shape, x->ndim, x->dtype, &out);
+        /* Checked: a tensor with a 0 dimension may have any dimension 0. */
+        if (__builtin_mul_overflow(shape[0], (int64_t)c->size, &shape[0]))
+            st = disco_set_error(DISCO_E_OVERFLOW, "%s: dimension 0 (%lld) times %d overflows",
+                                 what, (long long)x->shape[0], c->size);
+        else
+            st = disco_ctx_empty(ctx, shape, x->ndim, x->dtype, &out);
     }
     if (st != DISCO_OK) {
         coll_fail(c, st, disco_last_error());
@@ -452,11 +461,13 @@ static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n,
 
 void disco__coll_register(void)
 {
-    disco_register_func("disco.empty", "Stdb", empty);
-    disco_register_func("disco.allreduce", NULL, allreduce);
-    disco_register_func("disco.allgather", NULL, allgather);
-    disco_register_func("disco.broadcast_from_worker0", NULL, broadcast);
-    disco_register_func("disco.scatter_from_worker0", NULL, scatter);
-    disco_register_func("disco.gather_to_worker0", NULL, gather);
-    disco_register_func("disco.send_recv", NULL, send_recv);
+    /* Each needs a session worker (its heap and collective area): refused
+     * outside a session instead of dereferencing NULL. */
+    disco__register_session_func("disco.empty", "Stdb", empty);
+    disco__register_session_func("disco.allreduce", NULL, allreduce);
+    disco__register_session_func("disco.allgather", NULL, allgather);
+    disco__register_session_func("disco.broadcast_from_worker0", NULL, broadcast);
+    disco__register_session_func("disco.scatter_from_worker0", NULL, scatter);
+    disco__register_session_func("disco.gather_to_worker0", NULL, gather);
+    disco__register_session_func("disco.send_recv", NULL, send_recv);
 }

@@ -53,7 +53,8 @@ static struct disco__func *find_locked(const char *name)
     return NULL;
 }
 
-disco_status_t disco_register_func(const char *name, const char *sig, disco_func_t fn)
+static disco_status_t register_entry(const char *name, const char *sig, disco_func_t fn,
+                                     _Bool needs_worker)
 {
     if (name == NULL || name[0] == '\0' || strlen(name) >= DISCO_FUNC_NAME_MAX || fn == NULL)
         return disco_set_error(DISCO_E_INVAL, "function name must be 1..%d bytes, fn non-NULL",
@@ -81,9 +82,21 @@ disco_status_t disco_register_func(const char *name, const char *sig, disco_func
      * with re-registration of a name see either version of fn. */
     strcpy(f->sig, sig != NULL ? sig : "");
     atomic_store_explicit(&f->has_sig, sig != NULL, memory_order_release);
+    /* Release, as has_sig: a reader that sees the new fn sees its flag. */
+    atomic_store_explicit(&f->needs_worker, needs_worker, memory_order_release);
     atomic_store_explicit(&f->fn, fn, memory_order_release);
     pthread_mutex_unlock(&lock);
     return DISCO_OK;
+}
+
+disco_status_t disco_register_func(const char *name, const char *sig, disco_func_t fn)
+{
+    return register_entry(name, sig, fn, 0);
+}
+
+disco_status_t disco__register_session_func(const char *name, const char *sig, disco_func_t fn)
+{
+    return register_entry(name, sig, fn, 1);
 }
 
 disco_status_t disco__func_find(const char *name, uint64_t *handle_out)

@@ -16,7 +16,15 @@ struct disco__func {
     char sig[DISCO_FUNC_SIG_MAX]; /* "" with has_sig false: any arguments */
     _Atomic(disco_func_t) fn;
     _Atomic(_Bool) has_sig;
+    /* Needs a session worker (a collective, a heap tensor): refused where a
+     * function runs outside a session (the local RPC session, the JSON-RPC
+     * front), since it would dereference the missing worker. */
+    _Atomic(_Bool) needs_worker;
 };
+
+/** disco_register_func for a builtin that needs a session worker (see
+ *  needs_worker). Thread-safe. Returns as disco_register_func. */
+disco_status_t disco__register_session_func(const char *name, const char *sig, disco_func_t fn);
 
 /** Handle of the function registered as name. Thread-safe. Returns DISCO_OK
  *  or DISCO_E_NO_FUNC (with the name in the error detail). */

@@ -1,6 +1,7 @@
 /* tensor.c - reference-counted tensors in the shared heap (see tensor_impl.h). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,17 +76,86 @@ bool disco__tensor_is_ours(const DLTensor *t)
     return found;
 }
 
+/* Elements of shape, checked: false when a dimension is negative or the
+ * product overflows int64 (a zero dimension gives 0, whatever the others). */
+static bool numel_checked(const int64_t *shape, int ndim, int64_t *out)
+{
+    bool zero = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return false;
+        zero = zero || shape[i] == 0;
+    }
+    int64_t n = 1;
+    for (int i = 0; i < ndim && !zero; i++)
+        if (__builtin_mul_overflow(n, shape[i], &n))
+            return false;
+    *out = zero ? 0 : n;
+    return true;
+}
+
 int64_t disco_tensor_numel(const DLTensor *t)
 {
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++)
-        n *= t->shape[i];
+    int64_t n;
+    if (t->ndim < 0 || (t->ndim > 0 && t->shape == NULL) || !numel_checked(t->shape, t->ndim, &n))
+        return INT64_MAX;
     return n;
 }
 
 size_t disco_tensor_nbytes(const DLTensor *t)
 {
-    return (size_t)disco_tensor_numel(t) * disco_dtype_bytes(t->dtype);
+    size_t esz = disco_dtype_bytes(t->dtype), n;
+    if (esz == 0)
+        return 0;
+    int64_t numel = disco_tensor_numel(t);
+    if (numel == INT64_MAX || __builtin_mul_overflow((uint64_t)numel, esz, &n))
+        return SIZE_MAX;
+    return n;
+}
+
+/* "[d0, d1, ...]" of shape into buf (cap bytes), for messages. */
+static const char *shape_str(const int64_t *shape, int ndim, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < ndim && used < cap; i++) {
+        int n = snprintf(buf + used, cap - used, "%s%lld", i ? ", " : "[", (long long)shape[i]);
+        used += n > 0 ? (size_t)n : 0;
+    }
+    if (used < cap)
+        snprintf(buf + used, cap - used, "%s", ndim ? "]" : "[] (a scalar)");
+    return buf;
+}
+
+disco_status_t disco_shape_nbytes(const int64_t *shape, int ndim, DLDataType dtype,
+                                  size_t *nbytes_out)
+{
+    disco_status_t st = disco_dtype_check(dtype);
+    if (st != DISCO_OK)
+        return st;
+    if (ndim < 0 || ndim > DISCO_MAX_NDIM)
+        return disco_set_error(DISCO_E_INVAL, "ndim %d: must be 0..%d", ndim, DISCO_MAX_NDIM);
+    if (ndim > 0 && shape == NULL)
+        return disco_set_error(DISCO_E_INVAL, "a shape of %d dimensions is NULL", ndim);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0)
+            return disco_set_error(DISCO_E_INVAL, "dimension %d is negative (%lld)", i,
+                                   (long long)shape[i]);
+    int64_t numel;
+    uint64_t nbytes;
+    size_t esz = disco_dtype_bytes(dtype);
+    if (!numel_checked(shape, ndim, &numel) ||
+        __builtin_mul_overflow((uint64_t)numel, (uint64_t)esz, &nbytes) ||
+        nbytes > DISCO_TENSOR_MAX_BYTES) {
+        char sh[160], dt[DISCO_DTYPE_STR_MAX];
+        return disco_set_error(DISCO_E_OVERFLOW,
+                               "a %s tensor of shape %s: its size overflows or exceeds the "
+                               "largest tensor (2^62 bytes)",
+                               disco_dtype_str(dtype, dt, sizeof dt),
+                               shape_str(shape, ndim, sh, sizeof sh));
+    }
+    *nbytes_out = (size_t)nbytes;
+    return DISCO_OK;
 }
 
 bool disco_tensor_same_layout(const DLTensor *a, const DLTensor *b)
@@ -107,7 +177,10 @@ bool disco_tensor_is_compact(const DLTensor *t)
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != want)
             return false;
-        want *= t->shape[i];
+        /* A product past int64 is no stride any tensor can have: whatever
+         * the strides say, the shape is refused by the size checks. */
+        if (__builtin_mul_overflow(want, t->shape[i], &want))
+            return false;
     }
     return true;
 }
@@ -117,18 +190,10 @@ static struct block_hdr *block_at(disco_heap_t *heap, uint64_t block)
     return disco_heap_ptr(heap, block);
 }
 
-static disco_status_t check_shape(const int64_t *shape, int ndim, DLDataType dtype)
+static disco_status_t check_shape(const int64_t *shape, int ndim, DLDataType dtype,
+                                  size_t *nbytes_out)
 {
-    disco_status_t st = disco_dtype_check(dtype);
-    if (st != DISCO_OK)
-        return st;
-    if (ndim < 0 || ndim > DISCO_MAX_NDIM)
-        return disco_set_error(DISCO_E_INVAL, "ndim %d: must be 0..%d", ndim, DISCO_MAX_NDIM);
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] < 0)
-            return disco_set_error(DISCO_E_INVAL, "dimension %d is negative (%lld)", i,
-                                   (long long)shape[i]);
-    return DISCO_OK;
+    return disco_shape_nbytes(shape, ndim, dtype, nbytes_out);
 }
 
 static disco_status_t wrap(disco_heap_t *heap, uint64_t block, uint64_t byte_offset,
@@ -157,13 +222,14 @@ static disco_status_t wrap(disco_heap_t *heap, uint64_t block, uint64_t byte_off
 disco_status_t disco__tensor_new(disco_heap_t *heap, uint32_t owner, const int64_t *shape, int ndim,
                                  DLDataType dtype, DLTensor **out)
 {
-    disco_status_t st = check_shape(shape, ndim, dtype);
+    size_t nbytes;
+    disco_status_t st = check_shape(shape, ndim, dtype, &nbytes);
     if (st != DISCO_OK)
         return st;
     if (heap == NULL)
         return disco_set_error(DISCO_E_HEAP_EXHAUSTED, "this session has no shared heap");
-    DLTensor probe = {.ndim = ndim, .dtype = dtype, .shape = (int64_t *)shape};
-    size_t nbytes = disco_tensor_nbytes(&probe);
+    /* No overflow: nbytes <= DISCO_TENSOR_MAX_BYTES; the heap refuses what
+     * it cannot hold, naming the size. */
     uint64_t block;
     st = disco_heap_alloc(heap, DISCO_TENSOR_BLOCK_HDR + nbytes, 64, owner, &block);
     if (st != DISCO_OK)
@@ -189,12 +255,12 @@ disco_status_t disco__tensor_from_block(disco_heap_t *heap, uint64_t block, uint
                                         const int64_t *shape, int ndim, DLDataType dtype,
                                         bool adopt, DLTensor **out)
 {
-    disco_status_t st = check_shape(shape, ndim, dtype);
+    size_t nbytes;
+    disco_status_t st = check_shape(shape, ndim, dtype, &nbytes);
     if (st != DISCO_OK)
         return st;
     struct block_hdr *h = block_at(heap, block);
-    DLTensor probe = {.ndim = ndim, .dtype = dtype, .shape = (int64_t *)shape};
-    if (h->magic != BLOCK_MAGIC || byte_offset + disco_tensor_nbytes(&probe) > h->nbytes)
+    if (h->magic != BLOCK_MAGIC || byte_offset > h->nbytes || nbytes > h->nbytes - byte_offset)
         return disco_set_error(DISCO_E_INVAL, "heap block %llu: not a tensor, or too small",
                                (unsigned long long)block);
     if (!adopt) /* relaxed: taking a reference needs no ordering, only the count */
@@ -245,4 +311,18 @@ uint64_t disco__tensor_block(const DLTensor *t)
 uint64_t disco__tensor_byte_offset(const DLTensor *t)
 {
     return ((const struct dtensor *)t)->byte_offset;
+}
+
+disco_status_t disco__tensor_bytes_value(const DLTensor *t, disco_value_t *out)
+{
+    size_t n = disco_tensor_nbytes(t);
+    if (n == SIZE_MAX)
+        return disco_set_error(DISCO_E_OVERFLOW, "the tensor's size overflows");
+    if (n > UINT32_MAX)
+        return disco_set_error(DISCO_E_OVERFLOW,
+                               "a tensor of %zu bytes cannot travel as a bytes value (at most "
+                               "%u bytes); copy it with copy_from_worker0 or in slices",
+                               n, UINT32_MAX);
+    *out = disco_bytes((const char *)t->data + t->byte_offset, (uint32_t)n);
+    return DISCO_OK;
 }

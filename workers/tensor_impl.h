@@ -39,6 +39,12 @@ void disco__tensor_release(DLTensor *t);
 /** Whether t is a tensor disco made (and still holds). */
 bool disco__tensor_is_ours(const DLTensor *t);
 
+/** The bytes of t as a bytes value (borrowing t's data), for an answer
+ *  that carries a tensor's contents (debug get). Returns DISCO_OK;
+ *  DISCO_E_OVERFLOW (t's size overflows, or is 4 GiB or more, which a
+ *  bytes value cannot say: its length is 32 bits). */
+disco_status_t disco__tensor_bytes_value(const DLTensor *t, disco_value_t *out);
+
 /** Heap offset of t's block and byte offset of t's data within it. */
 uint64_t disco__tensor_block(const DLTensor *t);
 uint64_t disco__tensor_byte_offset(const DLTensor *t);

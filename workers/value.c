@@ -73,6 +73,8 @@ disco_status_t disco_value_copy(const disco_value_t *src, disco_value_t *dst_out
             return disco_set_error(DISCO_E_NOMEM, "copying a %s of %zu bytes",
                                    disco_type_name(src->type), n);
         memcpy(p, var_ptr(src), n);
+        if (src->type == DISCO_T_STR) /* len rules, as in disco_frame_encode */
+            ((char *)p)[src->len] = '\0';
         d.v.bytes = p; /* all three pointers share the union slot */
     } else if (src->type == DISCO_T_BYTES || src->type == DISCO_T_SHAPE) {
         d.v.bytes = NULL;
@@ -232,6 +234,11 @@ disco_status_t disco_frame_encode(uint32_t code, uint64_t seq, const disco_value
         } else if (var) {
             if (n != 0)
                 memcpy(p, var_ptr(v), n);
+            /* len rules: a string whose len is short of its strlen (one of
+             * 4 GiB or more, its length cut to 32 bits by disco_str) ends
+             * at len, instead of losing its terminator. */
+            if (v->type == DISCO_T_STR)
+                p[v->len] = '\0';
             memset(p + n, 0, PAD8(n) - n);
             p += PAD8(n);
         } else {

@@ -189,6 +189,13 @@ disco_status_t disco__func_run(const struct disco__func *f, disco_worker_t *w,
     ctx.ntensors = 0;
     disco_value_t ret = disco_null();
     disco_func_t fn = atomic_load_explicit(&f->fn, memory_order_acquire);
+    /* Acquire: pairs with the release in disco_register_func (the flag is
+     * stored before fn, so it is at least as new as fn). */
+    if (w == NULL && atomic_load_explicit(&f->needs_worker, memory_order_acquire))
+        return disco_set_error(DISCO_E_INVAL,
+                               "%s needs a session worker: call it in a Disco session, not in "
+                               "a local or JSON-RPC session",
+                               f->name);
     disco_clear_error();
     disco_status_t st = fn(&ctx, args, n, &ret);
     if (st != DISCO_OK) {
@@ -365,7 +372,10 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         const disco_value_t *v = &w->regs[r];
         disco_value_t raw;
         if (v->type == DISCO_T_TENSOR) { /* a tensor answers with its bytes */
-            raw = disco_bytes(v->v.tensor->data, (uint32_t)disco_tensor_nbytes(v->v.tensor));
+            /* Its size is checked, never cut to the 32 bits of a bytes
+             * length (a 4 GiB + 16 tensor answered 16 bytes). */
+            if ((st = disco__tensor_bytes_value(v->v.tensor, &raw)) != DISCO_OK)
+                return reply_error(w, args[2].v.i, st, reply, reply_cap, reply_len);
             v = &raw;
         }
         return reply_ok(w, args[2].v.i, v, reply, reply_cap, reply_len);
@@ -431,7 +441,7 @@ static disco_status_t next_cmd(disco_worker_t *w, disco_chan_t *c, void *buf, ui
 
 int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *wait)
 {
-    size_t cap = (c->max_msg + 7u) & ~7u;
+    size_t cap = ((size_t)c->max_msg + 7u) & ~(size_t)7u; /* no wrap in 32 bits */
     void *buf = aligned_alloc(8, cap ? cap : 8);
     void *reply = aligned_alloc(8, DISCO_REPLY_MAX);
     int rc = 1;

@@ -127,6 +127,8 @@ void disco_rpc_close(disco_rpc_t *sess);
 
 /* ---- the ops (thin wrappers over the table) ---- */
 
+/* Copies refuse a range whose end passes 2^63 (offsets travel as int64)
+ * with DISCO_E_OVERFLOW before anything is sent. */
 disco_status_t disco_rpc_get_func(disco_rpc_t *s, const char *name, disco_rpc_handle_t *func_out);
 disco_status_t disco_rpc_call(disco_rpc_t *s, disco_rpc_handle_t func, const disco_value_t *args,
                               int nargs, disco_value_t *ret_out);
@@ -186,7 +188,8 @@ disco_status_t disco_rpc_call_async(disco_rpc_t *s, disco_rpc_handle_t func,
  *  when the client must read answers to keep sending). Local sessions and
  *  worker views copy inside the call and run done before it returns.
  *  Returns DISCO_OK (done will run), or DISCO_E_CLOSED / DISCO_E_TIMEOUT /
- *  DISCO_E_NOMEM when the copy could not be sent (done never runs). */
+ *  DISCO_E_NOMEM when the copy could not be sent, DISCO_E_OVERFLOW when
+ *  offset + nbytes passes 2^63 (done never runs). */
 disco_status_t disco_rpc_copy_to_remote_async(disco_rpc_t *s, const void *src,
                                               disco_rpc_handle_t dst, uint64_t offset,
                                               uint64_t nbytes, disco_rpc_done_fn done, void *ctx);

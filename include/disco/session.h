@@ -145,8 +145,10 @@ disco_status_t disco_session_call(disco_session_t *sess, disco_dref_t func,
 disco_status_t disco_session_sync(disco_session_t *sess, int worker);
 
 /** Fetches the value of register reg on worker (synchronous). The value
- *  owns its memory: disco_value_clear() it. Returns as sync, plus
- *  DISCO_E_BAD_REG. */
+ *  owns its memory: disco_value_clear() it. A tensor comes back as the
+ *  bytes of its data. Returns as sync, plus DISCO_E_BAD_REG,
+ *  DISCO_E_OVERFLOW (a tensor of 4 GiB or more: a bytes value cannot say
+ *  its length) and DISCO_E_MSG_TOO_BIG (a value larger than a reply). */
 disco_status_t disco_session_debug_get(disco_session_t *sess, disco_dref_t reg, int worker,
                                        disco_value_t *value_out);
 

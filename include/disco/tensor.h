@@ -44,6 +44,11 @@ extern "C" {
 
 #define DISCO_MAX_NDIM 8
 
+/* The largest tensor, in bytes, that disco makes or copies (2^62): far
+ * beyond any heap, small enough that sizes, offsets and headers added to it
+ * never overflow 64 bits. */
+#define DISCO_TENSOR_MAX_BYTES (UINT64_C(1) << 62)
+
 /** A value holding a tensor (borrowed). */
 static inline disco_value_t disco_tensor_value(DLTensor *t)
 {
@@ -51,11 +56,25 @@ static inline disco_value_t disco_tensor_value(DLTensor *t)
     return x;
 }
 
-/** Elements of t (product of the shape; 1 for a scalar). */
+/** Elements of t (product of the shape; 1 for a scalar; 0 when a dimension
+ *  is 0). INT64_MAX when the product overflows or a dimension is negative:
+ *  disco never makes such a tensor (see disco_shape_nbytes). Thread-safe. */
 int64_t disco_tensor_numel(const DLTensor *t);
 
-/** Bytes of t's data, or 0 for an unsupported dtype. */
+/** Bytes of t's data, or 0 for an unsupported dtype. SIZE_MAX when the
+ *  size overflows (as numel), so that no allocation of it succeeds and no
+ *  copy of a wrapped size happens. Thread-safe. */
 size_t disco_tensor_nbytes(const DLTensor *t);
+
+/** Bytes of a compact tensor of this shape and dtype, with every product
+ *  checked for overflow. The largest size accepted is
+ *  DISCO_TENSOR_MAX_BYTES. Thread-safe. Returns DISCO_OK and *nbytes_out;
+ *  DISCO_E_BAD_TYPE (unsupported dtype); DISCO_E_INVAL (ndim outside
+ *  0..DISCO_MAX_NDIM, shape NULL with ndim > 0, a negative dimension);
+ *  DISCO_E_OVERFLOW (the element count or the byte count overflows or
+ *  exceeds DISCO_TENSOR_MAX_BYTES; the detail names the shape). */
+disco_status_t disco_shape_nbytes(const int64_t *shape, int ndim, DLDataType dtype,
+                                  size_t *nbytes_out);
 
 /** Whether a and b have the same dtype and shape. */
 bool disco_tensor_same_layout(const DLTensor *a, const DLTensor *b);
@@ -67,21 +86,31 @@ bool disco_tensor_is_compact(const DLTensor *t);
  *  call until it is returned as the result (then by the result register) or
  *  the call ends. Returns DISCO_OK, DISCO_E_BAD_TYPE (unsupported dtype),
  *  DISCO_E_INVAL (ndim out of range, negative dimension),
- *  DISCO_E_HEAP_EXHAUSTED. */
+ *  DISCO_E_OVERFLOW (the size overflows: see disco_shape_nbytes),
+ *  DISCO_E_HEAP_EXHAUSTED (no room, or no session heap here). Nothing is
+ *  allocated on failure. */
 disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim, DLDataType dtype,
                                DLTensor **out);
 
 /** A new tensor register: on every worker, or on worker 0 only (the others
- *  hold null). Contents are unspecified. Returns as disco_session_call plus
- *  DISCO_E_HEAP_EXHAUSTED (reported by the call itself for worker 0, at the
- *  next sync for the others). */
+ *  hold null). Contents are unspecified. The shape and dtype are checked
+ *  before any command goes out. Returns as disco_session_call, plus
+ *  DISCO_E_BAD_TYPE (unsupported dtype), DISCO_E_INVAL (ndim out of range,
+ *  negative dimension), DISCO_E_OVERFLOW (the size overflows: see
+ *  disco_shape_nbytes), DISCO_E_HEAP_EXHAUSTED: before anything is sent
+ *  when the tensors (one per worker, or one) could never fit in the heap;
+ *  from the call itself when worker 0 found no room (the register is then
+ *  freed, and another worker's failure of the same call is reported at the
+ *  next sync); at the next sync when only another worker found none. */
 disco_status_t disco_session_empty(disco_session_t *sess, const int64_t *shape, int ndim,
                                    DLDataType dtype, bool worker0_only, disco_dref_t *reg_out);
 
 /** Copies a host tensor (compact, CPU memory) into a new register on worker
  *  0 (null on the others). Returns DISCO_OK, DISCO_E_INVAL (not compact, not
- *  CPU), DISCO_E_BAD_TYPE, DISCO_E_HEAP_EXHAUSTED, DISCO_E_BROKEN,
- *  DISCO_E_SHUTDOWN. */
+ *  CPU, negative dimension), DISCO_E_BAD_TYPE, DISCO_E_OVERFLOW (the size
+ *  overflows: see disco_shape_nbytes), DISCO_E_HEAP_EXHAUSTED (naming the
+ *  size), DISCO_E_BROKEN, DISCO_E_SHUTDOWN; nothing is allocated on
+ *  failure. */
 disco_status_t disco_session_copy_to_worker0(disco_session_t *sess, const DLTensor *host,
                                              disco_dref_t *reg_out);
 
