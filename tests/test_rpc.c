@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../workers/rpc_auth.h"
 #include "../workers/rpc_proto.h"
 #include "disco/rpc.h"
 #include "disco/session.h"
@@ -31,17 +32,20 @@ typedef struct server {
     int out; /* its stdout */
     int in;  /* its stdin (stdio mode) */
     char address[256];
+    char token[256]; /* its token file (listen mode) */
 } server_t;
 
-/* Starts disco-rpc-server with the test library loaded and extra args;
- * --listen mode returns the address it prints, --stdio mode the pipes. */
-static void start_server(server_t *sv, const char *listen, const char *proxy, const char *timeout,
-                         char **env)
+/* Starts disco-rpc-server with the test library loaded, --listen listen (or
+ * --stdio when NULL) and the extra args (NULL-terminated); --listen mode
+ * returns the address and the token file it prints, and points
+ * $DISCO_TOKEN_FILE of this test process at the token. */
+static void start_server_args(server_t *sv, const char *listen, const char *const *extra,
+                              char **env)
 {
     int out[2], in[2];
     ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
     ck_assert_int_eq(pipe2(in, O_CLOEXEC), 0);
-    const char *argv[16];
+    const char *argv[32];
     int n = 0;
     argv[n++] = SERVER;
     argv[n++] = "--load";
@@ -52,14 +56,8 @@ static void start_server(server_t *sv, const char *listen, const char *proxy, co
     } else {
         argv[n++] = "--stdio";
     }
-    if (proxy != NULL) {
-        argv[n++] = "--proxy";
-        argv[n++] = proxy;
-    }
-    if (timeout != NULL) {
-        argv[n++] = "--session-timeout";
-        argv[n++] = timeout;
-    }
+    for (int i = 0; extra != NULL && extra[i] != NULL && n < 31; i++)
+        argv[n++] = extra[i];
     argv[n] = NULL;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -72,13 +70,15 @@ static void start_server(server_t *sv, const char *listen, const char *proxy, co
     close(in[0]);
     sv->out = out[0];
     sv->in = in[1];
-    sv->address[0] = '\0';
+    sv->address[0] = sv->token[0] = '\0';
     if (listen == NULL)
         return;
-    /* The first line is "listening ADDRESS". */
-    char line[300] = {0};
+    /* "listening ADDRESS", then "token PATH". */
+    char line[600] = {0};
     size_t got = 0;
-    while (got < sizeof line - 1 && memchr(line, '\n', got) == NULL) {
+    const char *nl;
+    while (got < sizeof line - 1 && ((nl = memchr(line, '\n', got)) == NULL ||
+                                     memchr(nl + 1, '\n', got - (size_t)(nl + 1 - line)) == NULL)) {
         struct pollfd pf = {.fd = sv->out, .events = POLLIN};
         ck_assert_msg(poll(&pf, 1, 10000) == 1, "server printed no address");
         ssize_t k = read(sv->out, line + got, sizeof line - 1 - got);
@@ -86,7 +86,26 @@ static void start_server(server_t *sv, const char *listen, const char *proxy, co
         got += (size_t)k;
     }
     line[got] = '\0';
-    ck_assert_int_eq(sscanf(line, "listening %255s", sv->address), 1);
+    ck_assert_int_eq(sscanf(line, "listening %255s token %255s", sv->address, sv->token), 2);
+    setenv(DISCO_RPC_TOKEN_ENV, sv->token, 1);
+}
+
+/* start_server_args with the common options. */
+static void start_server(server_t *sv, const char *listen, const char *proxy, const char *timeout,
+                         char **env)
+{
+    const char *extra[8];
+    int n = 0;
+    if (proxy != NULL) {
+        extra[n++] = "--proxy";
+        extra[n++] = proxy;
+    }
+    if (timeout != NULL) {
+        extra[n++] = "--session-timeout";
+        extra[n++] = timeout;
+    }
+    extra[n] = NULL;
+    start_server_args(sv, listen, extra, env);
 }
 
 static void stop_server(server_t *sv)
@@ -397,7 +416,8 @@ START_TEST(test_proxy_chain)
     snprintf(b_addr, sizeof b_addr, "unix:/tmp/disco-test-rpc-b-%d.sock", (int)getpid());
     server_t b, a;
     start_server(&b, b_addr, NULL, NULL, NULL);
-    start_server(&a, "tcp:127.0.0.1:0", b.address, NULL, NULL);
+    const char *extra[] = {"--proxy", b.address, "--proxy-token-file", b.token, NULL};
+    start_server_args(&a, "tcp:127.0.0.1:0", extra, NULL);
     disco_rpc_t *s = connect_to(&a);
     exercise(s);
     disco_rpc_close(s);
@@ -416,7 +436,7 @@ START_TEST(test_version_mismatch)
     start_server(&sv, addr, NULL, NULL, env);
     disco_rpc_t *s;
     CK_STATUS(disco_rpc_connect(sv.address, 10000, &s), DISCO_E_VERSION);
-    CK_HAS("client speaks disco-rpc 1");
+    CK_HAS("client speaks disco-rpc 2");
     CK_HAS("server speaks disco-rpc 99");
     stop_server(&sv);
 }
@@ -493,8 +513,33 @@ START_TEST(test_client_killed_mid_call)
 }
 END_TEST
 
-/* Speaks raw packets to a server: malformed ones get errors, the server
- * survives and serves the next client. */
+/* The client's side of the handshake (A1-A4 in disco/rpc.h) in raw packets,
+ * checking the server's proof. */
+static void raw_handshake(disco_transport_t *t, disco__rpc_buf_t *b, const uint8_t *tok, int64_t dl)
+{
+    disco_frame_hdr_t h;
+    disco_value_t v[4];
+    uint8_t cn[DISCO__RPC_NONCE_BYTES] = {1, 2, 3}, sn[DISCO__RPC_NONCE_BYTES],
+            proof[DISCO__RPC_PROOF_BYTES];
+    disco_value_t hello[3] = {disco_str(DISCO_RPC_MAGIC), disco_int(DISCO_RPC_VERSION),
+                              disco_bytes(cn, sizeof cn)};
+    CK_OK(disco__rpc_send(t, b, DISCO_RPC_INIT, 1, hello, 3, dl));
+    CK_OK(disco__rpc_recv(t, b, &h, v, 4, dl));
+    ck_assert_int_eq(h.code, DISCO_RPC_RETURN);
+    ck_assert_int_eq(h.nargs, 3);
+    ck_assert_int_eq(v[2].v.i, 1); /* a token is required */
+    memcpy(sn, v[1].v.bytes, sizeof sn);
+    disco__rpc_proof(tok, DISCO__RPC_CLIENT, cn, sn, proof);
+    disco_value_t p = disco_bytes(proof, sizeof proof);
+    CK_OK(disco__rpc_send(t, b, DISCO_RPC_AUTH, 2, &p, 1, dl));
+    CK_OK(disco__rpc_recv(t, b, &h, v, 4, dl));
+    ck_assert_int_eq(h.code, DISCO_RPC_RETURN);
+    ck_assert(disco__rpc_proof_ok(tok, DISCO__RPC_SERVER, cn, sn, v[0].v.bytes, v[0].len));
+}
+
+/* Speaks raw packets to a server: a request before authentication ends the
+ * connection; after it, malformed packets get errors, the server survives
+ * and serves the next client. */
 START_TEST(test_malformed_packets)
 {
     char addr[128];
@@ -508,17 +553,19 @@ START_TEST(test_malformed_packets)
     CK_OK(disco__rpc_buf_init(&b));
     disco_frame_hdr_t h;
     disco_value_t v[4];
-    /* a request before the handshake */
+    /* a request before the handshake: refused, and the connection ends */
     disco_value_t name = disco_str("disco.noop");
     CK_OK(disco__rpc_send(t, &b, DISCO_RPC_GET_FUNC, 1, &name, 1, dl));
     CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
     ck_assert_int_eq(h.code, DISCO_RPC_EXCEPTION);
-    ck_assert_int_eq(v[0].v.i, DISCO_E_PROTOCOL);
+    ck_assert_int_eq(v[0].v.i, DISCO_E_AUTH);
+    CK_STATUS(disco__rpc_recv(t, &b, &h, v, 4, dl), DISCO_E_CLOSED);
+    disco_transport_close(t);
     /* the handshake, then an unknown code, then wrong argument types */
-    disco_value_t hello[2] = {disco_str(DISCO_RPC_MAGIC), disco_int(DISCO_RPC_VERSION)};
-    CK_OK(disco__rpc_send(t, &b, DISCO_RPC_INIT, 2, hello, 2, dl));
-    CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
-    ck_assert_int_eq(h.code, DISCO_RPC_RETURN);
+    CK_OK(disco_connect(sv.address, dl, &t));
+    uint8_t tok[DISCO_RPC_TOKEN_BYTES];
+    CK_OK(disco_rpc_token_read(sv.token, tok));
+    raw_handshake(t, &b, tok, dl);
     CK_OK(disco__rpc_send(t, &b, 999, 3, NULL, 0, dl));
     CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
     ck_assert_int_eq(v[0].v.i, DISCO_E_PROTOCOL);
