@@ -352,7 +352,8 @@ static disco_status_t load_via(disco_rpc_t *s, const char *path)
  * and allowed inside. */
 START_TEST(test_load_policy_local)
 {
-    struct load_dirs d = {{0}};
+    struct load_dirs d;
+    memset(&d, 0, sizeof d);
     make_load_dirs(&d);
     disco_rpc_t *s;
     CK_OK(disco_rpc_local(&s));
@@ -380,7 +381,8 @@ END_TEST
  * its own library into the server; with --allow-load DIR only inside DIR. */
 START_TEST(test_load_policy_server)
 {
-    struct load_dirs d = {{0}};
+    struct load_dirs d;
+    memset(&d, 0, sizeof d);
     make_load_dirs(&d);
     server_t sv;
     start_on(&sv, 1, "l", NULL);
