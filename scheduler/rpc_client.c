@@ -549,7 +549,11 @@ static disco_status_t client_start(disco_transport_t *t, const disco_rpc_client_
     disco_status_t st = handshake(c, token);
     if (st != DISCO_OK) {
         char why[512];
-        snprintf(why, sizeof why, "%s", disco_last_error());
+        snprintf(why, sizeof why, "%s%s",
+                 st == DISCO_E_CLOSED ? "the server hung up during the handshake (it refuses "
+                                        "users it does not allow; see its log): "
+                                      : "",
+                 disco_last_error());
         c->dead = st; /* no shutdown packet for a server that refused us */
         c_close(&c->base);
         return disco_set_error(st, "%s", why);
