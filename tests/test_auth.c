@@ -65,6 +65,9 @@ START_TEST(test_wrong_token)
     CK_OK(disco_rpc_connect(sv.address, 10000, &s)); /* $DISCO_TOKEN_FILE: the right one */
     disco_rpc_close(s);
     stop_server(&sv);
+    unlink(path);
+    *strrchr(path, '/') = '\0';
+    rmdir(path);
 }
 END_TEST
 
@@ -252,6 +255,9 @@ START_TEST(test_client_checks_server)
         pthread_join(th, NULL);
         disco_transport_close(f.t);
     }
+    unlink(path);
+    *strrchr(path, '/') = '\0';
+    rmdir(path);
 }
 END_TEST
 
@@ -294,6 +300,8 @@ START_TEST(test_token_files)
     unlink(dflt);
     unlink(link);
     unlink(path);
+    *strrchr(path, '/') = '\0';
+    rmdir(path);
 }
 END_TEST
 
@@ -330,6 +338,16 @@ static void make_load_dirs(struct load_dirs *d)
     copy_file(DEMO_LIB, d->lib);
     copy_file(DEMO_LIB, d->lib2);
     ck_assert_int_eq(symlink(d->lib2, d->escape), 0);
+}
+
+static void remove_load_dirs(const struct load_dirs *d)
+{
+    unlink(d->escape);
+    unlink(d->lib);
+    unlink(d->lib2);
+    rmdir(d->ok);
+    rmdir(d->ok2);
+    rmdir(d->root);
 }
 
 /* Calls disco.load_library(path) on s; returns the status. */
@@ -374,6 +392,7 @@ START_TEST(test_load_policy_local)
     disco_rpc_close(s);
     cfg.allow_load_dir = "/tmp/disco-test-no-such-dir";
     CK_STATUS(disco_rpc_local_with(&cfg, &s), DISCO_E_INVAL);
+    remove_load_dirs(&d);
 }
 END_TEST
 
@@ -400,6 +419,7 @@ START_TEST(test_load_policy_server)
     CK_OK(load_via(s, d.lib));
     disco_rpc_close(s);
     stop_server(&sv);
+    remove_load_dirs(&d);
 }
 END_TEST
 

@@ -500,6 +500,7 @@ START_TEST(test_handles_after_close)
     CK_OK(disco_rpc_get_func(s, "test.add", &f));
     kill(sv.pid, SIGKILL); /* the server and, with it, the connection */
     waitpid(sv.pid, NULL, 0);
+    unlink(sv.token); /* it could not */
     disco_value_t a[2] = {disco_int(1), disco_int(2)}, r;
     disco_status_t st = disco_rpc_call(s, f, a, 2, &r);
     ck_assert_msg(st == DISCO_E_CLOSED, "call after the server died: %s", disco_err_name(st));
