@@ -450,6 +450,31 @@ START_TEST(test_remote_bind)
     int ws;
     ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
     ck_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 1);
+    /* with --allow-remote it listens, and warns */
+    int err[2];
+    ck_assert_int_eq(pipe2(err, O_CLOEXEC), 0);
+    pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1);
+        dup2(err[1], 2);
+        execl(SERVER, SERVER, "--listen", "tcp:0.0.0.0:0", "--allow-remote", (char *)NULL);
+        _exit(127);
+    }
+    close(err[1]);
+    char text[1024] = {0};
+    size_t got = 0;
+    while (got < sizeof text - 1 && strstr(text, "warning") == NULL) {
+        struct pollfd pf = {.fd = err[0], .events = POLLIN};
+        ck_assert_msg(poll(&pf, 1, 10000) == 1, "no warning within 10 s");
+        ssize_t k = read(err[0], text + got, sizeof text - 1 - got);
+        ck_assert_msg(k > 0, "the server exited without a warning");
+        got += (size_t)k;
+    }
+    ck_assert_ptr_nonnull(strstr(text, "--allow-remote"));
+    kill(pid, SIGTERM);
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    close(err[0]);
 }
 END_TEST
 
