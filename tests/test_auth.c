@@ -230,6 +230,40 @@ static void *fake_server_thread(void *p)
     return NULL;
 }
 
+/* --stdio serves its parent without a token, or with one when given
+ * --token-file: then a client without it is refused and one with it is
+ * served. */
+START_TEST(test_stdio_token)
+{
+    char path[PATH_MAX];
+    uint8_t tok[DISCO_RPC_TOKEN_BYTES];
+    other_token(path, sizeof path, tok);
+    for (int with = 0; with < 2; with++) {
+        const char *extra[] = {"--token-file", path, NULL};
+        server_t sv;
+        start_server_args(&sv, NULL, extra, NULL);
+        disco_transport_t *t;
+        CK_OK(disco_transport_from_fds(sv.out, sv.in, &t));
+        disco_rpc_client_config_t cfg = {.call_timeout_ms = 10000, .token = with ? tok : NULL};
+        disco_rpc_t *s;
+        if (with) {
+            CK_OK(disco_rpc_client_with(t, &cfg, &s));
+            disco_rpc_handle_t f;
+            CK_OK(disco_rpc_get_func(s, "test.add", &f));
+            disco_rpc_close(s);
+        } else {
+            CK_STATUS(disco_rpc_client_with(t, &cfg, &s), DISCO_E_AUTH);
+            CK_HAS("requires a token");
+        }
+        int ws;
+        ck_assert_int_eq(waitpid(sv.pid, &ws, 0), sv.pid);
+    }
+    unlink(path);
+    *strrchr(path, '/') = '\0';
+    rmdir(path);
+}
+END_TEST
+
 /* The client checks the server too: a server that cannot prove it holds
  * the token, or that claims to need none, is refused by a client holding
  * one. */
@@ -560,6 +594,7 @@ Suite *suite_auth(void)
     tcase_add_test(tc, test_no_token);
     tcase_add_test(tc, test_replayed_handshake);
     tcase_add_test(tc, test_client_checks_server);
+    tcase_add_test(tc, test_stdio_token);
     tcase_add_test(tc, test_token_files);
     tcase_add_test(tc, test_load_policy_local);
     tcase_add_test(tc, test_load_policy_server);
