@@ -116,6 +116,8 @@ START_TEST(test_shm_segment_sealed)
     }
     disco_transport_t *t;
     CK_OK(disco_connect(addr, disco_now_ns() + 10000000000LL, &t));
+    char peer[64]; /* what the server logs names the peer */
+    ck_assert_ptr_nonnull(strstr(disco_transport_peer(t, peer, sizeof peer), "shm uid "));
     int fds[4];
     int n = disco_transport_fds(t, fds);
     ck_assert_int_eq(n, 2);

@@ -136,11 +136,14 @@ static int serve_one(disco_transport_t *t)
                                     .handshake_timeout_ms = opt.handshake_ms,
                                     .idle_timeout_ms = opt.use_stdio ? 0 : opt.idle_ms,
                                     .open = make_session};
+    char peer[128], what[160];
+    disco_transport_peer(t, peer, sizeof peer);
     disco_status_t st = disco_rpc_serve_with(NULL, t, &cfg);
-    if (st == DISCO_E_AUTH || st == DISCO_E_VERSION)
-        log_refusal("refused a client", st, disco_last_error());
-    else if (st != DISCO_OK)
-        log_refusal("connection ended", st, disco_last_error());
+    snprintf(what, sizeof what, "%s (%s)",
+             st == DISCO_E_AUTH || st == DISCO_E_VERSION ? "refused a client" : "connection ended",
+             peer);
+    if (st != DISCO_OK)
+        log_refusal(what, st, disco_last_error());
     disco_transport_close(t);
     return st == DISCO_OK ? 0 : 1;
 }
@@ -264,7 +267,10 @@ static int serve_listen(disco_listener_t *l)
                      "server busy: all %d connection slots are taken (try again later)",
                      opt.max_clients);
             disco_rpc_refuse(t, DISCO_E_BUSY, msg);
-            log_refusal("refused a client", DISCO_E_BUSY, msg);
+            char peer[128], what[160];
+            snprintf(what, sizeof what, "refused a client (%s)",
+                     disco_transport_peer(t, peer, sizeof peer));
+            log_refusal(what, DISCO_E_BUSY, msg);
             disco_transport_close(t);
             continue;
         }

@@ -544,6 +544,40 @@ int disco_transport_fds(const disco_transport_t *t, int fds_out[4])
     return n;
 }
 
+const char *disco_transport_peer(const disco_transport_t *t, char *buf, size_t cap)
+{
+    if (cap == 0)
+        return buf;
+    snprintf(buf, cap, "%s", disco_transport_kind(t));
+    if (t == NULL || t->kind == DISCO__T_PIPE)
+        return buf;
+    int fd = t->kind == DISCO__T_SHM ? t->sock : t->in_fd;
+    if (t->kind == DISCO__T_TCP) {
+        struct sockaddr_storage ss;
+        memset(&ss, 0, sizeof ss); /* AF_UNSPEC if getpeername fails */
+        socklen_t sl = sizeof ss;
+        char host[INET6_ADDRSTRLEN] = "?";
+        unsigned port = 0;
+        if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET6) {
+            const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof host);
+            port = ntohs(s6->sin6_port);
+        } else if (ss.ss_family == AF_INET) {
+            const struct sockaddr_in *s4 = (const struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &s4->sin_addr, host, sizeof host);
+            port = ntohs(s4->sin_port);
+        }
+        snprintf(buf, cap, "tcp %s:%u", host, port);
+        return buf;
+    }
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0)
+        snprintf(buf, cap, "%s uid %u pid %d", disco_transport_kind(t), (unsigned)cr.uid,
+                 (int)cr.pid);
+    return buf;
+}
+
 void disco_transport_abandon(disco_transport_t *t)
 {
     if (t == NULL)

@@ -211,6 +211,11 @@ void disco_transport_close(disco_transport_t *t);
  *  child that closes everything that is not its own. Thread-safe. */
 int disco_transport_fds(const disco_transport_t *t, int fds_out[4]);
 
+/** Describes the peer for logs: "tcp 127.0.0.1:40123", "unix uid 1000 pid
+ *  4242", "shm uid 1000 pid 4242" or "pipe", in buf (cap bytes, always
+ *  terminated). Returns buf. Thread-safe. */
+const char *disco_transport_peer(const disco_transport_t *t, char *buf, size_t cap);
+
 /** Lets go of a transport in a process that does not own the connection (a
  *  forked child that inherited it): closes its fds, unmaps its memory and
  *  frees it, telling the peer nothing (the owner still serves it). NULL is
