@@ -229,14 +229,15 @@ install: all
 format:
 	clang-format -i $(wildcard include/disco/*.h shm/*.[ch] workers/*.[ch] scheduler/*.[ch] tools/*.c tests/*.[ch])
 
-# Fuzzing (clang's libFuzzer, with ASan and UBSan): the frame codec and the
-# RPC endpoint's packet parser, each from a generated seed corpus, for
-# FUZZ_SECONDS each. Findings land in build/fuzz/ as crash-* files.
+# Fuzzing (clang's libFuzzer, with ASan and UBSan): the frame codec, the
+# RPC endpoint's packet parser and the server side of the authenticated
+# handshake (no input may be accepted), each from a generated seed corpus,
+# for FUZZ_SECONDS each. Findings land in build/fuzz/ as crash-* files.
 FUZZ_DIR     := build/fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -fsanitize=fuzzer-no-link,address,undefined
 FUZZ_OBJ     := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
-FUZZERS      := $(FUZZ_DIR)/fuzz_frame $(FUZZ_DIR)/fuzz_rpc
+FUZZERS      := $(FUZZ_DIR)/fuzz_frame $(FUZZ_DIR)/fuzz_rpc $(FUZZ_DIR)/fuzz_auth
 
 $(FUZZ_DIR)/obj/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
@@ -250,12 +251,14 @@ $(FUZZ_DIR)/make_seeds: tests/fuzz/make_seeds.c $(BUILD)/libdisco.a
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(BUILD)/libdisco.a $(PKG_LIBS) $(LDLIBS)
 
 fuzz: $(FUZZERS) $(FUZZ_DIR)/make_seeds
-	@mkdir -p $(FUZZ_DIR)/corpus_frame $(FUZZ_DIR)/corpus_rpc
-	$(FUZZ_DIR)/make_seeds $(FUZZ_DIR)/corpus_frame $(FUZZ_DIR)/corpus_rpc
+	@mkdir -p $(FUZZ_DIR)/corpus_frame $(FUZZ_DIR)/corpus_rpc $(FUZZ_DIR)/corpus_auth
+	$(FUZZ_DIR)/make_seeds $(FUZZ_DIR)/corpus_frame $(FUZZ_DIR)/corpus_rpc $(FUZZ_DIR)/corpus_auth
 	cd $(FUZZ_DIR) && ./fuzz_frame -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	    -print_final_stats=1 corpus_frame 2>&1 | tail -20
 	cd $(FUZZ_DIR) && ./fuzz_rpc -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	    -rss_limit_mb=6144 -malloc_limit_mb=32768 -print_final_stats=1 corpus_rpc 2>&1 | tail -20
+	cd $(FUZZ_DIR) && ./fuzz_auth -max_total_time=$(FUZZ_SECONDS) -max_len=8192 \
+	    -print_final_stats=1 corpus_auth 2>&1 | tail -20
 	@if ls $(FUZZ_DIR)/crash-* $(FUZZ_DIR)/leak-* $(FUZZ_DIR)/timeout-* 2>/dev/null; then \
 	    echo "fuzz: findings above"; exit 1; fi
 

@@ -1,8 +1,13 @@
 /* rpc_local.c - the in-process RPC session: this process's functions and
  * memory. Handles are tagged: functions (1 << 62 | registry index) and
- * memory (2 << 62 | table index + 1), so a free knows what it frees. */
+ * memory (2 << 62 | table index + 1), so a free knows what it frees.
+ * "disco.load_library" runs only under the session's load policy
+ * (disco_rpc_load_allowed), with the checked real path. */
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../workers/registry.h"
@@ -24,6 +29,7 @@ struct local {
     disco_rpc_t base;
     struct mem *mem;
     size_t nmem;
+    char *allow_load_dir; /* NULL: loading refused */
 };
 
 static disco_status_t l_get_func(disco_rpc_t *s, const char *name, disco_rpc_handle_t *out)
@@ -39,7 +45,6 @@ static disco_status_t l_get_func(disco_rpc_t *s, const char *name, disco_rpc_han
 static disco_status_t l_call(disco_rpc_t *s, disco_rpc_handle_t f, const disco_value_t *args,
                              int nargs, disco_value_t *ret)
 {
-    (void)s;
     const struct disco__func *fn =
         (f & TAG_MASK) == TAG_FUNC ? disco__func_at(f & ~TAG_MASK) : NULL;
     if (fn == NULL)
@@ -49,7 +54,20 @@ static disco_status_t l_call(disco_rpc_t *s, disco_rpc_handle_t f, const disco_v
         if (args[i].type == DISCO_T_DREF)
             return disco_set_error(DISCO_E_BAD_TYPE, "argument %d: a DRef has no meaning here", i);
     disco_status_t st = disco__sig_check(fn, args, nargs, 0);
-    return st != DISCO_OK ? st : disco__func_run(fn, NULL, args, nargs, ret);
+    if (st != DISCO_OK)
+        return st;
+    if (strcmp(fn->name, "disco.load_library") == 0) {
+        /* Loading code is a privilege: only under the allowed directory,
+         * and what is loaded is the path that was checked. */
+        char real[PATH_MAX];
+        st = disco_rpc_load_allowed(((struct local *)s)->allow_load_dir, args[0].v.str, real,
+                                    sizeof real);
+        if (st != DISCO_OK)
+            return st;
+        disco_value_t checked = disco_str(real);
+        return disco__func_run(fn, NULL, &checked, 1, ret);
+    }
+    return disco__func_run(fn, NULL, args, nargs, ret);
 }
 
 /* The allocation behind h, if [off, off + n) lies inside it. */
@@ -183,6 +201,7 @@ static void l_close(disco_rpc_t *s)
     for (size_t i = 0; i < l->nmem; i++)
         free(l->mem[i].p);
     free(l->mem);
+    free(l->allow_load_dir);
     free(l);
 }
 
@@ -204,9 +223,29 @@ static const disco_rpc_ops_t local_ops = {
 
 disco_status_t disco_rpc_local(disco_rpc_t **out)
 {
+    return disco_rpc_local_with(NULL, out);
+}
+
+disco_status_t disco_rpc_local_with(const disco_rpc_local_config_t *cfg, disco_rpc_t **out)
+{
+    char *dir = NULL;
+    if (cfg != NULL && cfg->allow_load_dir != NULL) {
+        dir = realpath(cfg->allow_load_dir, NULL);
+        struct stat sb;
+        if (dir == NULL || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            disco_status_t st = disco_set_error(DISCO_E_INVAL, "allowed library directory %s: %s",
+                                                cfg->allow_load_dir,
+                                                dir == NULL ? strerror(errno) : "not a directory");
+            free(dir);
+            return st;
+        }
+    }
     struct local *l = calloc(1, sizeof *l);
-    if (l == NULL)
+    if (l == NULL) {
+        free(dir);
         return disco_set_error(DISCO_E_NOMEM, "local RPC session");
+    }
+    l->allow_load_dir = dir;
     l->base.ops = &local_ops;
     l->base.index = disco__rpc_next_index();
     *out = &l->base;

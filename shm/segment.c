@@ -177,7 +177,9 @@ disco_status_t disco_segment_create(const char *name, size_t data_size, disco_se
     if (st != DISCO_OK)
         return st;
 
-    int fd = memfd_create(name != NULL ? name : "disco", MFD_CLOEXEC);
+    /* Sealable: a segment handed to a less trusted peer (the shm transport)
+     * is sealed against shrinking, which would SIGBUS its users. */
+    int fd = memfd_create(name != NULL ? name : "disco", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return disco_set_error(DISCO_E_SYS, "memfd_create: %s", strerror(errno));
     if (ftruncate(fd, (off_t)total) != 0) {

@@ -128,7 +128,7 @@ def with_tool(fn):
 @with_tool
 def test_version(t):
     v = t.ok("version")
-    assert v["protocol"] == 1 and v["magic"] == "disco-rpc", v
+    assert v["protocol"] == 2 and v["magic"] == "disco-rpc", v
     assert v["server"] == "disco-jsonrpc" and v["session"] == "local", v
 
 
@@ -381,7 +381,9 @@ def test_connect():
         try:
             first = server.stdout.readline().decode().split()
             assert first[:1] == ["listening"], first
-            t = Tool("--connect", first[1], "--timeout", "10000")
+            second = server.stdout.readline().decode().split()
+            assert second[:1] == ["token"], second
+            t = Tool("--connect", first[1], "--timeout", "10000", "--token-file", second[1])
             assert t.ok("version")["session"] == "client"
             assert t.call("test.add", 20, 22) == 42
             big = {"type": "int", "value": str(2**63 - 2)}
@@ -412,6 +414,39 @@ def test_collective_needs_worker(t):
         err = t.error("call", {"handle": h, "args": [0, "sum", 0]})
         assert err["code"] == -1 and "needs a session worker" in err["message"], err
     assert t.call("test.add", 1, 2) == 3
+
+
+# disco.load_library follows disco-rpc-server's rule: refused without
+# --allow-load DIR, refused outside DIR, allowed inside.
+@test
+def test_load_library_policy():
+    t = Tool()
+    try:
+        err = t.error("call", {"handle": t.ok("get_function", {"name": "disco.load_library"})
+                               ["handle"], "args": [TESTLIB]})
+        assert err["code"] == -20 and "--allow-load" in err["message"], err
+        assert t.finish() == 0
+    finally:
+        if t.proc.poll() is None:
+            t.proc.kill()
+            t.proc.wait()
+    with tempfile.TemporaryDirectory() as d:
+        os.symlink(TESTLIB, os.path.join(d, "lib.so"))  # a link inside d to outside it
+        for allow, path, good in [(d, os.path.join(d, "lib.so"), False),
+                                  (os.path.dirname(TESTLIB), TESTLIB, True)]:
+            t = Tool("--allow-load", allow)
+            try:
+                h = t.ok("get_function", {"name": "disco.load_library"})["handle"]
+                if good:
+                    assert t.ok("call", {"handle": h, "args": [path]})["result"] is None
+                else:
+                    err = t.error("call", {"handle": h, "args": [path]})
+                    assert err["code"] == -20 and "outside" in err["message"], err
+                assert t.finish() == 0
+            finally:
+                if t.proc.poll() is None:
+                    t.proc.kill()
+                    t.proc.wait()
 
 
 def main():

@@ -15,88 +15,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../workers/rpc_auth.h"
 #include "../workers/rpc_proto.h"
 #include "disco/rpc.h"
 #include "disco/session.h"
 #include "disco/transport.h"
 #include "disco/wait.h"
+#include "rpc_util.h"
 #include "session_util.h"
-
-extern char **environ;
-
-#define SERVER DISCO_TEST_BIN "/disco-rpc-server"
-
-typedef struct server {
-    pid_t pid;
-    int out; /* its stdout */
-    int in;  /* its stdin (stdio mode) */
-    char address[256];
-} server_t;
-
-/* Starts disco-rpc-server with the test library loaded and extra args;
- * --listen mode returns the address it prints, --stdio mode the pipes. */
-static void start_server(server_t *sv, const char *listen, const char *proxy, const char *timeout,
-                         char **env)
-{
-    int out[2], in[2];
-    ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
-    ck_assert_int_eq(pipe2(in, O_CLOEXEC), 0);
-    const char *argv[16];
-    int n = 0;
-    argv[n++] = SERVER;
-    argv[n++] = "--load";
-    argv[n++] = DISCO_TEST_LIB;
-    if (listen != NULL) {
-        argv[n++] = "--listen";
-        argv[n++] = listen;
-    } else {
-        argv[n++] = "--stdio";
-    }
-    if (proxy != NULL) {
-        argv[n++] = "--proxy";
-        argv[n++] = proxy;
-    }
-    if (timeout != NULL) {
-        argv[n++] = "--session-timeout";
-        argv[n++] = timeout;
-    }
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    ck_assert_int_eq(posix_spawn(&sv->pid, SERVER, &fa, NULL, (char **)argv, env ? env : environ),
-                     0);
-    posix_spawn_file_actions_destroy(&fa);
-    close(out[1]);
-    close(in[0]);
-    sv->out = out[0];
-    sv->in = in[1];
-    sv->address[0] = '\0';
-    if (listen == NULL)
-        return;
-    /* The first line is "listening ADDRESS". */
-    char line[300] = {0};
-    size_t got = 0;
-    while (got < sizeof line - 1 && memchr(line, '\n', got) == NULL) {
-        struct pollfd pf = {.fd = sv->out, .events = POLLIN};
-        ck_assert_msg(poll(&pf, 1, 10000) == 1, "server printed no address");
-        ssize_t k = read(sv->out, line + got, sizeof line - 1 - got);
-        ck_assert_msg(k > 0, "server exited before listening");
-        got += (size_t)k;
-    }
-    line[got] = '\0';
-    ck_assert_int_eq(sscanf(line, "listening %255s", sv->address), 1);
-}
-
-static void stop_server(server_t *sv)
-{
-    kill(sv->pid, SIGTERM);
-    int ws;
-    ck_assert_int_eq(waitpid(sv->pid, &ws, 0), sv->pid);
-    close(sv->out);
-    close(sv->in);
-}
 
 static disco_rpc_t *connect_to(server_t *sv)
 {
@@ -397,7 +323,8 @@ START_TEST(test_proxy_chain)
     snprintf(b_addr, sizeof b_addr, "unix:/tmp/disco-test-rpc-b-%d.sock", (int)getpid());
     server_t b, a;
     start_server(&b, b_addr, NULL, NULL, NULL);
-    start_server(&a, "tcp:127.0.0.1:0", b.address, NULL, NULL);
+    const char *extra[] = {"--proxy", b.address, "--proxy-token-file", b.token, NULL};
+    start_server_args(&a, "tcp:127.0.0.1:0", extra, NULL);
     disco_rpc_t *s = connect_to(&a);
     exercise(s);
     disco_rpc_close(s);
@@ -416,7 +343,7 @@ START_TEST(test_version_mismatch)
     start_server(&sv, addr, NULL, NULL, env);
     disco_rpc_t *s;
     CK_STATUS(disco_rpc_connect(sv.address, 10000, &s), DISCO_E_VERSION);
-    CK_HAS("client speaks disco-rpc 1");
+    CK_HAS("client speaks disco-rpc 2");
     CK_HAS("server speaks disco-rpc 99");
     stop_server(&sv);
 }
@@ -493,8 +420,9 @@ START_TEST(test_client_killed_mid_call)
 }
 END_TEST
 
-/* Speaks raw packets to a server: malformed ones get errors, the server
- * survives and serves the next client. */
+/* Speaks raw packets to a server: a request before authentication ends the
+ * connection; after it, malformed packets get errors, the server survives
+ * and serves the next client. */
 START_TEST(test_malformed_packets)
 {
     char addr[128];
@@ -508,17 +436,19 @@ START_TEST(test_malformed_packets)
     CK_OK(disco__rpc_buf_init(&b));
     disco_frame_hdr_t h;
     disco_value_t v[4];
-    /* a request before the handshake */
+    /* a request before the handshake: refused, and the connection ends */
     disco_value_t name = disco_str("disco.noop");
     CK_OK(disco__rpc_send(t, &b, DISCO_RPC_GET_FUNC, 1, &name, 1, dl));
     CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
     ck_assert_int_eq(h.code, DISCO_RPC_EXCEPTION);
-    ck_assert_int_eq(v[0].v.i, DISCO_E_PROTOCOL);
+    ck_assert_int_eq(v[0].v.i, DISCO_E_AUTH);
+    CK_STATUS(disco__rpc_recv(t, &b, &h, v, 4, dl), DISCO_E_CLOSED);
+    disco_transport_close(t);
     /* the handshake, then an unknown code, then wrong argument types */
-    disco_value_t hello[2] = {disco_str(DISCO_RPC_MAGIC), disco_int(DISCO_RPC_VERSION)};
-    CK_OK(disco__rpc_send(t, &b, DISCO_RPC_INIT, 2, hello, 2, dl));
-    CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
-    ck_assert_int_eq(h.code, DISCO_RPC_RETURN);
+    CK_OK(disco_connect(sv.address, dl, &t));
+    uint8_t tok[DISCO_RPC_TOKEN_BYTES];
+    CK_OK(disco_rpc_token_read(sv.token, tok));
+    raw_handshake(t, &b, tok, dl);
     CK_OK(disco__rpc_send(t, &b, 999, 3, NULL, 0, dl));
     CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
     ck_assert_int_eq(v[0].v.i, DISCO_E_PROTOCOL);
@@ -570,6 +500,7 @@ START_TEST(test_handles_after_close)
     CK_OK(disco_rpc_get_func(s, "test.add", &f));
     kill(sv.pid, SIGKILL); /* the server and, with it, the connection */
     waitpid(sv.pid, NULL, 0);
+    unlink(sv.token); /* it could not */
     disco_value_t a[2] = {disco_int(1), disco_int(2)}, r;
     disco_status_t st = disco_rpc_call(s, f, a, 2, &r);
     ck_assert_msg(st == DISCO_E_CLOSED, "call after the server died: %s", disco_err_name(st));

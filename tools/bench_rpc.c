@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -70,6 +71,9 @@ typedef struct server_ctx {
     int close_fds[2];    /* pipes: the client's ends, closed in the child */
 } server_ctx_t;
 
+/* The token both sides of a listening pair share (made in open_pair). */
+static uint8_t bench_token[DISCO_RPC_TOKEN_BYTES];
+
 /* The child: accept (or wrap the pipes), serve a local session, leave. */
 static int server_child(void *p)
 {
@@ -88,7 +92,9 @@ static int server_child(void *p)
     }
     disco_rpc_t *s;
     bu_child_check(disco_rpc_local(&s), "disco_rpc_local");
-    disco_status_t st = disco_rpc_serve(s, t);
+    /* Listeners authenticate (the pipe's peer is our parent). */
+    disco_rpc_serve_config_t cfg = {.token = c->l != NULL ? bench_token : NULL};
+    disco_status_t st = disco_rpc_serve_with(s, t, &cfg);
     disco_rpc_close(s);
     disco_transport_close(t);
     bu_child_check(st, "disco_rpc_serve");
@@ -124,9 +130,12 @@ static disco_rpc_t *open_pair(const char *kind, pid_t *pid_out)
             tmp_make();
             snprintf(addr, sizeof addr, "%s:%s", kind, tmp_sock);
         }
+        if (getrandom(bench_token, sizeof bench_token, 0) != (ssize_t)sizeof bench_token)
+            bu_die("getrandom: %s", strerror(errno));
         bu_check(disco_listen(addr, &c.l), "disco_listen");
         *pid_out = bu_spawn(server_child, &c);
-        disco_status_t st = disco_rpc_connect(disco_listener_address(c.l), RPC_TIMEOUT_MS, &s);
+        disco_rpc_client_config_t cc = {.call_timeout_ms = RPC_TIMEOUT_MS, .token = bench_token};
+        disco_status_t st = disco_rpc_connect_with(disco_listener_address(c.l), &cc, &s);
         disco_listener_close(c.l); /* removes the socket file; the child holds the socket */
         tmp_remove();
         bu_check(st, "disco_rpc_connect");

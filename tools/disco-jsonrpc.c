@@ -2,7 +2,8 @@
  * disco-jsonrpc - the RPC session API as JSON-RPC 2.0 on stdio, for tools in
  * any language (as the microTVM Project API server does).
  *
- *   disco-jsonrpc [--load LIBRARY]... [--connect ADDRESS [--timeout MS]]
+ *   disco-jsonrpc [--load LIBRARY]... [--allow-load DIR]
+ *                 [--connect ADDRESS [--timeout MS] [--token-file PATH]]
  *
  * Protocol (the full list is in usage() below):
  *  1. One JSON-RPC 2.0 request per line on stdin; one response per line on
@@ -58,11 +59,14 @@ struct server {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: disco-jsonrpc [--load LIBRARY]... [--connect ADDRESS [--timeout MS]]\n"
+            "usage: disco-jsonrpc [--load LIBRARY]... [--allow-load DIR]\n"
+            "                     [--connect ADDRESS [--timeout MS] [--token-file PATH]]\n"
             "JSON-RPC 2.0 on stdio: one request per line on stdin, one response per line on\n"
             "stdout. Serves a local session (this process's functions and the --load'ed\n"
-            "libraries), or with --connect a client session to a disco-rpc-server\n"
-            "(ADDRESS: unix:/path, tcp:HOST:PORT, shm:/path; --timeout: per call, 0 = none).\n"
+            "libraries; disco.load_library only for libraries inside --allow-load DIR), or\n"
+            "with --connect a client session to a disco-rpc-server (ADDRESS: unix:/path,\n"
+            "tcp:HOST:PORT, shm:/path; --timeout: per call, 0 = none; the server's token\n"
+            "from --token-file or $DISCO_TOKEN_FILE).\n"
             "Methods (params by name; handles are decimal strings):\n"
             "  version                               -> {protocol, magic, server, session}\n"
             "  get_function {name}                   -> {handle}\n"
@@ -895,7 +899,7 @@ static void handle_line(struct server *sv, const char *line, size_t len)
 
 int main(int argc, char **argv)
 {
-    const char *connect_to = NULL;
+    const char *connect_to = NULL, *allow_load = NULL, *token_file = NULL;
     uint32_t timeout_ms = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -907,6 +911,10 @@ int main(int argc, char **argv)
             i++; /* loaded below, once stdout is set aside */
         } else if (strcmp(a, "--connect") == 0 && i + 1 < argc) {
             connect_to = argv[++i];
+        } else if (strcmp(a, "--allow-load") == 0 && i + 1 < argc) {
+            allow_load = argv[++i]; /* disco.load_library: only inside this directory */
+        } else if (strcmp(a, "--token-file") == 0 && i + 1 < argc) {
+            token_file = argv[++i]; /* --connect's token (default $DISCO_TOKEN_FILE) */
         } else if (strcmp(a, "--timeout") == 0 && i + 1 < argc) {
             unsigned long v = strtoul(argv[++i], &end, 10);
             if (*end != '\0' || argv[i][0] < '0' || argv[i][0] > '9' || v > UINT32_MAX) {
@@ -935,10 +943,14 @@ int main(int argc, char **argv)
             return 1;
         }
         i += strcmp(argv[i], "--load") == 0 || strcmp(argv[i], "--connect") == 0 ||
-             strcmp(argv[i], "--timeout") == 0;
+             strcmp(argv[i], "--timeout") == 0 || strcmp(argv[i], "--allow-load") == 0 ||
+             strcmp(argv[i], "--token-file") == 0;
     }
-    disco_status_t st = connect_to != NULL ? disco_rpc_connect(connect_to, timeout_ms, &sv.s)
-                                           : disco_rpc_local(&sv.s);
+    /* The same load rule as disco-rpc-server (disco_rpc_load_allowed). */
+    disco_rpc_client_config_t cc = {.call_timeout_ms = timeout_ms, .token_file = token_file};
+    disco_rpc_local_config_t lc = {.allow_load_dir = allow_load};
+    disco_status_t st = connect_to != NULL ? disco_rpc_connect_with(connect_to, &cc, &sv.s)
+                                           : disco_rpc_local_with(&lc, &sv.s);
     if (st != DISCO_OK) {
         fprintf(stderr, "disco-jsonrpc: %s%s: %s (%s)\n", connect_to ? "connect " : "",
                 connect_to ? connect_to : "session", disco_err_name(st), disco_last_error());

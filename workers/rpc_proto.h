@@ -11,7 +11,7 @@
 
 enum disco__rpc_code {
     DISCO_RPC_SHUTDOWN = 1,
-    DISCO_RPC_INIT = 2,      /* [magic, version] */
+    DISCO_RPC_INIT = 2,      /* [magic, version, client nonce] -> [version, server nonce, mode] */
     DISCO_RPC_CALL = 3,      /* [func, args...] */
     DISCO_RPC_RETURN = 4,    /* [value...] */
     DISCO_RPC_EXCEPTION = 5, /* [code, message] */
@@ -23,6 +23,7 @@ enum disco__rpc_code {
     DISCO_RPC_DEV_ALLOC = 12,   /* [device, nbytes, align] -> RETURN [mem] */
     DISCO_RPC_DEV_FREE = 13,    /* [device, mem] */
     DISCO_RPC_STREAM_SYNC = 14, /* [device] */
+    DISCO_RPC_AUTH = 15,        /* [client proof] -> RETURN [server proof] */
 };
 
 #define DISCO_RPC_MAX_ARGS   64

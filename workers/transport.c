@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -20,9 +21,11 @@
 
 struct disco_listener {
     enum disco__tkind kind; /* shm, unix or tcp */
-    int fd;                 /* listening socket, non-blocking, close-on-exec */
-    pid_t owner;            /* the process that bound the path */
-    dev_t dev;              /* the socket file's identity, to unlink only ours */
+    int nuids;              /* peer uids allowed besides ours */
+    uid_t uids[DISCO_LISTEN_MAX_UIDS];
+    int fd;      /* listening socket, non-blocking, close-on-exec */
+    pid_t owner; /* the process that bound the path */
+    dev_t dev;   /* the socket file's identity, to unlink only ours */
     ino_t ino;
     char path[PATH_CAP]; /* unix and shm; "" for tcp */
     char address[PATH_CAP + 8];
@@ -162,9 +165,10 @@ static disco_status_t listen_unix(disco_listener_t *l, const char *address)
     if (rc != 0)
         return disco_set_error(DISCO_E_SYS, "listen on %s: bind: %s", address, strerror(errno));
     struct stat sb;
-    if (chmod(l->path, 0600) != 0 || stat(l->path, &sb) != 0) {
-        disco_status_t st =
-            disco_set_error(DISCO_E_SYS, "listen on %s: chmod 0600: %s", address, strerror(errno));
+    mode_t mode = l->nuids != 0 ? 0666 : 0600; /* others allowed: the uid check guards */
+    if (chmod(l->path, mode) != 0 || stat(l->path, &sb) != 0) {
+        disco_status_t st = disco_set_error(DISCO_E_SYS, "listen on %s: chmod %o: %s", address,
+                                            (unsigned)mode, strerror(errno));
         unlink(l->path);
         return st;
     }
@@ -201,12 +205,33 @@ static disco_status_t tcp_name(int fd, char *buf, size_t cap)
     return DISCO_OK;
 }
 
-static disco_status_t listen_tcp(disco_listener_t *l, const struct addr *a, const char *address)
+/* Whether a resolved address is loopback (127/8, ::1, ::ffff:127/8). */
+static bool loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24 == 127;
+    if (sa->sa_family != AF_INET6)
+        return false;
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+}
+
+static disco_status_t listen_tcp(disco_listener_t *l, const struct addr *a, const char *address,
+                                 bool allow_remote)
 {
     struct addrinfo *res;
     disco_status_t st = resolve(a, address, true, &res);
     if (st != DISCO_OK)
         return st;
+    for (const struct addrinfo *ai = res; ai != NULL && !allow_remote; ai = ai->ai_next) {
+        if (!loopback(ai->ai_addr)) {
+            freeaddrinfo(res);
+            return disco_set_error(DISCO_E_INVAL,
+                                   "listen on %s: not a loopback address: other machines could "
+                                   "connect; allow it explicitly (--allow-remote)",
+                                   address);
+        }
+    }
     int err = 0;
     for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
         int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -231,19 +256,35 @@ static disco_status_t listen_tcp(disco_listener_t *l, const struct addr *a, cons
 
 disco_status_t disco_listen(const char *address, disco_listener_t **out)
 {
+    return disco_listen_with(address, NULL, out);
+}
+
+disco_status_t disco_listen_with(const char *address, const disco_listen_config_t *cfg,
+                                 disco_listener_t **out)
+{
+    static const disco_listen_config_t defaults = {0};
     struct addr a;
     disco_status_t st = parse_address(address, true, &a);
     if (st != DISCO_OK)
         return st;
+    if (cfg == NULL)
+        cfg = &defaults;
     if (out == NULL)
         return disco_set_error(DISCO_E_INVAL, "listen on %s: out is NULL", address);
+    if (cfg->n_allow_uids < 0 || cfg->n_allow_uids > DISCO_LISTEN_MAX_UIDS ||
+        (cfg->n_allow_uids > 0 && cfg->allow_uids == NULL))
+        return disco_set_error(DISCO_E_INVAL, "listen on %s: %d allowed uids (at most %d)", address,
+                               cfg->n_allow_uids, DISCO_LISTEN_MAX_UIDS);
     disco_listener_t *l = calloc(1, sizeof *l);
     if (l == NULL)
         return disco_set_error(DISCO_E_NOMEM, "listen on %s: out of memory", address);
     l->kind = a.kind;
     l->fd = -1;
+    for (int i = 0; i < cfg->n_allow_uids; i++)
+        l->uids[l->nuids++] = (uid_t)cfg->allow_uids[i];
     memcpy(l->path, a.path, sizeof l->path);
-    st = a.kind == DISCO__T_TCP ? listen_tcp(l, &a, address) : listen_unix(l, address);
+    st = a.kind == DISCO__T_TCP ? listen_tcp(l, &a, address, cfg->allow_remote != 0)
+                                : listen_unix(l, address);
     if (st != DISCO_OK) {
         if (l->fd >= 0)
             close(l->fd);
@@ -262,6 +303,25 @@ const char *disco_listener_address(const disco_listener_t *l)
 int disco_listener_fd(const disco_listener_t *l)
 {
     return l->fd;
+}
+
+/* SO_PEERCRED: the peer must be this user or one the listener allows. */
+static disco_status_t peer_allowed(const disco_listener_t *l, int fd)
+{
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
+        return disco_set_error(DISCO_E_SYS, "accept on %s: SO_PEERCRED: %s", l->address,
+                               strerror(errno));
+    if (cr.uid == geteuid())
+        return DISCO_OK;
+    for (int i = 0; i < l->nuids; i++)
+        if (l->uids[i] == cr.uid)
+            return DISCO_OK;
+    return disco_set_error(DISCO_E_AUTH,
+                           "accept on %s: peer uid %u (pid %d) is not allowed (this server runs "
+                           "as uid %u; allow others explicitly)",
+                           l->address, (unsigned)cr.uid, (int)cr.pid, (unsigned)geteuid());
 }
 
 disco_status_t disco_accept(disco_listener_t *l, int64_t deadline_ns, disco_transport_t **out)
@@ -284,6 +344,15 @@ disco_status_t disco_accept(disco_listener_t *l, int64_t deadline_ns, disco_tran
                                    l->address);
         if (st != DISCO_OK)
             return st;
+    }
+    if (l->kind != DISCO__T_TCP) {
+        disco_status_t st = peer_allowed(l, fd);
+        if (st != DISCO_OK) {
+            if (l->kind == DISCO__T_SHM)
+                disco__shm_refuse(fd, st);
+            close(fd);
+            return st;
+        }
     }
     if (l->kind == DISCO__T_SHM)
         return disco__shm_serve(fd, deadline_ns, out);
@@ -460,6 +529,71 @@ disco_status_t disco_transport_recv(disco_transport_t *t, void *buf, size_t len,
                                  kind_names[t->kind], done, len);
     }
     return st;
+}
+
+int disco_transport_fds(const disco_transport_t *t, int fds_out[4])
+{
+    int n = 0;
+    if (t == NULL)
+        return 0;
+    int cand[3] = {t->kind == DISCO__T_SHM ? t->sock : t->in_fd,
+                   t->kind == DISCO__T_SHM ? t->seg.fd : t->out_fd, -1};
+    for (int i = 0; i < 3; i++)
+        if (cand[i] >= 0 && (n == 0 || fds_out[0] != cand[i]))
+            fds_out[n++] = cand[i];
+    return n;
+}
+
+const char *disco_transport_peer(const disco_transport_t *t, char *buf, size_t cap)
+{
+    if (cap == 0)
+        return buf;
+    snprintf(buf, cap, "%s", disco_transport_kind(t));
+    if (t == NULL || t->kind == DISCO__T_PIPE)
+        return buf;
+    int fd = t->kind == DISCO__T_SHM ? t->sock : t->in_fd;
+    if (t->kind == DISCO__T_TCP) {
+        struct sockaddr_storage ss;
+        memset(&ss, 0, sizeof ss); /* AF_UNSPEC if getpeername fails */
+        socklen_t sl = sizeof ss;
+        char host[INET6_ADDRSTRLEN] = "?";
+        unsigned port = 0;
+        if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET6) {
+            const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof host);
+            port = ntohs(s6->sin6_port);
+        } else if (ss.ss_family == AF_INET) {
+            const struct sockaddr_in *s4 = (const struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &s4->sin_addr, host, sizeof host);
+            port = ntohs(s4->sin_port);
+        }
+        snprintf(buf, cap, "tcp %s:%u", host, port);
+        return buf;
+    }
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0)
+        snprintf(buf, cap, "%s uid %u pid %d", disco_transport_kind(t), (unsigned)cr.uid,
+                 (int)cr.pid);
+    return buf;
+}
+
+void disco_transport_abandon(disco_transport_t *t)
+{
+    if (t == NULL)
+        return;
+    /* Close and unmap only: no closed flag, no wake, no flag restore (the
+     * open files are shared with the owner, who still serves them). */
+    int fds[4];
+    int n = disco_transport_fds(t, fds);
+    if (t->kind == DISCO__T_SHM) {
+        if (t->seg.base != NULL)
+            munmap(t->seg.base, t->seg.size);
+        free(t->stage);
+    }
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    free(t);
 }
 
 void disco_transport_close(disco_transport_t *t)

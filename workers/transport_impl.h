@@ -63,6 +63,8 @@ disco_status_t disco__fd_socket_transport(enum disco__tkind kind, int fd,
 /* Server half of the handshake (S2-S3) on an accepted Unix socket, which it
  * takes (closed on failure). */
 disco_status_t disco__shm_serve(int sock, int64_t deadline_ns, struct disco_transport **out);
+/* Tells a refused peer why (a hello carrying st, no fd); does not close sock. */
+void disco__shm_refuse(int sock, disco_status_t st);
 /* Client half (C1) on a connected Unix socket, which it takes (closed on
  * failure); address names the server in errors. */
 disco_status_t disco__shm_join(int sock, const char *address, int64_t deadline_ns,

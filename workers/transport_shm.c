@@ -16,10 +16,12 @@
 #include "transport_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Geometry: 64 slots of 16 KiB, 1 MiB per direction. The ring fits in the
@@ -54,8 +56,12 @@ struct shm_header {
 struct shm_hello {
     uint64_t magic;
     uint32_t version;
-    uint32_t reserved;
+    uint32_t refused; /* 0, or -status: the server refuses this client (no fd) */
 };
+
+/* What the segment's memfd must carry before either side maps it: no
+ * shrink (a truncated mapping faults with SIGBUS), no grow, no unsealing. */
+#define SHM_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 void disco__shm_close(struct disco_transport *t)
 {
@@ -92,6 +98,10 @@ static disco_status_t build_segment(struct disco_transport *t)
     disco_status_t st = disco_segment_create("disco-transport", SHM_PAGE + 2 * span, &t->seg);
     if (st != DISCO_OK)
         return st;
+    if (fcntl(t->seg.fd, F_ADD_SEALS, SHM_SEALS) != 0 ||
+        (fcntl(t->seg.fd, F_GET_SEALS) & SHM_SEALS) != SHM_SEALS)
+        return disco_set_error(DISCO_E_SYS, "shm transport: sealing the segment: %s",
+                               strerror(errno));
     unsigned char *data = disco_segment_data(&t->seg);
     struct shm_header *h = (struct shm_header *)data;
     h->magic = SHM_MAGIC;
@@ -110,6 +120,16 @@ static disco_status_t build_segment(struct disco_transport *t)
     t->self_closed = &h->closed[SERVER];
     t->peer_closed = &h->closed[CLIENT];
     return DISCO_OK;
+}
+
+void disco__shm_refuse(int sock, disco_status_t st)
+{
+    struct shm_hello hello = {
+        .magic = SHM_HELLO_MAGIC, .version = SHM_VERSION, .refused = (uint32_t) - (int32_t)st};
+    ssize_t n;
+    while ((n = send(sock, &hello, sizeof hello, MSG_NOSIGNAL | MSG_DONTWAIT)) < 0 &&
+           errno == EINTR)
+        ;
 }
 
 static disco_status_t send_hello(struct disco_transport *t, int64_t deadline_ns)
@@ -224,6 +244,13 @@ static disco_status_t recv_hello(struct disco_transport *t, const char *address,
         if (st != DISCO_OK)
             return st;
     }
+    if (hello.magic == SHM_HELLO_MAGIC && hello.version == SHM_VERSION && hello.refused != 0) {
+        disco_status_t st = -(int32_t)hello.refused;
+        return disco_set_error(st == DISCO_E_AUTH ? DISCO_E_AUTH : DISCO_E_CLOSED,
+                               "shm handshake with %s: the server refused this client (%s, uid "
+                               "%u)",
+                               address, disco_err_name(st), (unsigned)geteuid());
+    }
     if (hello.magic != SHM_HELLO_MAGIC || hello.version != SHM_VERSION)
         return disco_set_error(DISCO_E_BAD_MAGIC,
                                "shm handshake with %s: hello %#llx version %u, want %#llx "
@@ -235,9 +262,22 @@ static disco_status_t recv_hello(struct disco_transport *t, const char *address,
     return DISCO_OK;
 }
 
-/* Attaches the server's segment and checks every offset before use. */
+/* Attaches the server's segment and checks every offset before use. Before
+ * mapping: the memfd must be sealed (SHM_SEALS), so that the server cannot
+ * shrink it under us, and hold at least the header page and the rings. */
 static disco_status_t attach(struct disco_transport *t, int fd, const char *address)
 {
+    int seals = fcntl(fd, F_GET_SEALS);
+    struct stat sb;
+    if (seals < 0 || (seals & SHM_SEALS) != SHM_SEALS)
+        return disco_set_error(DISCO_E_BAD_MAGIC,
+                               "shm handshake with %s: the segment is not sealed against "
+                               "shrinking and growing (seals %#x)",
+                               address, seals < 0 ? 0 : (unsigned)seals);
+    if (fstat(fd, &sb) != 0 || sb.st_size < (off_t)(DISCO_SEGMENT_DATA_OFFSET + 3 * SHM_PAGE))
+        return disco_set_error(DISCO_E_BAD_MAGIC,
+                               "shm handshake with %s: a segment of %lld bytes is too small",
+                               address, (long long)sb.st_size);
     disco_status_t st = disco_segment_attach(fd, &t->seg);
     if (st != DISCO_OK)
         return st;

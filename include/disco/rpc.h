@@ -21,7 +21,25 @@
  *
  * Protocol. Packets are a u64 length and a disco frame (disco/value.h). The
  * first exchange carries a magic and DISCO_RPC_VERSION; a mismatch fails the
- * connect with DISCO_E_VERSION naming both versions. A server whose session
+ * connect with DISCO_E_VERSION naming both versions.
+ *
+ * Authentication (numbered steps; workers/rpc_auth.c holds the crypto):
+ *   A1 client -> server  INIT [magic, version, client nonce (32 random bytes)]
+ *   A2 server -> client  RETURN [version, server nonce (32 random bytes), mode]
+ *                        mode 1: a token is required; mode 0: this server
+ *                        does not authenticate (a transport its caller
+ *                        trusts, such as pipes to its parent): done.
+ *   A3 client -> server  AUTH [HMAC-SHA256(token, "disco-rpc 2 client" ||
+ *                        client nonce || server nonce)]
+ *   A4 server -> client  RETURN [HMAC-SHA256(token, "disco-rpc 2 server" ||
+ *                        client nonce || server nonce)], or EXCEPTION
+ *                        DISCO_E_AUTH and the server hangs up.
+ * The token (DISCO_RPC_TOKEN_BYTES random bytes, libsodium) never crosses
+ * the wire; fresh nonces from both sides make a recorded handshake useless;
+ * proofs are compared in constant time. The client checks the server's proof
+ * (A4) too, and refuses a server that does not authenticate when it holds a
+ * token. Before A4 the server runs no request, reads no packet larger than
+ * 4 KiB and waits at most its handshake timeout. A server whose session
  * outlives its timeout sends DISCO_E_SESSION_TIMEOUT to the client before it
  * kills the serving process; the client reports exactly that code. Large
  * copies travel in chunks of DISCO_RPC_CHUNK bytes.
@@ -49,10 +67,12 @@
 extern "C" {
 #endif
 
-#define DISCO_RPC_VERSION   1
-#define DISCO_RPC_MAGIC     "disco-rpc"
-#define DISCO_RPC_CHUNK     (1u << 20)
-#define DISCO_RPC_SESS_MASK 128 /* remote device type = local type + mask * (index + 1) */
+#define DISCO_RPC_VERSION     2
+#define DISCO_RPC_MAGIC       "disco-rpc"
+#define DISCO_RPC_CHUNK       (1u << 20)
+#define DISCO_RPC_SESS_MASK   128 /* remote device type = local type + mask * (index + 1) */
+#define DISCO_RPC_TOKEN_BYTES 32  /* 256-bit shared secret */
+#define DISCO_RPC_TOKEN_ENV   "DISCO_TOKEN_FILE"
 
 typedef struct disco_rpc disco_rpc_t;
 typedef uint64_t disco_rpc_handle_t;
@@ -99,19 +119,75 @@ struct disco_rpc {
 
 /* ---- making sessions ---- */
 
-/** The in-process session. Returns DISCO_OK, DISCO_E_NOMEM. */
+/* Options of the local session. */
+typedef struct disco_rpc_local_config {
+    /* "disco.load_library" called through this session loads only a library
+     * whose real path (symlinks resolved) lies inside the real path of this
+     * directory; NULL (the default) refuses every such call. Loading code is
+     * a privilege: libraries named at start (--load) are the normal way. */
+    const char *allow_load_dir;
+} disco_rpc_local_config_t;
+
+/** The in-process session, refusing "disco.load_library" (as
+ *  disco_rpc_local_with with no allowed directory). Returns DISCO_OK,
+ *  DISCO_E_NOMEM. Thread-safe. */
 disco_status_t disco_rpc_local(disco_rpc_t **sess_out);
 
+/** The in-process session with options (cfg NULL: the defaults). A
+ *  "disco.load_library" call it refuses fails with DISCO_E_LIBRARY, naming
+ *  the path and the allowed directory. Thread-safe. Returns DISCO_OK,
+ *  DISCO_E_NOMEM, DISCO_E_INVAL (allow_load_dir does not resolve to a
+ *  directory). */
+disco_status_t disco_rpc_local_with(const disco_rpc_local_config_t *cfg, disco_rpc_t **sess_out);
+
+/** Whether path may be loaded under allow_dir: DISCO_OK with the library's
+ *  real path in real_out (cap bytes) when realpath(path) lies strictly
+ *  inside realpath(allow_dir) (no prefix tricks: /a/lib2 is not inside
+ *  /a/lib; no symlink escapes: the resolved path is what is checked and what
+ *  should be loaded). DISCO_E_LIBRARY otherwise (allow_dir NULL included),
+ *  with the reason. The same rule serves disco-rpc-server and disco-jsonrpc.
+ *  Thread-safe. */
+disco_status_t disco_rpc_load_allowed(const char *allow_dir, const char *path, char *real_out,
+                                      size_t cap);
+
+/* Options of a client session. */
+typedef struct disco_rpc_client_config {
+    uint32_t call_timeout_ms; /* per-call deadline, 0 = none */
+    /* The token: token (DISCO_RPC_TOKEN_BYTES bytes) if not NULL, else the
+     * file token_file, else (disco_rpc_connect_with only) the file named by
+     * $DISCO_TOKEN_FILE. */
+    const uint8_t *token;
+    const char *token_file;
+} disco_rpc_client_config_t;
+
 /** A client session to the endpoint at address (see disco_connect), with a
- *  per-call deadline (0 = none). Performs the version handshake. Returns
- *  DISCO_OK, DISCO_E_VERSION (both versions named), DISCO_E_CLOSED,
- *  DISCO_E_TIMEOUT, DISCO_E_INVAL (bad address), DISCO_E_NOMEM. */
+ *  per-call deadline (0 = none) and the token from $DISCO_TOKEN_FILE: as
+ *  disco_rpc_connect_with. */
 disco_status_t disco_rpc_connect(const char *address, uint32_t call_timeout_ms,
                                  disco_rpc_t **sess_out);
 
-/** The same over a transport already open (e.g. stdio pipes); takes it. */
+/** A client session to the endpoint at address. Performs the version
+ *  handshake and the mutual authentication (steps A1-A4 at the top); a
+ *  listener always authenticates, so a token is required. Thread-safe.
+ *  Returns DISCO_OK, DISCO_E_AUTH (no token; an unreadable or unsafe token
+ *  file; the server refused the token or this user; the server's proof is
+ *  wrong), DISCO_E_BUSY (every connection slot of the server is taken),
+ *  DISCO_E_VERSION (both versions named), DISCO_E_CLOSED, DISCO_E_TIMEOUT,
+ *  DISCO_E_INVAL (bad address), DISCO_E_NOMEM. */
+disco_status_t disco_rpc_connect_with(const char *address, const disco_rpc_client_config_t *cfg,
+                                      disco_rpc_t **sess_out);
+
+/** A client session over a transport already open (e.g. stdio pipes); takes
+ *  it. No token: the server must not ask for one (it serves without
+ *  authentication). Returns as disco_rpc_client_with. */
 disco_status_t disco_rpc_client(disco_transport_t *t, uint32_t call_timeout_ms,
                                 disco_rpc_t **sess_out);
+
+/** The same with options (cfg NULL: no token, no timeout); takes t. With a
+ *  token the server must prove it holds it too. Returns as
+ *  disco_rpc_connect_with, less DISCO_E_INVAL. */
+disco_status_t disco_rpc_client_with(disco_transport_t *t, const disco_rpc_client_config_t *cfg,
+                                     disco_rpc_t **sess_out);
 
 /** Disco worker `worker` of a session as an RPC session, over the session's
  *  shared-memory rings. A call runs on every worker (Disco is SPMD) and
@@ -203,13 +279,66 @@ disco_status_t disco_rpc_copy_from_remote_async(disco_rpc_t *s, disco_rpc_handle
  *  DISCO_E_SESSION_TIMEOUT). */
 disco_status_t disco_rpc_wait(disco_rpc_t *s);
 
+/* ---- tokens ---- */
+
+/** Makes a fresh random token and writes it (hex, one line) to a new file
+ *  created exclusively (O_EXCL, O_NOFOLLOW) with mode 0600: path, or NULL
+ *  for a new name in this user's private runtime directory
+ *  ($XDG_RUNTIME_DIR/disco when that is ours and private, else
+ *  /tmp/disco-UID, made 0700 and checked to be ours and private). The path
+ *  goes to path_out (cap bytes). Thread-safe. Returns DISCO_OK,
+ *  DISCO_E_INVAL (path_out too small), DISCO_E_AUTH (the directory is not
+ *  private), DISCO_E_SYS (the file exists or cannot be made). */
+disco_status_t disco_rpc_token_create(const char *path, uint8_t token_out[DISCO_RPC_TOKEN_BYTES],
+                                      char *path_out, size_t cap);
+
+/** Reads a token file. The file must be a regular file owned by this user
+ *  (or root) that nobody else may read or write (mode 0600 or stricter), and
+ *  hold 64 hex digits. Thread-safe. Returns DISCO_OK, DISCO_E_AUTH (missing,
+ *  unsafe or malformed: the reason named), DISCO_E_SYS. */
+disco_status_t disco_rpc_token_read(const char *path, uint8_t token_out[DISCO_RPC_TOKEN_BYTES]);
+
 /* ---- serving ---- */
 
-/** Serves sess on transport t until the peer says shutdown or goes away.
- *  Malformed, truncated or oversized packets and unknown codes answer with
- *  an error (or end the connection when the stream cannot be resynced);
- *  never crash. Returns DISCO_OK (clean end) or the error that ended it. */
+/* Options of a served connection. */
+typedef struct disco_rpc_serve_config {
+    /* The token clients must prove they hold (DISCO_RPC_TOKEN_BYTES bytes).
+     * NULL: no authentication, only for a transport whose peer is already
+     * trusted (a pipe to this process's parent); every listener's
+     * connection needs a token. */
+    const uint8_t *token;
+    uint32_t handshake_timeout_ms; /* A1-A4 must end within; 0: 10 s */
+    uint32_t idle_timeout_ms;      /* no request for this long ends the connection; 0: never */
+    /* When sess is NULL: makes the session once the client is authenticated
+     * (so an unauthenticated client costs nothing, e.g. no proxy hop); the
+     * session is closed at the end. */
+    disco_status_t (*open)(void *ctx, disco_rpc_t **sess_out);
+    void *open_ctx;
+} disco_rpc_serve_config_t;
+
+/** Serves sess on transport t until the peer says shutdown or goes away,
+ *  without authentication: disco_rpc_serve_with with no token. Only for a
+ *  transport whose peer is trusted already (pipes to the parent). */
 disco_status_t disco_rpc_serve(disco_rpc_t *sess, disco_transport_t *t);
+
+/** Serves a connection: the handshake (A1-A4 at the top), then requests
+ *  until the peer says shutdown or goes away. Malformed, truncated or
+ *  oversized packets and unknown codes answer with an error (or end the
+ *  connection when the stream cannot be resynced); never crash. Before
+ *  authentication any error ends the connection. Not thread-safe per
+ *  transport. Returns DISCO_OK (clean end) or the error that ended it:
+ *  DISCO_E_AUTH (the client did not authenticate: wrong or no proof, a
+ *  request before it, the handshake timeout; the reason in the detail, for
+ *  the server's log), DISCO_E_VERSION, DISCO_E_SESSION_TIMEOUT (idle), or a
+ *  transport error. */
+disco_status_t disco_rpc_serve_with(disco_rpc_t *sess, disco_transport_t *t,
+                                    const disco_rpc_serve_config_t *cfg);
+
+/** Tells a client that connected why it is refused (an EXCEPTION packet with
+ *  status and msg, sequence 0: the client reports status and the
+ *  connection ends), e.g. DISCO_E_BUSY when every slot is taken. Waits at
+ *  most 1 s. Not thread-safe per transport. */
+void disco_rpc_refuse(disco_transport_t *t, disco_status_t status, const char *msg);
 
 /** Sends the session-timeout notice on t (the server's parent does, after it
  *  stopped the serving process). */

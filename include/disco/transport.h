@@ -15,13 +15,17 @@
  * Addresses are strings:
  *   "unix:/path/to.sock"  the socket file is created mode 0600 (only this
  *                         user may connect) and removed by
- *                         disco_listener_close;
+ *                         disco_listener_close; accept also checks the
+ *                         peer's uid (SO_PEERCRED): this user only, unless
+ *                         disco_listen_with allows others;
  *   "tcp:HOST:PORT"       HOST an IPv4 address, "[IPv6]" or a name. To
  *                         listen, an empty HOST or "localhost" binds
- *                         127.0.0.1 (never all interfaces unless asked
- *                         with "0.0.0.0" or "[::]"); PORT 0 picks a free
- *                         port (disco_listener_address tells which). To
- *                         connect, empty or "localhost" means 127.0.0.1;
+ *                         127.0.0.1; an address that is not loopback
+ *                         ("0.0.0.0", "[::]", a LAN address) is refused
+ *                         unless disco_listen_with allows it; PORT 0 picks
+ *                         a free port (disco_listener_address tells
+ *                         which). To connect, empty or "localhost" means
+ *                         127.0.0.1;
  *   "shm:/path/to.sock"   rendezvous over a Unix socket at that path (0600
  *                         too); the data then moves over rings.
  *
@@ -47,12 +51,17 @@
  *
  * Shared-memory protocol (shm kind), steps numbered as in transport_shm.c:
  *   S1 the listener accepts a Unix socket connection;
- *   S2 it creates a memfd segment holding a header (magic, layout, closed
- *      flags) and two single-reader rings: client->server, server->client;
+ *   S2 it checks the peer's uid (a refused peer gets a hello carrying the
+ *      refusal and no fd); it creates a memfd segment holding a header
+ *      (magic, layout, closed flags) and two single-reader rings:
+ *      client->server, server->client; and seals the memfd (no shrink, no
+ *      grow, no seal changes), so the client cannot truncate it under the
+ *      server (which would be a SIGBUS on the server's next access);
  *   S3 it sends a hello (magic, version) with the segment's fd attached
  *      (SCM_RIGHTS); accept returns;
- *   C1 the client connects, receives the hello and the fd, checks both,
- *      attaches the segment; connect returns.
+ *   C1 the client connects, receives the hello and the fd, checks both, and
+ *      before mapping checks that the memfd is sealed the same way and as
+ *      large as its header says; attaches the segment; connect returns.
  * The socket then carries no data; it stays open as a liveness channel: a
  * wait on a ring also polls it, so a peer that dies (its end of the socket
  * closes with it) ends the wait with DISCO_E_CLOSED within a park slice
@@ -96,6 +105,26 @@ typedef struct disco_listener disco_listener_t;   /* a listening address */
  *          address is in use: errno's text in the context). */
 disco_status_t disco_listen(const char *address, disco_listener_t **out);
 
+#define DISCO_LISTEN_MAX_UIDS 16
+
+/* Options of a listener (disco_listen uses all zeros). */
+typedef struct disco_listen_config {
+    int allow_remote; /* nonzero: a tcp address that is not loopback may be bound */
+    /* unix, shm: peer uids accepted besides this process's effective uid
+     * (at most DISCO_LISTEN_MAX_UIDS). With any, the socket file is made
+     * 0666 so that they can connect; the uid check (and the RPC token) then
+     * keep everybody else out. */
+    const uint32_t *allow_uids;
+    int n_allow_uids;
+} disco_listen_config_t;
+
+/** disco_listen with options (cfg NULL: the defaults). Thread-safe.
+ *  @return as disco_listen; DISCO_E_INVAL also for a non-loopback tcp
+ *          address without allow_remote (the reason named) and for more
+ *          than DISCO_LISTEN_MAX_UIDS uids. */
+disco_status_t disco_listen_with(const char *address, const disco_listen_config_t *cfg,
+                                 disco_listener_t **out);
+
 /** The address the listener really has, with the chosen port for "tcp:...:0"
  *  ("tcp:127.0.0.1:40123"); valid until disco_listener_close. Thread-safe. */
 const char *disco_listener_address(const disco_listener_t *l);
@@ -109,6 +138,8 @@ int disco_listener_fd(const disco_listener_t *l);
  *  few MiB per connection). The listener stays usable after any error.
  *  Not thread-safe per listener.
  *  @return DISCO_OK; DISCO_E_TIMEOUT (no client by the deadline);
+ *          DISCO_E_AUTH (unix, shm: the peer's uid is not allowed; it was
+ *          hung up on, an shm peer told so; uid and pid in the context);
  *          DISCO_E_CLOSED (shm: the client left during the handshake);
  *          DISCO_E_NOSPACE (shm: no memory for the segment); DISCO_E_NOMEM;
  *          DISCO_E_INVAL (NULL listener or out); DISCO_E_SYS. */
@@ -127,7 +158,9 @@ void disco_listener_close(disco_listener_t *l);
  *          DISCO_E_CLOSED (refused: nobody listens there, or the server
  *          closed during the handshake; the address and errno's text in the
  *          context); DISCO_E_TIMEOUT; DISCO_E_BAD_MAGIC (shm: the server's
- *          hello or segment is not ours or of another version);
+ *          hello or segment is not ours or of another version, or the
+ *          segment is not sealed or shorter than it says);
+ *          DISCO_E_AUTH (shm: the server refused this user);
  *          DISCO_E_NOMEM; DISCO_E_SYS (e.g. a name that does not resolve). */
 disco_status_t disco_connect(const char *address, int64_t deadline_ns, disco_transport_t **out);
 
@@ -172,6 +205,22 @@ disco_status_t disco_transport_recv(disco_transport_t *t, void *buf, size_t len,
  *  already sent) gives DISCO_E_CLOSED. NULL is a no-op. Not thread-safe
  *  against calls on the same transport. */
 void disco_transport_close(disco_transport_t *t);
+
+/** The file descriptors t holds (its socket or pipe ends, its segment's
+ *  memfd), at most 4, in fds_out; returns how many. For a forked server
+ *  child that closes everything that is not its own. Thread-safe. */
+int disco_transport_fds(const disco_transport_t *t, int fds_out[4]);
+
+/** Describes the peer for logs: "tcp 127.0.0.1:40123", "unix uid 1000 pid
+ *  4242", "shm uid 1000 pid 4242" or "pipe", in buf (cap bytes, always
+ *  terminated). Returns buf. Thread-safe. */
+const char *disco_transport_peer(const disco_transport_t *t, char *buf, size_t cap);
+
+/** Lets go of a transport in a process that does not own the connection (a
+ *  forked child that inherited it): closes its fds, unmaps its memory and
+ *  frees it, telling the peer nothing (the owner still serves it). NULL is
+ *  a no-op. Not thread-safe against calls on the same transport. */
+void disco_transport_abandon(disco_transport_t *t);
 
 /** "shm", "unix", "tcp" or "pipe" ("none" for NULL). Thread-safe. */
 const char *disco_transport_kind(const disco_transport_t *t);
