@@ -461,9 +461,14 @@ static disco_status_t hs_request(struct client *c, uint32_t code, const disco_va
         int64_t soon = disco_now_ns() + 200000000LL;
         if (disco__rpc_recv(c->t, &c->in, &c->h, c->args, DISCO_RPC_MAX_ARGS, soon) == DISCO_OK &&
             c->h.code == DISCO_RPC_EXCEPTION && c->h.nargs == 2 && c->args[0].type == DISCO_T_INT &&
-            c->args[1].type == DISCO_T_STR)
-            return die(
-                c, disco_set_error((disco_status_t)c->args[0].v.i, "remote: %s", c->args[1].v.str));
+            c->args[1].type == DISCO_T_STR) {
+            char msg[512]; /* the peer's words: bounded and escaped */
+            disco__text_safe(msg, sizeof msg, c->args[1].v.str, (size_t)c->args[1].len + 1);
+            return die(c, disco_set_error(disco__status_is_error(c->args[0].v.i)
+                                              ? (disco_status_t)c->args[0].v.i
+                                              : DISCO_E_PROTOCOL,
+                                          "remote: %s", msg));
+        }
         return die(c, disco_set_error(st, "%s", why));
     }
     return st != DISCO_OK ? die(c, st) : read_reply(c, seq);

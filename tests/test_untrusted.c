@@ -181,8 +181,10 @@ static void fake_server(int rfd, int wfd)
     CH_OK(disco_transport_from_fds(rfd, wfd, &t));
     CH_OK(disco__rpc_buf_init(&b));
     CH_OK(disco__rpc_recv(t, &b, &h, v, 8, dl));
-    disco_value_t ver = disco_int(DISCO_RPC_VERSION);
-    CH_OK(disco__rpc_send(t, &b, DISCO_RPC_RETURN, h.seq, &ver, 1, dl));
+    static const uint8_t nonce[32];
+    disco_value_t hello[3] = {disco_int(DISCO_RPC_VERSION), disco_bytes(nonce, sizeof nonce),
+                              disco_int(0)}; /* A2, mode 0: no authentication */
+    CH_OK(disco__rpc_send(t, &b, DISCO_RPC_RETURN, h.seq, hello, 3, dl));
     CH_OK(disco__rpc_recv(t, &b, &h, v, 8, dl));
     disco_value_t e[2] = {disco_int(0), disco_str("evil\x1b]0;owned\x07")};
     CH_OK(disco__rpc_send(t, &b, DISCO_RPC_EXCEPTION, h.seq, e, 2, dl));
