@@ -90,11 +90,13 @@ $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
 
-# disco-bench, disco-demo and disco (the CLI) are several files each.
+# disco-bench, disco-demo, disco (the CLI), disco-soak and disco-jsonrpc are
+# several files each.
 $(BUILD)/bin/disco-bench: $(BENCH_OBJ)
 $(BUILD)/bin/disco-demo: $(DEMO_OBJ)
 $(BUILD)/bin/disco: $(CLI_OBJ)
 $(BUILD)/bin/disco-soak: $(SOAK_OBJ)
+$(BUILD)/bin/disco-jsonrpc: $(BUILD)/obj/tools/jsonrpc_wire.o
 
 $(DEMOLIB): $(BUILD)/obj/tools/demo_lib.o
 	@mkdir -p $(@D)
