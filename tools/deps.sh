@@ -11,6 +11,11 @@ have_pc check || missing="$missing check libsubunit-dev"
 have_pc jansson || missing="$missing libjansson-dev"
 have_pc libsodium || missing="$missing libsodium-dev" # RPC authentication (HMAC, random tokens)
 [ -f /usr/include/dlpack/dlpack.h ] || missing="$missing libdlpack-dev"
+# A JSON-RPC client nobody here wrote, for tests/jsonrpc_test.py (Debian's python3).
+if command -v dpkg-query >/dev/null 2>&1 &&
+    ! dpkg-query -W -f='${Status}' python3-pylsp-jsonrpc 2>/dev/null | grep -q 'ok installed'; then
+    missing="$missing python3-pylsp-jsonrpc"
+fi
 [ -z "$missing" ] && exit 0
 echo "deps: installing$missing"
 if [ "$(id -u)" != 0 ]; then
