@@ -534,6 +534,8 @@ def test_content_length_framing():
         assert isinstance(got, list) and [r["id"] for r in got] == [1], got
         t.send_raw('{"jsonrpc":"2.0","method":"version","id":1')
         assert t.read()["error"]["code"] == -32700  # a bad body: the framing holds
+        t.send_bytes(b"\r\n" + frame(b'{"jsonrpc":"2.0","method":"version","id":"gap"}'))
+        assert t.read()["id"] == "gap"  # blank lines between messages are skipped
         assert t.ok("version")["server"] == "disco-jsonrpc"
         assert t.finish() == 0, "exit status at end of input"
     finally:

@@ -97,9 +97,13 @@ static int read_framed(jw_stream_t *s, ssize_t have, const char **msg_out, size_
 {
     size_t len = 0;
     int got_len = 0;
-    ssize_t n = have >= 0 ? have : read_line(s);
-    if (n < 0)
-        return 0; /* the end, between messages */
+    ssize_t n = have;
+    if (n < 0) { /* blank lines between messages are skipped */
+        while ((n = read_line(s)) >= 0 && blank(s->buf, (size_t)n))
+            ;
+        if (n < 0)
+            return 0; /* the end, between messages */
+    }
     for (; n > 0; n = read_line(s)) {
         if ((size_t)n > MAX_HEADER_LINE)
             return wire_fail(err, cap, "a header line of %zd bytes (at most %d)", n,
