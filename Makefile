@@ -227,12 +227,18 @@ FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -fsanitize=fuzzer-no-link,address,undefined
 FUZZ_OBJ     := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 FUZZERS      := $(FUZZ_DIR)/fuzz_frame $(FUZZ_DIR)/fuzz_rpc
+# clang and its fuzzer and sanitizer runtimes, installed when missing.
+FUZZ_STAMP   := $(FUZZ_DIR)/.deps-ok
 
-$(FUZZ_DIR)/obj/%.o: %.c | $(DEPS_STAMP)
+$(FUZZ_STAMP): tools/deps.sh
+	@sh tools/deps.sh fuzz
+	@mkdir -p $(@D) && touch $@
+
+$(FUZZ_DIR)/obj/%.o: %.c | $(DEPS_STAMP) $(FUZZ_STAMP)
 	@mkdir -p $(@D)
 	clang $(FUZZ_CFLAGS) $(PKG_CFLAGS) -c $< -o $@
 
-$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ)
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ) | $(FUZZ_STAMP)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(PKG_LIBS) -lpthread -ldl -lm
 
 $(FUZZ_DIR)/make_seeds: tests/fuzz/make_seeds.c $(BUILD)/libdisco.a
