@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """jsonrpc_test.py - drives disco-jsonrpc (JSON-RPC 2.0 on stdio) the way a
-tool in another language would, with the Python standard library only.
+tool in another language would: with the Python standard library (lines and
+Content-Length framing, batches), and with a third-party client,
+python-lsp-jsonrpc (Debian's python3-pylsp-jsonrpc), where this python3 can
+import it (the check says it is skipped otherwise).
 
     python3 tests/jsonrpc_test.py PATH/disco-jsonrpc PATH/libdisco_testlib.so
 
