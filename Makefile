@@ -122,11 +122,15 @@ $(BUILD)/obj/tests/%.o: CFLAGS += -DDISCO_TEST_LIB='"$(abspath $(TESTLIB))"' \
     -DDISCO_TEST_WORKER='"$(abspath $(BUILD)/bin/disco-worker)"' \
     -DDISCO_TEST_BIN='"$(abspath $(BUILD)/bin)"' -DDISCO_TEST_SRC='"$(abspath .)"'
 
+# The JSON-RPC test runs under Debian's python3 (deps.sh installs it and the
+# third-party client it imports), not another python3 earlier on PATH.
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
+
 # Each test runs in its own process (CK_FORK=yes). Afterwards nothing of
 # ours may remain in /dev/shm (disco never names segments there).
 test: $(TEST_BIN) $(TOOLS) $(TESTLIB) $(DEMOLIB)
 	CK_FORK=yes $(TEST_BIN)
-	python3 tests/jsonrpc_test.py $(BUILD)/bin/disco-jsonrpc $(TESTLIB)
+	$(PYTHON) tests/jsonrpc_test.py $(BUILD)/bin/disco-jsonrpc $(TESTLIB)
 	$(if $(SANITIZE),,sh tests/install_test.sh)
 	@if ls /dev/shm 2>/dev/null | grep -qi disco; then \
 	    echo "FAIL: disco objects left in /dev/shm"; ls /dev/shm; exit 1; fi
