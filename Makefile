@@ -90,11 +90,13 @@ $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
 
-# disco-bench, disco-demo and disco (the CLI) are several files each.
+# disco-bench, disco-demo, disco (the CLI), disco-soak and disco-jsonrpc are
+# several files each.
 $(BUILD)/bin/disco-bench: $(BENCH_OBJ)
 $(BUILD)/bin/disco-demo: $(DEMO_OBJ)
 $(BUILD)/bin/disco: $(CLI_OBJ)
 $(BUILD)/bin/disco-soak: $(SOAK_OBJ)
+$(BUILD)/bin/disco-jsonrpc: $(BUILD)/obj/tools/jsonrpc_wire.o
 
 $(DEMOLIB): $(BUILD)/obj/tools/demo_lib.o
 	@mkdir -p $(@D)
@@ -120,11 +122,15 @@ $(BUILD)/obj/tests/%.o: CFLAGS += -DDISCO_TEST_LIB='"$(abspath $(TESTLIB))"' \
     -DDISCO_TEST_WORKER='"$(abspath $(BUILD)/bin/disco-worker)"' \
     -DDISCO_TEST_BIN='"$(abspath $(BUILD)/bin)"' -DDISCO_TEST_SRC='"$(abspath .)"'
 
+# The JSON-RPC test runs under Debian's python3 (deps.sh installs it and the
+# third-party client it imports), not another python3 earlier on PATH.
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
+
 # Each test runs in its own process (CK_FORK=yes). Afterwards nothing of
 # ours may remain in /dev/shm (disco never names segments there).
 test: $(TEST_BIN) $(TOOLS) $(TESTLIB) $(DEMOLIB)
 	CK_FORK=yes $(TEST_BIN)
-	python3 tests/jsonrpc_test.py $(BUILD)/bin/disco-jsonrpc $(TESTLIB)
+	$(PYTHON) tests/jsonrpc_test.py $(BUILD)/bin/disco-jsonrpc $(TESTLIB)
 	$(if $(SANITIZE),,sh tests/install_test.sh)
 	@if ls /dev/shm 2>/dev/null | grep -qi disco; then \
 	    echo "FAIL: disco objects left in /dev/shm"; ls /dev/shm; exit 1; fi
@@ -238,12 +244,18 @@ FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -fsanitize=fuzzer-no-link,address,undefined
 FUZZ_OBJ     := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 FUZZERS      := $(FUZZ_DIR)/fuzz_frame $(FUZZ_DIR)/fuzz_rpc $(FUZZ_DIR)/fuzz_auth
+# clang and its fuzzer and sanitizer runtimes, installed when missing.
+FUZZ_STAMP   := $(FUZZ_DIR)/.deps-ok
 
-$(FUZZ_DIR)/obj/%.o: %.c | $(DEPS_STAMP)
+$(FUZZ_STAMP): tools/deps.sh
+	@sh tools/deps.sh fuzz
+	@mkdir -p $(@D) && touch $@
+
+$(FUZZ_DIR)/obj/%.o: %.c | $(DEPS_STAMP) $(FUZZ_STAMP)
 	@mkdir -p $(@D)
 	clang $(FUZZ_CFLAGS) $(PKG_CFLAGS) -c $< -o $@
 
-$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ)
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ) | $(FUZZ_STAMP)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(PKG_LIBS) -lpthread -ldl -lm
 
 $(FUZZ_DIR)/make_seeds: tests/fuzz/make_seeds.c $(BUILD)/libdisco.a

@@ -3,9 +3,11 @@
  * machine: each worker's real affinity, read from inside it, matches its
  * plan, forked and spawned; heap pages follow a process's node binding. */
 #include <check.h>
+#include <glob.h>
 #include <jansson.h>
 #include <linux/mempolicy.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +102,33 @@ START_TEST(test_gpu_affine)
     expect(p, 1, "16", "2", 1);
     ck_assert(strstr(p->notes, "No GPU") != NULL);
     disco_plan_free(p);
+}
+END_TEST
+
+/* Every XML topology in tests/data loads with hwloc's built-in minimal XML
+ * parser (forced by HWLOC_LIBXML=0, as on a bare machine without
+ * libhwloc-plugins), which rejects comments and anything else it does not
+ * know. hwloc reads that variable once per process, so each file is loaded
+ * in a fresh child. */
+START_TEST(test_data_xml_minimal_parser)
+{
+    glob_t g;
+    ck_assert_int_eq(glob(DISCO_TEST_SRC "/tests/data/*.xml", 0, NULL, &g), 0);
+    ck_assert_uint_ge(g.gl_pathc, 1);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        pid_t pid = tu_fork();
+        if (pid == 0) {
+            setenv("HWLOC_LIBXML", "0", 1);
+            disco_place_config_t cfg = {.policy = DISCO_PLACE_SPREAD, .xml = g.gl_pathv[i]};
+            disco_plan_t *p;
+            if (disco_plan_make(&cfg, 1, &p) != DISCO_OK)
+                tu_child_fail("%s: %s", g.gl_pathv[i], disco_last_error());
+            disco_plan_free(p);
+            _exit(0);
+        }
+        tu_wait_ok(pid, g.gl_pathv[i]);
+    }
+    globfree(&g);
 }
 END_TEST
 
@@ -357,6 +386,7 @@ Suite *suite_placement(void)
     tcase_add_test(tc, test_spread);
     tcase_add_test(tc, test_compact);
     tcase_add_test(tc, test_gpu_affine);
+    tcase_add_test(tc, test_data_xml_minimal_parser);
     tcase_add_test(tc, test_list);
     tcase_add_test(tc, test_list_errors);
     tcase_add_test(tc, test_default_and_none);

@@ -1,7 +1,36 @@
 #!/bin/sh
 # Installs the Debian packages disco builds against, only when they are missing.
 # Called by the Makefile before the first compile; harmless to run again.
+# `deps.sh fuzz` instead installs what `make fuzz` needs: clang and its
+# libFuzzer and sanitizer runtimes (libclang-rt-dev, which clang only
+# recommends: --no-install-recommends would leave it out).
 set -e
+
+# Installs the packages named (none: nothing to do); root only.
+install() {
+    [ $# -gt 0 ] || return 0
+    echo "deps: installing $*"
+    if [ "$(id -u)" != 0 ]; then
+        echo "deps: not root; install these packages: $*" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "$@"
+}
+
+if [ "${1:-}" = fuzz ]; then
+    probe=$(mktemp -d)
+    printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
+        'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { return d == 0 && n; }' \
+        >"$probe/p.c"
+    ok=0
+    clang -fsanitize=fuzzer,address,undefined -o "$probe/p" "$probe/p.c" >/dev/null 2>&1 || ok=1
+    rm -rf "$probe"
+    [ "$ok" = 0 ] || install clang libclang-rt-dev
+    exit 0
+fi
+
 missing=""
 command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
 command -v python3 >/dev/null 2>&1 || missing="$missing python3" # the JSON-RPC test
@@ -11,13 +40,10 @@ have_pc check || missing="$missing check libsubunit-dev"
 have_pc jansson || missing="$missing libjansson-dev"
 have_pc libsodium || missing="$missing libsodium-dev" # RPC authentication (HMAC, random tokens)
 [ -f /usr/include/dlpack/dlpack.h ] || missing="$missing libdlpack-dev"
-[ -z "$missing" ] && exit 0
-echo "deps: installing$missing"
-if [ "$(id -u)" != 0 ]; then
-    echo "deps: not root; install these packages:$missing" >&2
-    exit 1
+# A JSON-RPC client nobody here wrote, for tests/jsonrpc_test.py (Debian's python3).
+if command -v dpkg-query >/dev/null 2>&1 &&
+    ! dpkg-query -W -f='${Status}' python3-pylsp-jsonrpc 2>/dev/null | grep -q 'ok installed'; then
+    missing="$missing python3-pylsp-jsonrpc"
 fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-# shellcheck disable=SC2086
-apt-get install -y -qq --no-install-recommends $missing
+# shellcheck disable=SC2086 # one word per package
+install $missing

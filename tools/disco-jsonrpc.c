@@ -6,9 +6,15 @@
  *                 [--connect ADDRESS [--timeout MS] [--token-file PATH]]
  *
  * Protocol (the full list is in usage() below):
- *  1. One JSON-RPC 2.0 request per line on stdin; one response per line on
- *     stdout, flushed. Notifications (no "id") run and get no response. Batch
- *     requests (arrays) are refused with -32600.
+ *  1. JSON-RPC 2.0 on stdin/stdout, framed by lines (one request per line,
+ *     one response per line, flushed) or, when the input starts with a
+ *     "Content-Length:" header, by LSP-style headers, answered in kind
+ *     (jsonrpc_wire.h). Notifications (no "id") run and get no response.
+ *     A batch (an array) gets an array of responses, one per request that
+ *     has an id or is invalid (nothing when there are none); an empty
+ *     batch is one -32600 error. A number out of range (an integer outside
+ *     int64, a real beyond a double) is -32600 in the envelope, -32602 in
+ *     params: valid JSON, not a parse error.
  *  2. params are by name. Handles are 64-bit and travel as decimal strings.
  *  3. Values: JSON null, true/false, integers, reals and strings map to
  *     null, bool, int, float and str; everything else is a typed object
@@ -35,6 +41,7 @@
 
 #include "disco/dtype.h"
 #include "disco/rpc.h"
+#include "jsonrpc_wire.h"
 
 #define PARSE_ERROR      -32700
 #define INVALID_REQUEST  -32600
@@ -52,8 +59,9 @@ struct err {
 struct server {
     disco_rpc_t *s;
     FILE *out;
-    int quit;   /* 1: shutdown requested */
-    int broken; /* stdout failed */
+    jw_stream_t wire; /* framing on stdin and out */
+    int quit;         /* 1: shutdown requested */
+    int broken;       /* stdout failed */
 };
 
 static void usage(FILE *f)
@@ -62,9 +70,11 @@ static void usage(FILE *f)
             "usage: disco-jsonrpc [--load LIBRARY]... [--allow-load DIR]\n"
             "                     [--connect ADDRESS [--timeout MS] [--token-file PATH]]\n"
             "JSON-RPC 2.0 on stdio: one request per line on stdin, one response per line on\n"
-            "stdout. Serves a local session (this process's functions and the --load'ed\n"
-            "libraries; disco.load_library only for libraries inside --allow-load DIR), or\n"
-            "with --connect a client session to a disco-rpc-server (ADDRESS: unix:/path,\n"
+            "stdout; or, when the input starts with a Content-Length: header, LSP-style\n"
+            "framing (Content-Length: N, blank line, N bytes) both ways. Serves a local\n"
+            "session (this process's functions and the --load'ed libraries;\n"
+            "disco.load_library only for libraries inside --allow-load DIR), or with\n"
+            "--connect a client session to a disco-rpc-server (ADDRESS: unix:/path,\n"
             "tcp:HOST:PORT, shm:/path; --timeout: per call, 0 = none; the server's token\n"
             "from --token-file or $DISCO_TOKEN_FILE).\n"
             "Methods (params by name; handles are decimal strings):\n"
@@ -86,9 +96,11 @@ static void usage(FILE *f)
             "  {type:device, device_type, device_id}   {type:dref, reg: \"N\"}\n"
             "  {type:func, handle: \"N\"}   {type:opaque, handle: \"N\"}   {type:null}\n"
             "Results use plain JSON where exact (ints with |v| < 2^53, finite floats, UTF-8\n"
-            "strings), the typed form otherwise. Batch requests are refused (-32600).\n"
+            "strings), the typed form otherwise. Batch requests (arrays) get an array of\n"
+            "responses (none for notifications; a shutdown takes effect after its batch).\n"
             "Errors: -32700 parse, -32600 invalid request, -32601 unknown method, -32602\n"
-            "invalid params; a disco failure: code = disco status (e.g. -14), message\n"
+            "invalid params (also a number out of range: -32600 in the envelope, -32602 in\n"
+            "params); a disco failure: code = disco status (e.g. -14), message\n"
             "\"DISCO_E_NAME: detail\", data {status, detail}.\n");
 }
 
@@ -793,14 +805,15 @@ static const struct method {
 
 /* ---- the loop ---- */
 
+/* Sends msg (a response or a batch of them; consumed) in the input's
+ * framing. */
 static void send_msg(struct server *sv, json_t *msg)
 {
     char *s = msg != NULL ? json_dumps(msg, JSON_COMPACT) : NULL;
     if (s == NULL)
         s = strdup("{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32603,\"message\":\"Internal "
                    "error: cannot encode the response\"},\"id\":null}");
-    if (s == NULL || fputs(s, sv->out) == EOF || fputc('\n', sv->out) == EOF ||
-        fflush(sv->out) != 0) {
+    if (s == NULL || jw_write(&sv->wire, s, strlen(s)) != 0) {
         fprintf(stderr, "disco-jsonrpc: cannot write a response: %s\n", strerror(errno));
         sv->broken = 1;
     }
@@ -808,15 +821,16 @@ static void send_msg(struct server *sv, json_t *msg)
     json_decref(msg);
 }
 
-static void send_error(struct server *sv, json_t *id, struct err *e)
+/* The error response for e (its data consumed), with id or null. */
+static json_t *error_response(json_t *id, struct err *e)
 {
     json_t *err = json_pack("{s:i,s:o}", "code", e->code, "message", text(e->msg));
     if (err != NULL && e->data != NULL)
         json_object_set(err, "data", e->data);
     json_decref(e->data);
     e->data = NULL;
-    send_msg(sv, json_pack("{s:s,s:o,s:O}", "jsonrpc", "2.0", "error", err, "id",
-                           id != NULL ? id : json_null()));
+    return json_pack("{s:s,s:o,s:O}", "jsonrpc", "2.0", "error", err, "id",
+                     id != NULL ? id : json_null());
 }
 
 static int valid_id(const json_t *id)
@@ -824,12 +838,24 @@ static int valid_id(const json_t *id)
     return json_is_string(id) || json_is_number(id) || json_is_null(id);
 }
 
-/* Checks the request object; on success sets the method and its params. */
-static int check_request(json_t *req, const struct method **m_out, json_t **params_out,
-                         struct err *e)
+/* Checks the request object; on success sets the method and its params.
+ * A number out of range (jw_load's marker) in the envelope is an invalid
+ * request; in params, invalid params. */
+static int check_request(struct server *sv, json_t *req, const struct method **m_out,
+                         json_t **params_out, struct err *e)
 {
     json_t *ver = json_object_get(req, "jsonrpc"), *method = json_object_get(req, "method");
     json_t *params = json_object_get(req, "params"), *id = json_object_get(req, "id");
+    const char *key;
+    json_t *val;
+    json_object_foreach(req, key, val)
+    {
+        if (strcmp(key, "params") != 0 && jw_has_overflow(&sv->wire, val))
+            return fail(e, INVALID_REQUEST,
+                        "Invalid Request: \"%s\" holds a number out of range (integers must fit "
+                        "in 64 bits, reals in a double)",
+                        key);
+    }
     if (only_keys(req, "request", (const char *const[]){"jsonrpc", "method", "params", "id", NULL},
                   INVALID_REQUEST, e) != 0)
         return -1;
@@ -855,44 +881,83 @@ static int check_request(json_t *req, const struct method **m_out, json_t **para
     }
     if (params != NULL && only_keys(params, "params", m->params, INVALID_PARAMS, e) != 0)
         return -1;
+    json_object_foreach(params, key, val)
+    {
+        if (jw_has_overflow(&sv->wire, val))
+            return fail(e, INVALID_PARAMS,
+                        "Invalid params: \"%s\" holds a number out of range (integers must fit "
+                        "in 64 bits, reals in a double)",
+                        key);
+    }
     *m_out = m;
     *params_out = params;
     return 0;
 }
 
-static void handle_line(struct server *sv, const char *line, size_t len)
+/* Runs one request (an element of a batch, or a whole message) and returns
+ * its response, or NULL when none is due (a notification). */
+static json_t *handle_request(struct server *sv, json_t *req)
 {
     struct err e = {0};
-    json_error_t je;
-    json_t *req = json_loadb(line, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-    if (req == NULL) {
-        fail(&e, PARSE_ERROR, "Parse error: %s (column %d)", je.text, je.column);
-        send_error(sv, NULL, &e);
-        return;
-    }
     if (!json_is_object(req)) {
-        fail(&e, INVALID_REQUEST, "Invalid Request: %s",
-             json_is_array(req) ? "batch requests are not supported (one request per line)"
-                                : "a request must be a JSON object");
-        send_error(sv, NULL, &e);
-        json_decref(req);
-        return;
+        fail(&e, INVALID_REQUEST, "Invalid Request: a request must be a JSON object");
+        return error_response(NULL, &e);
     }
     json_t *id = json_object_get(req, "id"), *params = NULL, *res = NULL;
     const struct method *m = NULL;
-    int rc = check_request(req, &m, &params, &e);
-    if (rc != 0 && e.code == INVALID_REQUEST) { /* answered even without an id */
-        send_error(sv, valid_id(id) ? id : NULL, &e);
-    } else if (rc != 0 || (rc = m->fn(sv, params, &res, &e)) != 0) {
+    int rc = check_request(sv, req, &m, &params, &e);
+    if (rc != 0 && e.code == INVALID_REQUEST) /* answered even without an id */
+        return error_response(valid_id(id) && !jw_has_overflow(&sv->wire, id) ? id : NULL, &e);
+    if (rc != 0 || (rc = m->fn(sv, params, &res, &e)) != 0) {
         json_decref(res);
         if (id != NULL)
-            send_error(sv, id, &e);
+            return error_response(id, &e);
         json_decref(e.data);
-    } else if (id != NULL) {
-        send_msg(sv, json_pack("{s:s,s:o,s:O}", "jsonrpc", "2.0", "result",
-                               res != NULL ? res : json_null(), "id", id));
-    } else {
+        return NULL;
+    }
+    if (id == NULL) {
         json_decref(res);
+        return NULL;
+    }
+    return json_pack("{s:s,s:o,s:O}", "jsonrpc", "2.0", "result", res != NULL ? res : json_null(),
+                     "id", id);
+}
+
+/* One message: a request or a batch (an array of them). */
+static void handle_message(struct server *sv, const char *msg, size_t len)
+{
+    struct err e = {0};
+    json_error_t je;
+    json_t *req = jw_load(&sv->wire, msg, len, &je);
+    if (req == NULL) {
+        if (json_error_code(&je) == json_error_numeric_overflow) /* jw_load gave up */
+            fail(&e, INVALID_REQUEST, "Invalid Request: more than %d numbers out of range",
+                 JW_MAX_OVERFLOW);
+        else
+            fail(&e, PARSE_ERROR, "Parse error: %s (column %d)", je.text, je.column);
+        send_msg(sv, error_response(NULL, &e));
+        return;
+    }
+    if (!json_is_array(req)) {
+        json_t *res = handle_request(sv, req);
+        if (res != NULL)
+            send_msg(sv, res);
+    } else if (json_array_size(req) == 0) {
+        fail(&e, INVALID_REQUEST, "Invalid Request: an empty batch");
+        send_msg(sv, error_response(NULL, &e));
+    } else {
+        json_t *all = json_array(), *r;
+        size_t i;
+        json_array_foreach(req, i, r)
+        {
+            json_t *res = handle_request(sv, r);
+            if (res != NULL && json_array_append_new(all, res) != 0)
+                json_decref(res);
+        }
+        if (json_array_size(all) > 0) /* a batch of notifications: nothing */
+            send_msg(sv, all);
+        else
+            json_decref(all);
     }
     json_decref(req);
 }
@@ -957,19 +1022,21 @@ int main(int argc, char **argv)
         fclose(sv.out);
         return 1;
     }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    while (!sv.quit && !sv.broken && (n = getline(&line, &cap, stdin)) >= 0) {
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-            n--;
-        size_t k = 0;
-        while (k < (size_t)n && (line[k] == ' ' || line[k] == '\t'))
-            k++;
-        if (k < (size_t)n) /* blank lines are skipped */
-            handle_line(&sv, line, (size_t)n);
+    const char *msg;
+    size_t len;
+    char why[256];
+    int r = 0;
+    jw_init(&sv.wire, stdin, sv.out);
+    while (!sv.quit && !sv.broken && (r = jw_read(&sv.wire, &msg, &len, why, sizeof why)) > 0)
+        handle_message(&sv, msg, len);
+    if (r < 0 && !sv.broken) { /* the framing is lost: say so once, and stop */
+        struct err e = {0};
+        fail(&e, PARSE_ERROR, "Parse error: %s; closing", why);
+        fprintf(stderr, "disco-jsonrpc: %s\n", e.msg);
+        send_msg(&sv, error_response(NULL, &e));
+        sv.broken = 1;
     }
-    free(line);
+    jw_free(&sv.wire);
     disco_rpc_close(sv.s);
     fclose(sv.out);
     return sv.broken ? 1 : 0;
