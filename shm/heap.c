@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "disco/wait.h"
 #include "heap_internal.h"
@@ -336,25 +337,80 @@ static disco_status_t recover(const disco_heap_t *h)
 /* Critical sections here last about a microsecond, while a futex sleep and
  * wake costs tens of microseconds on these machines (and two workers of a
  * collective allocate at the same moment): spin on trylock, pausing, then
- * yielding so a preempted holder on our core can finish, before blocking. */
+ * yielding so a preempted holder on our core can finish. Returns the
+ * trylock's result: 0, EOWNERDEAD, ENOTRECOVERABLE, or EBUSY (still taken). */
 static int lock_spinning(pthread_mutex_t *m)
 {
     for (int i = 0; i < 256; i++) {
         int r = pthread_mutex_trylock(m);
         if (r != EBUSY)
-            return r; /* 0, EOWNERDEAD, ENOTRECOVERABLE */
+            return r;
         if (i < 64)
             disco_cpu_relax();
         else
             sched_yield();
     }
-    return pthread_mutex_lock(m);
+    return EBUSY;
+}
+
+/* The holder's thread id, for messages: glibc keeps it in the mutex (a robust
+ * mutex's futex word holds it too). Read without the lock: a stale value
+ * only names the previous holder. */
+static int holder_tid(const pthread_mutex_t *m)
+{
+    return __atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED);
+}
+
+/* Blocks for the lock a park slice at a time (pthread_mutex_clocklock on the
+ * monotonic clock, the clock of every disco deadline), looking at the
+ * handle's wait between slices: a stopped holder is not dead, so the kernel
+ * never hands its lock on and only a deadline or a liveness check ends the
+ * wait. Returns DISCO_OK with the lock's result in *r_out (0, EOWNERDEAD,
+ * ENOTRECOVERABLE, another error), or the wait's status. */
+static disco_status_t lock_blocking(const disco_heap_t *h, const char *who, int *r_out)
+{
+    pthread_mutex_t *m = &h->sh->lock;
+    if (h->wait == NULL) {
+        *r_out = pthread_mutex_lock(m);
+        return DISCO_OK;
+    }
+    disco_wait_t w = *h->wait;
+    int64_t start = disco_now_ns();
+    if (w.deadline_ns == 0 && w.timeout_ns > 0)
+        w.deadline_ns = start + w.timeout_ns;
+    int64_t slice =
+        (int64_t)(w.park_slice_ms ? w.park_slice_ms : DISCO_WAIT_DEFAULT_SLICE_MS) * 1000000LL;
+    for (;;) {
+        int64_t now = disco_now_ns();
+        disco_status_t st = disco_wait_check(&w, now);
+        if (st == DISCO_E_TIMEOUT)
+            return disco_set_error(DISCO_E_TIMEOUT,
+                                   "%s: the heap lock was held for %lld ms by thread %d "
+                                   "(stopped?)",
+                                   who, (long long)((now - start) / 1000000), holder_tid(m));
+        if (st != DISCO_OK)
+            return st;
+        int64_t until = now + slice;
+        if (w.deadline_ns != 0 && w.deadline_ns < until)
+            until = w.deadline_ns;
+        struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
+        int r = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+        if (r != ETIMEDOUT) {
+            *r_out = r;
+            return DISCO_OK;
+        }
+    }
 }
 
 static disco_status_t heap_lock(const disco_heap_t *h, const char *who)
 {
     struct disco_heap_shared *sh = h->sh;
     int r = lock_spinning(&sh->lock);
+    if (r == EBUSY) {
+        disco_status_t st = lock_blocking(h, who, &r);
+        if (st != DISCO_OK)
+            return st;
+    }
     if (r == EOWNERDEAD) {
         /* Step 4 whatever recover() says: a broken heap is marked so in
          * sh->broken, and the mutex must stay usable to tell everyone. */
@@ -411,6 +467,12 @@ static void fill_handle(struct disco_heap_shared *sh, void *mem, disco_heap_t *h
     h->base = mem;
     h->arena_off = sh->arena_off;
     h->arena_end = sh->arena_end;
+    h->wait = NULL;
+}
+
+void disco_heap_set_wait(disco_heap_t *h, const disco_wait_t *w)
+{
+    h->wait = w;
 }
 
 disco_status_t disco_heap_init(void *mem, size_t mem_size, disco_heap_t *heap_out)

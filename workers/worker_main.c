@@ -74,6 +74,9 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
                          .abort_word = &ctl->broken,
                          .check = parent_alive,
                          .check_ctx = &pw};
+    /* A taken heap lock is waited for like everything else: until the
+     * session breaks or the controller goes. */
+    disco_heap_set_wait(&heap, &wait);
     disco__worker_init(&w, id, (int)ctl->world, &boxes[id], &heap,
                        (struct disco__coll_area *)((char *)data + ctl->coll_off), &wait);
     if (ctl->trace_off != 0)
