@@ -196,6 +196,29 @@ disco_status_t disco__procs_check(struct disco_session *s)
     return DISCO_OK;
 }
 
+disco_status_t disco__procs_abandon(void *p, disco_status_t st, const int *late, int nlate,
+                                    const char *what)
+{
+    struct disco_session *s = p;
+    char why[DISCO_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", disco_last_error());
+    char who[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < nlate; i++) {
+        if (late[i] < 1 || late[i] >= s->world)
+            continue;
+        disco__procs_kill(s, late[i]);
+        int n = snprintf(who + used, sizeof who - used, "%s%d", used ? ", " : "", late[i]);
+        used += n > 0 && (size_t)n < sizeof who - used ? (size_t)n : 0;
+    }
+    if (st == DISCO_E_TIMEOUT && used != 0)
+        return disco__session_break(s, DISCO_E_TIMEOUT,
+                                    "%s: worker %s did not reach the collective within %u ms; "
+                                    "killed, so that it cannot touch worker 0's buffers",
+                                    what, who, s->cfg.call_timeout_ms);
+    return disco__session_break(s, st, "%s given up by worker 0: %s", what, why);
+}
+
 void disco__procs_kill(struct disco_session *s, int i)
 {
     if (s->reaped[i] || s->pid[i] <= 0)

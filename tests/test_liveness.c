@@ -94,12 +94,65 @@ START_TEST(test_stopped_heap_holder)
 }
 END_TEST
 
+/* ---- section 3: a collective abandoned at its deadline ---- */
+
+static disco_value_t dref(disco_dref_t r)
+{
+    return (disco_value_t){.type = DISCO_T_DREF, .v.reg = r};
+}
+
+/* Worker 0 gives up an allreduce at its barrier (call timeout 500 ms) while
+ * worker 1 is still busy in an earlier call; worker 0's output block is
+ * freed and handed out again to an unrelated tensor. Worker 1 must never
+ * write into it: the session breaks with DISCO_E_TIMEOUT naming worker 1,
+ * which is killed, and the unrelated tensor keeps its bytes. (Before the
+ * fix, worker 1 completed the barrier alone and wrote its half of the sum
+ * into the reused block.) */
+START_TEST(test_abandoned_collective)
+{
+    disco_session_t *s = open_cfg(2, DISCO_TRANSPORT_RING, 500);
+    int pid1 = disco_session_worker_pid(s, 1);
+    int64_t n = 1024;
+    disco_value_t fa[3] = {disco_shape(&n, 1), disco_dtype(F32), disco_int(1)};
+    disco_dref_t x, r, y;
+    CK_OK(disco_session_call_by_name(s, "test.fill", fa, 3, &x));
+    CK_OK(disco_session_sync(s, 1));
+    disco_value_t spin[2] = {disco_int(1), disco_int(1500)};
+    CK_OK(disco_session_call_by_name(s, "test.spin_on", spin, 2, &r));
+    disco_value_t ar[2] = {dref(x), disco_str("sum")};
+    disco_status_t st = disco_session_call_by_name(s, "disco.allreduce", ar, 2, &y);
+    ck_assert_msg(st == DISCO_OK || st == DISCO_E_TIMEOUT, "allreduce: %s", disco_err_name(st));
+    /* The unrelated tensor, straight from the heap (the session may be
+     * broken by now, and then a copy to worker 0 is refused). */
+    DLTensor *t;
+    CK_OK(disco__tensor_new(&s->heap, 0, &n, 1, F32, &t));
+    for (int64_t i = 0; i < n; i++)
+        ((float *)t->data)[i] = 7.0f;
+    /* Wait for worker 1 to be done with the allreduce, if it lives: a sync
+     * with a longer timeout (white-box), so that the wait does not kill it. */
+    s->cfg.call_timeout_ms = 30000;
+    disco_status_t sst = disco_session_sync(s, 1);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += ((float *)t->data)[i] != 7.0f;
+    disco__tensor_release(t);
+    ck_assert_msg(bad == 0, "%d of %lld floats of an unrelated tensor were overwritten", bad,
+                  (long long)n);
+    CK_STATUS(st, DISCO_E_TIMEOUT);
+    CK_STATUS(sst, DISCO_E_BROKEN);
+    ck_assert_int_eq(disco_session_health(s), DISCO_E_TIMEOUT);
+    ck_assert_msg(kill(pid1, 0) == -1 && errno == ESRCH, "late worker %d still exists", pid1);
+    disco_session_close(s);
+}
+END_TEST
+
 Suite *suite_liveness(void)
 {
     Suite *s = suite_create("liveness");
     TCase *tc = tcase_create("liveness");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_stopped_heap_holder);
+    tcase_add_test(tc, test_abandoned_collective);
     suite_add_tcase(s, tc);
     return s;
 }

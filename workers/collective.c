@@ -15,7 +15,7 @@
 size_t disco__coll_footprint(uint32_t world, uint32_t num_groups)
 {
     return sizeof(struct disco__coll_area) + num_groups * sizeof(struct disco__barrier) +
-           2 * world * sizeof(struct disco__coll_slot);
+           2 * world * sizeof(struct disco__coll_slot) + world * sizeof(struct disco__coll_mark);
 }
 
 void disco__coll_init(struct disco__coll_area *a, uint32_t world, uint32_t num_groups)
@@ -30,6 +30,11 @@ struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t p
     return &slots[(parity & 1) * a->world + w];
 }
 
+struct disco__coll_mark *disco__coll_mark(struct disco__coll_area *a, uint32_t w)
+{
+    return (struct disco__coll_mark *)disco__coll_slot(a, 0, 2 * a->world) + w;
+}
+
 /* ---- barrier ---- */
 
 struct gen_arg {
@@ -40,26 +45,42 @@ struct gen_arg {
 static bool gen_moved(void *p)
 {
     struct gen_arg *a = p;
-    /* Acquire: pairs with the last arriver's release bump, so every member's
-     * slot writes and data writes before arriving are visible. */
-    return atomic_load_explicit(&a->b->generation, memory_order_acquire) != a->gen;
+    /* Acquire: pairs with the last arriver's acq_rel swap, which read every
+     * earlier arrival (each acq_rel), so every member's slot and data
+     * writes before arriving are visible. */
+    return (uint32_t)(atomic_load_explicit(&a->b->state, memory_order_acquire) >> 32) != a->gen;
 }
 
+/* Arrives and waits for the others (see collective.h). On a failed wait,
+ * withdraws the arrival (A1) and returns the wait's status; returns
+ * DISCO_OK if the barrier was passed, even as the wait gave up. */
 static disco_status_t barrier_wait(struct disco__barrier *b, uint32_t n, const disco_wait_t *w)
 {
-    /* Relaxed: the generation cannot move before we arrive (it needs us). */
-    uint32_t gen = atomic_load_explicit(&b->generation, memory_order_relaxed);
-    /* acq_rel: our writes are released to the last arriver, and the last
-     * arriver acquires everyone's before it bumps the generation. */
-    if (atomic_fetch_add_explicit(&b->arrived, 1, memory_order_acq_rel) == n - 1) {
-        /* Relaxed: nobody arrives again before the bump below releases them. */
-        atomic_store_explicit(&b->arrived, 0, memory_order_relaxed);
-        atomic_store_explicit(&b->generation, gen + 1, memory_order_release);
+    /* Relaxed: only a first guess for the swap, which reads the latest. */
+    uint64_t cur = atomic_load_explicit(&b->state, memory_order_relaxed), next;
+    do /* acq_rel: our writes are released to the last arriver, and the last
+        * arriver acquires everyone's before it starts the next generation. */
+        next = (uint32_t)cur == n - 1 ? ((cur >> 32) + 1) << 32 : cur + 1;
+    while (!atomic_compare_exchange_weak_explicit(&b->state, &cur, next, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+    uint32_t gen = (uint32_t)(cur >> 32);
+    if ((uint32_t)cur == n - 1) {
         disco_waitq_wake(&b->q);
         return DISCO_OK;
     }
     struct gen_arg a = {b, gen};
-    return disco_wait_until(&b->q, gen_moved, &a, w);
+    disco_status_t st = disco_wait_until(&b->q, gen_moved, &a, w);
+    if (st == DISCO_OK)
+        return DISCO_OK;
+    /* A1. Acquire (load and failed swaps): if the generation moved, we
+     * passed and need the others' writes, as gen_moved does. acq_rel on
+     * success: a withdrawal is an arrival undone, ordered like one. */
+    cur = atomic_load_explicit(&b->state, memory_order_acquire);
+    while ((uint32_t)(cur >> 32) == gen)
+        if (atomic_compare_exchange_weak_explicit(&b->state, &cur, cur - 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return st;
+    return DISCO_OK;
 }
 
 /* ---- one collective call ---- */
@@ -70,15 +91,19 @@ struct coll {
     struct disco__barrier *bar;
     int rank, size, base; /* within the group; base = first worker of the group */
     uint32_t parity;      /* which of the two slot sets this collective uses */
+    uint32_t phase;       /* barriers this member has arrived at in this call */
+    const char *what;     /* the collective's name, for messages */
     bool met;             /* the meeting succeeded */
     struct disco__coll_slot *me;
     disco_status_t local; /* this member's verdict so far */
 };
 
-static void coll_begin(disco_ctx_t *ctx, bool in_group, struct coll *c)
+static void coll_begin(disco_ctx_t *ctx, bool in_group, const char *what, struct coll *c)
 {
     disco_worker_t *w = ctx->worker;
     c->w = w;
+    c->what = what;
+    c->phase = 0;
     c->a = w->coll;
     int groups = (int)c->a->num_groups;
     c->size = in_group ? w->world / groups : w->world;
@@ -125,11 +150,42 @@ static void post_tensor(struct coll *c, const DLTensor *t, bool out)
     memcpy(c->me->shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
 }
 
+/* A2 and A3 (collective.h): the members that had not marked this barrier,
+ * handed to the worker's abandon hook before anything of the call is freed. */
+static disco_status_t abandon(struct coll *c, disco_status_t st)
+{
+    int late[DISCO_MAX_WORKERS], nlate = 0;
+    uint64_t want = c->w->seq << 8 | c->phase;
+    for (int r = 0; r < c->size; r++) {
+        int id = c->base + r;
+        /* Acquire: pairs with the member's release of its mark. */
+        if (id != c->w->id && atomic_load_explicit(&disco__coll_mark(c->a, (uint32_t)id)->at,
+                                                   memory_order_acquire) < want)
+            late[nlate++] = id;
+    }
+    if (c->w->abandon == NULL)
+        return st;
+    return c->w->abandon(c->w->abandon_ctx, st, late, nlate, c->what);
+}
+
+/* Marks this member's arrival at its next barrier, then arrives and waits;
+ * a failed wait gives the collective up (A1-A3). */
+static disco_status_t coll_barrier(struct coll *c)
+{
+    c->phase++;
+    /* Release: this phase's writes (our slot, our part of the others'
+     * outputs) come before the mark that says we are done with them. */
+    atomic_store_explicit(&disco__coll_mark(c->a, (uint32_t)c->w->id)->at,
+                          c->w->seq << 8 | c->phase, memory_order_release);
+    disco_status_t st = barrier_wait(c->bar, (uint32_t)c->size, c->w->wait);
+    return st == DISCO_OK ? DISCO_OK : abandon(c, st);
+}
+
 /* Posts, meets the group, and returns the first member's failure (the same
  * verdict on every member). */
 static disco_status_t coll_meet(struct coll *c)
 {
-    disco_status_t st = barrier_wait(c->bar, (uint32_t)c->size, c->w->wait);
+    disco_status_t st = coll_barrier(c);
     if (st != DISCO_OK)
         return st;
     for (int r = 0; r < c->size; r++) {
@@ -217,7 +273,7 @@ static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
 static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
-    coll_begin(ctx, flag(a, n, 2), &c);
+    coll_begin(ctx, flag(a, n, 2), "allreduce", &c);
     DLTensor *x = NULL, *out = NULL;
     disco_reduce_op_t op = DISCO_REDUCE_SUM;
     disco_status_t st = n < 2 ? disco_set_error(DISCO_E_ARG_COUNT, "allreduce(x, op, in_group)")
@@ -253,7 +309,7 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
                            i * esz,
                        mine, m * esz);
     }
-    disco_status_t bst = barrier_wait(c.bar, (uint32_t)c.size, c.w->wait);
+    disco_status_t bst = coll_barrier(&c);
     if (st == DISCO_OK)
         st = bst;
     if (st != DISCO_OK)
@@ -269,7 +325,7 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
 static disco_status_t end_barrier(struct coll *c, disco_status_t st)
 {
     if (st == DISCO_OK || c->met) {
-        disco_status_t bst = barrier_wait(c->bar, (uint32_t)c->size, c->w->wait);
+        disco_status_t bst = coll_barrier(c);
         if (st == DISCO_OK)
             st = bst;
     }
@@ -313,7 +369,7 @@ static disco_status_t take(disco_ctx_t *ctx, struct coll *c, uint64_t byte_off, 
 static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
-    coll_begin(ctx, flag(a, n, 1), &c);
+    coll_begin(ctx, flag(a, n, 1), "broadcast_from_worker0", &c);
     DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "broadcast_from_worker0") : NULL;
     if (x != NULL)
         disco__tensor_add_refs(x, (uint32_t)c.size - 1);
@@ -328,7 +384,7 @@ static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n,
 static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
-    coll_begin(ctx, flag(a, n, 1), &c);
+    coll_begin(ctx, flag(a, n, 1), "scatter_from_worker0", &c);
     DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "scatter_from_worker0") : NULL;
     if (x != NULL && (x->ndim == 0 || x->shape[0] % c.size != 0)) {
         disco_set_error(DISCO_E_MISMATCH, "scatter: dimension 0 (%lld) is not a multiple of %d",
@@ -380,7 +436,7 @@ static DLTensor *gather_prep(disco_ctx_t *ctx, struct coll *c, const disco_value
 static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
-    coll_begin(ctx, flag(a, n, 1), &c);
+    coll_begin(ctx, flag(a, n, 1), "gather_to_worker0", &c);
     DLTensor *x = NULL;
     DLTensor *out = gather_prep(ctx, &c, a, n, "gather_to_worker0", c.rank == 0, &x);
     disco_status_t st = coll_meet(&c);
@@ -391,7 +447,7 @@ static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, di
     size_t nb = disco_tensor_nbytes(x);
     struct disco__coll_slot *l = member(&c, 0);
     memcpy((char *)data_of(&c, l->out_block, l->out_off) + nb * (size_t)c.rank, x->data, nb);
-    if ((st = barrier_wait(c.bar, (uint32_t)c.size, c.w->wait)) != DISCO_OK)
+    if ((st = coll_barrier(&c)) != DISCO_OK)
         return st;
     if (out != NULL)
         *ret = disco_tensor_value(out);
@@ -403,7 +459,7 @@ static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, di
 static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
-    coll_begin(ctx, flag(a, n, 1), &c);
+    coll_begin(ctx, flag(a, n, 1), "allgather", &c);
     DLTensor *x = NULL;
     DLTensor *out = gather_prep(ctx, &c, a, n, "allgather", true, &x);
     disco_status_t st = coll_meet(&c);
@@ -417,7 +473,7 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
         memcpy((char *)out->data + nb * (size_t)r, data_of(&c, m->in_block, m->in_off), nb);
     }
     /* Nobody may free an input while another member still reads it. */
-    if ((st = barrier_wait(c.bar, (uint32_t)c.size, c.w->wait)) != DISCO_OK)
+    if ((st = coll_barrier(&c)) != DISCO_OK)
         return st;
     *ret = disco_tensor_value(out);
     return DISCO_OK;
@@ -428,7 +484,7 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
 static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
-    coll_begin(ctx, false, &c);
+    coll_begin(ctx, false, "send_recv", &c);
     int src = n >= 3 && a[1].type == DISCO_T_INT ? (int)a[1].v.i : -1;
     int dst = n >= 3 && a[2].type == DISCO_T_INT ? (int)a[2].v.i : -1;
     if (src < 0 || src >= c.size || dst < 0 || dst >= c.size) {

@@ -36,9 +36,9 @@
  * slices the caller looks at the exits of the handle's wait (its deadline,
  * abort word and liveness callback: disco_heap_set_wait), because a holder
  * that is stopped (SIGSTOP, a debugger, a cgroup freezer) is not dead and
- * the kernel never hands its lock on. When its holder dies (SIGKILL, OOM kill, exit), the kernel hands
- * the mutex on with EOWNERDEAD and the next caller recovers before doing its
- * own work (a recoverer that dies too leaves the same job to the next):
+ * the kernel never hands its lock on. When its holder dies (SIGKILL, OOM kill, exit), the kernel
+ * hands the mutex on with EOWNERDEAD and the next caller recovers before doing its own work (a
+ * recoverer that dies too leaves the same job to the next):
  *   1. walks the size chain, checking each header (a bad one marks the heap
  *      broken: every later call fails with DISCO_E_BROKEN);
  *   2. merges neighbouring free blocks a crash left unmerged and rewrites
