@@ -85,6 +85,17 @@ static disco_status_t barrier_wait(struct disco__barrier *b, uint32_t n, const d
 
 /* ---- one collective call ---- */
 
+/* What a member posted, copied out of its slot once after the meeting and
+ * checked there (collective.h, Trust): nothing is read from the slot again,
+ * so a member that rewrites it later cannot slip past the checks. */
+struct posted {
+    uint64_t in_block, in_off, out_block, out_off;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t shape[DISCO_MAX_NDIM];
+    uint64_t nbytes; /* of ndim, shape and dtype: checked not to overflow */
+};
+
 struct coll {
     disco_worker_t *w;
     struct disco__coll_area *a;
@@ -95,7 +106,8 @@ struct coll {
     const char *what;     /* the collective's name, for messages */
     bool met;             /* the meeting succeeded */
     struct disco__coll_slot *me;
-    disco_status_t local; /* this member's verdict so far */
+    disco_status_t local;                  /* this member's verdict so far */
+    struct posted post[DISCO_MAX_WORKERS]; /* by rank, after a successful meeting */
 };
 
 static void coll_begin(disco_ctx_t *ctx, bool in_group, const char *what, struct coll *c)
@@ -181,8 +193,38 @@ static disco_status_t coll_barrier(struct coll *c)
     return st == DISCO_OK ? DISCO_OK : abandon(c, st);
 }
 
+/* A status a member posted: one of ours (an error), else DISCO_E_PROTOCOL. */
+static disco_status_t posted_status(int32_t st)
+{
+    return st < 0 && strcmp(disco_err_name(st), "DISCO_E_UNKNOWN") != 0 ? st : DISCO_E_PROTOCOL;
+}
+
+/* Copies member r's slot into c->post[r] and checks its numbers: the rank
+ * count, every dimension, and the byte count (no overflow). */
+static disco_status_t take_post(struct coll *c, int r)
+{
+    const struct disco__coll_slot *m = member(c, r);
+    struct posted *p = &c->post[r];
+    p->in_block = m->in_block, p->in_off = m->in_off;
+    p->out_block = m->out_block, p->out_off = m->out_off;
+    p->ndim = m->ndim;
+    p->dtype = m->dtype;
+    memcpy(p->shape, m->shape, sizeof p->shape);
+    bool ok = p->ndim >= 0 && p->ndim <= DISCO_MAX_NDIM;
+    uint64_t n = disco_dtype_bytes(p->dtype);
+    for (int d = 0; ok && d < p->ndim; d++)
+        ok = p->shape[d] >= 0 && !__builtin_mul_overflow(n, (uint64_t)p->shape[d], &n);
+    if (!ok)
+        return disco_set_error(DISCO_E_PROTOCOL,
+                               "%s: worker %d posted a malformed tensor (%d dims, or a size that "
+                               "overflows)",
+                               c->what, c->base + r, (int)p->ndim);
+    p->nbytes = n;
+    return DISCO_OK;
+}
+
 /* Posts, meets the group, and returns the first member's failure (the same
- * verdict on every member). */
+ * verdict on every member: each reads the same slots after the barrier). */
 static disco_status_t coll_meet(struct coll *c)
 {
     disco_status_t st = coll_barrier(c);
@@ -193,16 +235,45 @@ static disco_status_t coll_meet(struct coll *c)
         if (m->seq != c->w->seq)
             return disco_set_error(DISCO_E_PROTOCOL, "worker %d is at another command",
                                    c->base + r);
-        if (m->status != DISCO_OK)
-            return disco_set_error(m->status, "worker %d: %s", c->base + r, m->msg);
+        int32_t mst = m->status;
+        if (mst != DISCO_OK) /* the message may lack its terminator */
+            return disco_set_error(posted_status(mst), "worker %d: %.*s", c->base + r,
+                                   (int)sizeof m->msg, m->msg);
+        if ((st = take_post(c, r)) != DISCO_OK)
+            return st;
     }
     c->met = true;
     return DISCO_OK;
 }
 
-static void *data_of(struct coll *c, uint64_t block, uint64_t off)
+/* The address of bytes [off, off + len) of the input (or output) member r
+ * posted, or NULL unless they lie inside a tensor block of the heap. */
+static char *span_of(struct coll *c, int r, bool out, uint64_t off, uint64_t len)
 {
-    return (char *)disco_heap_ptr(c->w->heap, block) + DISCO_TENSOR_BLOCK_HDR + off;
+    const struct posted *p = &c->post[r];
+    uint64_t at;
+    if (__builtin_add_overflow(out ? p->out_off : p->in_off, off, &at))
+        return NULL;
+    return disco__tensor_span(c->w->heap, out ? p->out_block : p->in_block, at, len);
+}
+
+/* Checks that the len bytes at off of member r's input (or output) lie in
+ * the heap, and sets *p_out to them. A verdict every member reaches alike. */
+static disco_status_t span_check(struct coll *c, int r, bool out, uint64_t off, uint64_t len,
+                                 char **p_out)
+{
+    char *p = span_of(c, r, out, off, len);
+    if (p == NULL)
+        return disco_set_error(
+            DISCO_E_PROTOCOL,
+            "%s: worker %d posted an %s tensor outside the shared heap (block "
+            "%#llx, offset %llu, %llu bytes)",
+            c->what, c->base + r, out ? "output" : "input",
+            (unsigned long long)(out ? c->post[r].out_block : c->post[r].in_block),
+            (unsigned long long)(out ? c->post[r].out_off : c->post[r].in_off),
+            (unsigned long long)len);
+    *p_out = p;
+    return DISCO_OK;
 }
 
 /* Checks that every member's input has my dtype and shape (shape[0] too
@@ -210,7 +281,7 @@ static void *data_of(struct coll *c, uint64_t block, uint64_t off)
 static disco_status_t same_inputs(struct coll *c, bool any_dim0)
 {
     for (int r = 0; r < c->size; r++) {
-        struct disco__coll_slot *m = member(c, r);
+        const struct posted *m = &c->post[r];
         bool same = m->ndim == c->me->ndim && m->dtype.code == c->me->dtype.code &&
                     m->dtype.bits == c->me->dtype.bits && m->dtype.lanes == c->me->dtype.lanes;
         for (int d = any_dim0 ? 1 : 0; same && d < m->ndim; d++)
@@ -219,7 +290,7 @@ static disco_status_t same_inputs(struct coll *c, bool any_dim0)
             char a[32], b[32];
             return disco_set_error(
                 DISCO_E_MISMATCH, "worker %d has a %s tensor of %d dims, worker %d a %s of %d",
-                c->base + r, disco_dtype_str(m->dtype, a, sizeof a), m->ndim, c->w->id,
+                c->base + r, disco_dtype_str(m->dtype, a, sizeof a), (int)m->ndim, c->w->id,
                 disco_dtype_str(c->me->dtype, b, sizeof b), c->me->ndim);
         }
     }
@@ -292,6 +363,11 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
         return st; /* same verdict, same barriers on every member */
 
     size_t esz = disco_dtype_bytes(x->dtype), count = (size_t)disco_tensor_numel(x);
+    char *ins[DISCO_MAX_WORKERS], *outs[DISCO_MAX_WORKERS];
+    for (int r = 0; r < c.size; r++)
+        if ((st = span_check(&c, r, false, 0, count * esz, &ins[r])) != DISCO_OK ||
+            (st = span_check(&c, r, true, 0, count * esz, &outs[r])) != DISCO_OK)
+            return st; /* a verdict on the slots: the same on every member */
     size_t lo = count * (size_t)c.rank / (size_t)c.size;
     size_t hi = count * (size_t)(c.rank + 1) / (size_t)c.size;
     size_t step = CHUNK_BYTES / esz ? CHUNK_BYTES / esz : 1;
@@ -299,15 +375,13 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
     for (size_t i = lo; i < hi; i += step) {
         size_t m = hi - i < step ? hi - i : step;
         for (int r = 0; r < c.size; r++)
-            srcs[r] = (char *)data_of(&c, member(&c, r)->in_block, member(&c, r)->in_off) + i * esz;
+            srcs[r] = ins[r] + i * esz;
         char *mine = (char *)out->data + i * esz;
         if ((st = disco_reduce(op, x->dtype, mine, srcs, c.size, m)) != DISCO_OK)
             break; /* cannot happen after the checks above; keep the barrier count */
         for (int r = 0; r < c.size; r++)
             if (r != c.rank)
-                memcpy((char *)data_of(&c, member(&c, r)->out_block, member(&c, r)->out_off) +
-                           i * esz,
-                       mine, m * esz);
+                memcpy(outs[r] + i * esz, mine, m * esz);
     }
     disco_status_t bst = coll_barrier(&c);
     if (st == DISCO_OK)
@@ -346,18 +420,24 @@ static DLTensor *lead_share(struct coll *c, const disco_value_t *a, int n, const
     return x;
 }
 
-/* Adopts (or references) the leader's block as a tensor owned by the call. */
-static disco_status_t take(disco_ctx_t *ctx, struct coll *c, uint64_t byte_off, int64_t dim0,
-                           bool adopt, disco_value_t *ret)
+/* Adopts (or references) member rank's posted input as a tensor owned by
+ * the call: byte_off into it, dimension 0 replaced by dim0 if >= 0. The
+ * block and the bytes are checked to lie in the heap. */
+static disco_status_t take(disco_ctx_t *ctx, struct coll *c, int rank, uint64_t byte_off,
+                           int64_t dim0, bool adopt, disco_value_t *ret)
 {
-    struct disco__coll_slot *l = member(c, 0);
+    const struct posted *l = &c->post[rank];
     int64_t shape[DISCO_MAX_NDIM];
     memcpy(shape, l->shape, sizeof shape);
     if (l->ndim > 0 && dim0 >= 0)
         shape[0] = dim0;
+    uint64_t at;
+    if (__builtin_add_overflow(l->in_off, byte_off, &at))
+        return disco_set_error(DISCO_E_PROTOCOL, "%s: worker %d posted offset %llu", c->what,
+                               c->base + rank, (unsigned long long)l->in_off);
     DLTensor *t;
-    disco_status_t st = disco__tensor_from_block(c->w->heap, l->in_block, l->in_off + byte_off,
-                                                 shape, l->ndim, l->dtype, adopt, &t);
+    disco_status_t st =
+        disco__tensor_from_block(c->w->heap, l->in_block, at, shape, l->ndim, l->dtype, adopt, &t);
     if (st == DISCO_OK && (st = disco__ctx_own(ctx, t)) == DISCO_OK)
         *ret = disco_tensor_value(t);
     return st;
@@ -375,7 +455,7 @@ static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n,
         disco__tensor_add_refs(x, (uint32_t)c.size - 1);
     disco_status_t st = coll_meet(&c);
     if (st == DISCO_OK)
-        st = take(ctx, &c, 0, -1, c.rank != 0, ret);
+        st = take(ctx, &c, 0, 0, -1, c.rank != 0, ret);
     return end_barrier(&c, st);
 }
 
@@ -396,11 +476,10 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     disco_status_t st = coll_meet(&c);
     if (st != DISCO_OK)
         return st;
-    struct disco__coll_slot *l = member(&c, 0);
-    int64_t rows = l->shape[0] / c.size;
-    DLTensor probe = {.ndim = l->ndim, .dtype = l->dtype, .shape = l->shape};
-    uint64_t chunk = disco_tensor_nbytes(&probe) / (uint64_t)c.size;
-    st = take(ctx, &c, chunk * (uint64_t)c.rank, rows, c.rank != 0, ret);
+    const struct posted *l = &c.post[0];
+    int64_t rows = l->ndim > 0 ? l->shape[0] / c.size : 0;
+    uint64_t chunk = l->nbytes / (uint64_t)c.size;
+    st = take(ctx, &c, 0, chunk * (uint64_t)c.rank, rows, c.rank != 0, ret);
     return end_barrier(&c, st);
 }
 
@@ -445,8 +524,10 @@ static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, di
     if (st != DISCO_OK)
         return st;
     size_t nb = disco_tensor_nbytes(x);
-    struct disco__coll_slot *l = member(&c, 0);
-    memcpy((char *)data_of(&c, l->out_block, l->out_off) + nb * (size_t)c.rank, x->data, nb);
+    char *dst;
+    if ((st = span_check(&c, 0, true, 0, nb * (size_t)c.size, &dst)) != DISCO_OK)
+        return st; /* a verdict on the leader's slot: the same on every member */
+    memcpy(dst + nb * (size_t)c.rank, x->data, nb);
     if ((st = coll_barrier(&c)) != DISCO_OK)
         return st;
     if (out != NULL)
@@ -468,10 +549,12 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
     if (st != DISCO_OK)
         return st;
     size_t nb = disco_tensor_nbytes(x);
-    for (int r = 0; r < c.size; r++) {
-        struct disco__coll_slot *m = member(&c, r);
-        memcpy((char *)out->data + nb * (size_t)r, data_of(&c, m->in_block, m->in_off), nb);
-    }
+    char *ins[DISCO_MAX_WORKERS];
+    for (int r = 0; r < c.size; r++)
+        if ((st = span_check(&c, r, false, 0, nb, &ins[r])) != DISCO_OK)
+            return st; /* a verdict on the slots: the same on every member */
+    for (int r = 0; r < c.size; r++)
+        memcpy((char *)out->data + nb * (size_t)r, ins[r], nb);
     /* Nobody may free an input while another member still reads it. */
     if ((st = coll_barrier(&c)) != DISCO_OK)
         return st;
@@ -497,12 +580,8 @@ static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n,
             disco__tensor_add_refs(x, 1);
     }
     disco_status_t st = coll_meet(&c);
-    if (st == DISCO_OK && c.rank == dst) {
-        int base = c.base;
-        c.base = src; /* take() reads the sender's slot as member 0 */
-        st = take(ctx, &c, 0, -1, true, ret);
-        c.base = base;
-    }
+    if (st == DISCO_OK && c.rank == dst)
+        st = take(ctx, &c, src, 0, -1, true, ret);
     return end_barrier(&c, st);
 }
 
