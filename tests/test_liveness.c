@@ -5,6 +5,9 @@
  * where a peer must misbehave on cue: the tests reach into the session. */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +149,109 @@ START_TEST(test_abandoned_collective)
 }
 END_TEST
 
+/* ---- section 6: heap offsets a worker posts in the collective area ---- */
+
+/* A member that posts by hand: its slot, its mark, and its arrivals at the
+ * world barrier (the second one, if any, once the first generation ended). */
+struct liar {
+    struct disco__coll_area *a;
+    int arrivals;
+};
+
+static void *liar_main(void *p)
+{
+    struct liar *l = p;
+    struct disco__barrier *b = &l->a->world_barrier;
+    for (int i = 0; i < l->arrivals; i++) {
+        /* As collective.c arrives, in a world of 2 (seq_cst: a test). */
+        uint64_t old = atomic_load(&b->state), next;
+        do
+            next = (uint32_t)old == 1 ? ((old >> 32) + 1) << 32 : old + 1;
+        while (!atomic_compare_exchange_weak(&b->state, &old, next));
+        if ((uint32_t)old == 1) {
+            disco_waitq_wake_all(&b->q);
+            continue;
+        }
+        int64_t end = disco_now_ns() + 20000000000LL;
+        while ((atomic_load(&b->state) >> 32) == (old >> 32) && disco_now_ns() < end)
+            sched_yield(); /* worker 0 arrives last and starts the next generation */
+    }
+    return NULL;
+}
+
+/* Worker 1 posts lies in the collective area (white-box: its real process
+ * hangs in test.hang while the test posts for it): heap offsets far outside
+ * the heap, offsets that overflow, an output block that runs past the
+ * heap's end, a send_recv from a bogus block, an absurd dimension count, a
+ * status that is no status with an unterminated message. Worker 0 (the
+ * controller) fails the collective with an error naming worker 1 and never
+ * reads or writes outside the heap (it used to dereference the offsets as
+ * posted: a segfault here, an ASan report under make test SANITIZE=address);
+ * the session goes on. */
+START_TEST(test_posted_offsets_checked)
+{
+    disco_session_t *s = open_cfg(2, DISCO_TRANSPORT_RING, 10000);
+    int64_t n = 1024;
+    disco_value_t fa[3] = {disco_shape(&n, 1), disco_dtype(F32), disco_int(1)};
+    disco_dref_t x, r, y, f;
+    CK_OK(disco_session_call_by_name(s, "test.fill", fa, 3, &x));
+    CK_OK(disco_session_sync(s, 1));
+    disco_value_t one = disco_int(1);
+    CK_OK(disco_session_call_by_name(s, "test.hang", &one, 1, &r));
+    bool send = _i == 3;
+    CK_OK(disco_session_get_func(s, send ? "disco.send_recv" : "disco.allreduce", &f));
+
+    struct disco__coll_area *a =
+        (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off);
+    struct disco__coll_slot *m = disco__coll_slot(a, (uint32_t)(s->w0.ncoll & 1), 1);
+    const DLTensor *x0 = disco__worker_get_reg(&s->w0, x)->v.tensor;
+    memset(m, 0, sizeof *m);
+    m->seq = s->seq + 1; /* the call's command */
+    m->ndim = 1;
+    m->dtype = F32;
+    m->shape[0] = n;
+    m->in_block = m->out_block = disco__tensor_block(x0); /* sound, unless changed below */
+    const char *want = "outside the shared heap";
+    switch (_i) {
+    case 0:
+        m->in_block = 0x7fffffff0000ULL;
+        break;
+    case 1:
+        m->in_off = UINT64_MAX - 8;
+        break;
+    case 2:
+        m->out_block = s->heap.arena_end - 64;
+        break;
+    case 3:
+        m->in_block = 0x7fffffff0000ULL;
+        want = "outside the heap";
+        break;
+    case 4:
+        m->ndim = 1000;
+        want = "malformed tensor";
+        break;
+    default:
+        m->status = 12345;
+        memset(m->msg, 'A', sizeof m->msg);
+        want = "AAAA";
+    }
+    struct liar liar = {a, send ? 2 : 1};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, liar_main, &liar), 0);
+    disco_value_t args[3] = {dref(x), send ? disco_int(1) : disco_str("sum"), disco_int(0)};
+    CK_OK(disco_session_call(s, f, args, send ? 3 : 2, &y));
+    pthread_join(th, NULL);
+    CK_STATUS(disco_session_sync(s, 0), send ? DISCO_E_INVAL : DISCO_E_PROTOCOL);
+    CK_HAS(want);
+    if (!send)
+        CK_HAS("worker 1");
+    ck_assert_int_eq(disco_session_health(s), DISCO_OK);
+    CK_OK(copy_floats(s, 64, 1, &r));
+    kill(disco_session_worker_pid(s, 1), SIGKILL);
+    disco_session_close(s);
+}
+END_TEST
+
 Suite *suite_liveness(void)
 {
     Suite *s = suite_create("liveness");
@@ -153,6 +259,7 @@ Suite *suite_liveness(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_stopped_heap_holder);
     tcase_add_test(tc, test_abandoned_collective);
+    tcase_add_loop_test(tc, test_posted_offsets_checked, 0, 6);
     suite_add_tcase(s, tc);
     return s;
 }
