@@ -19,6 +19,8 @@
 #include "../shm/heap_internal.h"
 #include "../workers/collective.h"
 #include "../workers/tensor_impl.h"
+#include "disco/func.h"
+#include "disco/rpc.h"
 #include "disco/session.h"
 #include "disco/wait.h"
 #include "session_util.h"
@@ -252,6 +254,46 @@ START_TEST(test_posted_offsets_checked)
 }
 END_TEST
 
+/* disco.tensor_span as a lying worker answers it: a heap offset far outside
+ * the heap. */
+static disco_status_t lying_span(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                 disco_value_t *ret)
+{
+    (void)a, (void)n;
+    int64_t *span = disco_ctx_alloc(ctx, 2 * sizeof *span);
+    if (span == NULL)
+        return disco_ctx_fail(ctx, "out of memory");
+    span[0] = 0x7fffffff0000LL;
+    span[1] = 100;
+    *ret = disco_shape(span, 2);
+    return DISCO_OK;
+}
+
+/* A worker's RPC view asks the worker where an allocation's bytes are and
+ * copies there directly: an answer outside the shared heap fails the copy
+ * with DISCO_E_PROTOCOL instead of sending the controller's memcpy to that
+ * address (it used to segfault). The lie is registered in this test's
+ * process before the workers fork (Check runs each test in its own). */
+START_TEST(test_rpc_span_checked)
+{
+    disco__builtins_init(); /* the builtins first, so that the lie replaces theirs */
+    CK_OK(disco_register_func("disco.tensor_span", "T", lying_span));
+    disco_session_t *s = open_cfg(2, DISCO_TRANSPORT_RING, 10000);
+    disco_rpc_t *r;
+    CK_OK(disco_rpc_from_worker(s, 1, &r));
+    disco_rpc_handle_t mem;
+    unsigned char bytes[100] = {1};
+    CK_OK(disco_rpc_dev_alloc(r, (DLDevice){kDLCPU, 0}, 100, 64, &mem));
+    CK_STATUS(disco_rpc_copy_to_remote(r, bytes, mem, 0, 100), DISCO_E_PROTOCOL);
+    CK_HAS("outside the shared heap");
+    CK_STATUS(disco_rpc_copy_from_remote(r, mem, 0, bytes, 100), DISCO_E_PROTOCOL);
+    CK_OK(disco_rpc_free_handle(r, mem));
+    disco_rpc_close(r);
+    CK_OK(disco_session_sync(s, 1));
+    disco_session_close(s);
+}
+END_TEST
+
 Suite *suite_liveness(void)
 {
     Suite *s = suite_create("liveness");
@@ -260,6 +302,7 @@ Suite *suite_liveness(void)
     tcase_add_test(tc, test_stopped_heap_holder);
     tcase_add_test(tc, test_abandoned_collective);
     tcase_add_loop_test(tc, test_posted_offsets_checked, 0, 6);
+    tcase_add_test(tc, test_rpc_span_checked);
     suite_add_tcase(s, tc);
     return s;
 }
