@@ -167,10 +167,18 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     st = disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, call_wait(s),
                            s->trace.rec != NULL ? &t_enq : NULL);
     if (st == DISCO_E_TIMEOUT) {
-        uint32_t slow = disco_ring_slowest_reader(&s->chan.cmd);
-        int w = s->chan.kind == DISCO_CHAN_RING && slow != UINT32_MAX ? (int)slow + 1 : 0;
-        if (w > 0)
-            disco__procs_kill(s, w);
+        /* The worker that does not read: the ring's slowest reader, or the
+         * one whose pipe stayed full. */
+        uint32_t slow =
+            s->chan.kind == DISCO_CHAN_RING ? disco_ring_slowest_reader(&s->chan.cmd) : UINT32_MAX;
+        int w = s->chan.kind == DISCO_CHAN_PIPE ? s->chan.stuck
+                : slow != UINT32_MAX            ? (int)slow + 1
+                                                : 0;
+        if (w <= 0)
+            return disco__session_break(s, DISCO_E_TIMEOUT,
+                                        "the command channel stayed full for %u ms",
+                                        s->cfg.call_timeout_ms);
+        disco__procs_kill(s, w);
         return disco__session_break(s, DISCO_E_TIMEOUT,
                                     "worker %d took no command for %u ms; it was killed", w,
                                     s->cfg.call_timeout_ms);

@@ -294,6 +294,40 @@ START_TEST(test_rpc_span_checked)
 }
 END_TEST
 
+/* ---- section 7: the blame of a broadcast timeout on pipes ---- */
+
+/* With the pipe transport, a worker that stops reading commands (hung in a
+ * call) fills its pipe; the broadcast that finds it full past the call
+ * timeout blames that worker and kills it, as the ring transport does. It
+ * used to blame "worker 0" and kill no one. */
+START_TEST(test_pipe_bcast_blame)
+{
+    disco_session_t *s = open_cfg(3, DISCO_TRANSPORT_PIPE, 500);
+    int pid1 = disco_session_worker_pid(s, 1), pid2 = disco_session_worker_pid(s, 2);
+    disco_value_t two = disco_int(2);
+    disco_dref_t r, f;
+    CK_OK(disco_session_call_by_name(s, "test.hang", &two, 1, &r));
+    CK_OK(disco_session_get_func(s, "test.echo", &f));
+    static char big[30000];
+    disco_value_t v = disco_bytes(big, sizeof big);
+    disco_status_t st = DISCO_OK;
+    int calls = 0;
+    int64_t t0 = disco_now_ns();
+    while (st == DISCO_OK && calls < 1000) { /* a pipe holds 64 KiB: a few calls fill it */
+        st = disco_session_call(s, f, &v, 1, &r);
+        calls++;
+    }
+    CK_STATUS(st, DISCO_E_TIMEOUT);
+    CK_HAS("worker 2 took no command");
+    ck_assert_msg(disco_now_ns() - t0 < 10000000000LL, "took %d calls and too long", calls);
+    ck_assert_msg(kill(pid2, 0) == -1 && errno == ESRCH, "stuck worker %d still exists", pid2);
+    ck_assert_msg(kill(pid1, 0) == 0, "worker 1 (pid %d), which read its commands, was killed",
+                  pid1);
+    ck_assert_int_eq(disco_session_health(s), DISCO_E_TIMEOUT);
+    disco_session_close(s);
+}
+END_TEST
+
 Suite *suite_liveness(void)
 {
     Suite *s = suite_create("liveness");
@@ -303,6 +337,7 @@ Suite *suite_liveness(void)
     tcase_add_test(tc, test_abandoned_collective);
     tcase_add_loop_test(tc, test_posted_offsets_checked, 0, 6);
     tcase_add_test(tc, test_rpc_span_checked);
+    tcase_add_test(tc, test_pipe_bcast_blame);
     suite_add_tcase(s, tc);
     return s;
 }
