@@ -316,7 +316,7 @@ static disco_status_t check_reg_on(struct disco_session *s, disco_dref_t reg, in
 
 /* ---- the API ---- */
 
-disco_status_t disco_session_sync(disco_session_t *s, int worker)
+static disco_status_t api_sync(disco_session_t *s, int worker)
 {
     disco_status_t st = check_worker(s, worker);
     if (st != DISCO_OK)
@@ -331,7 +331,7 @@ disco_status_t disco_session_sync(disco_session_t *s, int worker)
     return collect_errors(s);
 }
 
-disco_status_t disco_session_get_func(disco_session_t *s, const char *name, disco_dref_t *func_out)
+static disco_status_t api_get_func(disco_session_t *s, const char *name, disco_dref_t *func_out)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK)
@@ -351,8 +351,8 @@ disco_status_t disco_session_get_func(disco_session_t *s, const char *name, disc
     return DISCO_OK;
 }
 
-disco_status_t disco_session_call(disco_session_t *s, disco_dref_t func, const disco_value_t *args,
-                                  int nargs, disco_dref_t *result_out)
+static disco_status_t api_call(disco_session_t *s, disco_dref_t func, const disco_value_t *args,
+                               int nargs, disco_dref_t *result_out)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK)
@@ -384,9 +384,9 @@ disco_status_t disco_session_call(disco_session_t *s, disco_dref_t func, const d
     return DISCO_OK;
 }
 
-disco_status_t disco_session_call_by_name(disco_session_t *s, const char *name,
-                                          const disco_value_t *args, int nargs,
-                                          disco_dref_t *result_out)
+static disco_status_t api_call_by_name(disco_session_t *s, const char *name,
+                                       const disco_value_t *args, int nargs,
+                                       disco_dref_t *result_out)
 {
     disco_dref_t f;
     disco_status_t st = disco_session_get_func(s, name, &f);
@@ -397,7 +397,7 @@ disco_status_t disco_session_call_by_name(disco_session_t *s, const char *name,
     return st != DISCO_OK ? st : fst;
 }
 
-disco_status_t disco_session_free(disco_session_t *s, disco_dref_t reg)
+static disco_status_t api_free(disco_session_t *s, disco_dref_t reg)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK)
@@ -411,14 +411,14 @@ disco_status_t disco_session_free(disco_session_t *s, disco_dref_t reg)
     return DISCO_OK;
 }
 
-disco_status_t disco_session_alloc_reg(disco_session_t *s, disco_dref_t *reg_out)
+static disco_status_t api_alloc_reg(disco_session_t *s, disco_dref_t *reg_out)
 {
     disco_status_t st = usable(s);
     return st != DISCO_OK ? st : reg_alloc(s, reg_out);
 }
 
-disco_status_t disco_session_debug_get(disco_session_t *s, disco_dref_t reg, int worker,
-                                       disco_value_t *value_out)
+static disco_status_t api_debug_get(disco_session_t *s, disco_dref_t reg, int worker,
+                                    disco_value_t *value_out)
 {
     disco_status_t st = check_reg_on(s, reg, worker);
     if (st != DISCO_OK)
@@ -440,8 +440,8 @@ disco_status_t disco_session_debug_get(disco_session_t *s, disco_dref_t reg, int
     return DISCO_OK;
 }
 
-disco_status_t disco_session_debug_set(disco_session_t *s, disco_dref_t reg, int worker,
-                                       const disco_value_t *value)
+static disco_status_t api_debug_set(disco_session_t *s, disco_dref_t reg, int worker,
+                                    const disco_value_t *value)
 {
     disco_status_t st = check_reg_on(s, reg, worker);
     if (st != DISCO_OK)
@@ -472,8 +472,8 @@ static disco_status_t check_host(const DLTensor *t, const char *what)
     return disco_dtype_check(t->dtype);
 }
 
-disco_status_t disco_session_copy_to_worker0(disco_session_t *s, const DLTensor *host,
-                                             disco_dref_t *reg_out)
+static disco_status_t api_copy_to_worker0(disco_session_t *s, const DLTensor *host,
+                                          disco_dref_t *reg_out)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK || (st = check_host(host, "copy to worker 0")) != DISCO_OK)
@@ -495,7 +495,7 @@ disco_status_t disco_session_copy_to_worker0(disco_session_t *s, const DLTensor 
     return st;
 }
 
-disco_status_t disco_session_copy_from_worker0(disco_session_t *s, disco_dref_t reg, DLTensor *host)
+static disco_status_t api_copy_from_worker0(disco_session_t *s, disco_dref_t reg, DLTensor *host)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK || (st = check_host(host, "copy from worker 0")) != DISCO_OK)
@@ -521,8 +521,8 @@ disco_status_t disco_session_copy_from_worker0(disco_session_t *s, disco_dref_t 
     return DISCO_OK;
 }
 
-disco_status_t disco_session_empty(disco_session_t *s, const int64_t *shape, int ndim,
-                                   DLDataType dtype, bool worker0_only, disco_dref_t *reg_out)
+static disco_status_t api_empty(disco_session_t *s, const int64_t *shape, int ndim,
+                                DLDataType dtype, bool worker0_only, disco_dref_t *reg_out)
 {
     if (ndim < 0 || ndim > DISCO_MAX_NDIM)
         return disco_set_error(DISCO_E_INVAL, "ndim %d: must be 0..%d", ndim, DISCO_MAX_NDIM);
@@ -532,4 +532,87 @@ disco_status_t disco_session_empty(disco_session_t *s, const int64_t *shape, int
     if (st != DISCO_OK)
         return st;
     return disco_session_call_by_name(s, "disco.empty", args, 4, reg_out);
+}
+
+/* ---- the errors the API returns ---- */
+
+/* Every public call returns through here. An error met while the session
+ * looks healthy is first set against the workers: if one died, the death
+ * (which caused it, or will fail the next call anyway) is what the caller
+ * sees. And the first error returned after the session broke is its cause
+ * (a death, a deadline), whatever call meets it and however the break was
+ * found (a check inside a wait whose status an inner step dropped); later
+ * calls get DISCO_E_BROKEN naming it. */
+static disco_status_t tell(struct disco_session *s, disco_status_t st)
+{
+    if (st == DISCO_OK || s->state == DISCO_E_SHUTDOWN)
+        return st;
+    if (s->state == DISCO_OK && disco__procs_check(s) == DISCO_OK)
+        return st; /* no death: the error stands, its detail untouched */
+    if (s->state == DISCO_OK || s->told)
+        return st;
+    s->told = true;
+    return disco_set_error(s->state, "%s", s->why);
+}
+
+disco_status_t disco_session_sync(disco_session_t *s, int worker)
+{
+    return tell(s, api_sync(s, worker));
+}
+
+disco_status_t disco_session_get_func(disco_session_t *s, const char *name, disco_dref_t *func_out)
+{
+    return tell(s, api_get_func(s, name, func_out));
+}
+
+disco_status_t disco_session_call(disco_session_t *s, disco_dref_t func, const disco_value_t *args,
+                                  int nargs, disco_dref_t *result_out)
+{
+    return tell(s, api_call(s, func, args, nargs, result_out));
+}
+
+disco_status_t disco_session_call_by_name(disco_session_t *s, const char *name,
+                                          const disco_value_t *args, int nargs,
+                                          disco_dref_t *result_out)
+{
+    return tell(s, api_call_by_name(s, name, args, nargs, result_out));
+}
+
+disco_status_t disco_session_free(disco_session_t *s, disco_dref_t reg)
+{
+    return tell(s, api_free(s, reg));
+}
+
+disco_status_t disco_session_alloc_reg(disco_session_t *s, disco_dref_t *reg_out)
+{
+    return tell(s, api_alloc_reg(s, reg_out));
+}
+
+disco_status_t disco_session_debug_get(disco_session_t *s, disco_dref_t reg, int worker,
+                                       disco_value_t *value_out)
+{
+    return tell(s, api_debug_get(s, reg, worker, value_out));
+}
+
+disco_status_t disco_session_debug_set(disco_session_t *s, disco_dref_t reg, int worker,
+                                       const disco_value_t *value)
+{
+    return tell(s, api_debug_set(s, reg, worker, value));
+}
+
+disco_status_t disco_session_copy_to_worker0(disco_session_t *s, const DLTensor *host,
+                                             disco_dref_t *reg_out)
+{
+    return tell(s, api_copy_to_worker0(s, host, reg_out));
+}
+
+disco_status_t disco_session_copy_from_worker0(disco_session_t *s, disco_dref_t reg, DLTensor *host)
+{
+    return tell(s, api_copy_from_worker0(s, reg, host));
+}
+
+disco_status_t disco_session_empty(disco_session_t *s, const int64_t *shape, int ndim,
+                                   DLDataType dtype, bool worker0_only, disco_dref_t *reg_out)
+{
+    return tell(s, api_empty(s, shape, ndim, dtype, worker0_only, reg_out));
 }

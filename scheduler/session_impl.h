@@ -45,6 +45,7 @@ struct disco_session {
     uint64_t seq;
     int64_t token;
     disco_status_t state; /* DISCO_OK, or what broke / ended the session */
+    bool told;            /* a call has returned state (the cause) to the caller */
     char why[DISCO_ERR_MSG_MAX];
     uint64_t issued; /* commands sent */
 

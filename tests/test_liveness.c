@@ -5,6 +5,7 @@
  * where a peer must misbehave on cue: the tests reach into the session. */
 #include <check.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -328,16 +330,146 @@ START_TEST(test_pipe_bcast_blame)
 }
 END_TEST
 
+/* ---- section 7: the first error after a death ---- */
+
+static uint64_t rnd(uint64_t *x) /* xorshift64* */
+{
+    *x ^= *x >> 12;
+    *x ^= *x << 25;
+    *x ^= *x >> 27;
+    return *x * 2685821657736338717ULL;
+}
+
+/* One step of a caller racing a death: any of the session's calls. */
+static disco_status_t race_step(disco_session_t *s, int kind, int n, disco_dref_t x, uint64_t *rng)
+{
+    disco_dref_t r;
+    disco_value_t v;
+    disco_status_t st;
+    switch (kind) {
+    case 0: {
+        disco_value_t a[2] = {disco_int(1), disco_int(2)};
+        return disco_session_call_by_name(s, "test.add", a, 2, &r);
+    }
+    case 1: {
+        disco_value_t a[2] = {dref(x), disco_str("sum")};
+        if ((st = disco_session_call_by_name(s, "disco.allreduce", a, 2, &r)) != DISCO_OK)
+            return st;
+        return disco_session_free(s, r);
+    }
+    case 2:
+        if ((st = copy_floats(s, 256, 0, &r)) != DISCO_OK)
+            return st;
+        return disco_session_free(s, r);
+    case 3:
+        return disco_session_sync(s, (int)(rnd(rng) % (uint64_t)n));
+    case 4: {
+        int64_t len = 1 + (int64_t)(rnd(rng) % 4096);
+        if ((st = disco_session_empty(s, &len, 1, F32, false, &r)) != DISCO_OK)
+            return st;
+        return disco_session_free(s, r);
+    }
+    case 5:
+        if ((st = disco_session_debug_get(s, x, (int)(rnd(rng) % (uint64_t)n), &v)) == DISCO_OK)
+            disco_value_clear(&v);
+        return st;
+    default: {
+        disco_value_t a[2] = {dref(x), disco_bool(false)};
+        if ((st = disco_session_call_by_name(s, "disco.broadcast_from_worker0", a, 2, &r)) !=
+            DISCO_OK)
+            return st;
+        return disco_session_free(s, r);
+    }
+    }
+}
+
+/* Hundreds of rounds of: open, start a call, kill -9 a worker, go on
+ * calling (any call: calls, collectives, copies, syncs, allocations, debug
+ * gets, on rings and pipes, forked and spawned). The first error the caller
+ * sees must be DISCO_E_WORKER_DIED naming the worker and signal 9, whatever
+ * call meets the death first; later ones say the session is broken. */
+START_TEST(test_first_error_names_death)
+{
+    uint64_t rng = (uint64_t)disco_now_ns() | 1, seed = rng;
+    int64_t end = disco_now_ns() + 100000000000LL;
+    int rounds = 0;
+    for (; rounds < 300 && disco_now_ns() < end; rounds++) {
+        int n = 2 + (int)(rnd(&rng) % 3), victim = 1 + (int)(rnd(&rng) % (uint64_t)(n - 1));
+        disco_session_config_t cfg = disco_session_config_default(n);
+        cfg.transport = rnd(&rng) & 1 ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING;
+        cfg.launch = rnd(&rng) % 4 == 0 ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
+        cfg.call_timeout_ms = 20000;
+        cfg.worker_path = DISCO_TEST_WORKER;
+        disco_session_t *s = tu_open_with_testlib(&cfg);
+        int64_t len = 1024;
+        disco_value_t fa[3] = {disco_shape(&len, 1), disco_dtype(F32), disco_int(1)};
+        disco_dref_t x;
+        CK_OK(disco_session_call_by_name(s, "test.fill", fa, 3, &x));
+        int pid = disco_session_worker_pid(s, victim);
+        disco_status_t st = race_step(s, (int)(rnd(&rng) % 7), n, x, &rng);
+        kill(pid, SIGKILL);
+        for (int k = 0; st == DISCO_OK && k < 64; k++)
+            st = race_step(s, (int)(rnd(&rng) % 7), n, x, &rng);
+        for (int w = 0; st == DISCO_OK && w < n; w++)
+            st = disco_session_sync(s, (victim + w) % n); /* the victim first */
+        char want[48];
+        snprintf(want, sizeof want, "worker %d (pid %d)", victim, pid);
+        ck_assert_msg(st == DISCO_E_WORKER_DIED && strstr(disco_last_error(), want) != NULL &&
+                          strstr(disco_last_error(), "signal 9") != NULL,
+                      "round %d (seed %llu, %d workers, %s): first error %s (%s)", rounds,
+                      (unsigned long long)seed, n,
+                      cfg.transport == DISCO_TRANSPORT_PIPE ? "pipes" : "rings", disco_err_name(st),
+                      disco_last_error());
+        CK_STATUS(disco_session_sync(s, 0), DISCO_E_BROKEN);
+        disco_session_close(s);
+    }
+    ck_assert_msg(rounds >= 30, "only %d rounds in the time", rounds);
+}
+END_TEST
+
+/* An error met before the session noticed a death: worker 2's function
+ * failed, then worker 1 was killed; the sync that collects worker 2's
+ * report (its reply comes at once, so no wait looks at the workers) must
+ * say first that worker 1 died, then that the session is broken. It used
+ * to return worker 2's DISCO_E_REMOTE and leave the death to a later
+ * call. */
+START_TEST(test_death_before_other_errors)
+{
+    disco_session_t *s = open_cfg(3, DISCO_TRANSPORT_RING, 20000);
+    disco_value_t a[2] = {disco_int(2), disco_str("bad input")};
+    disco_dref_t r;
+    CK_OK(disco_session_call_by_name(s, "test.fail_on", a, 2, &r));
+    int64_t end = disco_now_ns() + 20000000000LL;
+    while (!atomic_load(&s->errbox[2].full) && disco_now_ns() < end)
+        sched_yield(); /* worker 2 has posted its failure */
+    ck_assert(atomic_load(&s->errbox[2].full));
+    int pid = disco_session_worker_pid(s, 1);
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    ck_assert_int_ge(fd, 0);
+    kill(pid, SIGKILL);
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    ck_assert_int_eq(poll(&pf, 1, 20000), 1); /* it has ended (not reaped yet) */
+    close(fd);
+    CK_STATUS(disco_session_sync(s, 2), DISCO_E_WORKER_DIED);
+    CK_HAS("worker 1 (pid");
+    CK_HAS("signal 9");
+    CK_STATUS(disco_session_sync(s, 0), DISCO_E_BROKEN);
+    disco_session_close(s);
+}
+END_TEST
+
 Suite *suite_liveness(void)
 {
     Suite *s = suite_create("liveness");
     TCase *tc = tcase_create("liveness");
-    tcase_set_timeout(tc, 60);
+    tcase_set_timeout(tc, 150);
     tcase_add_test(tc, test_stopped_heap_holder);
     tcase_add_test(tc, test_abandoned_collective);
     tcase_add_loop_test(tc, test_posted_offsets_checked, 0, 6);
     tcase_add_test(tc, test_rpc_span_checked);
     tcase_add_test(tc, test_pipe_bcast_blame);
+    tcase_add_test(tc, test_first_error_names_death);
+    tcase_add_test(tc, test_death_before_other_errors);
     suite_add_tcase(s, tc);
     return s;
 }
