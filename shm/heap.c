@@ -114,11 +114,30 @@ static unsigned next_bin(const struct disco_heap_shared *sh, unsigned from)
     return NBINS;
 }
 
+static bool header_ok(const disco_heap_t *h, uint64_t off);
+
+/* Links (free-list heads and neighbours, sizes) live in memory every
+ * process of the session writes, so one that is not a sound free block's
+ * header is never followed: the heap is marked broken instead (every later
+ * call fails with DISCO_E_BROKEN) and the operation stops, so that a
+ * corrupt or malicious process can break the heap but never make another
+ * read or write outside it. */
+static bool free_link_ok(const disco_heap_t *h, uint64_t off)
+{
+    bool ok = off >= h->arena_off && off < h->arena_end && (off - h->arena_off) % HDR == 0 &&
+              header_ok(h, off) && blk(h, off)->tag == TAG_FREE;
+    if (!ok)
+        h->sh->broken = 1;
+    return ok;
+}
+
 static void list_push(const disco_heap_t *h, uint64_t off)
 {
     struct disco_heap_shared *sh = h->sh;
     struct block *b = blk(h, off);
     unsigned bin = bin_of(b->size);
+    if (sh->bins[bin] != 0 && !free_link_ok(h, sh->bins[bin]))
+        return;
     b->prev_free = 0;
     b->next_free = sh->bins[bin];
     if (b->next_free != 0)
@@ -135,6 +154,9 @@ static void list_remove(const disco_heap_t *h, uint64_t off)
     struct disco_heap_shared *sh = h->sh;
     struct block *b = blk(h, off);
     unsigned bin = bin_of(b->size);
+    if ((b->prev_free != 0 && !free_link_ok(h, b->prev_free)) ||
+        (b->next_free != 0 && !free_link_ok(h, b->next_free)))
+        return;
     if (b->prev_free != 0)
         blk(h, b->prev_free)->next_free = b->next_free;
     else
@@ -168,6 +190,8 @@ static bool fit_in_bin(const disco_heap_t *h, unsigned bin, uint64_t need, uint6
 {
     uint64_t best = 0, best_lead = 0, best_size = UINT64_MAX;
     for (uint64_t off = h->sh->bins[bin], n = 0; off != 0 && n < limit; n++) {
+        if (!free_link_ok(h, off))
+            return false;
         const struct block *b = blk(h, off);
         uint64_t lead = lead_for(h, off, align);
         if (lead + need <= b->size && b->size < best_size) {
@@ -193,10 +217,11 @@ static bool find_fit(const disco_heap_t *h, uint64_t need, uint64_t align, uint6
     unsigned b0 = bin_of(need);
     if (fit_in_bin(h, b0, need, align, SCAN, off_p, lead_p))
         return true;
-    for (unsigned b = next_bin(h->sh, b0 + 1); b < NBINS; b = next_bin(h->sh, b + 1))
+    for (unsigned b = next_bin(h->sh, b0 + 1); b < NBINS && !h->sh->broken;
+         b = next_bin(h->sh, b + 1))
         if (fit_in_bin(h, b, need, align, SCAN, off_p, lead_p))
             return true;
-    for (unsigned b = next_bin(h->sh, b0); b < NBINS; b = next_bin(h->sh, b + 1))
+    for (unsigned b = next_bin(h->sh, b0); b < NBINS && !h->sh->broken; b = next_bin(h->sh, b + 1))
         if (fit_in_bin(h, b, need, align, UINT64_MAX, off_p, lead_p))
             return true;
     return false;
@@ -262,8 +287,10 @@ static uint64_t release(const disco_heap_t *h, uint64_t x)
     fault(DISCO__HEAP_STEP_FREE_TAG);
     sh->used_bytes -= b->size;
     sh->live_blocks--;
-    uint64_t n = x + b->size;
+    uint64_t n = x + b->size; /* b's header was checked: n is in the arena or its end */
     if (n < h->arena_end && blk(h, n)->tag == TAG_FREE) {
+        if (!free_link_ok(h, n))
+            return x;
         struct block *nb = blk(h, n);
         list_remove(h, n);
         commit(&b->size, b->size + nb->size); /* M1 */
@@ -271,8 +298,14 @@ static uint64_t release(const disco_heap_t *h, uint64_t x)
         commit(&nb->tag, TAG_WIPED); /* M2 */
         fault(DISCO__HEAP_STEP_NEXT_WIPE);
     }
+    if (b->prev_size != 0 && (b->prev_size > x - h->arena_off || b->prev_size % HDR != 0)) {
+        h->sh->broken = 1;
+        return x;
+    }
     if (b->prev_size != 0 && blk(h, x - b->prev_size)->tag == TAG_FREE) {
         uint64_t p = x - b->prev_size;
+        if (!free_link_ok(h, p))
+            return x;
         struct block *pb = blk(h, p);
         list_remove(h, p);
         commit(&pb->size, pb->size + b->size); /* M1 */
@@ -445,7 +478,8 @@ static uint64_t largest_free_block(const disco_heap_t *h)
     for (unsigned b = NBINS; b-- > 0;) {
         if ((h->sh->bitmap[b / 64u] & (1ULL << (b % 64u))) == 0)
             continue;
-        for (uint64_t off = h->sh->bins[b]; off != 0; off = blk(h, off)->next_free)
+        for (uint64_t off = h->sh->bins[b]; off != 0 && free_link_ok(h, off);
+             off = blk(h, off)->next_free)
             if (blk(h, off)->size > best)
                 best = blk(h, off)->size;
         break;
@@ -551,9 +585,17 @@ disco_status_t disco_heap_alloc(disco_heap_t *h, size_t size, size_t align, uint
         return st;
     uint64_t off = 0, lead = 0;
     if (need <= arena && find_fit(h, need, al, &off, &lead)) {
-        *off_out = carve(h, off, lead, need, owner, size);
+        uint64_t data = carve(h, off, lead, need, owner, size);
+        bool broken = h->sh->broken;
         heap_unlock(h);
+        if (broken)
+            return disco_set_error(DISCO_E_BROKEN, "disco_heap_alloc: heap metadata is corrupt");
+        *off_out = data;
         return DISCO_OK;
+    }
+    if (h->sh->broken) {
+        heap_unlock(h);
+        return disco_set_error(DISCO_E_BROKEN, "disco_heap_alloc: heap metadata is corrupt");
     }
     uint64_t largest = largest_free_block(h);
     uint64_t free_bytes = h->sh->free_bytes;
@@ -602,7 +644,10 @@ disco_status_t disco_heap_free(disco_heap_t *h, uint64_t off)
         return disco_set_error(DISCO_E_INVAL, "disco_heap_free(offset %#" PRIx64 "): %s", off, why);
     }
     release(h, off - HDR);
+    bool broken = h->sh->broken;
     heap_unlock(h);
+    if (broken)
+        return disco_set_error(DISCO_E_BROKEN, "disco_heap_free: heap metadata is corrupt");
     return DISCO_OK;
 }
 
@@ -611,7 +656,11 @@ size_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner)
     if (h == NULL || heap_lock(h, "disco_heap_reclaim_owner") != DISCO_OK)
         return 0;
     uint64_t freed = 0;
-    for (uint64_t off = h->arena_off; off < h->arena_end;) {
+    for (uint64_t off = h->arena_off; off < h->arena_end && !h->sh->broken;) {
+        if (!header_ok(h, off)) {
+            h->sh->broken = 1;
+            break;
+        }
         struct block *b = blk(h, off);
         if (b->tag == TAG_USED && b->owner == owner) {
             freed += b->size;

@@ -458,6 +458,47 @@ START_TEST(test_death_before_other_errors)
 }
 END_TEST
 
+/* ---- siblings: the heap's own links ---- */
+
+/* Every process of a session writes the heap's metadata, so its links are
+ * checked before they are followed: a free block whose next (0) or previous
+ * (1) free-list link points far outside the heap, or a used block whose size
+ * is 0 (2, which made reclaim walk in place forever). The call fails with
+ * DISCO_E_BROKEN (the heap is marked broken, so every later call too) and
+ * nothing outside the heap is read or written (the allocation used to
+ * write through the bad link: a segfault). */
+START_TEST(test_heap_links_checked)
+{
+    size_t size = 1u << 20;
+    unsigned char *mem = aligned_alloc(4096, size);
+    disco_heap_t h;
+    CK_OK(disco_heap_init(mem, size, &h));
+    uint64_t a, b, c;
+    CK_OK(disco_heap_alloc(&h, 1000, 0, 1, &a));
+    CK_OK(disco_heap_alloc(&h, 1000, 0, 2, &b));
+    CK_OK(disco_heap_alloc(&h, 1000, 0, 3, &c));
+    CK_OK(disco_heap_free(&h, a)); /* a free block between the heap's start and b */
+    /* White-box: a block header is tag, owner (4 bytes each), self, size,
+     * prev_size, next_free, prev_free (8 each), 64 bytes before the data. */
+    uint64_t *hdr_a = (uint64_t *)(mem + a - DISCO_HEAP_BLOCK_HDR);
+    uint64_t *hdr_b = (uint64_t *)(mem + b - DISCO_HEAP_BLOCK_HDR);
+    if (_i == 0)
+        hdr_a[4] = 0x7fffffff0000ULL;
+    else if (_i == 1)
+        hdr_a[5] = 0x7fffffff0000ULL;
+    else
+        hdr_b[2] = 0;
+    uint64_t d;
+    if (_i < 2)
+        CK_STATUS(disco_heap_alloc(&h, 1000, 0, 4, &d), DISCO_E_BROKEN);
+    else
+        ck_assert_uint_eq(disco_heap_reclaim_owner(&h, 3), 0);
+    CK_STATUS(disco_heap_free(&h, c), DISCO_E_BROKEN);
+    CK_STATUS(disco_heap_alloc(&h, 64, 0, 4, &d), DISCO_E_BROKEN);
+    free(mem);
+}
+END_TEST
+
 Suite *suite_liveness(void)
 {
     Suite *s = suite_create("liveness");
@@ -470,6 +511,7 @@ Suite *suite_liveness(void)
     tcase_add_test(tc, test_pipe_bcast_blame);
     tcase_add_test(tc, test_first_error_names_death);
     tcase_add_test(tc, test_death_before_other_errors);
+    tcase_add_loop_test(tc, test_heap_links_checked, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }
