@@ -219,12 +219,25 @@ disco_status_t disco__procs_abandon(void *p, disco_status_t st, const int *late,
     return disco__session_break(s, st, "%s given up by worker 0: %s", what, why);
 }
 
+#define KILL_REAP_MS 5000 /* how long a kill waits for its worker to end */
+
 void disco__procs_kill(struct disco_session *s, int i)
 {
     if (s->reaped[i] || s->pid[i] <= 0)
         return;
     kill(s->pid[i], SIGKILL);
-    reap(s, i, 0);
+    /* A killed process runs no more user code, but it ends only when it is
+     * scheduled again: one in a frozen cgroup (v1 freezer) waits for the
+     * thaw. So the wait for it is bounded, like every other wait; one that
+     * has not ended by then is reaped later (procs_check, procs_stop). */
+    if (s->pidfd[i] >= 0) {
+        struct pollfd pf = {.fd = s->pidfd[i], .events = POLLIN};
+        while (poll(&pf, 1, KILL_REAP_MS) < 0 && errno == EINTR)
+            ;
+        reap(s, i, WNOHANG);
+    } else {
+        reap(s, i, 0); /* no pidfd (old kernels, valgrind): as before */
+    }
     if (s->chan.kind == DISCO_CHAN_RING)
         disco_ring_mark_dead(&s->chan.cmd, (uint32_t)(i - 1));
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -499,6 +500,79 @@ START_TEST(test_heap_links_checked)
 }
 END_TEST
 
+/* ---- siblings: a worker that cannot end ---- */
+
+#define FREEZER "/sys/fs/cgroup/freezer"
+
+/* The test's freezer cgroup, named after the test runner (the parent of the
+ * forked test), so that the runner's teardown finds it. */
+static void freezer_dir(pid_t runner, char *out, size_t cap)
+{
+    snprintf(out, cap, FREEZER "/disco-test-%d", (int)runner);
+}
+
+static bool write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+/* In the runner, after the test (even one that failed or timed out): thaw
+ * whatever is left in the cgroup (its processes were killed) and remove it. */
+static void freezer_teardown(void)
+{
+    char dir[128], path[160];
+    freezer_dir(getpid(), dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/freezer.state", dir);
+    if (access(path, F_OK) != 0)
+        return;
+    write_file(path, "THAWED");
+    for (int i = 0; i < 100 && rmdir(dir) != 0 && errno == EBUSY; i++)
+        usleep(10000); /* the thawed processes take a moment to end */
+}
+
+/* A worker frozen by a cgroup (v1 freezer: SIGKILL does not end it until
+ * the thaw) hangs a sync: the timeout kills it, and the kill's wait for it
+ * to end is bounded, so the call returns DISCO_E_TIMEOUT within seconds
+ * instead of blocking in waitpid forever (as it did). Skipped where no
+ * freezer cgroup can be made (not root, cgroup v2 only). */
+START_TEST(test_frozen_worker)
+{
+    char dir[128], path[160], pidtxt[32];
+    freezer_dir(getppid(), dir, sizeof dir);
+    if (mkdir(dir, 0755) != 0) {
+        fprintf(stderr, "test_frozen_worker: skipped (%s: %s)\n", dir, strerror(errno));
+        return;
+    }
+    disco_session_t *s = open_cfg(2, DISCO_TRANSPORT_RING, 500);
+    int pid = disco_session_worker_pid(s, 1);
+    snprintf(pidtxt, sizeof pidtxt, "%d", pid);
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    ck_assert(write_file(path, pidtxt));
+    snprintf(path, sizeof path, "%s/freezer.state", dir);
+    ck_assert(write_file(path, "FROZEN"));
+    char state[32] = "";
+    for (int i = 0; i < 2000 && strncmp(state, "FROZEN", 6) != 0; i++) {
+        FILE *f = fopen(path, "r"); /* freezing takes effect asynchronously */
+        ck_assert(f != NULL && fgets(state, sizeof state, f) != NULL);
+        fclose(f);
+        sched_yield();
+    }
+    ck_assert_str_eq(state, "FROZEN\n");
+    int64_t t0 = disco_now_ns();
+    CK_STATUS(disco_session_sync(s, 1), DISCO_E_TIMEOUT);
+    int64_t took = disco_now_ns() - t0;
+    ck_assert_msg(took < 20000000000LL, "the kill of a frozen worker took %lld ms",
+                  (long long)(took / 1000000));
+    ck_assert(write_file(path, "THAWED")); /* it ends now, and close reaps it */
+    disco_session_close(s);
+    ck_assert_msg(waitpid(-1, NULL, WNOHANG) == -1 && errno == ECHILD, "a worker was left");
+}
+END_TEST
+
 Suite *suite_liveness(void)
 {
     Suite *s = suite_create("liveness");
@@ -513,5 +587,10 @@ Suite *suite_liveness(void)
     tcase_add_test(tc, test_death_before_other_errors);
     tcase_add_loop_test(tc, test_heap_links_checked, 0, 3);
     suite_add_tcase(s, tc);
+    TCase *fz = tcase_create("freezer");
+    tcase_set_timeout(fz, 60);
+    tcase_add_unchecked_fixture(fz, NULL, freezer_teardown);
+    tcase_add_test(fz, test_frozen_worker);
+    suite_add_tcase(s, fz);
     return s;
 }
