@@ -244,6 +244,7 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         &s->w0, 0, s->world, &s->errbox[0], &s->heap,
         (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off),
         &s->w0_wait);
+    s->w0.ngroups = (uint32_t)s->cfg.num_groups;
     s->w0.abandon = disco__procs_abandon;
     s->w0.abandon_ctx = s;
     /* Worker 0 has no trace ring (disco__worker_init leaves w0.trace NULL):

@@ -208,7 +208,7 @@ START_TEST(test_posted_offsets_checked)
 
     struct disco__coll_area *a =
         (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off);
-    struct disco__coll_slot *m = disco__coll_slot(a, (uint32_t)(s->w0.ncoll & 1), 1);
+    struct disco__coll_slot *m = disco__coll_slot(a, 2, 1, (uint32_t)(s->w0.ncoll & 1), 1);
     const DLTensor *x0 = disco__worker_get_reg(&s->w0, x)->v.tensor;
     memset(m, 0, sizeof *m);
     m->seq = s->seq + 1; /* the call's command */
@@ -459,6 +459,38 @@ START_TEST(test_death_before_other_errors)
 }
 END_TEST
 
+/* The collective area's header (world size, group count) is shared memory
+ * any process can overwrite: worker 0 uses its own copy of the geometry, so
+ * a header set to 0 groups and a million workers changes nothing (it used
+ * to divide by the group count and index slots with the world size). */
+START_TEST(test_coll_header_ignored)
+{
+    disco_session_t *s = open_cfg(2, DISCO_TRANSPORT_RING, 20000);
+    struct disco__coll_area *a =
+        (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off);
+    a->num_groups = 0;
+    a->world = 1000000;
+    int64_t n = 1000;
+    disco_value_t fa[3] = {disco_shape(&n, 1), disco_dtype(F32), disco_int(3)};
+    disco_dref_t x, y;
+    CK_OK(disco_session_call_by_name(s, "test.fill", fa, 3, &x));
+    disco_value_t ar[3] = {dref(x), disco_str("sum"), disco_bool(true)};
+    CK_OK(disco_session_call_by_name(s, "disco.allreduce", ar, 3, &y));
+    CK_OK(disco_session_sync(s, 1));
+    CK_OK(disco_session_sync(s, 0));
+    float got[1000];
+    DLTensor host = {.data = got, .device = {kDLCPU, 0}, .ndim = 1, .dtype = F32, .shape = &n};
+    CK_OK(disco_session_copy_from_worker0(s, y, &host));
+    for (int64_t i = 0; i < n; i++) {
+        float want = 0; /* tests/testlib.c's pattern, seed 3, workers 0 and 1 */
+        for (int w = 0; w < 2; w++)
+            want += (float)((i * 7 + w * 13 + 3) % 17 - 8) * 0.5f;
+        ck_assert_msg(got[i] == want, "element %lld: %g, want %g", (long long)i, got[i], want);
+    }
+    disco_session_close(s);
+}
+END_TEST
+
 /* ---- siblings: the heap's own links ---- */
 
 /* Every process of a session writes the heap's metadata, so its links are
@@ -582,6 +614,7 @@ Suite *suite_liveness(void)
     tcase_add_test(tc, test_abandoned_collective);
     tcase_add_loop_test(tc, test_posted_offsets_checked, 0, 6);
     tcase_add_test(tc, test_rpc_span_checked);
+    tcase_add_test(tc, test_coll_header_ignored);
     tcase_add_test(tc, test_pipe_bcast_blame);
     tcase_add_test(tc, test_first_error_names_death);
     tcase_add_test(tc, test_death_before_other_errors);

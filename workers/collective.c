@@ -24,15 +24,17 @@ void disco__coll_init(struct disco__coll_area *a, uint32_t world, uint32_t num_g
     a->num_groups = num_groups;
 }
 
-struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t parity, uint32_t w)
+struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t world,
+                                          uint32_t num_groups, uint32_t parity, uint32_t w)
 {
-    struct disco__coll_slot *slots = (struct disco__coll_slot *)&a->group_barrier[a->num_groups];
-    return &slots[(parity & 1) * a->world + w];
+    struct disco__coll_slot *slots = (struct disco__coll_slot *)&a->group_barrier[num_groups];
+    return &slots[(parity & 1) * world + w];
 }
 
-struct disco__coll_mark *disco__coll_mark(struct disco__coll_area *a, uint32_t w)
+struct disco__coll_mark *disco__coll_mark(struct disco__coll_area *a, uint32_t world,
+                                          uint32_t num_groups, uint32_t w)
 {
-    return (struct disco__coll_mark *)disco__coll_slot(a, 0, 2 * a->world) + w;
+    return (struct disco__coll_mark *)disco__coll_slot(a, world, num_groups, 0, 2 * world) + w;
 }
 
 /* ---- barrier ---- */
@@ -101,6 +103,7 @@ struct coll {
     struct disco__coll_area *a;
     struct disco__barrier *bar;
     int rank, size, base; /* within the group; base = first worker of the group */
+    int ngroups;          /* groups in the world (this process's copy) */
     uint32_t parity;      /* which of the two slot sets this collective uses */
     uint32_t phase;       /* barriers this member has arrived at in this call */
     const char *what;     /* the collective's name, for messages */
@@ -117,7 +120,10 @@ static void coll_begin(disco_ctx_t *ctx, bool in_group, const char *what, struct
     c->what = what;
     c->phase = 0;
     c->a = w->coll;
-    int groups = (int)c->a->num_groups;
+    /* The geometry is this process's own copy: the area's header is shared
+     * memory that any member could overwrite. */
+    int groups = w->ngroups > 0 ? (int)w->ngroups : 1;
+    c->ngroups = groups;
     c->size = in_group ? w->world / groups : w->world;
     c->base = in_group ? w->id / c->size * c->size : 0;
     c->rank = w->id - c->base;
@@ -126,7 +132,8 @@ static void coll_begin(disco_ctx_t *ctx, bool in_group, const char *what, struct
      * parity agrees across members. Alternating slot sets lets a member that
      * finished start the next collective while others still read its slot. */
     c->parity = (uint32_t)(w->ncoll++ & 1);
-    c->me = disco__coll_slot(c->a, c->parity, (uint32_t)w->id);
+    c->me =
+        disco__coll_slot(c->a, (uint32_t)w->world, (uint32_t)groups, c->parity, (uint32_t)w->id);
     memset(c->me, 0, sizeof *c->me);
     c->me->seq = w->seq;
     c->local = DISCO_OK;
@@ -135,7 +142,8 @@ static void coll_begin(disco_ctx_t *ctx, bool in_group, const char *what, struct
 
 static struct disco__coll_slot *member(struct coll *c, int rank)
 {
-    return disco__coll_slot(c->a, c->parity, (uint32_t)(c->base + rank));
+    return disco__coll_slot(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups, c->parity,
+                            (uint32_t)(c->base + rank));
 }
 
 /* Records this member's failure (the first one) for everyone to see. */
@@ -171,8 +179,11 @@ static disco_status_t abandon(struct coll *c, disco_status_t st)
     for (int r = 0; r < c->size; r++) {
         int id = c->base + r;
         /* Acquire: pairs with the member's release of its mark. */
-        if (id != c->w->id && atomic_load_explicit(&disco__coll_mark(c->a, (uint32_t)id)->at,
-                                                   memory_order_acquire) < want)
+        if (id != c->w->id &&
+            atomic_load_explicit(
+                &disco__coll_mark(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups, (uint32_t)id)
+                     ->at,
+                memory_order_acquire) < want)
             late[nlate++] = id;
     }
     if (c->w->abandon == NULL)
@@ -187,8 +198,10 @@ static disco_status_t coll_barrier(struct coll *c)
     c->phase++;
     /* Release: this phase's writes (our slot, our part of the others'
      * outputs) come before the mark that says we are done with them. */
-    atomic_store_explicit(&disco__coll_mark(c->a, (uint32_t)c->w->id)->at,
-                          c->w->seq << 8 | c->phase, memory_order_release);
+    atomic_store_explicit(
+        &disco__coll_mark(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups, (uint32_t)c->w->id)
+             ->at,
+        c->w->seq << 8 | c->phase, memory_order_release);
     disco_status_t st = barrier_wait(c->bar, (uint32_t)c->size, c->w->wait);
     return st == DISCO_OK ? DISCO_OK : abandon(c, st);
 }

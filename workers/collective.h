@@ -80,7 +80,7 @@ struct disco__coll_slot {
  * sets of one slot per worker (alternate collectives use alternate sets),
  * then one mark per worker. */
 struct disco__coll_area {
-    uint32_t world;
+    uint32_t world; /* as formatted; for people reading a dump, never used */
     uint32_t num_groups;
     struct disco__barrier world_barrier;
     struct disco__barrier group_barrier[]; /* num_groups, then the slots */
@@ -92,11 +92,15 @@ size_t disco__coll_footprint(uint32_t world, uint32_t num_groups);
 /** Formats the area (zeroed memory). */
 void disco__coll_init(struct disco__coll_area *a, uint32_t world, uint32_t num_groups);
 
-/** Mark of worker w. */
-struct disco__coll_mark *disco__coll_mark(struct disco__coll_area *a, uint32_t w);
+/** Mark of worker w, in an area of world workers and num_groups groups (the
+ *  caller's own copy of the geometry, never the area's header, which any
+ *  process may overwrite). */
+struct disco__coll_mark *disco__coll_mark(struct disco__coll_area *a, uint32_t world,
+                                          uint32_t num_groups, uint32_t w);
 
-/** Slot of worker w in set parity (0 or 1). */
-struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t parity, uint32_t w);
+/** Slot of worker w in set parity (0 or 1); geometry as disco__coll_mark. */
+struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t world,
+                                          uint32_t num_groups, uint32_t parity, uint32_t w);
 
 /** Registers the collective builtins (disco.empty, disco.allreduce, ...). */
 void disco__coll_register(void);

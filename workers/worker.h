@@ -29,6 +29,7 @@ typedef struct disco_worker {
     uint64_t seq;                    /* sequence number of the command being executed */
     disco_heap_t *heap;              /* the session's shared heap, or NULL */
     struct disco__coll_area *coll;   /* the collective area */
+    uint32_t ngroups;                /* its groups (0: 1), this process's copy */
     const disco_wait_t *wait;        /* how collectives wait for other workers */
     uint64_t ncoll;                  /* collectives executed (slot parity) */
     struct disco__trace_ring *trace; /* its trace ring, or NULL: tracing off */

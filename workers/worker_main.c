@@ -91,6 +91,7 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     disco__worker_init(&w, id, (int)ctl->world, &boxes[id], &heap,
                        (struct disco__coll_area *)((char *)data + ctl->coll_off), &wait);
     w.abandon = end_on_abandon;
+    w.ngroups = ctl->num_groups; /* read once, at start, as the rest of the geometry */
     if (ctl->trace_off != 0)
         w.trace = (struct disco__trace_ring *)((char *)data + ctl->trace_off) + (id - 1);
     int rc = disco__worker_loop(&w, &chan, &wait);
