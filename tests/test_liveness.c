@@ -125,7 +125,7 @@ START_TEST(test_abandoned_collective)
     disco_dref_t x, r, y;
     CK_OK(disco_session_call_by_name(s, "test.fill", fa, 3, &x));
     CK_OK(disco_session_sync(s, 1));
-    disco_value_t spin[2] = {disco_int(1), disco_int(1500)};
+    disco_value_t spin[2] = {disco_int(1), disco_int(5000)};
     CK_OK(disco_session_call_by_name(s, "test.spin_on", spin, 2, &r));
     disco_value_t ar[2] = {dref(x), disco_str("sum")};
     disco_status_t st = disco_session_call_by_name(s, "disco.allreduce", ar, 2, &y);
