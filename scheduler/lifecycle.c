@@ -219,7 +219,8 @@ disco_status_t disco__procs_abandon(void *p, disco_status_t st, const int *late,
     return disco__session_break(s, st, "%s given up by worker 0: %s", what, why);
 }
 
-#define KILL_REAP_MS 5000 /* how long a kill waits for its worker to end */
+#define KILL_REAP_MS  5000  /* how long a kill waits for its worker to end */
+#define CLOSE_REAP_MS 60000 /* and how long close waits more */
 
 void disco__procs_kill(struct disco_session *s, int i)
 {
@@ -252,6 +253,13 @@ void disco__procs_stop(struct disco_session *s, int grace_ms)
             int64_t left = (deadline - disco_now_ns()) / 1000000;
             if (left <= 0) {
                 disco__procs_kill(s, i);
+                /* Close leaves nothing behind: a killed worker slow to end
+                 * (a sanitizer's exit-time scan holds it for seconds) is
+                 * waited for longer, though not forever (a frozen one ends
+                 * only at its thaw). */
+                struct pollfd pf = {.fd = s->pidfd[i], .events = POLLIN};
+                if (!s->reaped[i] && s->pidfd[i] >= 0 && poll(&pf, 1, CLOSE_REAP_MS) >= 0)
+                    reap(s, i, WNOHANG);
                 break;
             }
             /* Without a pidfd, poll nothing for a millisecond and look again. */
