@@ -233,9 +233,12 @@ void disco__procs_kill(struct disco_session *s, int i)
      * has not ended by then is reaped later (procs_check, procs_stop). */
     if (s->pidfd[i] >= 0) {
         struct pollfd pf = {.fd = s->pidfd[i], .events = POLLIN};
-        while (poll(&pf, 1, KILL_REAP_MS) < 0 && errno == EINTR)
+        int n;
+        while ((n = poll(&pf, 1, KILL_REAP_MS)) < 0 && errno == EINTR)
             ;
-        reap(s, i, WNOHANG);
+        /* Ended: reap it, waiting if a tracer (LeakSanitizer's, under ASan)
+         * still holds the zombie for a moment. Not ended: leave it. */
+        reap(s, i, n > 0 ? 0 : WNOHANG);
     } else {
         reap(s, i, 0); /* no pidfd (old kernels, valgrind): as before */
     }
@@ -258,8 +261,8 @@ void disco__procs_stop(struct disco_session *s, int grace_ms)
                  * waited for longer, though not forever (a frozen one ends
                  * only at its thaw). */
                 struct pollfd pf = {.fd = s->pidfd[i], .events = POLLIN};
-                if (!s->reaped[i] && s->pidfd[i] >= 0 && poll(&pf, 1, CLOSE_REAP_MS) >= 0)
-                    reap(s, i, WNOHANG);
+                if (!s->reaped[i] && s->pidfd[i] >= 0 && poll(&pf, 1, CLOSE_REAP_MS) > 0)
+                    reap(s, i, 0);
                 break;
             }
             /* Without a pidfd, poll nothing for a millisecond and look again. */
