@@ -394,9 +394,11 @@ static int holder_tid(const pthread_mutex_t *m)
     return __atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED);
 }
 
-/* Blocks for the lock a park slice at a time (pthread_mutex_clocklock on the
- * monotonic clock, the clock of every disco deadline), looking at the
- * handle's wait between slices: a stopped holder is not dead, so the kernel
+/* Blocks for the lock a park slice at a time (pthread_mutex_timedlock: its
+ * deadline is on the wall clock, so each slice is turned into one there; a
+ * clock step only changes that slice's length, and sanitizers know this call,
+ * where they do not know pthread_mutex_clocklock), looking at the handle's
+ * wait between slices: a stopped holder is not dead, so the kernel
  * never hands its lock on and only a deadline or a liveness check ends the
  * wait. Returns DISCO_OK with the lock's result in *r_out (0, EOWNERDEAD,
  * ENOTRECOVERABLE, another error), or the wait's status. */
@@ -426,8 +428,11 @@ static disco_status_t lock_blocking(const disco_heap_t *h, const char *who, int 
         int64_t until = now + slice;
         if (w.deadline_ns != 0 && w.deadline_ns < until)
             until = w.deadline_ns;
-        struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
-        int r = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t at = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + (until - now);
+        ts = (struct timespec){.tv_sec = at / 1000000000LL, .tv_nsec = at % 1000000000LL};
+        int r = pthread_mutex_timedlock(m, &ts);
         if (r != ETIMEDOUT) {
             *r_out = r;
             return DISCO_OK;
