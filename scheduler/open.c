@@ -253,10 +253,16 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
      * controller: it notices deaths; its deadline is the call timeout. */
     s->w0_wait = s->wait;
     s->w0_wait.timeout_ns = (int64_t)s->cfg.call_timeout_ms * 1000000;
+    /* The heap's lock is waited for the same way: a stopped holder ends the
+     * call with DISCO_E_TIMEOUT, a dead worker with its death. */
+    disco_heap_set_wait(&s->heap, &s->w0_wait);
     disco__worker_init(
         &s->w0, 0, s->world, &s->errbox[0], &s->heap,
         (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off),
         &s->w0_wait);
+    s->w0.ngroups = (uint32_t)s->cfg.num_groups;
+    s->w0.abandon = disco__procs_abandon;
+    s->w0.abandon_ctx = s;
     /* Worker 0 has no trace ring (disco__worker_init leaves w0.trace NULL):
      * it runs inline in issue(), whose record of each command (enqueue,
      * issued) is its slice. */

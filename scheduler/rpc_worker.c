@@ -91,12 +91,21 @@ static disco_status_t locate(struct wview *v, disco_rpc_handle_t h, uint64_t off
         disco_session_free(v->s, res);
         if (st != DISCO_OK)
             return st;
-        bool ok = got.type == DISCO_T_SHAPE && got.len == 2 && got.v.shape[0] > 0;
+        /* The worker's answer is checked before it is used as an address:
+         * the whole allocation must lie in the heap's blocks, whatever the
+         * worker says. */
+        const disco_heap_t *hp = &v->s->heap;
+        bool ok = got.type == DISCO_T_SHAPE && got.len == 2 && got.v.shape[0] > 0 &&
+                  (uint64_t)got.v.shape[0] >= hp->arena_off &&
+                  (uint64_t)got.v.shape[0] <= hp->arena_end &&
+                  sp->size <= hp->arena_end - (uint64_t)got.v.shape[0] &&
+                  (uint64_t)got.v.shape[1] >= sp->size;
         sp->off = ok ? (uint64_t)got.v.shape[0] : 0;
         disco_value_clear(&got);
         if (!ok)
-            return disco_set_error(DISCO_E_PROTOCOL, "worker %d: no span for %llu", v->worker,
-                                   (unsigned long long)h);
+            return disco_set_error(DISCO_E_PROTOCOL,
+                                   "worker %d: no span for %llu, or one outside the shared heap",
+                                   v->worker, (unsigned long long)h);
     }
     if (off > sp->size || n > sp->size - off)
         return disco_set_error(DISCO_E_INVAL, "bytes [%llu, %llu) of a %llu-byte allocation",

@@ -168,10 +168,18 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     st = disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, call_wait(s),
                            s->trace.rec != NULL ? &t_enq : NULL);
     if (st == DISCO_E_TIMEOUT) {
-        uint32_t slow = disco_ring_slowest_reader(&s->chan.cmd);
-        int w = s->chan.kind == DISCO_CHAN_RING && slow != UINT32_MAX ? (int)slow + 1 : 0;
-        if (w > 0)
-            disco__procs_kill(s, w);
+        /* The worker that does not read: the ring's slowest reader, or the
+         * one whose pipe stayed full. */
+        uint32_t slow =
+            s->chan.kind == DISCO_CHAN_RING ? disco_ring_slowest_reader(&s->chan.cmd) : UINT32_MAX;
+        int w = s->chan.kind == DISCO_CHAN_PIPE ? s->chan.stuck
+                : slow != UINT32_MAX            ? (int)slow + 1
+                                                : 0;
+        if (w <= 0)
+            return disco__session_break(s, DISCO_E_TIMEOUT,
+                                        "the command channel stayed full for %u ms",
+                                        s->cfg.call_timeout_ms);
+        disco__procs_kill(s, w);
         return disco__session_break(s, DISCO_E_TIMEOUT,
                                     "worker %d took no command for %u ms; it was killed", w,
                                     s->cfg.call_timeout_ms);
@@ -326,7 +334,7 @@ static disco_status_t check_reg_on(struct disco_session *s, disco_dref_t reg, in
 
 /* ---- the API ---- */
 
-disco_status_t disco_session_sync(disco_session_t *s, int worker)
+static disco_status_t api_sync(disco_session_t *s, int worker)
 {
     disco_status_t st = check_worker(s, worker);
     if (st != DISCO_OK)
@@ -341,7 +349,7 @@ disco_status_t disco_session_sync(disco_session_t *s, int worker)
     return collect_errors(s);
 }
 
-disco_status_t disco_session_get_func(disco_session_t *s, const char *name, disco_dref_t *func_out)
+static disco_status_t api_get_func(disco_session_t *s, const char *name, disco_dref_t *func_out)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK)
@@ -361,8 +369,8 @@ disco_status_t disco_session_get_func(disco_session_t *s, const char *name, disc
     return DISCO_OK;
 }
 
-disco_status_t disco_session_call(disco_session_t *s, disco_dref_t func, const disco_value_t *args,
-                                  int nargs, disco_dref_t *result_out)
+static disco_status_t api_call(disco_session_t *s, disco_dref_t func, const disco_value_t *args,
+                               int nargs, disco_dref_t *result_out)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK)
@@ -394,20 +402,22 @@ disco_status_t disco_session_call(disco_session_t *s, disco_dref_t func, const d
     return DISCO_OK;
 }
 
-disco_status_t disco_session_call_by_name(disco_session_t *s, const char *name,
-                                          const disco_value_t *args, int nargs,
-                                          disco_dref_t *result_out)
+static disco_status_t api_free(disco_session_t *s, disco_dref_t reg);
+
+static disco_status_t api_call_by_name(disco_session_t *s, const char *name,
+                                       const disco_value_t *args, int nargs,
+                                       disco_dref_t *result_out)
 {
     disco_dref_t f;
-    disco_status_t st = disco_session_get_func(s, name, &f);
+    disco_status_t st = api_get_func(s, name, &f);
     if (st != DISCO_OK)
         return st;
-    st = disco_session_call(s, f, args, nargs, result_out);
-    disco_status_t fst = disco_session_free(s, f);
+    st = api_call(s, f, args, nargs, result_out);
+    disco_status_t fst = api_free(s, f);
     return st != DISCO_OK ? st : fst;
 }
 
-disco_status_t disco_session_free(disco_session_t *s, disco_dref_t reg)
+static disco_status_t api_free(disco_session_t *s, disco_dref_t reg)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK)
@@ -421,14 +431,14 @@ disco_status_t disco_session_free(disco_session_t *s, disco_dref_t reg)
     return DISCO_OK;
 }
 
-disco_status_t disco_session_alloc_reg(disco_session_t *s, disco_dref_t *reg_out)
+static disco_status_t api_alloc_reg(disco_session_t *s, disco_dref_t *reg_out)
 {
     disco_status_t st = usable(s);
     return st != DISCO_OK ? st : reg_alloc(s, reg_out);
 }
 
-disco_status_t disco_session_debug_get(disco_session_t *s, disco_dref_t reg, int worker,
-                                       disco_value_t *value_out)
+static disco_status_t api_debug_get(disco_session_t *s, disco_dref_t reg, int worker,
+                                    disco_value_t *value_out)
 {
     disco_status_t st = check_reg_on(s, reg, worker);
     if (st != DISCO_OK)
@@ -450,8 +460,8 @@ disco_status_t disco_session_debug_get(disco_session_t *s, disco_dref_t reg, int
     return DISCO_OK;
 }
 
-disco_status_t disco_session_debug_set(disco_session_t *s, disco_dref_t reg, int worker,
-                                       const disco_value_t *value)
+static disco_status_t api_debug_set(disco_session_t *s, disco_dref_t reg, int worker,
+                                    const disco_value_t *value)
 {
     disco_status_t st = check_reg_on(s, reg, worker);
     if (st != DISCO_OK)
@@ -488,8 +498,8 @@ static disco_status_t check_host(const DLTensor *t, const char *what)
     return DISCO_OK;
 }
 
-disco_status_t disco_session_copy_to_worker0(disco_session_t *s, const DLTensor *host,
-                                             disco_dref_t *reg_out)
+static disco_status_t api_copy_to_worker0(disco_session_t *s, const DLTensor *host,
+                                          disco_dref_t *reg_out)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK || (st = check_host(host, "copy to worker 0")) != DISCO_OK)
@@ -511,7 +521,7 @@ disco_status_t disco_session_copy_to_worker0(disco_session_t *s, const DLTensor 
     return st;
 }
 
-disco_status_t disco_session_copy_from_worker0(disco_session_t *s, disco_dref_t reg, DLTensor *host)
+static disco_status_t api_copy_from_worker0(disco_session_t *s, disco_dref_t reg, DLTensor *host)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK || (st = check_host(host, "copy from worker 0")) != DISCO_OK)
@@ -582,12 +592,12 @@ static disco_status_t w0_outcome(struct disco_session *s, disco_dref_t reg)
                  "made no tensor (its error came after an earlier one, which the next sync "
                  "reports)");
     }
-    disco_session_free(s, reg);
+    (void)api_free(s, reg);
     return disco_set_error(st, "worker 0: disco.empty: %s", msg);
 }
 
-disco_status_t disco_session_empty(disco_session_t *s, const int64_t *shape, int ndim,
-                                   DLDataType dtype, bool worker0_only, disco_dref_t *reg_out)
+static disco_status_t api_empty(disco_session_t *s, const int64_t *shape, int ndim,
+                                DLDataType dtype, bool worker0_only, disco_dref_t *reg_out)
 {
     /* Every size is checked here, before a command goes out: an overflowing
      * shape used to wrap to a few bytes and be allocated as such. */
@@ -599,17 +609,100 @@ disco_status_t disco_session_empty(disco_session_t *s, const int64_t *shape, int
     disco_value_t args[4] = {disco_shape(shape, (uint32_t)ndim), disco_dtype(dtype),
                              disco_device((DLDevice){kDLCPU, 0}), disco_bool(worker0_only)};
     disco_dref_t f, reg;
-    if ((st = disco_session_get_func(s, "disco.empty", &f)) != DISCO_OK)
+    if ((st = api_get_func(s, "disco.empty", &f)) != DISCO_OK)
         return st;
-    st = disco_session_call(s, f, args, 4, &reg);
+    st = api_call(s, f, args, 4, &reg);
     if (st == DISCO_OK)
         st = w0_outcome(s, reg);
-    disco_status_t fst = disco_session_free(s, f);
+    disco_status_t fst = api_free(s, f);
     if (st == DISCO_OK && fst != DISCO_OK) {
-        disco_session_free(s, reg);
+        (void)api_free(s, reg);
         st = fst;
     }
     if (st == DISCO_OK)
         *reg_out = reg;
     return st;
+}
+
+/* ---- the errors the API returns ---- */
+
+/* Every public call returns through here. An error met while the session
+ * looks healthy is first set against the workers: if one died, the death
+ * (which caused it, or will fail the next call anyway) is what the caller
+ * sees. And the first error returned after the session broke is its cause
+ * (a death, a deadline), whatever call meets it and however the break was
+ * found (a check inside a wait whose status an inner step dropped); later
+ * calls get DISCO_E_BROKEN naming it. */
+static disco_status_t tell(struct disco_session *s, disco_status_t st)
+{
+    if (st == DISCO_OK || s->state == DISCO_E_SHUTDOWN)
+        return st;
+    if (s->state == DISCO_OK && disco__procs_check(s) == DISCO_OK)
+        return st; /* no death: the error stands, its detail untouched */
+    if (s->state == DISCO_OK || s->told)
+        return st;
+    s->told = true;
+    return disco_set_error(s->state, "%s", s->why);
+}
+
+disco_status_t disco_session_sync(disco_session_t *s, int worker)
+{
+    return tell(s, api_sync(s, worker));
+}
+
+disco_status_t disco_session_get_func(disco_session_t *s, const char *name, disco_dref_t *func_out)
+{
+    return tell(s, api_get_func(s, name, func_out));
+}
+
+disco_status_t disco_session_call(disco_session_t *s, disco_dref_t func, const disco_value_t *args,
+                                  int nargs, disco_dref_t *result_out)
+{
+    return tell(s, api_call(s, func, args, nargs, result_out));
+}
+
+disco_status_t disco_session_call_by_name(disco_session_t *s, const char *name,
+                                          const disco_value_t *args, int nargs,
+                                          disco_dref_t *result_out)
+{
+    return tell(s, api_call_by_name(s, name, args, nargs, result_out));
+}
+
+disco_status_t disco_session_free(disco_session_t *s, disco_dref_t reg)
+{
+    return tell(s, api_free(s, reg));
+}
+
+disco_status_t disco_session_alloc_reg(disco_session_t *s, disco_dref_t *reg_out)
+{
+    return tell(s, api_alloc_reg(s, reg_out));
+}
+
+disco_status_t disco_session_debug_get(disco_session_t *s, disco_dref_t reg, int worker,
+                                       disco_value_t *value_out)
+{
+    return tell(s, api_debug_get(s, reg, worker, value_out));
+}
+
+disco_status_t disco_session_debug_set(disco_session_t *s, disco_dref_t reg, int worker,
+                                       const disco_value_t *value)
+{
+    return tell(s, api_debug_set(s, reg, worker, value));
+}
+
+disco_status_t disco_session_copy_to_worker0(disco_session_t *s, const DLTensor *host,
+                                             disco_dref_t *reg_out)
+{
+    return tell(s, api_copy_to_worker0(s, host, reg_out));
+}
+
+disco_status_t disco_session_copy_from_worker0(disco_session_t *s, disco_dref_t reg, DLTensor *host)
+{
+    return tell(s, api_copy_from_worker0(s, reg, host));
+}
+
+disco_status_t disco_session_empty(disco_session_t *s, const int64_t *shape, int ndim,
+                                   DLDataType dtype, bool worker0_only, disco_dref_t *reg_out)
+{
+    return tell(s, api_empty(s, shape, ndim, dtype, worker0_only, reg_out));
 }

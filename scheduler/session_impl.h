@@ -47,6 +47,7 @@ struct disco_session {
     uint64_t seq;
     int64_t token;
     disco_status_t state; /* DISCO_OK, or what broke / ended the session */
+    bool told;            /* a call has returned state (the cause) to the caller */
     char why[DISCO_ERR_MSG_MAX];
     uint64_t issued; /* commands sent */
 
@@ -63,6 +64,13 @@ disco_status_t disco__procs_start(struct disco_session *s);
 /** Polls the workers without blocking; on a death, breaks the session and
  *  returns DISCO_E_WORKER_DIED naming the worker and its signal or code. */
 disco_status_t disco__procs_check(struct disco_session *s);
+
+/** Worker 0's abandon hook (worker.h; s is the session): kills and reaps
+ *  the late members of a collective it gave up, then breaks the session
+ *  (DISCO_E_TIMEOUT naming them for a deadline; else st, unless a cause,
+ *  such as a death, came first). Returns the session's break status. */
+disco_status_t disco__procs_abandon(void *s, disco_status_t st, const int *late, int nlate,
+                                    const char *what);
 
 /** Kills worker i (SIGKILL) and reaps it. */
 void disco__procs_kill(struct disco_session *s, int i);

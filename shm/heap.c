@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "disco/wait.h"
 #include "heap_internal.h"
@@ -113,11 +114,30 @@ static unsigned next_bin(const struct disco_heap_shared *sh, unsigned from)
     return NBINS;
 }
 
+static bool header_ok(const disco_heap_t *h, uint64_t off);
+
+/* Links (free-list heads and neighbours, sizes) live in memory every
+ * process of the session writes, so one that is not a sound free block's
+ * header is never followed: the heap is marked broken instead (every later
+ * call fails with DISCO_E_BROKEN) and the operation stops, so that a
+ * corrupt or malicious process can break the heap but never make another
+ * read or write outside it. */
+static bool free_link_ok(const disco_heap_t *h, uint64_t off)
+{
+    bool ok = off >= h->arena_off && off < h->arena_end && (off - h->arena_off) % HDR == 0 &&
+              header_ok(h, off) && blk(h, off)->tag == TAG_FREE;
+    if (!ok)
+        h->sh->broken = 1;
+    return ok;
+}
+
 static void list_push(const disco_heap_t *h, uint64_t off)
 {
     struct disco_heap_shared *sh = h->sh;
     struct block *b = blk(h, off);
     unsigned bin = bin_of(b->size);
+    if (sh->bins[bin] != 0 && !free_link_ok(h, sh->bins[bin]))
+        return;
     b->prev_free = 0;
     b->next_free = sh->bins[bin];
     if (b->next_free != 0)
@@ -134,6 +154,9 @@ static void list_remove(const disco_heap_t *h, uint64_t off)
     struct disco_heap_shared *sh = h->sh;
     struct block *b = blk(h, off);
     unsigned bin = bin_of(b->size);
+    if ((b->prev_free != 0 && !free_link_ok(h, b->prev_free)) ||
+        (b->next_free != 0 && !free_link_ok(h, b->next_free)))
+        return;
     if (b->prev_free != 0)
         blk(h, b->prev_free)->next_free = b->next_free;
     else
@@ -167,6 +190,8 @@ static bool fit_in_bin(const disco_heap_t *h, unsigned bin, uint64_t need, uint6
 {
     uint64_t best = 0, best_lead = 0, best_size = UINT64_MAX;
     for (uint64_t off = h->sh->bins[bin], n = 0; off != 0 && n < limit; n++) {
+        if (!free_link_ok(h, off))
+            return false;
         const struct block *b = blk(h, off);
         uint64_t lead = lead_for(h, off, align);
         if (lead + need <= b->size && b->size < best_size) {
@@ -192,10 +217,11 @@ static bool find_fit(const disco_heap_t *h, uint64_t need, uint64_t align, uint6
     unsigned b0 = bin_of(need);
     if (fit_in_bin(h, b0, need, align, SCAN, off_p, lead_p))
         return true;
-    for (unsigned b = next_bin(h->sh, b0 + 1); b < NBINS; b = next_bin(h->sh, b + 1))
+    for (unsigned b = next_bin(h->sh, b0 + 1); b < NBINS && !h->sh->broken;
+         b = next_bin(h->sh, b + 1))
         if (fit_in_bin(h, b, need, align, SCAN, off_p, lead_p))
             return true;
-    for (unsigned b = next_bin(h->sh, b0); b < NBINS; b = next_bin(h->sh, b + 1))
+    for (unsigned b = next_bin(h->sh, b0); b < NBINS && !h->sh->broken; b = next_bin(h->sh, b + 1))
         if (fit_in_bin(h, b, need, align, UINT64_MAX, off_p, lead_p))
             return true;
     return false;
@@ -261,8 +287,10 @@ static uint64_t release(const disco_heap_t *h, uint64_t x)
     fault(DISCO__HEAP_STEP_FREE_TAG);
     sh->used_bytes -= b->size;
     sh->live_blocks--;
-    uint64_t n = x + b->size;
+    uint64_t n = x + b->size; /* b's header was checked: n is in the arena or its end */
     if (n < h->arena_end && blk(h, n)->tag == TAG_FREE) {
+        if (!free_link_ok(h, n))
+            return x;
         struct block *nb = blk(h, n);
         list_remove(h, n);
         commit(&b->size, b->size + nb->size); /* M1 */
@@ -270,8 +298,14 @@ static uint64_t release(const disco_heap_t *h, uint64_t x)
         commit(&nb->tag, TAG_WIPED); /* M2 */
         fault(DISCO__HEAP_STEP_NEXT_WIPE);
     }
+    if (b->prev_size != 0 && (b->prev_size > x - h->arena_off || b->prev_size % HDR != 0)) {
+        h->sh->broken = 1;
+        return x;
+    }
     if (b->prev_size != 0 && blk(h, x - b->prev_size)->tag == TAG_FREE) {
         uint64_t p = x - b->prev_size;
+        if (!free_link_ok(h, p))
+            return x;
         struct block *pb = blk(h, p);
         list_remove(h, p);
         commit(&pb->size, pb->size + b->size); /* M1 */
@@ -336,25 +370,85 @@ static disco_status_t recover(const disco_heap_t *h)
 /* Critical sections here last about a microsecond, while a futex sleep and
  * wake costs tens of microseconds on these machines (and two workers of a
  * collective allocate at the same moment): spin on trylock, pausing, then
- * yielding so a preempted holder on our core can finish, before blocking. */
+ * yielding so a preempted holder on our core can finish. Returns the
+ * trylock's result: 0, EOWNERDEAD, ENOTRECOVERABLE, or EBUSY (still taken). */
 static int lock_spinning(pthread_mutex_t *m)
 {
     for (int i = 0; i < 256; i++) {
         int r = pthread_mutex_trylock(m);
         if (r != EBUSY)
-            return r; /* 0, EOWNERDEAD, ENOTRECOVERABLE */
+            return r;
         if (i < 64)
             disco_cpu_relax();
         else
             sched_yield();
     }
-    return pthread_mutex_lock(m);
+    return EBUSY;
+}
+
+/* The holder's thread id, for messages: glibc keeps it in the mutex (a robust
+ * mutex's futex word holds it too). Read without the lock: a stale value
+ * only names the previous holder. */
+static int holder_tid(const pthread_mutex_t *m)
+{
+    return __atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED);
+}
+
+/* Blocks for the lock a park slice at a time (pthread_mutex_timedlock: its
+ * deadline is on the wall clock, so each slice is turned into one there; a
+ * clock step only changes that slice's length, and sanitizers know this call,
+ * where they do not know pthread_mutex_clocklock), looking at the handle's
+ * wait between slices: a stopped holder is not dead, so the kernel
+ * never hands its lock on and only a deadline or a liveness check ends the
+ * wait. Returns DISCO_OK with the lock's result in *r_out (0, EOWNERDEAD,
+ * ENOTRECOVERABLE, another error), or the wait's status. */
+static disco_status_t lock_blocking(const disco_heap_t *h, const char *who, int *r_out)
+{
+    pthread_mutex_t *m = &h->sh->lock;
+    if (h->wait == NULL) {
+        *r_out = pthread_mutex_lock(m);
+        return DISCO_OK;
+    }
+    disco_wait_t w = *h->wait;
+    int64_t start = disco_now_ns();
+    if (w.deadline_ns == 0 && w.timeout_ns > 0)
+        w.deadline_ns = start + w.timeout_ns;
+    int64_t slice =
+        (int64_t)(w.park_slice_ms ? w.park_slice_ms : DISCO_WAIT_DEFAULT_SLICE_MS) * 1000000LL;
+    for (;;) {
+        int64_t now = disco_now_ns();
+        disco_status_t st = disco_wait_check(&w, now);
+        if (st == DISCO_E_TIMEOUT)
+            return disco_set_error(DISCO_E_TIMEOUT,
+                                   "%s: the heap lock was held for %lld ms by thread %d "
+                                   "(stopped?)",
+                                   who, (long long)((now - start) / 1000000), holder_tid(m));
+        if (st != DISCO_OK)
+            return st;
+        int64_t until = now + slice;
+        if (w.deadline_ns != 0 && w.deadline_ns < until)
+            until = w.deadline_ns;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t at = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + (until - now);
+        ts = (struct timespec){.tv_sec = at / 1000000000LL, .tv_nsec = at % 1000000000LL};
+        int r = pthread_mutex_timedlock(m, &ts);
+        if (r != ETIMEDOUT) {
+            *r_out = r;
+            return DISCO_OK;
+        }
+    }
 }
 
 static disco_status_t heap_lock(const disco_heap_t *h, const char *who)
 {
     struct disco_heap_shared *sh = h->sh;
     int r = lock_spinning(&sh->lock);
+    if (r == EBUSY) {
+        disco_status_t st = lock_blocking(h, who, &r);
+        if (st != DISCO_OK)
+            return st;
+    }
     if (r == EOWNERDEAD) {
         /* Step 4 whatever recover() says: a broken heap is marked so in
          * sh->broken, and the mutex must stay usable to tell everyone. */
@@ -389,7 +483,8 @@ static uint64_t largest_free_block(const disco_heap_t *h)
     for (unsigned b = NBINS; b-- > 0;) {
         if ((h->sh->bitmap[b / 64u] & (1ULL << (b % 64u))) == 0)
             continue;
-        for (uint64_t off = h->sh->bins[b]; off != 0; off = blk(h, off)->next_free)
+        for (uint64_t off = h->sh->bins[b]; off != 0 && free_link_ok(h, off);
+             off = blk(h, off)->next_free)
             if (blk(h, off)->size > best)
                 best = blk(h, off)->size;
         break;
@@ -411,6 +506,12 @@ static void fill_handle(struct disco_heap_shared *sh, void *mem, disco_heap_t *h
     h->base = mem;
     h->arena_off = sh->arena_off;
     h->arena_end = sh->arena_end;
+    h->wait = NULL;
+}
+
+void disco_heap_set_wait(disco_heap_t *h, const disco_wait_t *w)
+{
+    h->wait = w;
 }
 
 disco_status_t disco_heap_init(void *mem, size_t mem_size, disco_heap_t *heap_out)
@@ -489,9 +590,17 @@ disco_status_t disco_heap_alloc(disco_heap_t *h, size_t size, size_t align, uint
         return st;
     uint64_t off = 0, lead = 0;
     if (need <= arena && find_fit(h, need, al, &off, &lead)) {
-        *off_out = carve(h, off, lead, need, owner, size);
+        uint64_t data = carve(h, off, lead, need, owner, size);
+        bool broken = h->sh->broken;
         heap_unlock(h);
+        if (broken)
+            return disco_set_error(DISCO_E_BROKEN, "disco_heap_alloc: heap metadata is corrupt");
+        *off_out = data;
         return DISCO_OK;
+    }
+    if (h->sh->broken) {
+        heap_unlock(h);
+        return disco_set_error(DISCO_E_BROKEN, "disco_heap_alloc: heap metadata is corrupt");
     }
     uint64_t largest = largest_free_block(h);
     uint64_t free_bytes = h->sh->free_bytes;
@@ -540,7 +649,10 @@ disco_status_t disco_heap_free(disco_heap_t *h, uint64_t off)
         return disco_set_error(DISCO_E_INVAL, "disco_heap_free(offset %#" PRIx64 "): %s", off, why);
     }
     release(h, off - HDR);
+    bool broken = h->sh->broken;
     heap_unlock(h);
+    if (broken)
+        return disco_set_error(DISCO_E_BROKEN, "disco_heap_free: heap metadata is corrupt");
     return DISCO_OK;
 }
 
@@ -549,7 +661,11 @@ size_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner)
     if (h == NULL || heap_lock(h, "disco_heap_reclaim_owner") != DISCO_OK)
         return 0;
     uint64_t freed = 0;
-    for (uint64_t off = h->arena_off; off < h->arena_end;) {
+    for (uint64_t off = h->arena_off; off < h->arena_end && !h->sh->broken;) {
+        if (!header_ok(h, off)) {
+            h->sh->broken = 1;
+            break;
+        }
         struct block *b = blk(h, off);
         if (b->tag == TAG_USED && b->owner == owner) {
             freed += b->size;

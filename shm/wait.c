@@ -66,6 +66,11 @@ static disco_status_t check_exits(const disco_wait_t *w, int64_t now)
     return DISCO_OK;
 }
 
+disco_status_t disco_wait_check(const disco_wait_t *w, int64_t now)
+{
+    return w != NULL ? check_exits(w, now) : DISCO_OK;
+}
+
 /* Parks once for at most a slice; returns after a wake, a timeout or a
  * signal. The caller re-checks everything. */
 static void park(disco_waitq_t *q, disco_cond_fn cond, void *arg, const disco_wait_t *w,

@@ -127,6 +127,7 @@ disco_status_t disco__chan_bcast(disco_chan_t *c, const void *msg, uint32_t len,
         *sent_at = disco__ticks();
     if (c->kind == DISCO_CHAN_RING)
         return DISCO_OK;
+    c->stuck = 0;
     for (int i = 1; i < c->world; i++) {
         if (c->cmd_fd[i] < 0)
             continue;
@@ -135,6 +136,7 @@ disco_status_t disco__chan_bcast(disco_chan_t *c, const void *msg, uint32_t len,
             close(c->cmd_fd[i]);
             c->cmd_fd[i] = -1;
         } else if (st != DISCO_OK) {
+            c->stuck = i; /* its pipe stayed full: the one that does not read */
             return st;
         }
     }

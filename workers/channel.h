@@ -31,6 +31,9 @@ typedef struct disco_chan {
      * worker: cmd_fd[0] read end, reply_fd[0] write end. -1 when closed. */
     int *cmd_fd;
     int *reply_fd;
+    /* pipes, controller: the worker whose command pipe made the last
+     * broadcast fail (full past the deadline), or 0 */
+    int stuck;
 } disco_chan_t;
 
 /** Controller: a hint that a broadcast follows (starts fetching the command
@@ -47,7 +50,8 @@ void disco__chan_prepare_recv(disco_chan_t *c);
  *  clock (shm/ticks.h) as the frame is published (rings: see
  *  disco__ring_write_stamped; pipes and a lone worker 0: before the sends).
  *  Returns DISCO_OK, DISCO_E_MSG_TOO_BIG, or the wait's status (ring full /
- *  pipe full past the deadline). */
+ *  pipe full past the deadline; for a pipe, c->stuck names its worker: the
+ *  ring's slowest reader names it for rings). */
 disco_status_t disco__chan_bcast(disco_chan_t *c, const void *msg, uint32_t len,
                                  const disco_wait_t *w, uint64_t *sent_at);
 

@@ -16,7 +16,7 @@
 size_t disco__coll_footprint(uint32_t world, uint32_t num_groups)
 {
     return sizeof(struct disco__coll_area) + num_groups * sizeof(struct disco__barrier) +
-           2 * world * sizeof(struct disco__coll_slot);
+           2 * world * sizeof(struct disco__coll_slot) + world * sizeof(struct disco__coll_mark);
 }
 
 void disco__coll_init(struct disco__coll_area *a, uint32_t world, uint32_t num_groups)
@@ -25,10 +25,17 @@ void disco__coll_init(struct disco__coll_area *a, uint32_t world, uint32_t num_g
     a->num_groups = num_groups;
 }
 
-struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t parity, uint32_t w)
+struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t world,
+                                          uint32_t num_groups, uint32_t parity, uint32_t w)
 {
-    struct disco__coll_slot *slots = (struct disco__coll_slot *)&a->group_barrier[a->num_groups];
-    return &slots[(parity & 1) * a->world + w];
+    struct disco__coll_slot *slots = (struct disco__coll_slot *)&a->group_barrier[num_groups];
+    return &slots[(parity & 1) * world + w];
+}
+
+struct disco__coll_mark *disco__coll_mark(struct disco__coll_area *a, uint32_t world,
+                                          uint32_t num_groups, uint32_t w)
+{
+    return (struct disco__coll_mark *)disco__coll_slot(a, world, num_groups, 0, 2 * world) + w;
 }
 
 /* ---- barrier ---- */
@@ -41,47 +48,83 @@ struct gen_arg {
 static bool gen_moved(void *p)
 {
     struct gen_arg *a = p;
-    /* Acquire: pairs with the last arriver's release bump, so every member's
-     * slot writes and data writes before arriving are visible. */
-    return atomic_load_explicit(&a->b->generation, memory_order_acquire) != a->gen;
+    /* Acquire: pairs with the last arriver's acq_rel swap, which read every
+     * earlier arrival (each acq_rel), so every member's slot and data
+     * writes before arriving are visible. */
+    return (uint32_t)(atomic_load_explicit(&a->b->state, memory_order_acquire) >> 32) != a->gen;
 }
 
+/* Arrives and waits for the others (see collective.h). On a failed wait,
+ * withdraws the arrival (A1) and returns the wait's status; returns
+ * DISCO_OK if the barrier was passed, even as the wait gave up. */
 static disco_status_t barrier_wait(struct disco__barrier *b, uint32_t n, const disco_wait_t *w)
 {
-    /* Relaxed: the generation cannot move before we arrive (it needs us). */
-    uint32_t gen = atomic_load_explicit(&b->generation, memory_order_relaxed);
-    /* acq_rel: our writes are released to the last arriver, and the last
-     * arriver acquires everyone's before it bumps the generation. */
-    if (atomic_fetch_add_explicit(&b->arrived, 1, memory_order_acq_rel) == n - 1) {
-        /* Relaxed: nobody arrives again before the bump below releases them. */
-        atomic_store_explicit(&b->arrived, 0, memory_order_relaxed);
-        atomic_store_explicit(&b->generation, gen + 1, memory_order_release);
+    /* Relaxed: only a first guess for the swap, which reads the latest. */
+    uint64_t cur = atomic_load_explicit(&b->state, memory_order_relaxed), next;
+    do /* acq_rel: our writes are released to the last arriver, and the last
+        * arriver acquires everyone's before it starts the next generation. */
+        next = (uint32_t)cur == n - 1 ? ((cur >> 32) + 1) << 32 : cur + 1;
+    while (!atomic_compare_exchange_weak_explicit(&b->state, &cur, next, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+    uint32_t gen = (uint32_t)(cur >> 32);
+    if ((uint32_t)cur == n - 1) {
         disco_waitq_wake(&b->q);
         return DISCO_OK;
     }
     struct gen_arg a = {b, gen};
-    return disco_wait_until(&b->q, gen_moved, &a, w);
+    disco_status_t st = disco_wait_until(&b->q, gen_moved, &a, w);
+    if (st == DISCO_OK)
+        return DISCO_OK;
+    /* A1. Acquire (load and failed swaps): if the generation moved, we
+     * passed and need the others' writes, as gen_moved does. acq_rel on
+     * success: a withdrawal is an arrival undone, ordered like one. */
+    cur = atomic_load_explicit(&b->state, memory_order_acquire);
+    while ((uint32_t)(cur >> 32) == gen)
+        if (atomic_compare_exchange_weak_explicit(&b->state, &cur, cur - 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return st;
+    return DISCO_OK;
 }
 
 /* ---- one collective call ---- */
+
+/* What a member posted, copied out of its slot once after the meeting and
+ * checked there (collective.h, Trust): nothing is read from the slot again,
+ * so a member that rewrites it later cannot slip past the checks. */
+struct posted {
+    uint64_t in_block, in_off, out_block, out_off;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t shape[DISCO_MAX_NDIM];
+    uint64_t nbytes; /* of ndim, shape and dtype: checked not to overflow */
+};
 
 struct coll {
     disco_worker_t *w;
     struct disco__coll_area *a;
     struct disco__barrier *bar;
     int rank, size, base; /* within the group; base = first worker of the group */
+    int ngroups;          /* groups in the world (this process's copy) */
     uint32_t parity;      /* which of the two slot sets this collective uses */
+    uint32_t phase;       /* barriers this member has arrived at in this call */
+    const char *what;     /* the collective's name, for messages */
     bool met;             /* the meeting succeeded */
     struct disco__coll_slot *me;
-    disco_status_t local; /* this member's verdict so far */
+    disco_status_t local;                  /* this member's verdict so far */
+    struct posted post[DISCO_MAX_WORKERS]; /* by rank, after a successful meeting */
 };
 
-static void coll_begin(disco_ctx_t *ctx, bool in_group, struct coll *c)
+static void coll_begin(disco_ctx_t *ctx, bool in_group, const char *what, struct coll *c)
 {
     disco_worker_t *w = ctx->worker;
     c->w = w;
+    c->what = what;
+    c->phase = 0;
     c->a = w->coll;
-    int groups = (int)c->a->num_groups;
+    /* The geometry is this process's own copy: the area's header is shared
+     * memory that any member could overwrite. */
+    int groups = w->ngroups > 0 ? (int)w->ngroups : 1;
+    c->ngroups = groups;
     c->size = in_group ? w->world / groups : w->world;
     c->base = in_group ? w->id / c->size * c->size : 0;
     c->rank = w->id - c->base;
@@ -90,7 +133,8 @@ static void coll_begin(disco_ctx_t *ctx, bool in_group, struct coll *c)
      * parity agrees across members. Alternating slot sets lets a member that
      * finished start the next collective while others still read its slot. */
     c->parity = (uint32_t)(w->ncoll++ & 1);
-    c->me = disco__coll_slot(c->a, c->parity, (uint32_t)w->id);
+    c->me =
+        disco__coll_slot(c->a, (uint32_t)w->world, (uint32_t)groups, c->parity, (uint32_t)w->id);
     memset(c->me, 0, sizeof *c->me);
     c->me->seq = w->seq;
     c->local = DISCO_OK;
@@ -99,7 +143,8 @@ static void coll_begin(disco_ctx_t *ctx, bool in_group, struct coll *c)
 
 static struct disco__coll_slot *member(struct coll *c, int rank)
 {
-    return disco__coll_slot(c->a, c->parity, (uint32_t)(c->base + rank));
+    return disco__coll_slot(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups, c->parity,
+                            (uint32_t)(c->base + rank));
 }
 
 /* Records this member's failure (the first one) for everyone to see. */
@@ -126,11 +171,77 @@ static void post_tensor(struct coll *c, const DLTensor *t, bool out)
     memcpy(c->me->shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
 }
 
+/* A2 and A3 (collective.h): the members that had not marked this barrier,
+ * handed to the worker's abandon hook before anything of the call is freed. */
+static disco_status_t abandon(struct coll *c, disco_status_t st)
+{
+    int late[DISCO_MAX_WORKERS], nlate = 0;
+    uint64_t want = c->w->seq << 8 | c->phase;
+    for (int r = 0; r < c->size; r++) {
+        int id = c->base + r;
+        /* Acquire: pairs with the member's release of its mark. */
+        if (id != c->w->id &&
+            atomic_load_explicit(
+                &disco__coll_mark(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups, (uint32_t)id)
+                     ->at,
+                memory_order_acquire) < want)
+            late[nlate++] = id;
+    }
+    if (c->w->abandon == NULL)
+        return st;
+    return c->w->abandon(c->w->abandon_ctx, st, late, nlate, c->what);
+}
+
+/* Marks this member's arrival at its next barrier, then arrives and waits;
+ * a failed wait gives the collective up (A1-A3). */
+static disco_status_t coll_barrier(struct coll *c)
+{
+    c->phase++;
+    /* Release: this phase's writes (our slot, our part of the others'
+     * outputs) come before the mark that says we are done with them. */
+    atomic_store_explicit(
+        &disco__coll_mark(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups, (uint32_t)c->w->id)
+             ->at,
+        c->w->seq << 8 | c->phase, memory_order_release);
+    disco_status_t st = barrier_wait(c->bar, (uint32_t)c->size, c->w->wait);
+    return st == DISCO_OK ? DISCO_OK : abandon(c, st);
+}
+
+/* A status a member posted: one of ours (an error), else DISCO_E_PROTOCOL. */
+static disco_status_t posted_status(int32_t st)
+{
+    return disco__status_is_error(st) ? (disco_status_t)st : DISCO_E_PROTOCOL;
+}
+
+/* Copies member r's slot into c->post[r] and checks its numbers: the rank
+ * count, every dimension, and the byte count (no overflow). */
+static disco_status_t take_post(struct coll *c, int r)
+{
+    const struct disco__coll_slot *m = member(c, r);
+    struct posted *p = &c->post[r];
+    p->in_block = m->in_block, p->in_off = m->in_off;
+    p->out_block = m->out_block, p->out_off = m->out_off;
+    p->ndim = m->ndim;
+    p->dtype = m->dtype;
+    memcpy(p->shape, m->shape, sizeof p->shape);
+    bool ok = p->ndim >= 0 && p->ndim <= DISCO_MAX_NDIM;
+    uint64_t n = disco_dtype_bytes(p->dtype);
+    for (int d = 0; ok && d < p->ndim; d++)
+        ok = p->shape[d] >= 0 && !__builtin_mul_overflow(n, (uint64_t)p->shape[d], &n);
+    if (!ok)
+        return disco_set_error(DISCO_E_PROTOCOL,
+                               "%s: worker %d posted a malformed tensor (%d dims, or a size that "
+                               "overflows)",
+                               c->what, c->base + r, (int)p->ndim);
+    p->nbytes = n;
+    return DISCO_OK;
+}
+
 /* Posts, meets the group, and returns the first member's failure (the same
- * verdict on every member). */
+ * verdict on every member: each reads the same slots after the barrier). */
 static disco_status_t coll_meet(struct coll *c)
 {
-    disco_status_t st = barrier_wait(c->bar, (uint32_t)c->size, c->w->wait);
+    disco_status_t st = coll_barrier(c);
     if (st != DISCO_OK)
         return st;
     for (int r = 0; r < c->size; r++) {
@@ -138,20 +249,47 @@ static disco_status_t coll_meet(struct coll *c)
         if (m->seq != c->w->seq)
             return disco_set_error(DISCO_E_PROTOCOL, "worker %d is at another command",
                                    c->base + r);
-        if (m->status != DISCO_OK) { /* another process's words: bounded, escaped */
+        int32_t mst = m->status;
+        if (mst != DISCO_OK) { /* another process's words: bounded, escaped */
             char msg[sizeof m->msg];
             disco__text_safe(msg, sizeof msg, m->msg, sizeof m->msg);
-            return disco_set_error(disco__status_is_error(m->status) ? m->status : DISCO_E_PROTOCOL,
-                                   "worker %d: %s", c->base + r, msg);
+            return disco_set_error(posted_status(mst), "worker %d: %s", c->base + r, msg);
         }
+        if ((st = take_post(c, r)) != DISCO_OK)
+            return st;
     }
     c->met = true;
     return DISCO_OK;
 }
 
-static void *data_of(struct coll *c, uint64_t block, uint64_t off)
+/* The address of bytes [off, off + len) of the input (or output) member r
+ * posted, or NULL unless they lie inside a tensor block of the heap. */
+static char *span_of(struct coll *c, int r, bool out, uint64_t off, uint64_t len)
 {
-    return (char *)disco_heap_ptr(c->w->heap, block) + DISCO_TENSOR_BLOCK_HDR + off;
+    const struct posted *p = &c->post[r];
+    uint64_t at;
+    if (__builtin_add_overflow(out ? p->out_off : p->in_off, off, &at))
+        return NULL;
+    return disco__tensor_span(c->w->heap, out ? p->out_block : p->in_block, at, len);
+}
+
+/* Checks that the len bytes at off of member r's input (or output) lie in
+ * the heap, and sets *p_out to them. A verdict every member reaches alike. */
+static disco_status_t span_check(struct coll *c, int r, bool out, uint64_t off, uint64_t len,
+                                 char **p_out)
+{
+    char *p = span_of(c, r, out, off, len);
+    if (p == NULL)
+        return disco_set_error(
+            DISCO_E_PROTOCOL,
+            "%s: worker %d posted an %s tensor outside the shared heap (block "
+            "%#llx, offset %llu, %llu bytes)",
+            c->what, c->base + r, out ? "output" : "input",
+            (unsigned long long)(out ? c->post[r].out_block : c->post[r].in_block),
+            (unsigned long long)(out ? c->post[r].out_off : c->post[r].in_off),
+            (unsigned long long)len);
+    *p_out = p;
+    return DISCO_OK;
 }
 
 /* Checks that every member's input has my dtype and shape (shape[0] too
@@ -159,7 +297,7 @@ static void *data_of(struct coll *c, uint64_t block, uint64_t off)
 static disco_status_t same_inputs(struct coll *c, bool any_dim0)
 {
     for (int r = 0; r < c->size; r++) {
-        struct disco__coll_slot *m = member(c, r);
+        const struct posted *m = &c->post[r];
         bool same = m->ndim == c->me->ndim && m->dtype.code == c->me->dtype.code &&
                     m->dtype.bits == c->me->dtype.bits && m->dtype.lanes == c->me->dtype.lanes;
         for (int d = any_dim0 ? 1 : 0; same && d < m->ndim; d++)
@@ -168,7 +306,7 @@ static disco_status_t same_inputs(struct coll *c, bool any_dim0)
             char a[32], b[32];
             return disco_set_error(
                 DISCO_E_MISMATCH, "worker %d has a %s tensor of %d dims, worker %d a %s of %d",
-                c->base + r, disco_dtype_str(m->dtype, a, sizeof a), m->ndim, c->w->id,
+                c->base + r, disco_dtype_str(m->dtype, a, sizeof a), (int)m->ndim, c->w->id,
                 disco_dtype_str(c->me->dtype, b, sizeof b), c->me->ndim);
         }
     }
@@ -222,7 +360,7 @@ static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
 static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
-    coll_begin(ctx, flag(a, n, 2), &c);
+    coll_begin(ctx, flag(a, n, 2), "allreduce", &c);
     DLTensor *x = NULL, *out = NULL;
     disco_reduce_op_t op = DISCO_REDUCE_SUM;
     disco_status_t st = n < 2 ? disco_set_error(DISCO_E_ARG_COUNT, "allreduce(x, op, in_group)")
@@ -241,6 +379,11 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
         return st; /* same verdict, same barriers on every member */
 
     size_t esz = disco_dtype_bytes(x->dtype), count = (size_t)disco_tensor_numel(x);
+    char *ins[DISCO_MAX_WORKERS], *outs[DISCO_MAX_WORKERS];
+    for (int r = 0; r < c.size; r++)
+        if ((st = span_check(&c, r, false, 0, count * esz, &ins[r])) != DISCO_OK ||
+            (st = span_check(&c, r, true, 0, count * esz, &outs[r])) != DISCO_OK)
+            return st; /* a verdict on the slots: the same on every member */
     size_t lo = count * (size_t)c.rank / (size_t)c.size;
     size_t hi = count * (size_t)(c.rank + 1) / (size_t)c.size;
     size_t step = CHUNK_BYTES / esz ? CHUNK_BYTES / esz : 1;
@@ -248,17 +391,15 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
     for (size_t i = lo; i < hi; i += step) {
         size_t m = hi - i < step ? hi - i : step;
         for (int r = 0; r < c.size; r++)
-            srcs[r] = (char *)data_of(&c, member(&c, r)->in_block, member(&c, r)->in_off) + i * esz;
+            srcs[r] = ins[r] + i * esz;
         char *mine = (char *)out->data + i * esz;
         if ((st = disco_reduce(op, x->dtype, mine, srcs, c.size, m)) != DISCO_OK)
             break; /* cannot happen after the checks above; keep the barrier count */
         for (int r = 0; r < c.size; r++)
             if (r != c.rank)
-                memcpy((char *)data_of(&c, member(&c, r)->out_block, member(&c, r)->out_off) +
-                           i * esz,
-                       mine, m * esz);
+                memcpy(outs[r] + i * esz, mine, m * esz);
     }
-    disco_status_t bst = barrier_wait(c.bar, (uint32_t)c.size, c.w->wait);
+    disco_status_t bst = coll_barrier(&c);
     if (st == DISCO_OK)
         st = bst;
     if (st != DISCO_OK)
@@ -274,7 +415,7 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
 static disco_status_t end_barrier(struct coll *c, disco_status_t st)
 {
     if (st == DISCO_OK || c->met) {
-        disco_status_t bst = barrier_wait(c->bar, (uint32_t)c->size, c->w->wait);
+        disco_status_t bst = coll_barrier(c);
         if (st == DISCO_OK)
             st = bst;
     }
@@ -295,18 +436,24 @@ static DLTensor *lead_share(struct coll *c, const disco_value_t *a, int n, const
     return x;
 }
 
-/* Adopts (or references) the leader's block as a tensor owned by the call. */
-static disco_status_t take(disco_ctx_t *ctx, struct coll *c, uint64_t byte_off, int64_t dim0,
-                           bool adopt, disco_value_t *ret)
+/* Adopts (or references) member rank's posted input as a tensor owned by
+ * the call: byte_off into it, dimension 0 replaced by dim0 if >= 0. The
+ * block and the bytes are checked to lie in the heap. */
+static disco_status_t take(disco_ctx_t *ctx, struct coll *c, int rank, uint64_t byte_off,
+                           int64_t dim0, bool adopt, disco_value_t *ret)
 {
-    struct disco__coll_slot *l = member(c, 0);
+    const struct posted *l = &c->post[rank];
     int64_t shape[DISCO_MAX_NDIM];
     memcpy(shape, l->shape, sizeof shape);
     if (l->ndim > 0 && dim0 >= 0)
         shape[0] = dim0;
+    uint64_t at;
+    if (__builtin_add_overflow(l->in_off, byte_off, &at))
+        return disco_set_error(DISCO_E_PROTOCOL, "%s: worker %d posted offset %llu", c->what,
+                               c->base + rank, (unsigned long long)l->in_off);
     DLTensor *t;
-    disco_status_t st = disco__tensor_from_block(c->w->heap, l->in_block, l->in_off + byte_off,
-                                                 shape, l->ndim, l->dtype, adopt, &t);
+    disco_status_t st =
+        disco__tensor_from_block(c->w->heap, l->in_block, at, shape, l->ndim, l->dtype, adopt, &t);
     if (st == DISCO_OK && (st = disco__ctx_own(ctx, t)) == DISCO_OK)
         *ret = disco_tensor_value(t);
     return st;
@@ -318,13 +465,13 @@ static disco_status_t take(disco_ctx_t *ctx, struct coll *c, uint64_t byte_off, 
 static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
-    coll_begin(ctx, flag(a, n, 1), &c);
+    coll_begin(ctx, flag(a, n, 1), "broadcast_from_worker0", &c);
     DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "broadcast_from_worker0") : NULL;
     if (x != NULL)
         disco__tensor_add_refs(x, (uint32_t)c.size - 1);
     disco_status_t st = coll_meet(&c);
     if (st == DISCO_OK)
-        st = take(ctx, &c, 0, -1, c.rank != 0, ret);
+        st = take(ctx, &c, 0, 0, -1, c.rank != 0, ret);
     return end_barrier(&c, st);
 }
 
@@ -333,7 +480,7 @@ static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n,
 static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
-    coll_begin(ctx, flag(a, n, 1), &c);
+    coll_begin(ctx, flag(a, n, 1), "scatter_from_worker0", &c);
     DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "scatter_from_worker0") : NULL;
     if (x != NULL && (x->ndim == 0 || x->shape[0] % c.size != 0)) {
         disco_set_error(DISCO_E_MISMATCH, "scatter: dimension 0 (%lld) is not a multiple of %d",
@@ -345,11 +492,10 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     disco_status_t st = coll_meet(&c);
     if (st != DISCO_OK)
         return st;
-    struct disco__coll_slot *l = member(&c, 0);
-    int64_t rows = l->shape[0] / c.size;
-    DLTensor probe = {.ndim = l->ndim, .dtype = l->dtype, .shape = l->shape};
-    uint64_t chunk = disco_tensor_nbytes(&probe) / (uint64_t)c.size;
-    st = take(ctx, &c, chunk * (uint64_t)c.rank, rows, c.rank != 0, ret);
+    const struct posted *l = &c.post[0];
+    int64_t rows = l->ndim > 0 ? l->shape[0] / c.size : 0;
+    uint64_t chunk = l->nbytes / (uint64_t)c.size;
+    st = take(ctx, &c, 0, chunk * (uint64_t)c.rank, rows, c.rank != 0, ret);
     return end_barrier(&c, st);
 }
 
@@ -389,7 +535,7 @@ static DLTensor *gather_prep(disco_ctx_t *ctx, struct coll *c, const disco_value
 static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
-    coll_begin(ctx, flag(a, n, 1), &c);
+    coll_begin(ctx, flag(a, n, 1), "gather_to_worker0", &c);
     DLTensor *x = NULL;
     DLTensor *out = gather_prep(ctx, &c, a, n, "gather_to_worker0", c.rank == 0, &x);
     disco_status_t st = coll_meet(&c);
@@ -398,9 +544,11 @@ static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, di
     if (st != DISCO_OK)
         return st;
     size_t nb = disco_tensor_nbytes(x);
-    struct disco__coll_slot *l = member(&c, 0);
-    memcpy((char *)data_of(&c, l->out_block, l->out_off) + nb * (size_t)c.rank, x->data, nb);
-    if ((st = barrier_wait(c.bar, (uint32_t)c.size, c.w->wait)) != DISCO_OK)
+    char *dst;
+    if ((st = span_check(&c, 0, true, 0, nb * (size_t)c.size, &dst)) != DISCO_OK)
+        return st; /* a verdict on the leader's slot: the same on every member */
+    memcpy(dst + nb * (size_t)c.rank, x->data, nb);
+    if ((st = coll_barrier(&c)) != DISCO_OK)
         return st;
     if (out != NULL)
         *ret = disco_tensor_value(out);
@@ -412,7 +560,7 @@ static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, di
 static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
-    coll_begin(ctx, flag(a, n, 1), &c);
+    coll_begin(ctx, flag(a, n, 1), "allgather", &c);
     DLTensor *x = NULL;
     DLTensor *out = gather_prep(ctx, &c, a, n, "allgather", true, &x);
     disco_status_t st = coll_meet(&c);
@@ -421,12 +569,14 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
     if (st != DISCO_OK)
         return st;
     size_t nb = disco_tensor_nbytes(x);
-    for (int r = 0; r < c.size; r++) {
-        struct disco__coll_slot *m = member(&c, r);
-        memcpy((char *)out->data + nb * (size_t)r, data_of(&c, m->in_block, m->in_off), nb);
-    }
+    char *ins[DISCO_MAX_WORKERS];
+    for (int r = 0; r < c.size; r++)
+        if ((st = span_check(&c, r, false, 0, nb, &ins[r])) != DISCO_OK)
+            return st; /* a verdict on the slots: the same on every member */
+    for (int r = 0; r < c.size; r++)
+        memcpy((char *)out->data + nb * (size_t)r, ins[r], nb);
     /* Nobody may free an input while another member still reads it. */
-    if ((st = barrier_wait(c.bar, (uint32_t)c.size, c.w->wait)) != DISCO_OK)
+    if ((st = coll_barrier(&c)) != DISCO_OK)
         return st;
     *ret = disco_tensor_value(out);
     return DISCO_OK;
@@ -437,7 +587,7 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
 static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct coll c;
-    coll_begin(ctx, false, &c);
+    coll_begin(ctx, false, "send_recv", &c);
     int src = n >= 3 && a[1].type == DISCO_T_INT ? (int)a[1].v.i : -1;
     int dst = n >= 3 && a[2].type == DISCO_T_INT ? (int)a[2].v.i : -1;
     if (src < 0 || src >= c.size || dst < 0 || dst >= c.size) {
@@ -450,12 +600,8 @@ static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n,
             disco__tensor_add_refs(x, 1);
     }
     disco_status_t st = coll_meet(&c);
-    if (st == DISCO_OK && c.rank == dst) {
-        int base = c.base;
-        c.base = src; /* take() reads the sender's slot as member 0 */
-        st = take(ctx, &c, 0, -1, true, ret);
-        c.base = base;
-    }
+    if (st == DISCO_OK && c.rank == dst)
+        st = take(ctx, &c, src, 0, -1, true, ret);
     return end_barrier(&c, st);
 }
 

@@ -40,7 +40,7 @@ enum disco__reply {
 };
 
 #define DISCO_CTL_MAGIC   0x4c544343534944ULL /* "DISCCTL" */
-#define DISCO_CTL_LAYOUT  4u
+#define DISCO_CTL_LAYOUT  5u
 #define DISCO_ERR_MSG_MAX 384
 #define DISCO_MAX_ARGS    64
 #define DISCO_MAX_WORKERS 255

@@ -251,6 +251,24 @@ disco_status_t disco__tensor_new(disco_heap_t *heap, uint32_t owner, const int64
     return DISCO_OK;
 }
 
+void *disco__tensor_span(const disco_heap_t *heap, uint64_t block, uint64_t off, uint64_t len)
+{
+    uint64_t end;
+    if (heap == NULL || block < heap->arena_off + DISCO_HEAP_BLOCK_HDR ||
+        block % DISCO_HEAP_ALIGN != 0 ||
+        __builtin_add_overflow(block, (uint64_t)DISCO_TENSOR_BLOCK_HDR, &end) ||
+        __builtin_add_overflow(end, off, &end) || __builtin_add_overflow(end, len, &end) ||
+        end > heap->arena_end)
+        return NULL;
+    /* The header lies before end, so inside the heap: its fields may be
+     * anything (another process wrote them), and only decide yes or no. */
+    const struct block_hdr *h = (const struct block_hdr *)(heap->base + block);
+    uint64_t nbytes = h->nbytes;
+    if (h->magic != BLOCK_MAGIC || off > nbytes || len > nbytes - off)
+        return NULL;
+    return (char *)(heap->base + block) + DISCO_TENSOR_BLOCK_HDR + off;
+}
+
 disco_status_t disco__tensor_from_block(disco_heap_t *heap, uint64_t block, uint64_t byte_offset,
                                         const int64_t *shape, int ndim, DLDataType dtype,
                                         bool adopt, DLTensor **out)
@@ -259,10 +277,11 @@ disco_status_t disco__tensor_from_block(disco_heap_t *heap, uint64_t block, uint
     disco_status_t st = check_shape(shape, ndim, dtype, &nbytes);
     if (st != DISCO_OK)
         return st;
-    struct block_hdr *h = block_at(heap, block);
-    if (h->magic != BLOCK_MAGIC || byte_offset > h->nbytes || nbytes > h->nbytes - byte_offset)
-        return disco_set_error(DISCO_E_INVAL, "heap block %llu: not a tensor, or too small",
+    if (disco__tensor_span(heap, block, byte_offset, nbytes) == NULL)
+        return disco_set_error(DISCO_E_INVAL,
+                               "heap block %llu: outside the heap, not a tensor, or too small",
                                (unsigned long long)block);
+    struct block_hdr *h = block_at(heap, block);
     if (!adopt) /* relaxed: taking a reference needs no ordering, only the count */
         atomic_fetch_add_explicit(&h->refs, 1, memory_order_relaxed);
     if ((st = wrap(heap, block, byte_offset, shape, ndim, dtype, out)) != DISCO_OK &&

@@ -27,6 +27,13 @@ disco_status_t disco__tensor_from_block(disco_heap_t *heap, uint64_t block, uint
                                         const int64_t *shape, int ndim, DLDataType dtype,
                                         bool adopt, DLTensor **out);
 
+/** The address of bytes [off, off + len) of the tensor block at heap offset
+ *  block (from disco__tensor_block, or posted by another process), or NULL
+ *  unless the block lies in the heap's blocks, holds a tensor, and the
+ *  bytes lie within its data. For offsets that come from shared memory:
+ *  whatever their values, the answer never points outside the heap. */
+void *disco__tensor_span(const disco_heap_t *heap, uint64_t block, uint64_t off, uint64_t len);
+
 /** Another reference to t's bytes (a new DLTensor). t must be ours. */
 disco_status_t disco__tensor_ref(const DLTensor *t, DLTensor **out);
 

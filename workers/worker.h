@@ -29,9 +29,18 @@ typedef struct disco_worker {
     uint64_t seq;                    /* sequence number of the command being executed */
     disco_heap_t *heap;              /* the session's shared heap, or NULL */
     struct disco__coll_area *coll;   /* the collective area */
+    uint32_t ngroups;                /* its groups (0: 1), this process's copy */
     const disco_wait_t *wait;        /* how collectives wait for other workers */
     uint64_t ncoll;                  /* collectives executed (slot parity) */
     struct disco__trace_ring *trace; /* its trace ring, or NULL: tracing off */
+    /* Called when this worker gives up a collective at a barrier (its wait
+     * failed with st; collective.h, A3) before the call frees anything:
+     * late[] are the members that may still touch this worker's buffers.
+     * It must make sure they never do (kill them, or end this process) and
+     * returns the status the collective fails with. NULL: st is returned. */
+    disco_status_t (*abandon)(void *ctx, disco_status_t st, const int *late, int nlate,
+                              const char *what);
+    void *abandon_ctx;
 } disco_worker_t;
 
 struct disco_ctx {

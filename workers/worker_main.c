@@ -27,6 +27,17 @@ static disco_status_t parent_alive(void *p)
     return DISCO_OK;
 }
 
+/* A worker gives up a collective only when the session broke or the
+ * controller went (its waits have no deadline). Other members may still be
+ * writing into its buffers, and it cannot stop them: it ends at once,
+ * freeing nothing, as it would at its next command anyway. */
+static disco_status_t end_on_abandon(void *ctx, disco_status_t st, const int *late, int nlate,
+                                     const char *what)
+{
+    (void)ctx, (void)st, (void)late, (void)nlate, (void)what;
+    _exit(1);
+}
+
 int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply_fd)
 {
     struct disco__ctl *ctl = data;
@@ -75,8 +86,13 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
                          .abort_word = &ctl->broken,
                          .check = parent_alive,
                          .check_ctx = &pw};
+    /* A taken heap lock is waited for like everything else: until the
+     * session breaks or the controller goes. */
+    disco_heap_set_wait(&heap, &wait);
     disco__worker_init(&w, id, (int)ctl->world, &boxes[id], &heap,
                        (struct disco__coll_area *)((char *)data + ctl->coll_off), &wait);
+    w.abandon = end_on_abandon;
+    w.ngroups = ctl->num_groups; /* read once, at start, as the rest of the geometry */
     if (ctl->trace_off != 0)
         w.trace = (struct disco__trace_ring *)((char *)data + ctl->trace_off) + (id - 1);
     int rc = disco__worker_loop(&w, &chan, &wait);

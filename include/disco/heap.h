@@ -32,9 +32,13 @@
  * and robust, guards all metadata; each call holds it for O(1) work (reclaim
  * and recovery walk the blocks), so a caller that finds it taken retries
  * with trylock a while (pause, then sched_yield) before sleeping in the
- * kernel. When its holder dies (SIGKILL, OOM kill, exit), the kernel hands
- * the mutex on with EOWNERDEAD and the next caller recovers before doing its
- * own work (a recoverer that dies too leaves the same job to the next):
+ * kernel. The sleep is a timed one, a park slice at a time, and between
+ * slices the caller looks at the exits of the handle's wait (its deadline,
+ * abort word and liveness callback: disco_heap_set_wait), because a holder
+ * that is stopped (SIGSTOP, a debugger, a cgroup freezer) is not dead and
+ * the kernel never hands its lock on. When its holder dies (SIGKILL, OOM kill, exit), the kernel
+ * hands the mutex on with EOWNERDEAD and the next caller recovers before doing its own work (a
+ * recoverer that dies too leaves the same job to the next):
  *   1. walks the size chain, checking each header (a bad one marks the heap
  *      broken: every later call fails with DISCO_E_BROKEN);
  *   2. merges neighbouring free blocks a crash left unmerged and rewrites
@@ -81,6 +85,7 @@
 #include <stdint.h>
 
 #include "disco/status.h"
+#include "disco/wait.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -99,6 +104,7 @@ typedef struct disco_heap {
     unsigned char *base;          /* mem in this process: offsets count from here */
     uint64_t arena_off;           /* first block */
     uint64_t arena_end;           /* end of the last block */
+    const disco_wait_t *wait;     /* how a taken lock is waited for; NULL: no limit */
 } disco_heap_t;
 
 typedef struct disco_heap_stats {
@@ -134,6 +140,15 @@ disco_status_t disco_heap_init(void *mem, size_t mem_size, disco_heap_t *heap_ou
  *  disagrees, or mem at another offset within its page). */
 disco_status_t disco_heap_attach(void *mem, size_t mem_size, disco_heap_t *heap_out);
 
+/** Makes every later call on this handle wait for a taken lock as w says:
+ *  its deadline (deadline_ns, or timeout_ns counted from when the call
+ *  starts to sleep), abort word and check callback end the wait with their
+ *  status (DISCO_E_TIMEOUT naming the holder's thread for the deadline).
+ *  w must outlive its use; NULL (the default after init and attach): wait
+ *  as long as the holder lives. Not thread-safe against calls on the same
+ *  handle; other handles are unaffected. */
+void disco_heap_set_wait(disco_heap_t *h, const disco_wait_t *w);
+
 /* --- Allocating ------------------------------------------------------- */
 
 /** Allocates a block of at least size bytes whose data is aligned to align
@@ -144,7 +159,8 @@ disco_status_t disco_heap_attach(void *mem, size_t mem_size, disco_heap_t *heap_
  *  DISCO_E_HEAP_EXHAUSTED (no free block fits; the detail names the size,
  *  the alignment, the largest free block and the free total);
  *  DISCO_E_BROKEN (the heap's metadata is corrupt); DISCO_E_SYS (locking
- *  failed). */
+ *  failed); DISCO_E_TIMEOUT or the wait's abort or callback status (the
+ *  lock was held past the handle's wait, see disco_heap_set_wait). */
 disco_status_t disco_heap_alloc(disco_heap_t *h, size_t size, size_t align, uint32_t owner,
                                 uint64_t *off_out);
 
@@ -153,7 +169,8 @@ disco_status_t disco_heap_alloc(disco_heap_t *h, size_t size, size_t align, uint
  *  is not the offset of a live block: never allocated, inside a block,
  *  outside the heap, or freed already -- the heap is left as it was; a stale
  *  offset whose place was handed out again to a new block frees that block,
- *  as with malloc); DISCO_E_BROKEN; DISCO_E_SYS. */
+ *  as with malloc); DISCO_E_BROKEN; DISCO_E_SYS; the lock wait's status
+ *  (disco_heap_set_wait). */
 disco_status_t disco_heap_free(disco_heap_t *h, uint64_t off);
 
 /** Frees every live block marked with owner (a worker that died) and

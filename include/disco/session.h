@@ -22,9 +22,14 @@
  * kept by the worker and returned by the next sync or debug get as
  * DISCO_E_REMOTE, with disco_last_error() naming the worker, the function
  * and the message; the session stays usable. A worker that dies (signal,
- * exit) or a sync that passes the call deadline breaks the session: that
- * wait returns DISCO_E_WORKER_DIED or DISCO_E_TIMEOUT (the hung worker is
- * killed), and every later call returns DISCO_E_BROKEN naming the cause.
+ * exit) or a sync that passes the call deadline breaks the session: the
+ * first call to return an error after it, whichever it is, returns the
+ * cause, DISCO_E_WORKER_DIED or DISCO_E_TIMEOUT (the hung worker is
+ * killed), and every later call returns DISCO_E_BROKEN naming the cause. A
+ * collective that worker 0 gives up at its deadline breaks the session the
+ * same way: the late members are killed before any buffer of the call is
+ * freed. A wait for the shared heap's lock ends at the call deadline
+ * (DISCO_E_TIMEOUT naming the holder) when its holder is stopped.
  * Close always works and leaves no process, fd or segment behind.
  *
  * Limits. Worker 0 is the controller's own thread: a function that hangs or
@@ -130,7 +135,10 @@ disco_status_t disco_session_get_func(disco_session_t *sess, const char *name,
  *  DRef argument is not a live register), DISCO_E_BAD_TYPE,
  *  DISCO_E_ARG_COUNT (arguments disagree with the signature),
  *  DISCO_E_MSG_TOO_BIG (arguments larger than max_msg), DISCO_E_BROKEN,
- *  DISCO_E_SHUTDOWN, DISCO_E_TIMEOUT (the ring stayed full). */
+ *  DISCO_E_SHUTDOWN, DISCO_E_TIMEOUT (the ring or a worker's pipe stayed
+ *  full: that worker is killed; or a collective's member did not reach it
+ *  in time: it is killed), DISCO_E_WORKER_DIED (found by a wait of worker
+ *  0's in a collective, or first seen by this call). */
 disco_status_t disco_session_call(disco_session_t *sess, disco_dref_t func,
                                   const disco_value_t *args, int nargs, disco_dref_t *result_out);
 

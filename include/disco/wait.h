@@ -125,6 +125,15 @@ disco_status_t disco_wait_until(disco_waitq_t *q, disco_cond_fn cond, void *arg,
  *  status, or DISCO_E_SYS. */
 disco_status_t disco_wait_fd(int fd, short events, const disco_wait_t *w);
 
+/** Looks once at a wait's exits: the abort word, deadline_ns (timeout_ns is
+ *  not looked at: a caller that blocks elsewhere, on a process-shared lock
+ *  say, turns it into a deadline first) against now (disco_now_ns()), and
+ *  the check callback. For waits on something other than a word in shared
+ *  memory, so that they end the same way as every other wait. Thread-safe.
+ *  Returns DISCO_OK, the abort word's value, DISCO_E_TIMEOUT, or the
+ *  callback's status. */
+disco_status_t disco_wait_check(const disco_wait_t *w, int64_t now);
+
 /** Slow half of a wake: called by disco_waitq_wake when someone is parked. */
 void disco__waitq_wake_slow(disco_waitq_t *q);
 
