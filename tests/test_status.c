@@ -52,6 +52,23 @@ START_TEST(test_unknown_codes)
 }
 END_TEST
 
+/* DISCO_STATUS_MIN is the smallest value in the status table: no entry lies
+ * below it and one entry equals it (walks the table itself, not the range). */
+START_TEST(test_min_from_table)
+{
+    int below = 0, equal = 0;
+#define COUNT_MIN(name, value, msg)                                                                \
+    below += (value) < DISCO_STATUS_MIN;                                                           \
+    equal += (value) == DISCO_STATUS_MIN;
+    DISCO_STATUS_TABLE(COUNT_MIN)
+#undef COUNT_MIN
+    ck_assert_msg(below == 0, "DISCO_STATUS_MIN %d: %d table codes lie below it", DISCO_STATUS_MIN,
+                  below);
+    ck_assert_msg(equal == 1, "DISCO_STATUS_MIN %d: %d table codes equal it", DISCO_STATUS_MIN,
+                  equal);
+}
+END_TEST
+
 /* disco_set_error returns its status, records the formatted detail, and
  * disco_clear_error empties it. */
 START_TEST(test_set_error)
@@ -114,6 +131,7 @@ Suite *suite_status(void)
     tcase_add_test(tc, test_every_code_named);
     tcase_add_test(tc, test_codes_distinct);
     tcase_add_test(tc, test_unknown_codes);
+    tcase_add_test(tc, test_min_from_table);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("detail");

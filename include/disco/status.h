@@ -56,8 +56,16 @@ typedef enum {
 #undef DISCO_STATUS_ENUM
 } disco_status_t;
 
-/* Smallest (most negative) code in the table; handy for exhaustive tests. */
-#define DISCO_STATUS_MIN (-30)
+/* Smallest (most negative) code in the table; handy for exhaustive tests.
+ * Derived from the table at compile time, in C and C++ alike: the union holds
+ * one char array per code, sized 1 - value (codes are 0 or negative), so its
+ * size is 1 - (the smallest code). Only its size is used. */
+union disco__status_span {
+#define DISCO_STATUS_SPAN(name, value, msg) char disco__##name[1 - (value)];
+    DISCO_STATUS_TABLE(DISCO_STATUS_SPAN)
+#undef DISCO_STATUS_SPAN
+};
+#define DISCO_STATUS_MIN (1 - (int)sizeof(union disco__status_span))
 
 /** Message for a status code. Thread-safe. Never NULL: an unknown code gives
  *  "unknown status". */
