@@ -5,9 +5,12 @@
  * imported) and a cross-process read ordered by an IPC event.
  *
  * GPU tests skip (print "no CUDA device: ..." and pass) when this build has
- * no CUDA or the machine has no GPU or driver. The probe runs in a forked
- * child: a process that has initialized CUDA cannot fork workers that use
- * it, so each test forks its importers before touching CUDA itself. */
+ * no CUDA or the machine has no GPU or driver; with DISCO_REQUIRE_GPU=1 in
+ * the environment (machines that have a GPU) they fail instead, so that a
+ * broken driver or a build without CUDA cannot pass unseen. The probe runs
+ * in a forked child: a process that has initialized CUDA cannot fork
+ * workers that use it, so each test forks its importers before touching
+ * CUDA itself. */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -62,12 +65,23 @@ static int gpu_count(char *why, size_t len)
     return 0;
 }
 
-/* Returns from the test, passing, when there is no GPU to test. */
+/* Whether DISCO_REQUIRE_GPU asks for GPU tests to fail rather than skip
+ * (set and neither empty nor "0"). */
+static int gpu_required(void)
+{
+    const char *v = getenv("DISCO_REQUIRE_GPU");
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
+/* Returns from the test, passing, when there is no GPU to test; fails it
+ * instead under DISCO_REQUIRE_GPU=1. */
 #define NEED_GPU(name, n_out)                                                                      \
     do {                                                                                           \
         char why_[256];                                                                            \
         (n_out) = gpu_count(why_, sizeof why_);                                                    \
         if ((n_out) == 0) {                                                                        \
+            ck_assert_msg(!gpu_required(), "%s: DISCO_REQUIRE_GPU is set but there is no GPU: %s", \
+                          (name), why_);                                                           \
             printf("%s: skipped: %s\n", (name), why_);                                             \
             fflush(stdout);                                                                        \
             return;                                                                                \
