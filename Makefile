@@ -137,25 +137,14 @@ test: $(TEST_BIN) $(TOOLS) $(TESTLIB) $(DEMOLIB)
 
 # The data-plane baseline is Open MPI's MPI_Allreduce (tools/mpi_allreduce.c,
 # built with mpicc, not linked with disco, run by disco-bench through mpirun).
-# Debian's Open MPI is installed when mpicc or mpirun is missing (root only);
-# without it the MPI figures are skipped and the table says so.
+# Debian's Open MPI is installed when mpicc or mpirun is missing (root only,
+# `tools/deps.sh mpi`); without it the MPI figures are skipped and the table
+# says so.
 MPI_BENCH := $(BUILD)/bin/mpi_allreduce
-MPI_PKGS  := libopenmpi-dev openmpi-bin
 MPI_CC    := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(MPI_BENCH) tools/mpi_allreduce.c
 
 bench: $(BUILD)/bin/disco-bench
-	@if ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then \
-	    if [ "$$(id -u)" = 0 ]; then \
-	        echo "bench: installing $(MPI_PKGS) (the MPI baseline; log in $(BUILD)/mpi-install.log)"; \
-	        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	              --no-install-recommends $(MPI_PKGS); } >$(BUILD)/mpi-install.log 2>&1 \
-	            || { tail -5 $(BUILD)/mpi-install.log; \
-	                 echo "bench: installing Open MPI failed; MPI baseline skipped"; }; \
-	    else \
-	        echo "bench: mpicc/mpirun missing and not root; MPI baseline skipped" \
-	             "(install $(MPI_PKGS))"; \
-	    fi; \
-	fi
+	@sh tools/deps.sh mpi $(BUILD)/mpi-install.log
 	@mpi=""; \
 	if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
 	    mkdir -p $(dir $(MPI_BENCH)); \

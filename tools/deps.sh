@@ -4,6 +4,10 @@
 # `deps.sh fuzz` instead installs what `make fuzz` needs: clang and its
 # libFuzzer and sanitizer runtimes (libclang-rt-dev, which clang only
 # recommends: --no-install-recommends would leave it out).
+# `deps.sh mpi [LOG]` installs Debian's Open MPI, the baseline of `make
+# bench`, when mpicc or mpirun is missing (root only; apt's output goes to
+# LOG). It never fails: without Open MPI the benchmark skips its MPI figures
+# and says so.
 set -e
 
 # Installs the packages named (none: nothing to do); root only.
@@ -28,6 +32,27 @@ if [ "${1:-}" = fuzz ]; then
     clang -fsanitize=fuzzer,address,undefined -o "$probe/p" "$probe/p.c" >/dev/null 2>&1 || ok=1
     rm -rf "$probe"
     [ "$ok" = 0 ] || install clang libclang-rt-dev
+    exit 0
+fi
+
+if [ "${1:-}" = mpi ]; then
+    pkgs="libopenmpi-dev openmpi-bin"
+    log=${2:-build/mpi-install.log}
+    if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+        exit 0
+    fi
+    if [ "$(id -u)" != 0 ]; then
+        echo "bench: mpicc/mpirun missing and not root; MPI baseline skipped (install $pkgs)"
+        exit 0
+    fi
+    echo "bench: installing $pkgs (the MPI baseline; log in $log)"
+    mkdir -p "$(dirname "$log")"
+    # shellcheck disable=SC2086 # one word per package
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends $pkgs; } >"$log" 2>&1; then
+        tail -5 "$log"
+        echo "bench: installing Open MPI failed; MPI baseline skipped"
+    fi
     exit 0
 fi
 
