@@ -221,8 +221,11 @@ install: all
 	    'Libs.private: $(strip $(PC_PRIVATE))' 'Cflags: -I$${includedir}' \
 	    > $(PREFIX)/lib/pkgconfig/disco.pc
 
+# Every C (and C++) source and header of the project, subfolders included.
+FORMAT_SRC = $(shell find shm workers scheduler include tools tests -type f \
+    \( -name '*.[ch]' -o -name '*.cpp' \) | sort)
 format:
-	clang-format -i $(wildcard include/disco/*.h shm/*.[ch] workers/*.[ch] scheduler/*.[ch] tools/*.c tests/*.[ch])
+	clang-format -i $(FORMAT_SRC)
 
 # Fuzzing (clang's libFuzzer, with ASan and UBSan): the frame codec, the
 # RPC endpoint's packet parser and the server side of the authenticated
