@@ -44,9 +44,9 @@ typedef struct soak_report {
     double seconds;
     double worst_worker_ms, median_worker_ms;         /* kill to the caller's error */
     double worst_controller_ms, median_controller_ms; /* kill to its last worker gone */
-    uint64_t heap_recoveries; /* heap locks taken back from a dead holder */
-    int orphans;              /* grandchildren that came to the soak and ended */
-    int by_workers[9];        /* rounds by worker count */
+    uint64_t heap_recoveries;                         /* heap locks taken back from a dead holder */
+    int orphans;       /* grandchildren that came to the soak and ended */
+    int by_workers[9]; /* rounds by worker count */
     int by_launch[2], by_transport[2], by_workload[SOAK_WORKLOADS];
     char failure[600]; /* the first failure, "" if none */
 } soak_report_t;

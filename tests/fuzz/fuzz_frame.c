@@ -27,8 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort(); /* what decodes must encode */
         disco_frame_hdr_t h2;
         disco_value_t args2[MAX_ARGS];
-        if (disco_frame_decode(again, len, &h2, args2, MAX_ARGS) != DISCO_OK ||
-            h2.code != h.code || h2.seq != h.seq || h2.nargs != h.nargs)
+        if (disco_frame_decode(again, len, &h2, args2, MAX_ARGS) != DISCO_OK || h2.code != h.code ||
+            h2.seq != h.seq || h2.nargs != h.nargs)
             abort();
         for (uint32_t i = 0; i < h.nargs; i++)
             if (!disco_value_equal(&args[i], &args2[i]))

@@ -25,7 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     lseek(in, 0, SEEK_SET);
     disco_rpc_t *s;
     disco_transport_t *t;
-    if (disco_rpc_local(&s) != DISCO_OK || disco_transport_from_fds(in, dup(devnull), &t) != DISCO_OK)
+    if (disco_rpc_local(&s) != DISCO_OK ||
+        disco_transport_from_fds(in, dup(devnull), &t) != DISCO_OK)
         abort();
     disco_rpc_serve(s, t);
     disco_transport_close(t);
