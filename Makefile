@@ -41,7 +41,8 @@ SONAME   := libdisco.so.0
 LIB_SRC  := $(wildcard shm/*.c workers/*.c scheduler/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # tools/disco-X.c is a program; tools/bench_*.c and tools/demo_*.c are the
-# extra parts of disco-bench and disco-demo; demo_lib.c is the demo's library.
+# extra parts of disco-bench and disco-demo (bench_util.c is in both);
+# demo_lib.c is the demo's library.
 TOOL_SRC := $(wildcard tools/disco-*.c) tools/disco.c
 TOOLS    := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
 BENCH_OBJ := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/bench_*.c))
@@ -93,7 +94,7 @@ $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(BUILD)/libdisco.a
 # disco-bench, disco-demo, disco (the CLI), disco-soak and disco-jsonrpc are
 # several files each.
 $(BUILD)/bin/disco-bench: $(BENCH_OBJ)
-$(BUILD)/bin/disco-demo: $(DEMO_OBJ)
+$(BUILD)/bin/disco-demo: $(DEMO_OBJ) $(BUILD)/obj/tools/bench_util.o
 $(BUILD)/bin/disco: $(CLI_OBJ)
 $(BUILD)/bin/disco-soak: $(SOAK_OBJ)
 $(BUILD)/bin/disco-jsonrpc: $(BUILD)/obj/tools/jsonrpc_wire.o

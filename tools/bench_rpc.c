@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -163,7 +164,7 @@ static void close_pair(disco_rpc_t *s, pid_t pid)
     if (got != pid)
         bu_die("RPC server %d still running %d ms after the client closed", (int)pid,
                RPC_REAP_MS); /* kills and reaps it */
-    bu_nchildren = 0;        /* the only child of this section */
+    bu_forget(pid);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         bu_die("RPC server %d failed (status %#x)", (int)pid, status);
     bu_unpin();
@@ -238,7 +239,6 @@ static double copy_gbps(void)
 
 void bench_rpc(void)
 {
-    bu_cpus_init(); /* this file's copy of the CPU list (the section starts unpinned) */
     record("rpc_call_ns_shm", call_ns("shm"), "ns");
     record("rpc_call_ns_unix", call_ns("unix"), "ns");
     record("rpc_call_ns_tcp", call_ns("tcp"), "ns");

@@ -156,7 +156,6 @@ static double open_close_ms(int n)
 
 void bench_session(void)
 {
-    bu_cpus_init(); /* this file's copy of the CPU list (the section starts unpinned) */
     record("call_sync_ns", call_sync(2, DISCO_TRANSPORT_RING, true), "ns");
     record("call_sync_p99_ns", call_sync_p99(), "ns");
     record("call_sync_pipe_ns", call_sync(2, DISCO_TRANSPORT_PIPE, true), "ns");

@@ -247,7 +247,6 @@ static void bench_copy(data_ctx_t *c)
 
 void bench_tensor(void)
 {
-    bu_cpus_init(); /* this file's copy of the CPU list (the section starts unpinned) */
     data_ctx_t c = {0};
     open_pinned(&c.s);
     disco_dref_t x_small = make_input(c.s, SMALL), x_big = make_input(c.s, BIG);
