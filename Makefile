@@ -127,10 +127,20 @@ $(BUILD)/obj/tests/%.o: CFLAGS += -DDISCO_TEST_LIB='"$(abspath $(TESTLIB))"' \
 # third-party client it imports), not another python3 earlier on PATH.
 PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 
+# The public headers compile as C++: tests/cxx_api.cpp includes the
+# umbrella under g++ -std=c++17 -Wall -Wextra -Werror, calls the API and
+# runs a session against libdisco.a.
+CXX_API := $(BUILD)/bin/cxx_api
+$(CXX_API): tests/cxx_api.cpp $(wildcard include/disco/*.h) $(BUILD)/libdisco.a | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude $(SANFLAGS) $(PKG_CFLAGS) \
+	    $(LDFLAGS) -o $@ $< $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
+
 # Each test runs in its own process (CK_FORK=yes). Afterwards nothing of
 # ours may remain in /dev/shm (disco never names segments there).
-test: $(TEST_BIN) $(TOOLS) $(TESTLIB) $(DEMOLIB)
+test: $(TEST_BIN) $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API)
 	CK_FORK=yes $(TEST_BIN)
+	DISCO_QUIET=1 $(CXX_API)
 	$(PYTHON) tests/jsonrpc_test.py $(BUILD)/bin/disco-jsonrpc $(TESTLIB)
 	$(if $(SANITIZE),,sh tests/install_test.sh)
 	@if ls /dev/shm 2>/dev/null | grep -qi disco; then \

@@ -59,6 +59,7 @@ fi
 missing=""
 command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
 command -v python3 >/dev/null 2>&1 || missing="$missing python3" # the JSON-RPC test
+command -v g++ >/dev/null 2>&1 || missing="$missing g++" # the C++ header test (tests/cxx_api.cpp)
 have_pc() { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists "$1"; }
 have_pc hwloc || missing="$missing libhwloc-dev"
 have_pc check || missing="$missing check libsubunit-dev"

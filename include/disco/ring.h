@@ -39,7 +39,6 @@
 #ifndef DISCO_RING_H
 #define DISCO_RING_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -52,7 +52,8 @@ extern "C" {
 /** A value holding a tensor (borrowed). */
 static inline disco_value_t disco_tensor_value(DLTensor *t)
 {
-    disco_value_t x = {.type = DISCO_T_TENSOR, .v.tensor = t};
+    disco_value_t x = disco__value_make(DISCO_T_TENSOR, 0);
+    x.v.tensor = t;
     return x;
 }
 

@@ -69,51 +69,70 @@ typedef struct disco_value {
     } v;
 } disco_value_t;
 
-/* Constructors (borrowing: no copies are made). */
+/* Constructors (borrowing: no copies are made). They fill the value member
+ * by member, not with designated initializers, so that this header compiles
+ * as C++ too. */
+
+/* Internal: a value of the given type and len with all 8 payload bytes zero. */
+static inline disco_value_t disco__value_make(uint32_t type, uint32_t len)
+{
+    disco_value_t x;
+    x.type = type;
+    x.len = len;
+    x.v.handle = 0;
+    return x;
+}
 static inline disco_value_t disco_null(void)
 {
-    disco_value_t x = {.type = DISCO_T_NULL};
-    return x;
+    return disco__value_make(DISCO_T_NULL, 0);
 }
 static inline disco_value_t disco_bool(bool b)
 {
-    disco_value_t x = {.type = DISCO_T_BOOL, .v.b = b};
+    disco_value_t x = disco__value_make(DISCO_T_BOOL, 0);
+    x.v.b = b;
     return x;
 }
 static inline disco_value_t disco_int(int64_t i)
 {
-    disco_value_t x = {.type = DISCO_T_INT, .v.i = i};
+    disco_value_t x = disco__value_make(DISCO_T_INT, 0);
+    x.v.i = i;
     return x;
 }
 static inline disco_value_t disco_float(double f)
 {
-    disco_value_t x = {.type = DISCO_T_FLOAT, .v.f = f};
+    disco_value_t x = disco__value_make(DISCO_T_FLOAT, 0);
+    x.v.f = f;
     return x;
 }
 disco_value_t disco_str(const char *s); /* len = strlen(s) */
 static inline disco_value_t disco_bytes(const void *p, uint32_t len)
 {
-    disco_value_t x = {.type = DISCO_T_BYTES, .len = len, .v.bytes = p};
+    disco_value_t x = disco__value_make(DISCO_T_BYTES, len);
+    x.v.bytes = p;
     return x;
 }
 static inline disco_value_t disco_shape(const int64_t *dims, uint32_t ndim)
 {
-    disco_value_t x = {.type = DISCO_T_SHAPE, .len = ndim, .v.shape = dims};
+    disco_value_t x = disco__value_make(DISCO_T_SHAPE, ndim);
+    x.v.shape = dims;
     return x;
 }
 static inline disco_value_t disco_dtype(DLDataType t)
 {
-    disco_value_t x = {.type = DISCO_T_DTYPE, .v.dtype = t};
+    disco_value_t x = disco__value_make(DISCO_T_DTYPE, 0);
+    x.v.dtype = t;
     return x;
 }
 static inline disco_value_t disco_device(DLDevice d)
 {
-    disco_value_t x = {.type = DISCO_T_DEVICE, .v.device = d};
+    disco_value_t x = disco__value_make(DISCO_T_DEVICE, 0);
+    x.v.device = d;
     return x;
 }
 static inline disco_value_t disco_opaque(uint64_t h)
 {
-    disco_value_t x = {.type = DISCO_T_OPAQUE, .v.handle = h};
+    disco_value_t x = disco__value_make(DISCO_T_OPAQUE, 0);
+    x.v.handle = h;
     return x;
 }
 

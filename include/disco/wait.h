@@ -26,12 +26,35 @@
 #ifndef DISCO_WAIT_H
 #define DISCO_WAIT_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
 #include "disco/status.h"
+
+/* The atomics are C11's; C++ (which has no _Atomic before C++23) sees them
+ * as std::atomic of the same type, which GCC and Clang lay out alike (same
+ * size and alignment, lock-free: checked below), so the structs keep one
+ * layout and the inline wake below keeps its memory orders. */
+#ifdef __cplusplus
+#include <atomic>
+#define DISCO__ATOMIC(T)  std::atomic<T>
+#define DISCO__ALIGNAS(n) alignas(n)
+#define DISCO__STD        std::
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+                  alignof(std::atomic<uint32_t>) == alignof(uint32_t) &&
+                  std::atomic<uint32_t>::is_always_lock_free,
+              "disco: std::atomic<uint32_t> must match C's _Atomic uint32_t");
+static_assert(sizeof(std::atomic<int32_t>) == sizeof(int32_t) &&
+                  alignof(std::atomic<int32_t>) == alignof(int32_t) &&
+                  std::atomic<int32_t>::is_always_lock_free,
+              "disco: std::atomic<int32_t> must match C's _Atomic int32_t");
+#else
+#include <stdatomic.h>
+#define DISCO__ATOMIC(T)  _Atomic T
+#define DISCO__ALIGNAS(n) _Alignas(n)
+#define DISCO__STD
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,8 +78,8 @@ extern "C" {
 /* A futex word and its waiter count; lives in shared memory on its own cache
  * line. Zero-initialised memory is a valid, empty queue. */
 typedef struct disco_waitq {
-    _Alignas(64) _Atomic uint32_t word; /* bumped by each wake that finds waiters */
-    _Atomic uint32_t waiters;           /* processes parked or about to park */
+    DISCO__ALIGNAS(64) DISCO__ATOMIC(uint32_t) word; /* bumped by each wake that finds waiters */
+    DISCO__ATOMIC(uint32_t) waiters;                 /* processes parked or about to park */
 } disco_waitq_t;
 
 /* How to wait. Zero-initialised means: default spin, no deadline, no abort
@@ -72,7 +95,7 @@ typedef struct disco_wait {
     bool no_wait;           /* fail with DISCO_E_AGAIN instead of waiting */
     /* Nonzero ends the wait with that value as the status (a negative
      * disco_status_t), e.g. a session's "broken" word. NULL: not watched. */
-    const _Atomic int32_t *abort_word;
+    const DISCO__ATOMIC(int32_t) * abort_word;
     /* Called at least every park slice (and every few ms while spinning);
      * a non-OK return ends the wait with it. NULL: none. */
     disco_status_t (*check)(void *ctx);
@@ -144,13 +167,15 @@ static inline void disco_waitq_wake(disco_waitq_t *q)
 {
 #ifdef DISCO__TSAN
     /* K1+K2 as one RMW (see DISCO__TSAN above). */
-    uint32_t waiters = atomic_fetch_add_explicit(&q->waiters, 0, memory_order_seq_cst);
+    uint32_t waiters =
+        DISCO__STD atomic_fetch_add_explicit(&q->waiters, 0, DISCO__STD memory_order_seq_cst);
 #else
     /* K1: pairs with the waiter's P1 fence (store-buffer pattern). */
-    atomic_thread_fence(memory_order_seq_cst);
+    DISCO__STD atomic_thread_fence(DISCO__STD memory_order_seq_cst);
     /* K2: relaxed is enough after the K1 fence; a stale nonzero only costs a
      * spurious syscall. */
-    uint32_t waiters = atomic_load_explicit(&q->waiters, memory_order_relaxed);
+    uint32_t waiters =
+        DISCO__STD atomic_load_explicit(&q->waiters, DISCO__STD memory_order_relaxed);
 #endif
     if (waiters != 0)
         disco__waitq_wake_slow(q);
