@@ -130,6 +130,17 @@ static void log_refusal(const char *what, disco_status_t st, const char *detail)
     fprintf(stderr, "disco-rpc-server: %s: %s: %s\n", what, disco_err_name(st), detail);
 }
 
+/* A unix peer refused by uid is told why (DISCO_E_AUTH) before it is
+ * closed, as shm peers are in their hello. */
+static void tell_refused(disco_transport_t *t, disco_status_t st, const char *why, void *arg)
+{
+    (void)arg;
+    (void)why; /* the detail (uids, pids) stays in the server's log */
+    disco_rpc_refuse(t, st,
+                     "the server refused this client: its user is not allowed (see the "
+                     "server's log)");
+}
+
 static int serve_one(disco_transport_t *t)
 {
     disco_rpc_serve_config_t cfg = {.token = have_token ? token : NULL,
@@ -412,8 +423,10 @@ int main(int argc, char **argv)
         return serve_one(t);
     }
     disco_listener_t *l;
-    disco_listen_config_t lc = {
-        .allow_remote = opt.allow_remote, .allow_uids = opt.uids, .n_allow_uids = opt.nuids};
+    disco_listen_config_t lc = {.allow_remote = opt.allow_remote,
+                                .allow_uids = opt.uids,
+                                .n_allow_uids = opt.nuids,
+                                .on_refused = tell_refused};
     disco_status_t st = disco_listen_with(opt.listen, &lc, &l);
     if (st != DISCO_OK) {
         fprintf(stderr, "disco-rpc-server: %s (%s)\n", disco_err_name(st), disco_last_error());

@@ -22,6 +22,8 @@
 struct disco_listener {
     enum disco__tkind kind; /* shm, unix or tcp */
     int nuids;              /* peer uids allowed besides ours */
+    void (*on_refused)(disco_transport_t *t, disco_status_t st, const char *why, void *arg);
+    void *on_refused_arg;
     uid_t uids[DISCO_LISTEN_MAX_UIDS];
     int fd;      /* listening socket, non-blocking, close-on-exec */
     pid_t owner; /* the process that bound the path */
@@ -282,6 +284,8 @@ disco_status_t disco_listen_with(const char *address, const disco_listen_config_
     l->fd = -1;
     for (int i = 0; i < cfg->n_allow_uids; i++)
         l->uids[l->nuids++] = (uid_t)cfg->allow_uids[i];
+    l->on_refused = cfg->on_refused;
+    l->on_refused_arg = cfg->on_refused_arg;
     memcpy(l->path, a.path, sizeof l->path);
     st = a.kind == DISCO__T_TCP ? listen_tcp(l, &a, address, cfg->allow_remote != 0)
                                 : listen_unix(l, address);
@@ -348,8 +352,18 @@ disco_status_t disco_accept(disco_listener_t *l, int64_t deadline_ns, disco_tran
     if (l->kind != DISCO__T_TCP) {
         disco_status_t st = peer_allowed(l, fd);
         if (st != DISCO_OK) {
-            if (l->kind == DISCO__T_SHM)
+            if (l->kind == DISCO__T_SHM) {
                 disco__shm_refuse(fd, st);
+            } else if (l->on_refused != NULL) {
+                char why[256];
+                snprintf(why, sizeof why, "%s", disco_last_error());
+                disco_transport_t *t; /* owns fd from here, failed or not */
+                if (disco__fd_socket_transport(l->kind, fd, &t) == DISCO_OK) {
+                    l->on_refused(t, st, why, l->on_refused_arg);
+                    disco_transport_close(t);
+                }
+                return disco_set_error(st, "%s", why);
+            }
             close(fd);
             return st;
         }

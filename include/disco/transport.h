@@ -116,6 +116,13 @@ typedef struct disco_listen_config {
      * keep everybody else out. */
     const uint32_t *allow_uids;
     int n_allow_uids;
+    /* unix: called with the connection of a peer whose uid is refused,
+     * before disco_accept closes it, so that the layer above can tell the
+     * peer why in its own protocol (the RPC server answers DISCO_E_AUTH). It
+     * must not keep t. NULL: the connection is just closed. (shm listeners
+     * tell a refused peer in their own hello; tcp has no uid check.) */
+    void (*on_refused)(disco_transport_t *t, disco_status_t status, const char *why, void *arg);
+    void *on_refused_arg;
 } disco_listen_config_t;
 
 /** disco_listen with options (cfg NULL: the defaults). Thread-safe.
