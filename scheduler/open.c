@@ -272,11 +272,16 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
      * a no-op call + sync had a median of 0.3 us either way, but a p99 of
      * 9-10 us floating against 0.6-1.0 us bound). Its placement is saved
      * first and given back at close: a library must not leave its caller's
-     * thread pinned. */
+     * thread pinned. Nor is it moved out of a set it was confined to
+     * (taskset, a cpuset): then it is left where it is. */
     const disco_place_entry_t *e0 = &s->plan->worker[0];
-    if (!s->cfg.place.leave_controller && (e0->cpus[0] != '\0' || e0->nodes[0] != '\0') &&
-        (disco__bind_save(e0->nodes[0] != '\0', &s->ctl_saved) != DISCO_OK ||
-         disco__bind_self(e0->cpus, e0->nodes) != DISCO_OK)) {
+    bool bind0 = !s->cfg.place.leave_controller && (e0->cpus[0] != '\0' || e0->nodes[0] != '\0');
+    if (bind0 && disco__bind_save(e0->nodes[0] != '\0', &s->ctl_saved) == DISCO_OK &&
+        e0->cpus[0] != '\0' && !disco__bind_within(&s->ctl_saved, e0->cpus)) {
+        disco__bind_restore(&s->ctl_saved); /* confined elsewhere: left alone */
+        bind0 = false;
+    }
+    if (bind0 && (s->ctl_saved.tid == 0 || disco__bind_self(e0->cpus, e0->nodes) != DISCO_OK)) {
         /* As for a worker that cannot bind: said, not fatal. */
         if (getenv("DISCO_QUIET") == NULL)
             fprintf(stderr, "disco: warning: the controller's thread (worker 0) is not bound: %s\n",

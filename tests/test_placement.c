@@ -6,6 +6,7 @@
 #include <glob.h>
 #include <jansson.h>
 #include <linux/mempolicy.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -299,6 +300,42 @@ START_TEST(test_controller_bound_by_default)
 }
 END_TEST
 
+/* A controller confined by its user (taskset) to a CPU other than the one
+ * the default plan gives worker 0 stays inside that set while the session
+ * is open, and keeps it after close (it was moved out of it). */
+START_TEST(test_controller_confined_stays)
+{
+    unsetenv("DISCO_PLACE");
+    disco_session_config_t cfg = disco_session_config_default(2);
+    disco_plan_t *p;
+    CK_OK(disco_plan_make(&cfg.place, 2, &p));
+    const char *w0 = p->worker[0].cpus;
+    int other = strcmp(w0, "0") == 0 ? 1 : 0;
+    bool can =
+        w0[0] != '\0' && p->num_pus >= 2 && strchr(w0, ',') == NULL && strchr(w0, '-') == NULL;
+    disco_plan_free(p);
+    if (!can)
+        return; /* needs a plan that pins worker 0 to one CPU of two or more */
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(other, &one);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    char want[16], during[256], after[256];
+    snprintf(want, sizeof want, "%d", other);
+    disco_session_t *s;
+    CK_OK(disco_session_open(&cfg, &s));
+    CK_OK(disco_place_current_cpus(during, sizeof during));
+    ck_assert_msg(strcmp(during, want) == 0, "confined to %s, moved to %s while open", want,
+                  during);
+    disco_dref_t r;
+    CK_OK(disco_session_call_by_name(s, "disco.worker_id", NULL, 0, &r));
+    CK_OK(disco_session_sync(s, 1));
+    disco_session_close(s);
+    CK_OK(disco_place_current_cpus(after, sizeof after));
+    ck_assert_msg(strcmp(after, want) == 0, "confined to %s, left on %s after close", want, after);
+}
+END_TEST
+
 /* The page at addr (rounded up to a page): its memory policy's mode, its
  * node mask's first word, and the node the page is on. */
 struct page_policy {
@@ -393,6 +430,7 @@ Suite *suite_placement(void)
     tcase_add_test(tc, test_json);
     tcase_add_loop_test(tc, test_real_affinity, 0, 2);
     tcase_add_loop_test(tc, test_controller_bound_by_default, 0, 2);
+    tcase_add_test(tc, test_controller_confined_stays);
     tcase_add_test(tc, test_heap_pages_follow_binding);
     suite_add_tcase(s, tc);
     return s;

@@ -93,6 +93,20 @@ disco_status_t disco__bind_save(bool mem, struct disco__bind_saved *out)
     return DISCO_OK;
 }
 
+bool disco__bind_within(const struct disco__bind_saved *saved, const char *cpus)
+{
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    if (set == NULL)
+        return false;
+    bool ok = cpus[0] != '\0' && hwloc_bitmap_list_sscanf(set, cpus) == 0 &&
+              hwloc_bitmap_weight(set) > 0 && hwloc_bitmap_last(set) < (int)sizeof saved->cpus * 8;
+    for (int i = ok ? hwloc_bitmap_first(set) : -1; ok && i >= 0; i = hwloc_bitmap_next(set, i))
+        ok = CPU_ISSET_S((size_t)i, sizeof saved->cpus,
+                         (const cpu_set_t *)(const void *)saved->cpus);
+    hwloc_bitmap_free(set);
+    return ok;
+}
+
 void disco__bind_restore(struct disco__bind_saved *v)
 {
     if (v->tid == 0)

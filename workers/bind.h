@@ -29,6 +29,12 @@ disco_status_t disco__bind_self(const char *cpus, const char *nodes);
  *  DISCO_E_SYS. */
 disco_status_t disco__bind_save(bool mem, struct disco__bind_saved *saved_out);
 
+/** Whether every CPU of cpus (hwloc list form) lies in the saved CPU
+ *  affinity: a thread the user confined (taskset, a cpuset) is not moved
+ *  out of its set by default. Thread-safe. "" or a list that does not
+ *  parse: false. */
+bool disco__bind_within(const struct disco__bind_saved *saved, const char *cpus);
+
 /** Gives the saved thread back its CPU affinity (from any thread of the
  *  process, while that thread lives) and its memory policy (only when
  *  called on that thread: set_mempolicy acts on the caller). Nothing when
