@@ -318,6 +318,8 @@ static disco_status_t recv_failed(struct endpoint *e, disco_status_t st, uint32_
 {
     if (st == DISCO_E_CLOSED && e->stage == SERVING)
         return DISCO_OK; /* the client went away between packets */
+    if (st == DISCO_E_CLOSED && e->cfg->token == NULL)
+        return disco_set_error(DISCO_E_CLOSED, "the client left before its hello");
     if (st == DISCO_E_CLOSED)
         return disco_set_error(DISCO_E_AUTH, "the client left before authenticating");
     if (st == DISCO_E_TIMEOUT && e->stage != SERVING)
