@@ -87,6 +87,27 @@ static void start_server_args(server_t *sv, const char *listen, const char *cons
     setenv(DISCO_RPC_TOKEN_ENV, sv->token, 1);
 }
 
+/* The listeners the server tests use, by index k (0 unix, 1 tcp, 2 shm). */
+static inline const char *tu_kind(int k)
+{
+    static const char *const kinds[] = {"unix", "tcp", "shm"};
+    return kinds[k];
+}
+
+/* A server on tu_kind(k) with extra args; suite and tag keep socket paths
+ * apart. */
+static inline void start_on_kind(server_t *sv, const char *suite, int k, const char *tag,
+                                 const char *const *extra)
+{
+    char addr[128];
+    if (k == 1)
+        snprintf(addr, sizeof addr, "tcp:127.0.0.1:0");
+    else
+        snprintf(addr, sizeof addr, "%s:/tmp/disco-test-%s-%s-%d.sock", tu_kind(k), suite, tag,
+                 (int)getpid());
+    start_server_args(sv, addr, extra, NULL);
+}
+
 /* start_server_args with the common options. */
 __attribute__((unused)) static void start_server(server_t *sv, const char *listen,
                                                  const char *proxy, const char *timeout, char **env)

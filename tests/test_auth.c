@@ -24,18 +24,10 @@
 
 #define DEMO_LIB DISCO_TEST_BIN "/../lib/libdisco_demo.so"
 
-static const char *const kinds[] = {"unix", "tcp", "shm"};
-
-/* A server on kinds[k] with extra args; tag keeps socket paths apart. */
+/* A server on tu_kind(k) with extra args (rpc_util.h). */
 static void start_on(server_t *sv, int k, const char *tag, const char *const *extra)
 {
-    char addr[128];
-    if (k == 1)
-        snprintf(addr, sizeof addr, "tcp:127.0.0.1:0");
-    else
-        snprintf(addr, sizeof addr, "%s:/tmp/disco-test-auth-%s-%d.sock", kinds[k], tag,
-                 (int)getpid());
-    start_server_args(sv, addr, extra, NULL);
+    start_on_kind(sv, "auth", k, tag, extra);
 }
 
 /* A new token file in a fresh private directory; path_out gets its path. */
