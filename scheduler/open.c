@@ -7,13 +7,12 @@
 
 #include "../workers/bind.h"
 #include "../workers/collective.h"
+#include "../workers/ctl_layout.h"
 #include "session_impl.h"
 
 #define DEFAULT_TIMEOUT_MS 60000u
 #define DEFAULT_MAX_MSG    (64u * 1024u)
 #define DEFAULT_HEAP       (16u << 20)
-#define ALIGN64(n)         (((n) + 63u) & ~(size_t)63u)
-#define MAX_MAX_MSG        (1u << 30)           /* 1 GiB: a command, not a data path */
 #define MAX_HEAP           (UINT64_C(1) << 46)  /* 64 TiB: beyond any machine's memory */
 #define MAX_SPIN_NS        UINT64_C(1000000000) /* 1 s of spinning before parking */
 
@@ -34,9 +33,9 @@ static disco_status_t check_config(const disco_session_config_t *c)
     /* Sizes: each field's range, so that no rounding or sum made from it
      * can wrap (a max_msg of 0xFFFFFFFF rounded up to 0 and the first call
      * overran the frame buffer). */
-    if (c->max_msg != 0 && (c->max_msg < 256 || c->max_msg > MAX_MAX_MSG))
-        return disco_set_error(DISCO_E_INVAL, "cfg.max_msg %u: must be 256..%u (0: %u)", c->max_msg,
-                               MAX_MAX_MSG, DEFAULT_MAX_MSG);
+    if (c->max_msg != 0 && (c->max_msg < DISCO_CTL_MIN_MSG || c->max_msg > DISCO_CTL_MAX_MSG))
+        return disco_set_error(DISCO_E_INVAL, "cfg.max_msg %u: must be %u..%u (0: %u)", c->max_msg,
+                               DISCO_CTL_MIN_MSG, DISCO_CTL_MAX_MSG, DEFAULT_MAX_MSG);
     if (c->heap_bytes > MAX_HEAP)
         return disco_set_error(DISCO_E_INVAL, "cfg.heap_bytes %llu: at most %llu (2^46)",
                                (unsigned long long)c->heap_bytes, (unsigned long long)MAX_HEAP);
@@ -70,62 +69,32 @@ static void pick_spin(disco_session_config_t *c, const disco_plan_t *plan)
         c->spin_ns = crowded ? 50000 : DISCO_WAIT_DEFAULT_SPIN_NS;
 }
 
-/* Lays out and formats the control segment (see protocol.h). */
+/* Lays out (ctl_layout.h) and formats the control segment. */
 static disco_status_t make_segment(struct disco_session *s)
 {
     int world = s->world;
-    bool rings = s->cfg.transport == DISCO_TRANSPORT_RING && world > 1;
-    disco_ring_config_t cmd = {.nslots = DISCO_CMD_SLOTS,
-                               .slot_size = DISCO_SLOT_SIZE,
-                               .nreaders = (uint32_t)(world > 1 ? world - 1 : 1),
-                               .max_msg = s->cfg.max_msg};
-    disco_ring_config_t rep = {.nslots = DISCO_REPLY_SLOTS,
-                               .slot_size = DISCO_SLOT_SIZE,
-                               .nreaders = 1,
-                               .max_msg = DISCO_REPLY_MAX};
-    size_t off = ALIGN64(sizeof(struct disco__ctl));
-    size_t errbox_off = off;
-    off += ALIGN64((size_t)world * sizeof(struct disco__errbox));
-    size_t cmd_off = off, cmd_size = rings ? disco_ring_footprint(&cmd) : 0;
-    off += ALIGN64(cmd_size);
-    size_t reply_off = off, reply_size = rings ? ALIGN64(disco_ring_footprint(&rep)) : 0;
-    off += reply_size * (size_t)(world - 1);
-    size_t bind_off = off;
-    off += ALIGN64((size_t)world * sizeof(struct disco__bind));
-    size_t trace_off = 0;
-    if (!s->cfg.trace_off) {
-        trace_off = off;
-        off += ALIGN64((size_t)(world - 1) * sizeof(struct disco__trace_ring));
-    }
-    size_t coll_off = off;
-    off += ALIGN64(disco__coll_footprint((uint32_t)world, (uint32_t)s->cfg.num_groups));
-    size_t heap_off = (off + 4095) & ~(size_t)4095;
-    size_t heap_size = disco_heap_footprint(s->cfg.heap_bytes);
-    off = heap_off + heap_size;
-
-    disco_status_t st = disco_segment_create("disco-session", off, &s->seg);
+    struct disco__ctl_geom geom = {.world = (uint32_t)world,
+                                   .num_groups = (uint32_t)s->cfg.num_groups,
+                                   .transport = (uint32_t)s->cfg.transport,
+                                   .max_msg = s->cfg.max_msg,
+                                   .trace = !s->cfg.trace_off,
+                                   .heap_size = disco_heap_footprint(s->cfg.heap_bytes)};
+    struct disco__ctl_layout lay;
+    disco_status_t st = disco__ctl_layout(&geom, &lay);
     if (st != DISCO_OK)
+        return st;
+    bool rings = lay.rings;
+    if ((st = disco_segment_create("disco-session", (size_t)lay.total, &s->seg)) != DISCO_OK)
         return st;
     char *base = disco_segment_data(&s->seg);
     struct disco__ctl *ctl = (struct disco__ctl *)base;
-    ctl->magic = DISCO_CTL_MAGIC;
-    ctl->layout = DISCO_CTL_LAYOUT;
-    ctl->world = (uint32_t)world;
-    ctl->transport = (uint32_t)s->cfg.transport;
-    ctl->max_msg = s->cfg.max_msg;
+    disco__ctl_write(ctl, &lay);
     ctl->controller_pid = (int32_t)getpid();
     ctl->spin_ns = s->cfg.spin_ns;
     ctl->pause_ns = s->cfg.pause_ns;
-    ctl->errbox_off = errbox_off;
-    ctl->cmd_off = cmd_off;
-    ctl->cmd_size = cmd_size;
-    ctl->reply_off = reply_off;
-    ctl->reply_size = reply_size;
-    ctl->coll_off = coll_off;
-    ctl->bind_off = bind_off;
-    ctl->trace_off = trace_off;
-    if (trace_off != 0) {
-        struct disco__trace_ring *rings = (struct disco__trace_ring *)(base + trace_off);
+    if (geom.trace) {
+        struct disco__trace_ring *rings =
+            (struct disco__trace_ring *)(base + lay.r[DISCO_CTL_TRACE].off);
         for (int i = 0; i < world - 1; i++) {
             rings[i].cap = DISCO_TRACE_CAP;
             rings[i].on = 1;
@@ -133,19 +102,17 @@ static disco_status_t make_segment(struct disco_session *s)
         if (disco__trace_open(&s->trace, rings) != DISCO_OK)
             return disco_set_error(DISCO_E_NOMEM, "trace records");
     }
-    struct disco__bind *bind = (struct disco__bind *)(base + bind_off);
+    struct disco__bind *bind = (struct disco__bind *)(base + lay.r[DISCO_CTL_BIND].off);
     for (int i = 0; i < world; i++) {
         snprintf(bind[i].cpus, sizeof bind[i].cpus, "%s", s->plan->worker[i].cpus);
         snprintf(bind[i].nodes, sizeof bind[i].nodes, "%s", s->plan->worker[i].nodes);
     }
-    ctl->heap_off = heap_off;
-    ctl->heap_size = heap_size;
-    ctl->num_groups = (uint32_t)s->cfg.num_groups;
     s->ctl = ctl;
-    s->errbox = (struct disco__errbox *)(base + errbox_off);
-    disco__coll_init((struct disco__coll_area *)(base + coll_off), (uint32_t)world,
+    s->errbox = (struct disco__errbox *)(base + lay.r[DISCO_CTL_ERRBOX].off);
+    disco__coll_init((struct disco__coll_area *)(base + lay.r[DISCO_CTL_COLL].off), (uint32_t)world,
                      (uint32_t)s->cfg.num_groups);
-    if ((st = disco_heap_init(base + heap_off, heap_size, &s->heap)) != DISCO_OK)
+    st = disco_heap_init(base + lay.r[DISCO_CTL_HEAP].off, (size_t)geom.heap_size, &s->heap);
+    if (st != DISCO_OK)
         return st;
 
     s->chan =
@@ -159,11 +126,13 @@ static disco_status_t make_segment(struct disco_session *s)
                        .reply_fd = s->reply_fd};
     if (!rings)
         return DISCO_OK;
-    if ((st = disco_ring_init(base + cmd_off, cmd_size, &cmd, &s->chan.cmd)) != DISCO_OK)
+    st = disco_ring_init(base + lay.r[DISCO_CTL_CMD].off, (size_t)lay.r[DISCO_CTL_CMD].size,
+                         &lay.cmd_ring, &s->chan.cmd);
+    if (st != DISCO_OK)
         return st;
     for (int i = 1; i < world; i++) {
-        st = disco_ring_init(base + reply_off + (size_t)(i - 1) * reply_size, reply_size, &rep,
-                             &s->reply_rings[i]);
+        st = disco_ring_init(base + disco__ctl_reply_at(&lay, (uint32_t)i),
+                             (size_t)lay.reply_stride, &lay.reply_ring, &s->reply_rings[i]);
         if (st != DISCO_OK)
             return st;
     }

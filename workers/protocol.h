@@ -2,14 +2,32 @@
  * protocol.h - what the controller and the workers share (internal):
  * command codes, reply codes, and the layout of the control segment.
  *
- * Control segment (all offsets from the segment's data start):
- *   struct disco__ctl           header: magic, layout, geometry, broken word
- *   struct disco__errbox[world] one error mailbox per worker
- *   command ring                one writer (controller), world-1 readers
- *   reply rings[world-1]        one per worker 1..world-1, worker -> controller
- *   struct disco__bind[world]   each worker's CPUs and NUMA nodes
- *   struct disco__trace_ring[world-1]  workers 1..world-1's command stamps (trace_ring.h)
- * The rings are absent with the pipe transport.
+ * Control segment, layout DISCO_CTL_LAYOUT. One function computes it,
+ * disco__ctl_layout (ctl_layout.h), for the controller, which creates and
+ * formats the segment, and for each worker, which recomputes it from the
+ * geometry in the header (world, num_groups, transport, max_msg, tracing
+ * on, heap_size) and refuses a header whose offsets differ or a layout that
+ * does not fit the segment. The regions, in order, each from the segment's
+ * data start (W = world; "next line": rounded up to 64 bytes):
+ *
+ *   region           what                               starts at       bytes
+ *   header           struct disco__ctl                  0               sizeof
+ *   error boxes      struct disco__errbox[W]            next line       W * sizeof
+ *   command ring     one writer (controller), W-1       next line       ring footprint (1)
+ *                    readers
+ *   reply rings      W-1 rings, worker i -> controller, next line       (W-1) * stride (1)
+ *                    ring i-1 at reply_off + (i-1) *                    stride: the ring's
+ *                    reply_size                                         footprint, next line
+ *   bindings         struct disco__bind[W]              next line       W * sizeof
+ *   trace rings      struct disco__trace_ring[W-1],     next line (2)   (W-1) * sizeof
+ *                    workers 1..W-1 (trace_ring.h)
+ *   collective area  struct disco__coll_area, barriers, next line       disco__coll_footprint
+ *                    slots, marks (collective.h)
+ *   heap             the shared heap (disco/heap.h)     next page (3)   heap_size
+ *
+ * (1) Only with the ring transport and W > 1; else size 0 at the same place.
+ * (2) Only with tracing on; else offset 0 (trace_off 0 says tracing is off).
+ * (3) DISCO_CTL_HEAP_ALIGN; the segment ends with the heap.
  */
 #ifndef DISCO_WORKERS_PROTOCOL_H
 #define DISCO_WORKERS_PROTOCOL_H
@@ -39,11 +57,14 @@ enum disco__reply {
     DISCO_REPLY_ERROR = 101, /* [token, status, message] */
 };
 
-#define DISCO_CTL_MAGIC   0x4c544343534944ULL /* "DISCCTL" */
-#define DISCO_CTL_LAYOUT  5u
-#define DISCO_ERR_MSG_MAX 384
-#define DISCO_MAX_ARGS    64
-#define DISCO_MAX_WORKERS 255
+#define DISCO_CTL_MAGIC      0x4c544343534944ULL /* "DISCCTL" */
+#define DISCO_CTL_LAYOUT     5u
+#define DISCO_ERR_MSG_MAX    384
+#define DISCO_MAX_ARGS       64
+#define DISCO_MAX_WORKERS    255
+#define DISCO_CTL_MIN_MSG    256u
+#define DISCO_CTL_MAX_MSG    (1u << 30) /* 1 GiB: a command, not a data path */
+#define DISCO_CTL_HEAP_ALIGN 4096u
 
 /* A worker's first unreported error since the controller last looked. The
  * worker fills it and sets full (release); the controller reads it after

@@ -10,6 +10,7 @@
 #include "disco/segment.h"
 #include "disco/session.h"
 #include "bind.h"
+#include "ctl_layout.h"
 #include "inherit.h"
 #include "worker.h"
 
@@ -40,26 +41,36 @@ static disco_status_t end_on_abandon(void *ctx, disco_status_t st, const int *la
 
 int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply_fd)
 {
-    struct disco__ctl *ctl = data;
-    if (size < sizeof *ctl || ctl->magic != DISCO_CTL_MAGIC || ctl->layout != DISCO_CTL_LAYOUT ||
-        id < 1 || (uint32_t)id >= ctl->world) {
-        fprintf(stderr, "disco worker %d: not a disco control segment (or bad id)\n", id);
+    /* The layout comes from this worker's own computation, checked against
+     * the header (ctl_layout.h): a header that lies about it is refused
+     * here, before any offset from it is used. */
+    struct disco__ctl_layout lay;
+    if (disco__ctl_read(data, size, &lay) != DISCO_OK) {
+        fprintf(stderr, "disco worker %d: %s\n", id, disco_last_error());
         return 2;
     }
+    if (id < 1 || (uint32_t)id >= lay.geom.world) {
+        fprintf(stderr, "disco worker %d: no such worker in a session of %u\n", id, lay.geom.world);
+        return 2;
+    }
+    struct disco__ctl *ctl = data;
+    char *base = data;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     struct parent_watch pw = {.controller = ctl->controller_pid};
     if (parent_alive(&pw) != DISCO_OK)
         return 1;
 
-    disco_chan_t chan = {
-        .kind = (int)ctl->transport, .world = (int)ctl->world, .self = id, .max_msg = ctl->max_msg};
+    disco_chan_t chan = {.kind = (int)lay.geom.transport,
+                         .world = (int)lay.geom.world,
+                         .self = id,
+                         .max_msg = lay.geom.max_msg};
     disco_ring_t reply;
     int fds[2] = {cmd_fd, reply_fd};
     if (chan.kind == DISCO_CHAN_RING) {
-        char *base = data;
-        if (disco_ring_attach(base + ctl->cmd_off, ctl->cmd_size, &chan.cmd) != DISCO_OK ||
-            disco_ring_attach(base + ctl->reply_off + (size_t)(id - 1) * ctl->reply_size,
-                              ctl->reply_size, &reply) != DISCO_OK) {
+        if (disco_ring_attach(base + lay.r[DISCO_CTL_CMD].off, (size_t)lay.r[DISCO_CTL_CMD].size,
+                              &chan.cmd) != DISCO_OK ||
+            disco_ring_attach(base + disco__ctl_reply_at(&lay, (uint32_t)id),
+                              (size_t)lay.reply_stride, &reply) != DISCO_OK) {
             fprintf(stderr, "disco worker %d: %s\n", id, disco_last_error());
             return 2;
         }
@@ -70,12 +81,13 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
         chan.reply_fd = &fds[1];
     }
 
-    const struct disco__bind *bind = (const struct disco__bind *)((char *)data + ctl->bind_off);
+    const struct disco__bind *bind = (const struct disco__bind *)(base + lay.r[DISCO_CTL_BIND].off);
     if (disco__bind_self(bind[id].cpus, bind[id].nodes) != DISCO_OK)
         fprintf(stderr, "disco worker %d: not bound: %s\n", id, disco_last_error());
-    struct disco__errbox *boxes = (struct disco__errbox *)((char *)data + ctl->errbox_off);
+    struct disco__errbox *boxes = (struct disco__errbox *)(base + lay.r[DISCO_CTL_ERRBOX].off);
     disco_heap_t heap;
-    if (disco_heap_attach((char *)data + ctl->heap_off, ctl->heap_size, &heap) != DISCO_OK) {
+    if (disco_heap_attach(base + lay.r[DISCO_CTL_HEAP].off, (size_t)lay.geom.heap_size, &heap) !=
+        DISCO_OK) {
         fprintf(stderr, "disco worker %d: %s\n", id, disco_last_error());
         return 2;
     }
@@ -89,12 +101,12 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     /* A taken heap lock is waited for like everything else: until the
      * session breaks or the controller goes. */
     disco_heap_set_wait(&heap, &wait);
-    disco__worker_init(&w, id, (int)ctl->world, &boxes[id], &heap,
-                       (struct disco__coll_area *)((char *)data + ctl->coll_off), &wait);
+    disco__worker_init(&w, id, (int)lay.geom.world, &boxes[id], &heap,
+                       (struct disco__coll_area *)(base + lay.r[DISCO_CTL_COLL].off), &wait);
     w.abandon = end_on_abandon;
-    w.ngroups = ctl->num_groups; /* read once, at start, as the rest of the geometry */
-    if (ctl->trace_off != 0)
-        w.trace = (struct disco__trace_ring *)((char *)data + ctl->trace_off) + (id - 1);
+    w.ngroups = lay.geom.num_groups; /* read once, at start, as the rest of the geometry */
+    if (lay.geom.trace)
+        w.trace = (struct disco__trace_ring *)(base + lay.r[DISCO_CTL_TRACE].off) + (id - 1);
     int rc = disco__worker_loop(&w, &chan, &wait);
     disco__worker_fini(&w);
     return rc;
