@@ -34,7 +34,7 @@ static size_t heap_mem_size(size_t capacity)
 static disco_heap_stats_t stats_of(disco_heap_t *h)
 {
     disco_heap_stats_t s;
-    disco_heap_stats(h, &s);
+    CK_OK(disco_heap_stats(h, &s));
     return s;
 }
 
@@ -572,6 +572,55 @@ START_TEST(test_lock_holder_killed)
 }
 END_TEST
 
+/* disco_heap_stats reports its failures as a status and leaves the caller's
+ * struct untouched: NULL heap, NULL header, NULL output (DISCO_E_INVAL), and
+ * a lock held past the handle's wait by a live process (DISCO_E_TIMEOUT,
+ * where it used to return zeros that looked like an empty heap). */
+START_TEST(test_stats_errors)
+{
+    disco_segment_t seg;
+    disco_heap_t h;
+    make_heap(1 * MiB, &seg, &h);
+    disco_heap_stats_t s;
+    memset(&s, 0xab, sizeof s);
+    disco_heap_stats_t marker = s;
+    CK_STATUS(disco_heap_stats(NULL, &s), DISCO_E_INVAL);
+    CK_HAS("NULL");
+    CK_STATUS(disco_heap_stats(&h, NULL), DISCO_E_INVAL);
+    CK_HAS("stats_out");
+    disco_heap_t empty = {0};
+    CK_STATUS(disco_heap_stats(&empty, &s), DISCO_E_INVAL);
+    ck_assert_msg(memcmp(&s, &marker, sizeof s) == 0, "disco_heap_stats wrote on failure");
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        if (disco__heap_lock_for_test(&h) != DISCO_OK)
+            tu_child_fail("lock: %s", disco_last_error());
+        char c = 1;
+        if (write(fds[1], &c, 1) != 1)
+            tu_child_fail("write: %s", strerror(errno));
+        for (;;)
+            pause();
+    }
+    char c;
+    ck_assert_msg(read(fds[0], &c, 1) == 1, "read: child did not take the lock");
+    disco_wait_t w = {.timeout_ns = 50 * 1000 * 1000};
+    disco_heap_set_wait(&h, &w);
+    CK_STATUS(disco_heap_stats(&h, &s), DISCO_E_TIMEOUT);
+    ck_assert_msg(memcmp(&s, &marker, sizeof s) == 0, "disco_heap_stats wrote on a timeout");
+    kill(pid, SIGKILL);
+    wait_killed(pid, "lock holder");
+    disco_heap_set_wait(&h, NULL);
+    CK_OK(disco_heap_stats(&h, &s)); /* recovers the dead holder's lock */
+    ck_assert_msg(s.capacity != 0 && s.recoveries == 1, "capacity %zu recoveries %" PRIu64,
+                  s.capacity, s.recoveries);
+    close(fds[0]);
+    close(fds[1]);
+    disco_segment_close(&seg);
+}
+END_TEST
+
 /* A process killed at each step of an alloc (lead gap, tail) and of a free
  * (merging both ways) leaves a heap that the next caller recovers whole:
  * every invariant holds and reclaiming both owners empties it. */
@@ -678,6 +727,7 @@ Suite *suite_heap(void)
     tc = tcase_create("death");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_lock_holder_killed);
+    tcase_add_test(tc, test_stats_errors);
     tcase_add_test(tc, test_killed_at_every_step);
     tcase_add_test(tc, test_killed_in_loop);
     suite_add_tcase(s, tc);

@@ -178,9 +178,14 @@ disco_status_t disco_heap_free(disco_heap_t *h, uint64_t off);
  *  it had none or the heap is broken. Walks every block under the lock. */
 size_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner);
 
-/** A snapshot of the statistics, taken under the lock (all zero if the lock
- *  cannot be had). */
-void disco_heap_stats(const disco_heap_t *h, disco_heap_stats_t *out);
+/** Fills *stats_out with a snapshot of the statistics, taken under the
+ *  lock; *stats_out is left untouched on failure. Thread-safe (any process).
+ *  Returns DISCO_OK; DISCO_E_INVAL (h, its header or stats_out NULL);
+ *  DISCO_E_BROKEN (the heap's metadata is corrupt); DISCO_E_SYS (locking
+ *  failed); DISCO_E_TIMEOUT or the wait's abort or
+ *  callback status (the lock was held past the handle's wait, see
+ *  disco_heap_set_wait). */
+disco_status_t disco_heap_stats(const disco_heap_t *h, disco_heap_stats_t *stats_out);
 
 /* --- Offsets and addresses (no lock, no checks: O(1)) ------------------ */
 
