@@ -208,7 +208,7 @@ START_TEST(test_ctors_by_dlsym)
 {
     void *lib = dlopen(DISCO_TEST_LIBDISCO, RTLD_NOW | RTLD_LOCAL);
     ck_assert_msg(lib != NULL, "dlopen(%s): %s", DISCO_TEST_LIBDISCO, dlerror());
-    struct ctors c;
+    struct ctors c = {0}; /* every member is set below (POSIX's dlsym cast) */
     *(void **)&c.null_ = sym(lib, "disco_value_null");
     *(void **)&c.bool_ = sym(lib, "disco_value_bool");
     *(void **)&c.int_ = sym(lib, "disco_value_int");
