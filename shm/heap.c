@@ -656,10 +656,13 @@ disco_status_t disco_heap_free(disco_heap_t *h, uint64_t off)
     return DISCO_OK;
 }
 
-size_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner)
+disco_status_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner, size_t *freed_out)
 {
-    if (h == NULL || heap_lock(h, "disco_heap_reclaim_owner") != DISCO_OK)
-        return 0;
+    if (h == NULL || h->sh == NULL)
+        return disco_set_error(DISCO_E_INVAL, "disco_heap_reclaim_owner: the heap is NULL");
+    disco_status_t st = heap_lock(h, "disco_heap_reclaim_owner");
+    if (st != DISCO_OK)
+        return st;
     uint64_t freed = 0;
     for (uint64_t off = h->arena_off; off < h->arena_end && !h->sh->broken;) {
         if (!header_ok(h, off)) {
@@ -673,8 +676,14 @@ size_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner)
         }
         off += blk(h, off)->size;
     }
+    bool broken = h->sh->broken;
     heap_unlock(h);
-    return (size_t)freed;
+    if (broken)
+        return disco_set_error(DISCO_E_BROKEN,
+                               "disco_heap_reclaim_owner(%u): heap metadata is corrupt", owner);
+    if (freed_out != NULL)
+        *freed_out = (size_t)freed;
+    return DISCO_OK;
 }
 
 disco_status_t disco_heap_stats(const disco_heap_t *h, disco_heap_stats_t *stats_out)
