@@ -121,7 +121,8 @@ $(BUILD)/obj/testlib/testlib.o: tests/testlib.c | $(DEPS_STAMP)
 # Tests find the test library and the worker program by absolute path.
 $(BUILD)/obj/tests/%.o: CFLAGS += -DDISCO_TEST_LIB='"$(abspath $(TESTLIB))"' \
     -DDISCO_TEST_WORKER='"$(abspath $(BUILD)/bin/disco-worker)"' \
-    -DDISCO_TEST_BIN='"$(abspath $(BUILD)/bin)"' -DDISCO_TEST_SRC='"$(abspath .)"'
+    -DDISCO_TEST_BIN='"$(abspath $(BUILD)/bin)"' -DDISCO_TEST_SRC='"$(abspath .)"' \
+    -DDISCO_TEST_LIBDISCO='"$(abspath $(BUILD)/libdisco.so)"'
 
 # The JSON-RPC test runs under Debian's python3 (deps.sh installs it and the
 # third-party client it imports), not another python3 earlier on PATH.
@@ -138,7 +139,7 @@ $(CXX_API): tests/cxx_api.cpp $(wildcard include/disco/*.h) $(BUILD)/libdisco.a 
 
 # Each test runs in its own process (CK_FORK=yes). Afterwards nothing of
 # ours may remain in /dev/shm (disco never names segments there).
-test: $(TEST_BIN) $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API)
+test: $(TEST_BIN) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API)
 	CK_FORK=yes $(TEST_BIN)
 	DISCO_QUIET=1 $(CXX_API)
 	$(PYTHON) tests/jsonrpc_test.py $(BUILD)/bin/disco-jsonrpc $(TESTLIB)

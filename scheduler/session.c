@@ -38,9 +38,7 @@ disco_status_t disco_session_heap_stats(const disco_session_t *s, disco_heap_sta
     *out = (disco_heap_stats_t){0};
     if (s->heap.sh == NULL)
         return disco_set_error(DISCO_E_INVAL, "this session has no shared heap");
-    disco_heap_stats(&s->heap, out);
-    /* disco_heap_stats leaves zeros, and the reason, when its lock fails. */
-    return out->capacity != 0 ? DISCO_OK : DISCO_E_BROKEN;
+    return disco_heap_stats(&s->heap, out);
 }
 
 int disco_session_worker_pid(const disco_session_t *s, int worker)

@@ -656,10 +656,13 @@ disco_status_t disco_heap_free(disco_heap_t *h, uint64_t off)
     return DISCO_OK;
 }
 
-size_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner)
+disco_status_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner, size_t *freed_out)
 {
-    if (h == NULL || heap_lock(h, "disco_heap_reclaim_owner") != DISCO_OK)
-        return 0;
+    if (h == NULL || h->sh == NULL)
+        return disco_set_error(DISCO_E_INVAL, "disco_heap_reclaim_owner: the heap is NULL");
+    disco_status_t st = heap_lock(h, "disco_heap_reclaim_owner");
+    if (st != DISCO_OK)
+        return st;
     uint64_t freed = 0;
     for (uint64_t off = h->arena_off; off < h->arena_end && !h->sh->broken;) {
         if (!header_ok(h, off)) {
@@ -673,25 +676,38 @@ size_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner)
         }
         off += blk(h, off)->size;
     }
+    bool broken = h->sh->broken;
     heap_unlock(h);
-    return (size_t)freed;
+    if (broken)
+        return disco_set_error(DISCO_E_BROKEN,
+                               "disco_heap_reclaim_owner(%u): heap metadata is corrupt", owner);
+    if (freed_out != NULL)
+        *freed_out = (size_t)freed;
+    return DISCO_OK;
 }
 
-void disco_heap_stats(const disco_heap_t *h, disco_heap_stats_t *out)
+disco_status_t disco_heap_stats(const disco_heap_t *h, disco_heap_stats_t *stats_out)
 {
-    memset(out, 0, sizeof *out);
-    if (heap_lock(h, "disco_heap_stats") != DISCO_OK)
-        return;
+    if (h == NULL || h->sh == NULL || stats_out == NULL)
+        return disco_set_error(DISCO_E_INVAL, "disco_heap_stats: %s is NULL",
+                               stats_out == NULL ? "stats_out" : "the heap");
+    disco_status_t st = heap_lock(h, "disco_heap_stats");
+    if (st != DISCO_OK)
+        return st;
     const struct disco_heap_shared *sh = h->sh;
     uint64_t largest = largest_free_block(h);
-    out->capacity = (size_t)(h->arena_end - h->arena_off);
-    out->used_bytes = (size_t)sh->used_bytes;
-    out->free_bytes = (size_t)sh->free_bytes;
-    out->largest_free = (size_t)(largest > HDR ? largest - HDR : 0);
-    out->live_blocks = (size_t)sh->live_blocks;
-    out->free_blocks = (size_t)sh->free_blocks;
-    out->recoveries = sh->recoveries;
+    disco_heap_stats_t s;
+    memset(&s, 0, sizeof s);
+    s.capacity = (size_t)(h->arena_end - h->arena_off);
+    s.used_bytes = (size_t)sh->used_bytes;
+    s.free_bytes = (size_t)sh->free_bytes;
+    s.largest_free = (size_t)(largest > HDR ? largest - HDR : 0);
+    s.live_blocks = (size_t)sh->live_blocks;
+    s.free_blocks = (size_t)sh->free_blocks;
+    s.recoveries = sh->recoveries;
     heap_unlock(h);
+    *stats_out = s;
+    return DISCO_OK;
 }
 
 uint64_t disco_heap_offset(const disco_heap_t *h, const void *p)

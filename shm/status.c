@@ -37,7 +37,7 @@ const char *disco_last_error(void)
     return detail;
 }
 
-int disco_set_error(int status, const char *fmt, ...)
+disco_status_t disco_set_error(disco_status_t status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

@@ -38,6 +38,16 @@ static disco_status_t twice(disco_ctx_t *ctx, const disco_value_t *args, int nar
 }
 DISCO_FUNC("cxx.twice", "i", twice)
 
+/* args[0] times the int the registration's user pointer points at. */
+static disco_status_t times_user(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                 disco_value_t *ret)
+{
+    (void)nargs;
+    *ret = disco_int(args[0].v.i * *static_cast<const int64_t *>(disco_ctx_user(ctx)));
+    return DISCO_OK;
+}
+static const int64_t three = 3;
+
 static bool never(void *arg)
 {
     (void)arg;
@@ -85,7 +95,23 @@ static void waits(void)
     CHECK(disco_wait_until(&q, never, nullptr, &w) == DISCO_E_BROKEN);
 }
 
-/* A session opened from C++ runs a function registered from C++. */
+/* What bindings use: the out-of-line constructors build what the inline
+ * ones build, and disco_set_error's status needs no cast in C++. */
+static void bindings(void)
+{
+    disco_value_t a = disco_value_int(-5), b = disco_int(-5);
+    CHECK(disco_value_equal(&a, &b));
+    a = disco_value_str("x");
+    b = disco_str("x");
+    CHECK(disco_value_equal(&a, &b));
+    disco_status_t st = disco_set_error(DISCO_E_INVAL, "from C++");
+    CHECK(st == DISCO_E_INVAL);
+    CHECK(disco_register_func_ex("cxx.thrice", "i", times_user, const_cast<int64_t *>(&three)) ==
+          DISCO_OK);
+}
+
+/* A session opened from C++ runs functions registered from C++ (one of them
+ * with a user pointer). */
 static void session(void)
 {
     disco_session_config_t cfg = disco_session_config_default(2);
@@ -108,6 +134,14 @@ static void session(void)
     }
     CHECK(disco_session_free(s, r) == DISCO_OK);
     CHECK(disco_session_free(s, f) == DISCO_OK);
+    CHECK(disco_session_call_by_name(s, "cxx.thrice", &arg, 1, &r) == DISCO_OK);
+    if (disco_session_debug_get(s, r, 1, &v) == DISCO_OK) {
+        CHECK(v.type == DISCO_T_INT && v.v.i == 63);
+        disco_value_clear(&v);
+    } else {
+        CHECK(!"disco_session_debug_get (cxx.thrice)");
+    }
+    CHECK(disco_session_free(s, r) == DISCO_OK);
     disco_session_close(s);
 }
 
@@ -115,6 +149,7 @@ int main()
 {
     values();
     waits();
+    bindings();
     session();
     if (failures != 0)
         return 1;

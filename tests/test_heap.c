@@ -34,7 +34,7 @@ static size_t heap_mem_size(size_t capacity)
 static disco_heap_stats_t stats_of(disco_heap_t *h)
 {
     disco_heap_stats_t s;
-    disco_heap_stats(h, &s);
+    CK_OK(disco_heap_stats(h, &s));
     return s;
 }
 
@@ -328,14 +328,17 @@ START_TEST(test_reclaim_owner)
         memset(disco_heap_ptr(&h, offs[i]), i, sizes[i]);
     }
     size_t used = stats_of(&h).used_bytes;
-    size_t got = disco_heap_reclaim_owner(&h, 1);
+    size_t got = 0;
+    CK_OK(disco_heap_reclaim_owner(&h, 1, &got));
     disco_heap_stats_t s = stats_of(&h);
     ck_assert_msg(got > 0 && got == used - s.used_bytes && s.live_blocks == 60,
                   "disco_heap_reclaim_owner(1) = %zu, used %zu -> %zu, live %zu", got, used,
                   s.used_bytes, s.live_blocks);
     CK_OK(disco__heap_check(&h));
-    ck_assert_msg(disco_heap_reclaim_owner(&h, 1) == 0, "second reclaim of owner 1 freed bytes");
-    ck_assert_msg(disco_heap_reclaim_owner(&h, 77) == 0, "reclaim of an unknown owner");
+    CK_OK(disco_heap_reclaim_owner(&h, 1, &got));
+    ck_assert_msg(got == 0, "second reclaim of owner 1 freed bytes");
+    CK_OK(disco_heap_reclaim_owner(&h, 77, &got));
+    ck_assert_msg(got == 0, "reclaim of an unknown owner");
     for (int i = 0; i < 90; i++) {
         if (i % 3 == 1) {
             CK_STATUS(disco_heap_free(&h, offs[i]), DISCO_E_INVAL);
@@ -562,10 +565,65 @@ START_TEST(test_lock_holder_killed)
     ck_assert_msg(s.recoveries == 1 && s.live_blocks == 4, "recoveries %" PRIu64 ", live %zu",
                   s.recoveries, s.live_blocks);
     CK_OK(disco__heap_check(&h));
-    size_t got = disco_heap_reclaim_owner(&h, 9);
+    size_t got = 0;
+    CK_OK(disco_heap_reclaim_owner(&h, 9, &got));
     ck_assert_msg(got == 3 * (1024 + HDR), "disco_heap_reclaim_owner(9) = %zu", got);
     CK_OK(disco_heap_free(&h, off));
     assert_empty(&h, "after reclaim");
+    close(fds[0]);
+    close(fds[1]);
+    disco_segment_close(&seg);
+}
+END_TEST
+
+/* disco_heap_stats and disco_heap_reclaim_owner report their failures as a
+ * status and leave the caller's output untouched: NULL heap, NULL header,
+ * NULL output (DISCO_E_INVAL), and a lock held past the handle's wait by a
+ * live process (DISCO_E_TIMEOUT, where they used to return zeros that looked
+ * like an empty heap and nothing to reclaim). */
+START_TEST(test_stats_errors)
+{
+    disco_segment_t seg;
+    disco_heap_t h;
+    make_heap(1 * MiB, &seg, &h);
+    disco_heap_stats_t s;
+    memset(&s, 0xab, sizeof s);
+    disco_heap_stats_t marker = s;
+    CK_STATUS(disco_heap_stats(NULL, &s), DISCO_E_INVAL);
+    CK_HAS("NULL");
+    CK_STATUS(disco_heap_stats(&h, NULL), DISCO_E_INVAL);
+    CK_HAS("stats_out");
+    disco_heap_t empty = {0};
+    CK_STATUS(disco_heap_stats(&empty, &s), DISCO_E_INVAL);
+    CK_STATUS(disco_heap_reclaim_owner(NULL, 1, NULL), DISCO_E_INVAL);
+    ck_assert_msg(memcmp(&s, &marker, sizeof s) == 0, "disco_heap_stats wrote on failure");
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        if (disco__heap_lock_for_test(&h) != DISCO_OK)
+            tu_child_fail("lock: %s", disco_last_error());
+        char c = 1;
+        if (write(fds[1], &c, 1) != 1)
+            tu_child_fail("write: %s", strerror(errno));
+        for (;;)
+            pause();
+    }
+    char c;
+    ck_assert_msg(read(fds[0], &c, 1) == 1, "read: child did not take the lock");
+    disco_wait_t w = {.timeout_ns = 50 * 1000 * 1000};
+    disco_heap_set_wait(&h, &w);
+    CK_STATUS(disco_heap_stats(&h, &s), DISCO_E_TIMEOUT);
+    ck_assert_msg(memcmp(&s, &marker, sizeof s) == 0, "disco_heap_stats wrote on a timeout");
+    size_t freed = 12345;
+    CK_STATUS(disco_heap_reclaim_owner(&h, 1, &freed), DISCO_E_TIMEOUT);
+    ck_assert_msg(freed == 12345, "disco_heap_reclaim_owner wrote on a timeout");
+    kill(pid, SIGKILL);
+    wait_killed(pid, "lock holder");
+    disco_heap_set_wait(&h, NULL);
+    CK_OK(disco_heap_stats(&h, &s)); /* recovers the dead holder's lock */
+    ck_assert_msg(s.capacity != 0 && s.recoveries == 1, "capacity %zu recoveries %" PRIu64,
+                  s.capacity, s.recoveries);
     close(fds[0]);
     close(fds[1]);
     disco_segment_close(&seg);
@@ -606,8 +664,8 @@ START_TEST(test_killed_at_every_step)
                       stats_of(&h).recoveries);
         uint64_t off = alloc_ok(&h, 100, 0, 3);
         CK_OK(disco_heap_free(&h, off));
-        disco_heap_reclaim_owner(&h, 1);
-        disco_heap_reclaim_owner(&h, 2);
+        CK_OK(disco_heap_reclaim_owner(&h, 1, NULL));
+        CK_OK(disco_heap_reclaim_owner(&h, 2, NULL));
         char when[64];
         snprintf(when, sizeof when, "step %d, after reclaim", step);
         assert_empty(&h, when);
@@ -644,7 +702,7 @@ START_TEST(test_killed_in_loop)
         kill(pid, SIGKILL);
         wait_killed(pid, "looping child");
         CK_OK(disco__heap_check(&h));
-        disco_heap_reclaim_owner(&h, 4);
+        CK_OK(disco_heap_reclaim_owner(&h, 4, NULL));
         assert_empty(&h, "after a killed looping child");
         close(fds[0]);
         close(fds[1]);
@@ -678,6 +736,7 @@ Suite *suite_heap(void)
     tc = tcase_create("death");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_lock_holder_killed);
+    tcase_add_test(tc, test_stats_errors);
     tcase_add_test(tc, test_killed_at_every_step);
     tcase_add_test(tc, test_killed_in_loop);
     suite_add_tcase(s, tc);

@@ -2,6 +2,7 @@
 #include "registry.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Entries are appended under the lock and never move or disappear, so a
@@ -53,7 +54,7 @@ static struct disco__func *find_locked(const char *name)
     return NULL;
 }
 
-static disco_status_t register_entry(const char *name, const char *sig, disco_func_t fn,
+static disco_status_t register_entry(const char *name, const char *sig, disco_func_t fn, void *user,
                                      _Bool needs_worker)
 {
     if (name == NULL || name[0] == '\0' || strlen(name) >= DISCO_FUNC_NAME_MAX || fn == NULL)
@@ -65,12 +66,18 @@ static disco_status_t register_entry(const char *name, const char *sig, disco_fu
             (strchr(sig, '*') != NULL && strchr(sig, '*') != sig + n - 1))
             return disco_set_error(DISCO_E_INVAL, "function %s: bad signature \"%s\"", name, sig);
     }
+    struct disco__binding *b = malloc(sizeof *b);
+    if (b == NULL)
+        return disco_set_error(DISCO_E_NOMEM, "function %s: no memory for its binding", name);
+    b->fn = fn;
+    b->user = user;
     pthread_mutex_lock(&lock);
     struct disco__func *f = find_locked(name);
     if (f == NULL) {
         uint32_t n = atomic_load_explicit(&count, memory_order_relaxed);
         if (n == DISCO_FUNC_MAX) {
             pthread_mutex_unlock(&lock);
+            free(b);
             return disco_set_error(DISCO_E_NOMEM, "function table full (%d)", DISCO_FUNC_MAX);
         }
         f = &table[n];
@@ -78,25 +85,36 @@ static disco_status_t register_entry(const char *name, const char *sig, disco_fu
         /* Release: the name is written before a reader can see the entry. */
         atomic_store_explicit(&count, n + 1, memory_order_release);
     }
-    /* A replacement publishes sig before the flag and fn; readers that race
-     * with re-registration of a name see either version of fn. */
+    /* A replacement publishes sig before the flag and the binding; readers
+     * that race with re-registration of a name see either binding, each
+     * whole (fn with its own user). Relaxed: the lock orders this load
+     * against the previous registration's store. */
+    b->prev = atomic_load_explicit(&f->bound, memory_order_relaxed);
     strcpy(f->sig, sig != NULL ? sig : "");
     atomic_store_explicit(&f->has_sig, sig != NULL, memory_order_release);
-    /* Release, as has_sig: a reader that sees the new fn sees its flag. */
+    /* Release, as has_sig: a reader that sees the new binding sees its flag. */
     atomic_store_explicit(&f->needs_worker, needs_worker, memory_order_release);
-    atomic_store_explicit(&f->fn, fn, memory_order_release);
+    /* Release: pairs with the acquire in disco__func_run; the binding's
+     * fields are written before a caller can load its address. */
+    atomic_store_explicit(&f->bound, b, memory_order_release);
     pthread_mutex_unlock(&lock);
     return DISCO_OK;
 }
 
 disco_status_t disco_register_func(const char *name, const char *sig, disco_func_t fn)
 {
-    return register_entry(name, sig, fn, 0);
+    return register_entry(name, sig, fn, NULL, 0);
+}
+
+disco_status_t disco_register_func_ex(const char *name, const char *sig, disco_func_t fn,
+                                      void *user)
+{
+    return register_entry(name, sig, fn, user, 0);
 }
 
 disco_status_t disco__register_session_func(const char *name, const char *sig, disco_func_t fn)
 {
-    return register_entry(name, sig, fn, 1);
+    return register_entry(name, sig, fn, NULL, 1);
 }
 
 disco_status_t disco__func_find(const char *name, uint64_t *handle_out)
@@ -113,7 +131,7 @@ disco_status_t disco__func_find(const char *name, uint64_t *handle_out)
 
 const struct disco__func *disco__func_at(uint64_t handle)
 {
-    /* Acquire: pairs with the release in disco_register_func. */
+    /* Acquire: pairs with the release of count in register_entry. */
     if (handle >= atomic_load_explicit(&count, memory_order_acquire))
         return NULL;
     return &table[handle];

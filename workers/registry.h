@@ -11,10 +11,21 @@
 #define DISCO_FUNC_SIG_MAX  32
 #define DISCO_FUNC_MAX      4096
 
+/* What a registration binds a name to. Immutable once published: a
+ * re-registration publishes a new binding instead of rewriting this one, so
+ * a caller reads fn and user as one pair (never a new fn with an old user).
+ * Replaced bindings stay allocated (chained through prev) because a call
+ * running on another thread may still hold them. */
+struct disco__binding {
+    disco_func_t fn;
+    void *user;
+    const struct disco__binding *prev;
+};
+
 struct disco__func {
     char name[DISCO_FUNC_NAME_MAX];
     char sig[DISCO_FUNC_SIG_MAX]; /* "" with has_sig false: any arguments */
-    _Atomic(disco_func_t) fn;
+    _Atomic(const struct disco__binding *) bound;
     _Atomic(_Bool) has_sig;
     /* Needs a session worker (a collective, a heap tensor): refused where a
      * function runs outside a session (the local RPC session, the JSON-RPC

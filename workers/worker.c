@@ -116,6 +116,11 @@ int disco_ctx_world_size(const disco_ctx_t *ctx)
     return ctx->world;
 }
 
+void *disco_ctx_user(const disco_ctx_t *ctx)
+{
+    return ctx->user;
+}
+
 void *disco_ctx_alloc(disco_ctx_t *ctx, size_t size)
 {
     void **list = realloc(ctx->scratch, (ctx->nscratch + 1) * sizeof *list);
@@ -188,16 +193,21 @@ disco_status_t disco__func_run(const struct disco__func *f, disco_worker_t *w,
     ctx.tensors = NULL;
     ctx.ntensors = 0;
     disco_value_t ret = disco_null();
-    disco_func_t fn = atomic_load_explicit(&f->fn, memory_order_acquire);
-    /* Acquire: pairs with the release in disco_register_func (the flag is
-     * stored before fn, so it is at least as new as fn). */
+    /* Acquire: pairs with the release in register_entry (registry.c); fn
+     * and user come from one binding, never rewritten once published. */
+    const struct disco__binding *b = atomic_load_explicit(&f->bound, memory_order_acquire);
+    if (b == NULL) /* only between an entry's first publication and its binding's */
+        return disco_set_error(DISCO_E_NO_FUNC, "function %s is being registered", f->name);
+    ctx.user = b->user;
+    /* Acquire: pairs with the release in register_entry (the flag is
+     * stored before the binding, so it is at least as new as it). */
     if (w == NULL && atomic_load_explicit(&f->needs_worker, memory_order_acquire))
         return disco_set_error(DISCO_E_INVAL,
                                "%s needs a session worker: call it in a Disco session, not in "
                                "a local or JSON-RPC session",
                                f->name);
     disco_clear_error();
-    disco_status_t st = fn(&ctx, args, n, &ret);
+    disco_status_t st = b->fn(&ctx, args, n, &ret);
     if (st != DISCO_OK) {
         if (!ctx.failed) /* the message is in the error detail (copy: we rewrite it) */
             snprintf(ctx.msg, sizeof ctx.msg, "%s", disco_last_error());

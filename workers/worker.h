@@ -48,6 +48,7 @@ struct disco_ctx {
     int world;
     int failed;
     disco_worker_t *worker;
+    void *user; /* the registration's user pointer (disco_register_func_ex) */
     char msg[DISCO_ERR_MSG_MAX];
     void **scratch; /* scratch blocks and tensors owned by the call */
     size_t nscratch;

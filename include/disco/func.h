@@ -42,6 +42,12 @@ int disco_ctx_worker_id(const disco_ctx_t *ctx);
 /** Number of workers in the session. */
 int disco_ctx_world_size(const disco_ctx_t *ctx);
 
+/** The user pointer given to disco_register_func_ex for the function being
+ *  called (NULL for disco_register_func and DISCO_FUNC). Workers forked after
+ *  the registration see the same pointer value (the same address in their
+ *  copy of the parent's memory). Thread-safe. */
+void *disco_ctx_user(const disco_ctx_t *ctx);
+
 /** Scratch memory for building a result; freed after the result is copied
  *  into its register. NULL when out of memory. */
 void *disco_ctx_alloc(disco_ctx_t *ctx, size_t size);
@@ -51,11 +57,23 @@ void *disco_ctx_alloc(disco_ctx_t *ctx, size_t size);
 disco_status_t disco_ctx_fail(disco_ctx_t *ctx, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/** Registers fn under name (copied) with a signature (copied; NULL: any).
- *  Registering a name again replaces the function. Thread-safe. Returns
- *  DISCO_OK, DISCO_E_INVAL (empty name or bad signature letter),
- *  DISCO_E_NOMEM (table full). */
+/** Registers fn under name (copied) with a signature (copied; NULL: any)
+ *  and a NULL user pointer. Registering a name again replaces the function.
+ *  Thread-safe. Returns DISCO_OK, DISCO_E_INVAL (empty name, fn NULL or bad
+ *  signature letter), DISCO_E_NOMEM (table full, or no memory). */
 disco_status_t disco_register_func(const char *name, const char *sig, disco_func_t fn);
+
+/** As disco_register_func, and binds user to the name: the function reads
+ *  it with disco_ctx_user(ctx) in every call made through this name, so one
+ *  C function can serve several names with different state (what a binding
+ *  from another language needs: one trampoline, one user pointer per
+ *  registered callable). disco neither reads nor frees user. A name
+ *  registered again gets the new fn and user together; a call racing with
+ *  that sees one pair or the other, never a mix. Thread-safe. Returns
+ *  DISCO_OK, DISCO_E_INVAL (empty name, fn NULL or bad signature letter),
+ *  DISCO_E_NOMEM (table full, or no memory for the binding). */
+disco_status_t disco_register_func_ex(const char *name, const char *sig, disco_func_t fn,
+                                      void *user);
 
 /** Registers fn when the library that contains this line is loaded. */
 #define DISCO_FUNC(name, sig, fn)                                                                  \

@@ -173,14 +173,23 @@ disco_status_t disco_heap_alloc(disco_heap_t *h, size_t size, size_t align, uint
  *  (disco_heap_set_wait). */
 disco_status_t disco_heap_free(disco_heap_t *h, uint64_t off);
 
-/** Frees every live block marked with owner (a worker that died) and
- *  returns the bytes freed, headers included (the drop in used_bytes); 0 if
- *  it had none or the heap is broken. Walks every block under the lock. */
-size_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner);
+/** Frees every live block marked with owner (a worker that died) and sets
+ *  *freed_out (NULL: not wanted) to the bytes freed, headers included (the
+ *  drop in used_bytes; 0 if it had none). Walks every block under the lock.
+ *  Thread-safe (any process). Returns DISCO_OK; DISCO_E_INVAL (h NULL);
+ *  DISCO_E_BROKEN (the heap's metadata is corrupt, found before or during
+ *  the walk: blocks met before the damage are freed, *freed_out is left
+ *  untouched); DISCO_E_SYS; the lock wait's status (disco_heap_set_wait). */
+disco_status_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner, size_t *freed_out);
 
-/** A snapshot of the statistics, taken under the lock (all zero if the lock
- *  cannot be had). */
-void disco_heap_stats(const disco_heap_t *h, disco_heap_stats_t *out);
+/** Fills *stats_out with a snapshot of the statistics, taken under the
+ *  lock; *stats_out is left untouched on failure. Thread-safe (any process).
+ *  Returns DISCO_OK; DISCO_E_INVAL (h, its header or stats_out NULL);
+ *  DISCO_E_BROKEN (the heap's metadata is corrupt); DISCO_E_SYS (locking
+ *  failed); DISCO_E_TIMEOUT or the wait's abort or
+ *  callback status (the lock was held past the handle's wait, see
+ *  disco_heap_set_wait). */
+disco_status_t disco_heap_stats(const disco_heap_t *h, disco_heap_stats_t *stats_out);
 
 /* --- Offsets and addresses (no lock, no checks: O(1)) ------------------ */
 

@@ -187,8 +187,10 @@ disco_status_t disco_session_health(const disco_session_t *sess);
 /** The shared tensor heap's statistics (live blocks, bytes used and free,
  *  recoveries from a process that died holding its lock). Works on a broken
  *  session too, until close: after a worker death it shows what the dead
- *  worker left and that the heap is still consistent. Returns DISCO_OK, or
- *  DISCO_E_BROKEN when the heap's metadata is corrupt. */
+ *  worker left and that the heap is still consistent. *out is zeroed first.
+ *  Returns DISCO_OK; DISCO_E_INVAL (the session has no heap); DISCO_E_BROKEN
+ *  when the heap's metadata is corrupt; or another code of
+ *  disco_heap_stats (its lock could not be had). */
 disco_status_t disco_session_heap_stats(const disco_session_t *sess, disco_heap_stats_t *out);
 
 /** Convenience: get_func + call + free of the function register. */

@@ -80,9 +80,11 @@ const char *disco_err_name(int status);
 const char *disco_last_error(void);
 
 /** Records context for an error on this thread (printf format) and returns
- *  status, so a caller can write `return disco_set_error(DISCO_E_..., ...)`.
- *  Thread-safe. */
-int disco_set_error(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ *  status unchanged, so a caller can write
+ *  `return disco_set_error(DISCO_E_..., ...)`. Thread-safe (thread-local).
+ *  Returns status (any code; it is not checked). */
+disco_status_t disco_set_error(disco_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /** Clears this thread's error context. Thread-safe. */
 void disco_clear_error(void);

@@ -57,6 +57,9 @@ static inline disco_value_t disco_tensor_value(DLTensor *t)
     return x;
 }
 
+/** disco_tensor_value out of line, for FFIs (see value.h). Thread-safe. */
+disco_value_t disco_value_tensor(DLTensor *t);
+
 /** Elements of t (product of the shape; 1 for a scalar; 0 when a dimension
  *  is 0). INT64_MAX when the product overflows or a dimension is negative:
  *  disco never makes such a tensor (see disco_shape_nbytes). Thread-safe. */

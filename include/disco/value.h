@@ -71,7 +71,14 @@ typedef struct disco_value {
 
 /* Constructors (borrowing: no copies are made). They fill the value member
  * by member, not with designated initializers, so that this header compiles
- * as C++ too. */
+ * as C++ too.
+ *
+ * Two spellings, one scheme: disco_<kind>() is the static inline form for C
+ * and C++ callers (disco_int, disco_str, ...); disco_value_<kind>() is the
+ * same constructor as an exported out-of-line function, for callers that
+ * cannot expand a static inline: ctypes, cffi, other FFIs, dlsym
+ * (disco_value_int, disco_value_str, ...; disco_value_tensor in tensor.h).
+ * Each pair returns identical values, all 8 payload bytes included. */
 
 /* Internal: a value of the given type and len with all 8 payload bytes zero. */
 static inline disco_value_t disco__value_make(uint32_t type, uint32_t len)
@@ -135,6 +142,18 @@ static inline disco_value_t disco_opaque(uint64_t h)
     x.v.handle = h;
     return x;
 }
+
+/* The out-of-line constructors (see above). Thread-safe; they cannot fail. */
+disco_value_t disco_value_null(void);
+disco_value_t disco_value_bool(bool b);
+disco_value_t disco_value_int(int64_t i);
+disco_value_t disco_value_float(double f);
+disco_value_t disco_value_str(const char *s); /* len = strlen(s) */
+disco_value_t disco_value_bytes(const void *p, uint32_t len);
+disco_value_t disco_value_shape(const int64_t *dims, uint32_t ndim);
+disco_value_t disco_value_dtype(DLDataType t);
+disco_value_t disco_value_device(DLDevice d);
+disco_value_t disco_value_opaque(uint64_t h);
 
 /** Name of a type code ("int", "str", ...; "unknown" otherwise). Thread-safe. */
 const char *disco_type_name(uint32_t type);
