@@ -4,6 +4,7 @@
  * bounded and printable; their codes must be disco's errors. White-box:
  * the tests write the shared structures as a hostile worker would. */
 #include <check.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -131,6 +132,12 @@ END_TEST
  * writer is us for the moment), and asks worker 1 for a debug get. */
 static disco_status_t forged_reply(disco_session_t *s, int64_t code, const char *msg)
 {
+    /* Worker 1 is the ring's one writer and would write its own answer to
+     * the debug get at the same place: stopped, it cannot (it is killed
+     * once its "answer" has been read). */
+    pid_t w1 = (pid_t)disco_session_worker_pid(s, 1);
+    ck_assert_int_gt(w1, 0);
+    ck_assert_int_eq(kill(w1, SIGSTOP), 0);
     disco_value_t v[3] = {disco_int(s->token + 1), disco_int(code), disco_str(msg)};
     static _Alignas(8) unsigned char frame[8192];
     size_t len;
@@ -139,7 +146,12 @@ static disco_status_t forged_reply(disco_session_t *s, int64_t code, const char 
     disco_dref_t r;
     CK_OK(disco_session_alloc_reg(s, &r));
     disco_value_t got;
-    return disco_session_debug_get(s, r, 1, &got);
+    disco_status_t st = disco_session_debug_get(s, r, 1, &got);
+    char why[1024];
+    snprintf(why, sizeof why, "%s", disco_last_error());
+    kill(w1, SIGKILL);
+    disco_set_error(st, "%s", why); /* the detail the caller checks */
+    return st;
 }
 
 /* A worker's error reply is read like its mailbox: its text bounded and
