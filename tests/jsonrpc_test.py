@@ -289,6 +289,10 @@ def test_copy_roundtrip(t):
     # Past the end: a disco error (DISCO_E_INVAL), not a crash.
     err = t.error("copy_from_remote", {"handle": h, "offset": len(data) - 1, "nbytes": 2})
     assert err["code"] == -1 and err["data"]["status"] == "DISCO_E_INVAL", err
+    # A huge count is refused as a parameter before any buffer is allocated
+    # (it answered DISCO_E_NOMEM after trying to allocate 2^62 bytes).
+    err = t.error("copy_from_remote", {"handle": h, "nbytes": 1 << 62})
+    assert err["code"] == -32602 and "copy in pieces" in err["message"], err
     assert t.ok("stream_sync", {"device": {"device_type": 1, "device_id": 0}}) is None
     assert t.ok("stream_sync") is None
     h2 = t.ok("alloc", {"nbytes": 64, "align": 256})["handle"]

@@ -755,6 +755,8 @@ static int m_copy_to(struct server *sv, json_t *params, json_t **res, struct err
     return st != DISCO_OK ? disco_fail(e, st) : 0;
 }
 
+#define COPY_FROM_MAX (512u << 20) /* bytes: base64 makes 683 MiB, under the 1 GiB body */
+
 static int m_copy_from(struct server *sv, json_t *params, json_t **res, struct err *e)
 {
     uint64_t h, off, n;
@@ -762,8 +764,13 @@ static int m_copy_from(struct server *sv, json_t *params, json_t **res, struct e
         u64_param(params, "offset", 0, 0, &off, e) != 0 ||
         u64_param(params, "nbytes", 1, 0, &n, e) != 0)
         return -1;
-    if (n > SIZE_MAX / 2)
-        return fail(e, INVALID_PARAMS, "Invalid params: \"nbytes\" %" PRIu64 " is too large", n);
+    /* The answer carries the bytes in base64 in one JSON text, read whole by
+     * the client: more than the framing's 1 GiB cannot travel, and a buffer
+     * that large is refused before it is allocated (copy in pieces). */
+    if (n > COPY_FROM_MAX)
+        return fail(e, INVALID_PARAMS,
+                    "Invalid params: \"nbytes\" %" PRIu64 " is over %u (copy in pieces)", n,
+                    COPY_FROM_MAX);
     void *buf = malloc(n ? n : 1);
     if (buf == NULL)
         return disco_fail(e, disco_set_error(DISCO_E_NOMEM, "%" PRIu64 " bytes to copy", n));
