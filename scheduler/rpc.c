@@ -1,5 +1,6 @@
 /* rpc.c - the RPC session API: dispatch through the ops table, device
  * tagging. */
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -66,6 +67,11 @@ disco_status_t disco_rpc_free_handle(disco_rpc_t *s, disco_rpc_handle_t h)
 disco_status_t disco_rpc_dev_alloc(disco_rpc_t *s, DLDevice dev, uint64_t nbytes, uint64_t align,
                                    disco_rpc_handle_t *mem_out)
 {
+    /* Every backend the same answer: the wire carries sizes as int64. */
+    if (nbytes > DISCO_TENSOR_MAX_BYTES)
+        return disco_set_error(DISCO_E_OVERFLOW,
+                               "device alloc of %" PRIu64 " bytes: over the 2^62-byte limit",
+                               nbytes);
     return s->ops->dev_alloc(s, dev, nbytes, align, mem_out);
 }
 

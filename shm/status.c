@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #define DISCO_DETAIL_MAX 512
 
@@ -39,10 +40,15 @@ const char *disco_last_error(void)
 
 disco_status_t disco_set_error(disco_status_t status, const char *fmt, ...)
 {
+    /* Formatted apart, then copied: an argument may be the detail itself
+     * ("ctx: %s", disco_last_error()), and vsnprintf into its own source
+     * is undefined (it left the detail empty). */
+    char buf[sizeof detail];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(detail, sizeof detail, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    memcpy(detail, buf, sizeof detail);
     return status;
 }
 

@@ -520,6 +520,33 @@ START_TEST(test_str_len_rules)
 }
 END_TEST
 
+/* A device allocation too large to name on the wire is DISCO_E_OVERFLOW
+ * with its size said, the same through a client as in a local session (they
+ * answered DISCO_E_INVAL "negative size" and DISCO_E_NOMEM with no detail). */
+START_TEST(test_dev_alloc_sizes_agree)
+{
+    pid_t pid;
+    disco_rpc_t *rc = stdio_server(&pid), *rl;
+    CK_OK(disco_rpc_local(&rl));
+    disco_rpc_handle_t h;
+    const uint64_t sizes[] = {UINT64_MAX, (uint64_t)INT64_MAX + 1, DISCO_TENSOR_MAX_BYTES + 1};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            CK_STATUS(disco_rpc_dev_alloc(k ? rc : rl, (DLDevice){kDLCPU, 0}, sizes[i], 64, &h),
+                      DISCO_E_OVERFLOW);
+            CK_HAS("bytes: over the 2^62-byte limit");
+        }
+    /* within the limit but beyond the machine: refused, and said why */
+    disco_status_t st =
+        disco_rpc_dev_alloc(rl, (DLDevice){kDLCPU, 0}, DISCO_TENSOR_MAX_BYTES, 64, &h);
+    ck_assert_int_ne(st, DISCO_OK);
+    ck_assert_msg(strstr(disco_last_error(), "allocation of") != NULL, "detail: %s",
+                  disco_last_error());
+    disco_rpc_close(rl);
+    stdio_server_end(rc, pid);
+}
+END_TEST
+
 Suite *suite_bounds(void)
 {
     Suite *s = suite_create("bounds");
@@ -534,6 +561,7 @@ Suite *suite_bounds(void)
     tcase_add_test(tc, test_collectives_outside_session_local);
     tcase_add_test(tc, test_collectives_outside_session_server);
     tcase_add_test(tc, test_copy_range_overflow);
+    tcase_add_test(tc, test_dev_alloc_sizes_agree);
     tcase_add_test(tc, test_worker_view_alloc_overflow);
     tcase_add_test(tc, test_gather_dim0_overflow);
     tcase_add_test(tc, test_str_len_rules);

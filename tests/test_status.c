@@ -123,6 +123,19 @@ START_TEST(test_error_thread_local)
 }
 END_TEST
 
+/* The detail may be an argument of the next disco_set_error (context
+ * added in front of an inner error): the result holds both parts. */
+START_TEST(test_set_error_wraps_detail)
+{
+    disco_set_error(DISCO_E_NOMEM, "inner %d", 7);
+    ck_assert_int_eq(disco_set_error(DISCO_E_INVAL, "outer: %s", disco_last_error()),
+                     DISCO_E_INVAL);
+    ck_assert_str_eq(disco_last_error(), "outer: inner 7");
+    disco_set_error(DISCO_E_INVAL, "%s", disco_last_error());
+    ck_assert_str_eq(disco_last_error(), "outer: inner 7");
+}
+END_TEST
+
 Suite *suite_status(void)
 {
     Suite *s = suite_create("status");
@@ -139,6 +152,7 @@ Suite *suite_status(void)
     tcase_add_test(tc, test_set_error);
     tcase_add_test(tc, test_set_error_truncates);
     tcase_add_test(tc, test_error_thread_local);
+    tcase_add_test(tc, test_set_error_wraps_detail);
     suite_add_tcase(s, tc);
     return s;
 }
