@@ -180,6 +180,20 @@ static disco_status_t wait_space(disco_ring_t *r, uint64_t pos, const disco_wait
     return disco_wait_until(&r->sh->space_q, has_space, &a, w);
 }
 
+void disco__ring_writer_takeover(disco_ring_t *r)
+{
+    /* Relaxed: the old writer is stopped, so head has no other writer. */
+    uint64_t head = atomic_load_explicit(&r->sh->head, memory_order_relaxed);
+    for (uint32_t i = 0; i < r->nreaders; i++) {
+        /* Acquire, pairs with the reader's R2 release (as W1). */
+        uint64_t c = atomic_load_explicit(&r->sh->readers[i].cursor, memory_order_acquire);
+        if ((int64_t)(c - head) > 0)
+            head = c;
+    }
+    atomic_store_explicit(&r->sh->head, head, memory_order_relaxed);
+    r->min_seen = head;
+}
+
 disco_status_t disco_ring_write(disco_ring_t *r, const void *msg, uint32_t len,
                                 const disco_wait_t *w)
 {

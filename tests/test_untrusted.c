@@ -138,6 +138,13 @@ static disco_status_t forged_reply(disco_session_t *s, int64_t code, const char 
     pid_t w1 = (pid_t)disco_session_worker_pid(s, 1);
     ck_assert_int_gt(w1, 0);
     ck_assert_int_eq(kill(w1, SIGSTOP), 0);
+    /* A spinning worker takes the signal only at its next interrupt: wait
+     * until it has stopped (the stop is reported, the worker not reaped). */
+    siginfo_t si;
+    ck_assert_int_eq(waitid(P_PID, (id_t)w1, &si, WSTOPPED), 0);
+    /* It may have stopped after publishing its last reply but before
+     * storing the ring's head: this writer starts where the reader is. */
+    disco__ring_writer_takeover(&s->reply_rings[1]);
     disco_value_t v[3] = {disco_int(s->token + 1), disco_int(code), disco_str(msg)};
     static _Alignas(8) unsigned char frame[8192];
     size_t len;

@@ -113,6 +113,12 @@ disco_status_t disco_ring_write(disco_ring_t *r, const void *msg, uint32_t len,
 disco_status_t disco__ring_write_stamped(disco_ring_t *r, const void *msg, uint32_t len,
                                          const disco_wait_t *w, uint64_t *published_at);
 
+/** Tests only (internal): a second writer taking over a ring whose writer
+ *  is stopped moves head up to the furthest reader cursor, since the
+ *  stopped writer may have published its last message's slots without yet
+ *  storing head. Never for a ring whose writer may still run. */
+void disco__ring_writer_takeover(disco_ring_t *r);
+
 /** Starts taking the cache line of the slot the next write begins in, so
  *  that the write's stores do not wait for it (call it before other work
  *  that leads up to the write). Writer only; changes nothing visible. */
