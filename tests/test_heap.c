@@ -533,22 +533,19 @@ static void wait_killed(pid_t pid, const char *what)
                   ws);
 }
 
-/* A process SIGKILLed while it holds the lock: the next caller recovers
- * (no deadlock), and reclaim_owner returns the dead process's blocks. */
-START_TEST(test_lock_holder_killed)
+/* Forks a child that makes nallocs blocks of 1000 bytes as owner 9, takes
+ * the heap lock and parks holding it; returns once it holds the lock. */
+static pid_t fork_lock_holder(disco_heap_t *h, int nallocs)
 {
-    disco_segment_t seg;
-    disco_heap_t h;
-    make_heap(1 * MiB, &seg, &h);
     int fds[2];
     ck_assert_int_eq(pipe(fds), 0);
     pid_t pid = tu_fork();
     if (pid == 0) {
         uint64_t off;
-        for (int i = 0; i < 3; i++)
-            if (disco_heap_alloc(&h, 1000, 0, 9, &off) != DISCO_OK)
+        for (int i = 0; i < nallocs; i++)
+            if (disco_heap_alloc(h, 1000, 0, 9, &off) != DISCO_OK)
                 tu_child_fail("alloc: %s", disco_last_error());
-        if (disco__heap_lock_for_test(&h) != DISCO_OK)
+        if (disco__heap_lock_for_test(h) != DISCO_OK)
             tu_child_fail("lock: %s", disco_last_error());
         char c = 1;
         if (write(fds[1], &c, 1) != 1)
@@ -558,6 +555,19 @@ START_TEST(test_lock_holder_killed)
     }
     char c;
     ck_assert_msg(read(fds[0], &c, 1) == 1, "read: child did not take the lock");
+    close(fds[0]);
+    close(fds[1]);
+    return pid;
+}
+
+/* A process SIGKILLed while it holds the lock: the next caller recovers
+ * (no deadlock), and reclaim_owner returns the dead process's blocks. */
+START_TEST(test_lock_holder_killed)
+{
+    disco_segment_t seg;
+    disco_heap_t h;
+    make_heap(1 * MiB, &seg, &h);
+    pid_t pid = fork_lock_holder(&h, 3);
     kill(pid, SIGKILL);
     wait_killed(pid, "lock holder");
     uint64_t off = alloc_ok(&h, 500, 0, 1); /* would hang without recovery */
@@ -570,8 +580,6 @@ START_TEST(test_lock_holder_killed)
     ck_assert_msg(got == 3 * (1024 + HDR), "disco_heap_reclaim_owner(9) = %zu", got);
     CK_OK(disco_heap_free(&h, off));
     assert_empty(&h, "after reclaim");
-    close(fds[0]);
-    close(fds[1]);
     disco_segment_close(&seg);
 }
 END_TEST
@@ -597,20 +605,7 @@ START_TEST(test_stats_errors)
     CK_STATUS(disco_heap_stats(&empty, &s), DISCO_E_INVAL);
     CK_STATUS(disco_heap_reclaim_owner(NULL, 1, NULL), DISCO_E_INVAL);
     ck_assert_msg(memcmp(&s, &marker, sizeof s) == 0, "disco_heap_stats wrote on failure");
-    int fds[2];
-    ck_assert_int_eq(pipe(fds), 0);
-    pid_t pid = tu_fork();
-    if (pid == 0) {
-        if (disco__heap_lock_for_test(&h) != DISCO_OK)
-            tu_child_fail("lock: %s", disco_last_error());
-        char c = 1;
-        if (write(fds[1], &c, 1) != 1)
-            tu_child_fail("write: %s", strerror(errno));
-        for (;;)
-            pause();
-    }
-    char c;
-    ck_assert_msg(read(fds[0], &c, 1) == 1, "read: child did not take the lock");
+    pid_t pid = fork_lock_holder(&h, 0);
     disco_wait_t w = {.timeout_ns = 50 * 1000 * 1000};
     disco_heap_set_wait(&h, &w);
     CK_STATUS(disco_heap_stats(&h, &s), DISCO_E_TIMEOUT);
@@ -624,8 +619,6 @@ START_TEST(test_stats_errors)
     CK_OK(disco_heap_stats(&h, &s)); /* recovers the dead holder's lock */
     ck_assert_msg(s.capacity != 0 && s.recoveries == 1, "capacity %zu recoveries %" PRIu64,
                   s.capacity, s.recoveries);
-    close(fds[0]);
-    close(fds[1]);
     disco_segment_close(&seg);
 }
 END_TEST
