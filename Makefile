@@ -31,24 +31,27 @@ PKG_LIBS    = $(shell pkg-config --libs hwloc jansson libsodium 2>/dev/null)
 CHECK_LIBS  = $(shell pkg-config --libs check 2>/dev/null)
 
 CFLAGS   ?= $(O) -g
-CFLAGS   += -std=c11 -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -Iinclude -MMD -MP $(SANFLAGS)
+CFLAGS   += -std=c11 -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -I. -Iinclude -MMD -MP $(SANFLAGS)
 LDFLAGS  += $(SANFLAGS)
 LDLIBS   += -lpthread -ldl -lm
 
 VERSION  := 0.1.0
 SONAME   := libdisco.so.0
 
-LIB_SRC  := $(wildcard shm/*.c workers/*.c scheduler/*.c)
+LIB_SRC  := $(sort $(wildcard shm/*.c workers/*/*.c scheduler/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
-# tools/disco-X.c is a program; tools/bench_*.c and tools/demo_*.c are the
-# extra parts of disco-bench and disco-demo (bench_util.c is in both);
-# demo_lib.c is the demo's library.
-TOOL_SRC := $(wildcard tools/disco-*.c) tools/disco.c
-TOOLS    := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
-BENCH_OBJ := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/bench_*.c))
-CLI_OBJ  := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/cli_*.c))
-SOAK_OBJ := $(BUILD)/obj/tools/soak_run.o $(BUILD)/obj/tools/soak_report.o
-DEMO_OBJ := $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(filter-out tools/demo_lib.c,$(wildcard tools/demo_*.c)))
+# tools/<folder>/ holds one program's parts: the file named like the program
+# (disco-X.c, or disco.c for the CLI) is its main, the others are linked with
+# it. Two exceptions: tools/demo/demo_lib.c is the demo's function library
+# (a shared object, not linked in) and tools/bench/mpi_allreduce.c is the
+# Open MPI baseline (built with mpicc). disco-demo also links bench_util.o.
+PROG_DIRS := bench cli demo jsonrpc rpc-server soak worker
+NOT_LINKED := tools/demo/demo_lib.c tools/bench/mpi_allreduce.c
+TOOL_SRC := $(wildcard tools/*/disco-*.c) tools/cli/disco.c
+TOOLS    := $(addprefix $(BUILD)/bin/,$(notdir $(TOOL_SRC:.c=)))
+tool_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(NOT_LINKED),$(wildcard tools/$(1)/*.c)))
+TOOL_OBJ := $(foreach d,$(PROG_DIRS),$(call tool_objs,$(d)))
+SOAK_OBJ := $(BUILD)/obj/tools/soak/soak_run.o $(BUILD)/obj/tools/soak/soak_report.o
 DEMOLIB  := $(BUILD)/lib/libdisco_demo.so
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/run_tests.o
@@ -87,19 +90,16 @@ $(BUILD)/libdisco.a: $(LIB_OBJ)
 $(BUILD)/libdisco.so: $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,$(SONAME) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
 
-$(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(BUILD)/libdisco.a
-	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
+# One link rule a program: its folder's objects and the library.
+define tool_rule
+$(BUILD)/bin/$(notdir $(basename $(1))): $(call tool_objs,$(patsubst tools/%/,%,$(dir $(1)))) $(BUILD)/libdisco.a
+	@mkdir -p $$(@D)
+	$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $$(WHOLE_LIB) $$(PKG_LIBS) $$(LDLIBS)
+endef
+$(foreach s,$(TOOL_SRC),$(eval $(call tool_rule,$(s))))
+$(BUILD)/bin/disco-demo: $(BUILD)/obj/tools/bench/bench_util.o
 
-# disco-bench, disco-demo, disco (the CLI), disco-soak and disco-jsonrpc are
-# several files each.
-$(BUILD)/bin/disco-bench: $(BENCH_OBJ)
-$(BUILD)/bin/disco-demo: $(DEMO_OBJ) $(BUILD)/obj/tools/bench_util.o
-$(BUILD)/bin/disco: $(CLI_OBJ)
-$(BUILD)/bin/disco-soak: $(SOAK_OBJ)
-$(BUILD)/bin/disco-jsonrpc: $(BUILD)/obj/tools/jsonrpc_wire.o
-
-$(DEMOLIB): $(BUILD)/obj/tools/demo_lib.o
+$(DEMOLIB): $(BUILD)/obj/tools/demo/demo_lib.o
 	@mkdir -p $(@D)
 	$(CC) -shared $(LDFLAGS) -o $@ $<
 
@@ -134,7 +134,7 @@ PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 CXX_API := $(BUILD)/bin/cxx_api
 $(CXX_API): tests/cxx_api.cpp $(wildcard include/disco/*.h) $(BUILD)/libdisco.a | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CXX) -std=c++17 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude $(SANFLAGS) $(PKG_CFLAGS) \
+	$(CXX) -std=c++17 -Wall -Wextra -Werror -D_GNU_SOURCE -I. -Iinclude $(SANFLAGS) $(PKG_CFLAGS) \
 	    $(LDFLAGS) -o $@ $< $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
 
 # Each test runs in its own process (CK_FORK=yes). Afterwards nothing of
@@ -147,20 +147,20 @@ test: $(TEST_BIN) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API)
 	@if ls /dev/shm 2>/dev/null | grep -qi disco; then \
 	    echo "FAIL: disco objects left in /dev/shm"; ls /dev/shm; exit 1; fi
 
-# The data-plane baseline is Open MPI's MPI_Allreduce (tools/mpi_allreduce.c,
+# The data-plane baseline is Open MPI's MPI_Allreduce (tools/bench/mpi_allreduce.c,
 # built with mpicc, not linked with disco, run by disco-bench through mpirun).
 # Debian's Open MPI is installed when mpicc or mpirun is missing (root only,
 # `tools/deps.sh mpi`); without it the MPI figures are skipped and the table
 # says so.
 MPI_BENCH := $(BUILD)/bin/mpi_allreduce
-MPI_CC    := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(MPI_BENCH) tools/mpi_allreduce.c
+MPI_CC    := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(MPI_BENCH) tools/bench/mpi_allreduce.c
 
 bench: $(BUILD)/bin/disco-bench
 	@sh tools/deps.sh mpi $(BUILD)/mpi-install.log
 	@mpi=""; \
 	if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
 	    mkdir -p $(dir $(MPI_BENCH)); \
-	    if [ $(MPI_BENCH) -nt tools/mpi_allreduce.c ] || \
+	    if [ $(MPI_BENCH) -nt tools/bench/mpi_allreduce.c ] || \
 	       { echo "$(MPI_CC)"; $(MPI_CC); }; then \
 	        mpi="--mpi $(MPI_BENCH)"; \
 	    else \
@@ -173,7 +173,7 @@ bench: $(BUILD)/bin/disco-bench
 demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(BUILD)/bin/disco $(DEMOLIB)
 	$(BUILD)/bin/disco-demo --trace $(BUILD)/demo-trace.json --json $(BUILD)/demo.json
 
-# The fault soak (tools/soak.h): SOAK_SECONDS of rounds that kill -9 a
+# The fault soak (tools/soak/soak.h): SOAK_SECONDS of rounds that kill -9 a
 # worker or the controller mid-call; report in build/soak.json.
 SOAK_SECONDS ?= 120
 soak: $(BUILD)/bin/disco-soak $(BUILD)/bin/disco-worker
@@ -245,7 +245,7 @@ format:
 # for FUZZ_SECONDS each. Findings land in build/fuzz/ as crash-* files.
 FUZZ_DIR     := build/fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -fsanitize=fuzzer-no-link,address,undefined
+FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Iinclude -fsanitize=fuzzer-no-link,address,undefined
 FUZZ_OBJ     := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 FUZZERS      := $(FUZZ_DIR)/fuzz_frame $(FUZZ_DIR)/fuzz_rpc $(FUZZ_DIR)/fuzz_auth
 # clang and its fuzzer and sanitizer runtimes, installed when missing.
@@ -280,14 +280,14 @@ fuzz: $(FUZZERS) $(FUZZ_DIR)/make_seeds
 
 cppcheck:
 	cppcheck --quiet --enable=warning,performance,portability --error-exitcode=1 \
-	    --suppress=missingIncludeSystem -Iinclude shm workers scheduler tools tests
+	    --suppress=missingIncludeSystem -I. -Iinclude shm workers scheduler tools tests
 
 clean:
 	rm -rf build
 
 # CUDA, whenever the toolkit is there ($(CUDA_HOME)/include/cuda_runtime.h and
 # the static runtime, libcudart_static.a):
-# workers/cuda.c is compiled against the runtime API, and the static runtime
+# workers/device/cuda.c is compiled against the runtime API, and the static runtime
 # is linked into libdisco.so, the tools and the test runner, so nothing needs
 # a library path (the runtime loads the driver, libcuda.so.1, at run time;
 # never -lcuda). Without the toolkit, cuda.c builds its "no CUDA" stubs.
@@ -298,12 +298,12 @@ CUDART    := $(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart_static.a \
 ifneq ($(and $(wildcard $(CUDA_HOME)/include/cuda_runtime.h),$(CUDART)),)
 CUDA_MODE := on
 LDLIBS    += $(CUDART) -lrt -ldl -lpthread
-$(BUILD)/obj/workers/cuda.o: CFLAGS += -DDISCO_HAVE_CUDA -I$(CUDA_HOME)/include
+$(BUILD)/obj/workers/device/cuda.o: CFLAGS += -DDISCO_HAVE_CUDA -I$(CUDA_HOME)/include
 else
 CUDA_MODE := off
 endif
-$(BUILD)/obj/workers/cuda.o: $(BUILD)/.cuda-$(CUDA_MODE)
+$(BUILD)/obj/workers/device/cuda.o: $(BUILD)/.cuda-$(CUDA_MODE)
 $(BUILD)/.cuda-$(CUDA_MODE):
 	@mkdir -p $(@D) && rm -f $(BUILD)/.cuda-* && touch $@
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_SRC:tools/%.c=$(BUILD)/obj/tools/%.d) $(BENCH_OBJ:.o=.d) $(DEMO_OBJ:.o=.d) $(SOAK_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(BUILD)/obj/tools/demo/demo_lib.d

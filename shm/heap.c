@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "disco/wait.h"
-#include "heap_internal.h"
+#include "shm/heap_internal.h"
 
 #define HDR       ((uint64_t)DISCO_HEAP_BLOCK_HDR)
 #define MIN_BLOCK (2 * HDR)

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "ticks.h"
+#include "shm/ticks.h"
 
 #define SLOT_FIRST 1u /* first slot of a message: len is the whole length */
 #define SLOT_CONT  2u /* continuation slot */

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "segment_fork.h"
+#include "shm/segment_fork.h"
 
 struct segment_header {
     uint64_t magic;

@@ -1,5 +1,5 @@
 /* text.c - copying text and codes that another process wrote (see text.h). */
-#include "text.h"
+#include "shm/text.h"
 
 #include "disco/status.h"
 

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ticks.h"
+#include "shm/ticks.h"
 
 bool disco__tick_tsc;
 

@@ -5,7 +5,7 @@
  * Ticks are TSC cycles (rdtsc on x86-64 where the kernel's clock source is
  * the TSC, so every core and process shares one time base) or, elsewhere,
  * CLOCK_MONOTONIC nanoseconds. The controller converts them to nanoseconds
- * when it exports a trace (scheduler/trace.c).
+ * when it exports a trace (scheduler/trace/trace.c).
  */
 #ifndef DISCO_SHM_TICKS_H
 #define DISCO_SHM_TICKS_H

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ticks.h"
+#include "shm/ticks.h"
 
 int64_t disco_now_ns(void)
 {

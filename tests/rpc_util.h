@@ -14,11 +14,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../workers/rpc_auth.h"
-#include "../workers/rpc_proto.h"
+#include "workers/rpc/rpc_auth.h"
+#include "workers/rpc/rpc_proto.h"
 #include "disco/rpc.h"
 #include "disco/transport.h"
-#include "testutil.h"
+#include "tests/testutil.h"
 
 extern char **environ;
 

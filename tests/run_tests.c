@@ -6,7 +6,7 @@
 #include <string.h>
 
 #define SUITE(name) Suite *suite_##name(void);
-#include "suites.def"
+#include "tests/suites.def"
 #undef SUITE
 
 struct entry {
@@ -16,7 +16,7 @@ struct entry {
 
 static const struct entry suites[] = {
 #define SUITE(name) {#name, suite_##name},
-#include "suites.def"
+#include "tests/suites.def"
 #undef SUITE
 };
 

@@ -4,7 +4,7 @@
 #define DISCO_TESTS_SESSION_UTIL_H
 
 #include "disco/session.h"
-#include "testutil.h"
+#include "tests/testutil.h"
 
 /* Opens a session with cfg and loads tests/testlib.c's library into every
  * worker (asserting each step). */

@@ -19,8 +19,8 @@
 #include "disco/rpc.h"
 #include "disco/segment.h"
 #include "disco/transport.h"
-#include "rpc_util.h"
-#include "testutil.h"
+#include "tests/rpc_util.h"
+#include "tests/testutil.h"
 
 #define DEMO_LIB DISCO_TEST_BIN "/../lib/libdisco_demo.so"
 

@@ -12,7 +12,7 @@
 #include "disco/session.h"
 #include "disco/tensor.h"
 #include "disco/value.h"
-#include "testutil.h"
+#include "tests/testutil.h"
 
 /* ---- the user pointer ---- */
 

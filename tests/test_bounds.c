@@ -17,15 +17,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../scheduler/session_impl.h"
-#include "../shm/text.h"
-#include "../workers/rpc_proto.h"
-#include "../workers/tensor_impl.h"
+#include "scheduler/session/session_impl.h"
+#include "shm/text.h"
+#include "workers/rpc/rpc_proto.h"
+#include "workers/data/tensor_impl.h"
 #include "disco/rpc.h"
 #include "disco/session.h"
 #include "disco/tensor.h"
 #include "disco/transport.h"
-#include "session_util.h"
+#include "tests/session_util.h"
 
 extern char **environ;
 

@@ -1,4 +1,4 @@
-/* test_ctl_layout.c - the control segment's layout (workers/ctl_layout.h):
+/* test_ctl_layout.c - the control segment's layout (workers/core/ctl_layout.h):
  * its regions, the controller and the workers agreeing on it, and a worker
  * refusing a header that lies about it. */
 #include <check.h>
@@ -10,14 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../scheduler/session_impl.h"
-#include "../workers/collective.h"
-#include "../workers/ctl_layout.h"
-#include "../workers/trace_ring.h"
+#include "scheduler/session/session_impl.h"
+#include "workers/data/collective.h"
+#include "workers/core/ctl_layout.h"
+#include "workers/core/trace_ring.h"
 #include "disco/heap.h"
 #include "disco/segment.h"
 #include "disco/session.h"
-#include "testutil.h"
+#include "tests/testutil.h"
 
 extern char **environ;
 

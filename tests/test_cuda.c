@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "disco/device.h"
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 /* CUDA maps device memory where ASan's shadow gap would be protected. */

@@ -9,10 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../shm/heap_internal.h"
+#include "shm/heap_internal.h"
 #include "disco/heap.h"
 #include "disco/segment.h"
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)

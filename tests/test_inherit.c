@@ -12,9 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../workers/inherit.h"
+#include "workers/core/inherit.h"
 #include "disco/session.h"
-#include "testutil.h"
+#include "tests/testutil.h"
 
 static disco_session_config_t config(int n, int launch, uint64_t heap)
 {

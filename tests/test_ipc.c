@@ -1,4 +1,4 @@
-/* test_ipc.c - the CUDA IPC bookkeeping (workers/ipc.c) with a fake backend,
+/* test_ipc.c - the CUDA IPC bookkeeping (workers/device/ipc.c) with a fake backend,
  * on every machine: export once, offsets, the import cache, own handles,
  * reference counts and closing, frees refused while imported, dead
  * importers and exporters, bad refs, and a free racing imports. Importers
@@ -19,8 +19,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../workers/ipc.h"
-#include "testutil.h"
+#include "workers/device/ipc.h"
+#include "tests/testutil.h"
 
 #define NSLOTS 8
 

@@ -18,15 +18,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../scheduler/session_impl.h"
-#include "../shm/heap_internal.h"
-#include "../workers/collective.h"
-#include "../workers/tensor_impl.h"
+#include "scheduler/session/session_impl.h"
+#include "shm/heap_internal.h"
+#include "workers/data/collective.h"
+#include "workers/data/tensor_impl.h"
 #include "disco/func.h"
 #include "disco/rpc.h"
 #include "disco/session.h"
 #include "disco/wait.h"
-#include "session_util.h"
+#include "tests/session_util.h"
 
 #define F32 ((DLDataType){kDLFloat, 32, 1})
 

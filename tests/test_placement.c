@@ -14,12 +14,12 @@
 #include <string.h>
 #include <sys/syscall.h>
 
-#include "../workers/bind.h"
-#include "../workers/tensor_impl.h"
+#include "workers/data/bind.h"
+#include "workers/data/tensor_impl.h"
 #include "disco/heap.h"
 #include "disco/placement.h"
 #include "disco/segment.h"
-#include "session_util.h"
+#include "tests/session_util.h"
 
 #define SYN     "pack:2 numa:2 core:4 pu:2" /* 32 PUs, 4 per... 8 per NUMA node */
 #define GPU_XML DISCO_TEST_SRC "/tests/data/gpu3.xml"

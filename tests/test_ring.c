@@ -13,10 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../shm/ticks.h"
+#include "shm/ticks.h"
 #include "disco/ring.h"
 #include "disco/segment.h"
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #define MS 1000000LL
 

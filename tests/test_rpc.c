@@ -15,14 +15,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../workers/rpc_auth.h"
-#include "../workers/rpc_proto.h"
+#include "workers/rpc/rpc_auth.h"
+#include "workers/rpc/rpc_proto.h"
 #include "disco/rpc.h"
 #include "disco/session.h"
 #include "disco/transport.h"
 #include "disco/wait.h"
-#include "rpc_util.h"
-#include "session_util.h"
+#include "tests/rpc_util.h"
+#include "tests/session_util.h"
 
 static disco_rpc_t *connect_to(server_t *sv)
 {

@@ -17,8 +17,8 @@
 #include "disco/rpc.h"
 #include "disco/segment.h"
 #include "disco/transport.h"
-#include "rpc_util.h"
-#include "testutil.h"
+#include "tests/rpc_util.h"
+#include "tests/testutil.h"
 
 /* A server on tu_kind(k) with extra args (rpc_util.h). */
 static void start_on(server_t *sv, int k, const char *tag, const char *const *extra)

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "disco/segment.h"
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #define MiB (1024u * 1024u)
 

@@ -15,7 +15,7 @@
 
 #include "disco/session.h"
 #include "disco/wait.h"
-#include "session_util.h"
+#include "tests/session_util.h"
 
 static int fds_before;
 

@@ -1,4 +1,4 @@
-/* test_soak.c - a bounded fault soak (tools/soak.h; make soak runs it for
+/* test_soak.c - a bounded fault soak (tools/soak/soak.h; make soak runs it for
  * longer): worker and controller kills mid-call, each reported within the
  * bound, with no process, fd, memfd mapping, /dev/shm entry or heap block
  * left behind. The seed comes from the clock, so each run covers other
@@ -7,8 +7,8 @@
 #include <check.h>
 #include <stdio.h>
 
-#include "../tools/soak.h"
-#include "testutil.h"
+#include "tools/soak/soak.h"
+#include "tests/testutil.h"
 
 #define ROUNDS   120
 #define BOUND_MS 1000

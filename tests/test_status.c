@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "disco/status.h"
-#include "testutil.h"
+#include "tests/testutil.h"
 
 /* Every code from DISCO_STATUS_MIN to 0 has a real message and a DISCO_ name. */
 START_TEST(test_every_code_named)

@@ -13,7 +13,7 @@
 #include "disco/dtype.h"
 #include "disco/session.h"
 #include "disco/tensor.h"
-#include "session_util.h"
+#include "tests/session_util.h"
 
 static const DLDataType dtypes[] = {
     {kDLFloat, 16, 1}, {kDLBfloat, 16, 1},    {kDLFloat, 32, 1}, {kDLFloat, 64, 1},

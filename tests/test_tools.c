@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "tests/testutil.h"
 
 static const char *const tools[] = {"disco",         "disco-bench",      "disco-demo",
                                     "disco-jsonrpc", "disco-rpc-server", "disco-soak",

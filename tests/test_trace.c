@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "disco/trace.h"
-#include "session_util.h"
+#include "tests/session_util.h"
 
 #define WORLD 3
 

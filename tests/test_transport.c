@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "disco/transport.h"
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #define MS  1000000LL
 #define BIG (16u << 20)

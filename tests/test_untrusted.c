@@ -14,13 +14,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../scheduler/session_impl.h"
-#include "../shm/text.h"
-#include "../workers/rpc_proto.h"
+#include "scheduler/session/session_impl.h"
+#include "shm/text.h"
+#include "workers/rpc/rpc_proto.h"
 #include "disco/rpc.h"
 #include "disco/session.h"
 #include "disco/transport.h"
-#include "session_util.h"
+#include "tests/session_util.h"
 
 static disco_session_t *open_small(int n)
 {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "disco/value.h"
-#include "testutil.h"
+#include "tests/testutil.h"
 
 static const int64_t dims[3] = {1, -2, INT64_MIN};
 static const unsigned char raw[3] = {0, 255, 0};

@@ -9,8 +9,8 @@
 
 #include "disco/segment.h"
 #include "disco/wait.h"
-#include "testutil.h"
-#include "../shm/ticks.h"
+#include "tests/testutil.h"
+#include "shm/ticks.h"
 
 #define MS 1000000LL
 

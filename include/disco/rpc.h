@@ -23,7 +23,7 @@
  * first exchange carries a magic and DISCO_RPC_VERSION; a mismatch fails the
  * connect with DISCO_E_VERSION naming both versions.
  *
- * Authentication (numbered steps; workers/rpc_auth.c holds the crypto):
+ * Authentication (numbered steps; workers/rpc/rpc_auth.c holds the crypto):
  *   A1 client -> server  INIT [magic, version, client nonce (32 random bytes)]
  *   A2 server -> client  RETURN [version, server nonce (32 random bytes), mode]
  *                        mode 1: a token is required; mode 0: this server

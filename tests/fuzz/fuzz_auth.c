@@ -1,5 +1,5 @@
 /* fuzz_auth.c - libFuzzer target for the server side of the authenticated
- * handshake (workers/rpc_endpoint.c, steps A1-A4 in disco/rpc.h): the input
+ * handshake (workers/rpc/rpc_endpoint.c, steps A1-A4 in disco/rpc.h): the input
  * is the byte stream a client would send to a server that requires a token;
  * the server reads it to the end and answers into /dev/null. Nothing may
  * crash, leak or hang, and no input may be accepted as authenticated: the

@@ -1,4 +1,4 @@
-/* fuzz_frame.c - libFuzzer target for the frame codec (workers/value.c).
+/* fuzz_frame.c - libFuzzer target for the frame codec (workers/value/value.c).
  * Any input either fails to decode with an error, or decodes to values that
  * encode back and decode again to the same values (the oracle). */
 #include <stdint.h>

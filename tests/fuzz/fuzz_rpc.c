@@ -1,5 +1,5 @@
 /* fuzz_rpc.c - libFuzzer target for the RPC endpoint's packet parser
- * (workers/rpc_endpoint.c, workers/rpc_proto.c): the input is the byte
+ * (workers/rpc/rpc_endpoint.c, workers/rpc/rpc_proto.c): the input is the byte
  * stream a client would send; a server with an in-process session reads it
  * to the end and answers into /dev/null. It must never crash, leak or
  * hang, whatever the lengths, codes and frames say. */

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../workers/rpc_proto.h"
+#include "workers/rpc/rpc_proto.h"
 #include "disco/value.h"
 
 static void put(const char *dir, const char *name, const void *p, size_t n)

@@ -1,0 +1,298 @@
+/* open.c - opening, shutting down and closing a session. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "workers/data/bind.h"
+#include "workers/data/collective.h"
+#include "workers/core/ctl_layout.h"
+#include "scheduler/session/session_impl.h"
+
+#define DEFAULT_TIMEOUT_MS 60000u
+#define DEFAULT_MAX_MSG    (64u * 1024u)
+#define DEFAULT_HEAP       (16u << 20)
+#define MAX_HEAP           (UINT64_C(1) << 46)  /* 64 TiB: beyond any machine's memory */
+#define MAX_SPIN_NS        UINT64_C(1000000000) /* 1 s of spinning before parking */
+
+static disco_status_t controller_check(void *p)
+{
+    return disco__procs_check(p);
+}
+
+static disco_status_t check_config(const disco_session_config_t *c)
+{
+    if (c->num_workers < 1 || c->num_workers > DISCO_MAX_WORKERS)
+        return disco_set_error(DISCO_E_INVAL, "num_workers %d: must be 1..%d", c->num_workers,
+                               DISCO_MAX_WORKERS);
+    if (c->launch != DISCO_LAUNCH_FORK && c->launch != DISCO_LAUNCH_SPAWN)
+        return disco_set_error(DISCO_E_INVAL, "launch mode %d is unknown", (int)c->launch);
+    if (c->transport != DISCO_TRANSPORT_RING && c->transport != DISCO_TRANSPORT_PIPE)
+        return disco_set_error(DISCO_E_INVAL, "transport %d is unknown", (int)c->transport);
+    /* Sizes: each field's range, so that no rounding or sum made from it
+     * can wrap (a max_msg of 0xFFFFFFFF rounded up to 0 and the first call
+     * overran the frame buffer). */
+    if (c->max_msg != 0 && (c->max_msg < DISCO_CTL_MIN_MSG || c->max_msg > DISCO_CTL_MAX_MSG))
+        return disco_set_error(DISCO_E_INVAL, "cfg.max_msg %u: must be %u..%u (0: %u)", c->max_msg,
+                               DISCO_CTL_MIN_MSG, DISCO_CTL_MAX_MSG, DEFAULT_MAX_MSG);
+    if (c->heap_bytes > MAX_HEAP)
+        return disco_set_error(DISCO_E_INVAL, "cfg.heap_bytes %llu: at most %llu (2^46)",
+                               (unsigned long long)c->heap_bytes, (unsigned long long)MAX_HEAP);
+    if (c->spin_ns > MAX_SPIN_NS || c->pause_ns > MAX_SPIN_NS)
+        return disco_set_error(DISCO_E_INVAL,
+                               "cfg.spin_ns %llu, cfg.pause_ns %llu: each at most %llu (1 s)",
+                               (unsigned long long)c->spin_ns, (unsigned long long)c->pause_ns,
+                               (unsigned long long)MAX_SPIN_NS);
+    if (c->num_groups < 0 || (c->num_groups > 0 && c->num_workers % c->num_groups != 0))
+        return disco_set_error(DISCO_E_INVAL, "num_groups %d does not divide %d workers",
+                               c->num_groups, c->num_workers);
+    return DISCO_OK;
+}
+
+/* Spin settings: when processes outnumber the CPUs they may use, a waiter
+ * most likely holds the core its peer needs, so it yields almost at once
+ * and parks sooner; that is worth a warning, once per process. */
+static void pick_spin(disco_session_config_t *c, const disco_plan_t *plan)
+{
+    static _Atomic int warned; /* any order: it only limits a message */
+    bool crowded = plan->oversubscribed;
+    if (crowded && getenv("DISCO_QUIET") == NULL &&
+        atomic_exchange_explicit(&warned, 1, memory_order_relaxed) == 0)
+        fprintf(stderr,
+                "disco: warning: %d workers on %d CPUs; waits spin less before parking "
+                "(DISCO_QUIET=1 hides this)\n",
+                c->num_workers, plan->num_pus);
+    if (c->pause_ns == 0)
+        c->pause_ns = crowded ? 1000 : DISCO_WAIT_DEFAULT_PAUSE_NS;
+    if (c->spin_ns == 0)
+        c->spin_ns = crowded ? 50000 : DISCO_WAIT_DEFAULT_SPIN_NS;
+}
+
+/* Lays out (ctl_layout.h) and formats the control segment. */
+static disco_status_t make_segment(struct disco_session *s)
+{
+    int world = s->world;
+    struct disco__ctl_geom geom = {.world = (uint32_t)world,
+                                   .num_groups = (uint32_t)s->cfg.num_groups,
+                                   .transport = (uint32_t)s->cfg.transport,
+                                   .max_msg = s->cfg.max_msg,
+                                   .trace = !s->cfg.trace_off,
+                                   .heap_size = disco_heap_footprint(s->cfg.heap_bytes)};
+    struct disco__ctl_layout lay;
+    disco_status_t st = disco__ctl_layout(&geom, &lay);
+    if (st != DISCO_OK)
+        return st;
+    bool rings = lay.rings;
+    if ((st = disco_segment_create("disco-session", (size_t)lay.total, &s->seg)) != DISCO_OK)
+        return st;
+    char *base = disco_segment_data(&s->seg);
+    struct disco__ctl *ctl = (struct disco__ctl *)base;
+    disco__ctl_write(ctl, &lay);
+    ctl->controller_pid = (int32_t)getpid();
+    ctl->spin_ns = s->cfg.spin_ns;
+    ctl->pause_ns = s->cfg.pause_ns;
+    if (geom.trace) {
+        struct disco__trace_ring *rings =
+            (struct disco__trace_ring *)(base + lay.r[DISCO_CTL_TRACE].off);
+        for (int i = 0; i < world - 1; i++) {
+            rings[i].cap = DISCO_TRACE_CAP;
+            rings[i].on = 1;
+        }
+        if (disco__trace_open(&s->trace, rings) != DISCO_OK)
+            return disco_set_error(DISCO_E_NOMEM, "trace records");
+    }
+    struct disco__bind *bind = (struct disco__bind *)(base + lay.r[DISCO_CTL_BIND].off);
+    for (int i = 0; i < world; i++) {
+        snprintf(bind[i].cpus, sizeof bind[i].cpus, "%s", s->plan->worker[i].cpus);
+        snprintf(bind[i].nodes, sizeof bind[i].nodes, "%s", s->plan->worker[i].nodes);
+    }
+    s->ctl = ctl;
+    s->errbox = (struct disco__errbox *)(base + lay.r[DISCO_CTL_ERRBOX].off);
+    disco__coll_init((struct disco__coll_area *)(base + lay.r[DISCO_CTL_COLL].off), (uint32_t)world,
+                     (uint32_t)s->cfg.num_groups);
+    st = disco_heap_init(base + lay.r[DISCO_CTL_HEAP].off, (size_t)geom.heap_size, &s->heap);
+    if (st != DISCO_OK)
+        return st;
+
+    s->chan =
+        (disco_chan_t){.kind = rings || s->cfg.transport == DISCO_TRANSPORT_RING ? DISCO_CHAN_RING
+                                                                                 : DISCO_CHAN_PIPE,
+                       .world = world,
+                       .self = -1,
+                       .max_msg = s->cfg.max_msg,
+                       .reply = s->reply_rings,
+                       .cmd_fd = s->cmd_fd,
+                       .reply_fd = s->reply_fd};
+    if (!rings)
+        return DISCO_OK;
+    st = disco_ring_init(base + lay.r[DISCO_CTL_CMD].off, (size_t)lay.r[DISCO_CTL_CMD].size,
+                         &lay.cmd_ring, &s->chan.cmd);
+    if (st != DISCO_OK)
+        return st;
+    for (int i = 1; i < world; i++) {
+        st = disco_ring_init(base + disco__ctl_reply_at(&lay, (uint32_t)i),
+                             (size_t)lay.reply_stride, &lay.reply_ring, &s->reply_rings[i]);
+        if (st != DISCO_OK)
+            return st;
+    }
+    return DISCO_OK;
+}
+
+static void free_session(struct disco_session *s)
+{
+    disco__bind_restore(&s->ctl_saved);
+    disco__worker_fini(&s->w0);
+    disco__trace_close(&s->trace);
+    disco_plan_free(s->plan);
+    for (int i = 1; i < s->world; i++) {
+        if (s->cmd_fd != NULL && s->cmd_fd[i] >= 0)
+            close(s->cmd_fd[i]);
+        if (s->reply_fd != NULL && s->reply_fd[i] >= 0)
+            close(s->reply_fd[i]);
+    }
+    disco_segment_close(&s->seg);
+    free(s->reply_rings);
+    free(s->cmd_fd);
+    free(s->reply_fd);
+    free(s->pid);
+    free(s->pidfd);
+    free(s->wstatus);
+    free(s->reaped);
+    free(s->free_regs);
+    free(s->reg_func);
+    free(s->reg_live);
+    free(s->buf);
+    free(s->reply);
+    free(s);
+}
+
+disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_session_t **sess_out)
+{
+    disco_status_t st = check_config(cfg);
+    if (st != DISCO_OK)
+        return st;
+    struct disco_session *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return disco_set_error(DISCO_E_NOMEM, "session");
+    s->cfg = *cfg;
+    if (s->cfg.call_timeout_ms == 0)
+        s->cfg.call_timeout_ms = DEFAULT_TIMEOUT_MS;
+    if (s->cfg.max_msg == 0)
+        s->cfg.max_msg = DEFAULT_MAX_MSG;
+    if (s->cfg.heap_bytes == 0)
+        s->cfg.heap_bytes = DEFAULT_HEAP;
+    if (s->cfg.num_groups == 0)
+        s->cfg.num_groups = 1;
+    s->world = cfg->num_workers;
+    if ((st = disco_plan_make(&cfg->place, s->world, &s->plan)) != DISCO_OK) {
+        free(s);
+        return st;
+    }
+    pick_spin(&s->cfg, s->plan);
+    s->next_reg = 1;
+    s->seg.fd = -1;
+    size_t n = (size_t)s->world;
+    s->reply_rings = calloc(n, sizeof *s->reply_rings);
+    s->cmd_fd = malloc(n * sizeof *s->cmd_fd);
+    s->reply_fd = malloc(n * sizeof *s->reply_fd);
+    s->pid = calloc(n, sizeof *s->pid);
+    s->pidfd = malloc(n * sizeof *s->pidfd);
+    s->wstatus = calloc(n, sizeof *s->wstatus);
+    s->reaped = calloc(n, sizeof *s->reaped);
+    s->buf = aligned_alloc(8, ((size_t)s->cfg.max_msg + 7u) & ~(size_t)7u);
+    s->reply = aligned_alloc(8, DISCO_REPLY_MAX);
+    if (!s->reply_rings || !s->cmd_fd || !s->reply_fd || !s->pid || !s->pidfd || !s->wstatus ||
+        !s->reaped || !s->buf || !s->reply) {
+        free_session(s);
+        return disco_set_error(DISCO_E_NOMEM, "session of %d workers", s->world);
+    }
+    for (size_t i = 0; i < n; i++)
+        s->cmd_fd[i] = s->reply_fd[i] = s->pidfd[i] = -1;
+    if ((st = make_segment(s)) != DISCO_OK) {
+        free_session(s);
+        return st;
+    }
+    s->wait = (disco_wait_t){.spin_ns = s->cfg.spin_ns,
+                             .pause_ns = s->cfg.pause_ns,
+                             .park_slice_ms = 5,
+                             .check = controller_check,
+                             .check_ctx = s};
+    /* Worker 0 waits for the others in collectives like any wait of the
+     * controller: it notices deaths; its deadline is the call timeout. */
+    s->w0_wait = s->wait;
+    s->w0_wait.timeout_ns = (int64_t)s->cfg.call_timeout_ms * 1000000;
+    /* The heap's lock is waited for the same way: a stopped holder ends the
+     * call with DISCO_E_TIMEOUT, a dead worker with its death. */
+    disco_heap_set_wait(&s->heap, &s->w0_wait);
+    disco__worker_init(
+        &s->w0, 0, s->world, &s->errbox[0], &s->heap,
+        (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off),
+        &s->w0_wait);
+    s->w0.ngroups = (uint32_t)s->cfg.num_groups;
+    s->w0.abandon = disco__procs_abandon;
+    s->w0.abandon_ctx = s;
+    /* Worker 0 has no trace ring (disco__worker_init leaves w0.trace NULL):
+     * it runs inline in issue(), whose record of each command (enqueue,
+     * issued) is its slice. */
+    /* The controller's thread is worker 0: whenever the plan binds it,
+     * bind it, or the kernel is free to put it on worker 1's CPU, where
+     * each waits for the other to be descheduled (2 workers on 2 cores:
+     * a no-op call + sync had a median of 0.3 us either way, but a p99 of
+     * 9-10 us floating against 0.6-1.0 us bound). Its placement is saved
+     * first and given back at close: a library must not leave its caller's
+     * thread pinned. Nor is it moved out of a set it was confined to
+     * (taskset, a cpuset): then it is left where it is. */
+    const disco_place_entry_t *e0 = &s->plan->worker[0];
+    bool bind0 = !s->cfg.place.leave_controller && (e0->cpus[0] != '\0' || e0->nodes[0] != '\0');
+    if (bind0 && disco__bind_save(e0->nodes[0] != '\0', &s->ctl_saved) == DISCO_OK &&
+        e0->cpus[0] != '\0' && !disco__bind_within(&s->ctl_saved, e0->cpus)) {
+        disco__bind_restore(&s->ctl_saved); /* confined elsewhere: left alone */
+        bind0 = false;
+    }
+    if (bind0 && (s->ctl_saved.tid == 0 || disco__bind_self(e0->cpus, e0->nodes) != DISCO_OK)) {
+        /* As for a worker that cannot bind: said, not fatal. */
+        if (getenv("DISCO_QUIET") == NULL)
+            fprintf(stderr, "disco: warning: the controller's thread (worker 0) is not bound: %s\n",
+                    disco_last_error());
+        disco__bind_restore(&s->ctl_saved);
+    }
+    if ((st = disco__procs_start(s)) != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        free_session(s);
+        return disco_set_error(st, "%s", why);
+    }
+    *sess_out = s;
+    return DISCO_OK;
+}
+
+disco_status_t disco_session_shutdown(disco_session_t *s)
+{
+    if (s->state == DISCO_E_SHUTDOWN)
+        return DISCO_OK;
+    int grace = 0;
+    if (s->state == DISCO_OK) {
+        /* Ask politely; the ring may be full of work, so allow a grace. */
+        s->wait.deadline_ns = 0;
+        s->wait.timeout_ns = 2000000000LL;
+        size_t len;
+        disco_frame_hdr_t h = {.code = DISCO_CMD_SHUTDOWN, .seq = ++s->seq};
+        if (disco_frame_encode(h.code, h.seq, NULL, 0, s->buf, s->chan.max_msg, &len) == DISCO_OK &&
+            disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, &s->wait, NULL) == DISCO_OK)
+            grace = 2000;
+    }
+    disco__procs_stop(s, grace);
+    s->state = DISCO_E_SHUTDOWN;
+    atomic_store_explicit(&s->ctl->broken, DISCO_E_SHUTDOWN, memory_order_release);
+    return DISCO_OK;
+}
+
+void disco_session_close(disco_session_t *s)
+{
+    if (s == NULL)
+        return;
+    disco_session_shutdown(s);
+    disco__trace_write_env(s);
+    free_session(s);
+}

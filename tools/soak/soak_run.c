@@ -1,0 +1,617 @@
+/* soak_run.c - the fault soak's rounds (see soak.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "disco/session.h"
+#include "disco/wait.h"
+#include "tools/soak/soak.h"
+
+#define MAX_DELAY_US  3000  /* kills land 0..3 ms after the workload starts */
+#define HARD_LIMIT_MS 20000 /* a round that waits this long has hung: fail it */
+#define X_FLOATS      65536 /* the workloads' tensor: 256 KiB of float32 */
+
+const char *const soak_workload_name[SOAK_WORKLOADS] = {"allreduce", "alloc", "bcast"};
+
+/* ---- small helpers ---- */
+
+static uint64_t next_rand(uint64_t *s) /* xorshift64* */
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ULL;
+}
+
+static int pick(uint64_t *s, int n)
+{
+    return (int)(next_rand(s) % (uint64_t)n);
+}
+
+static int count_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Mappings of memfd segments in this process. */
+static int count_memfd_maps(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (f == NULL)
+        return -1;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        n += strstr(line, "/memfd:") != NULL;
+    fclose(f);
+    return n;
+}
+
+typedef struct leaks {
+    int fds, maps, shm;
+} leaks_t;
+
+static leaks_t leaks_now(void)
+{
+    return (leaks_t){count_dir("/proc/self/fd"), count_memfd_maps(), count_dir("/dev/shm")};
+}
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static int pidfd_open(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+static double ms_since(int64_t t0, int64_t t1)
+{
+    return (double)(t1 - t0) / 1e6;
+}
+
+/* ---- one round's bookkeeping ---- */
+
+typedef struct round {
+    soak_report_t *r;
+    const soak_opts_t *o;
+    int index;
+    bool failed;
+    char what[160]; /* the round's configuration, for messages */
+} round_t;
+
+static void fail(round_t *rd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(round_t *rd, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!rd->failed && rd->r->failure[0] == '\0')
+        snprintf(rd->r->failure, sizeof rd->r->failure, "round %d (%s): %s", rd->index, rd->what,
+                 msg);
+    fprintf(rd->o->log != NULL ? rd->o->log : stderr, "round %d (%s): FAIL: %s\n", rd->index,
+            rd->what, msg);
+    rd->failed = true;
+}
+
+/* This process's children, live or not yet reaped (at most cap). */
+static int list_children(pid_t *out, int cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
+    FILE *f = fopen(path, "r");
+    int n = 0, pid;
+    if (f == NULL)
+        return 0;
+    while (n < cap && fscanf(f, "%d", &pid) == 1)
+        out[n++] = pid;
+    fclose(f);
+    return n;
+}
+
+static void comm_of(pid_t pid, char *comm, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    FILE *f = fopen(path, "r");
+    snprintf(comm, cap, "?");
+    if (f != NULL) {
+        if (fgets(comm, (int)cap, f) != NULL)
+            comm[strcspn(comm, "\n")] = '\0';
+        fclose(f);
+    }
+}
+
+/* Whether process pid (fd: its pidfd, or -1 where pidfd_open is missing,
+ * as under valgrind) ended before deadline. Without a pidfd it polls
+ * waitpid, which works because the soak is the orphans' subreaper. */
+static bool wait_gone(pid_t pid, int fd, int64_t deadline)
+{
+    if (fd >= 0) {
+        int64_t left = (deadline - disco_now_ns()) / 1000000;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        return poll(&pf, 1, left > 0 ? (int)left : 0) == 1;
+    }
+    for (;;) {
+        siginfo_t si = {0};
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0)
+            return errno == ECHILD && kill(pid, 0) != 0; /* not ours: gone if it is gone */
+        if (si.si_pid == pid)
+            return true;
+        if (disco_now_ns() >= deadline)
+            return false;
+        sleep_us(100);
+    }
+}
+
+/* After a round no process of it may live on. The session reaps its
+ * workers, so a worker still our child is a failure. Any other child is an
+ * orphan that came to the soak as subreaper (under ASan, LeakSanitizer's
+ * tracer of a worker killed at exit): it must end within the bound, and is
+ * then reaped and counted. */
+static void check_processes(round_t *rd, const int *workers, int nworkers)
+{
+    pid_t kids[64];
+    int64_t deadline = disco_now_ns() + (int64_t)rd->o->bound_ms * 1000000;
+    for (int n; (n = list_children(kids, 64)) > 0;) {
+        for (int i = 0; i < n; i++) {
+            char comm[32];
+            comm_of(kids[i], comm, sizeof comm);
+            bool worker = false;
+            for (int j = 0; j < nworkers; j++)
+                worker |= workers[j] == kids[i];
+            int fd = pidfd_open(kids[i]);
+            if (worker) {
+                fail(rd, "worker pid %d (%s) was not reaped by the session", (int)kids[i], comm);
+            } else if (!wait_gone(kids[i], fd, deadline)) {
+                fail(rd, "process %d (%s) outlived the round by %u ms", (int)kids[i], comm,
+                     rd->o->bound_ms);
+                kill(kids[i], SIGKILL);
+            } else {
+                rd->r->orphans++;
+            }
+            if (fd >= 0)
+                close(fd);
+            waitpid(kids[i], NULL, 0);
+        }
+    }
+}
+
+/* After a round: nothing of it may remain. */
+static void check_clean(round_t *rd, const leaks_t *before, const int *workers, int nworkers)
+{
+    check_processes(rd, workers, nworkers);
+    leaks_t now = leaks_now();
+    if (now.fds != before->fds)
+        fail(rd, "%d fds open before, %d after", before->fds, now.fds);
+    if (now.maps != before->maps)
+        fail(rd, "%d memfd mappings before, %d after", before->maps, now.maps);
+    if (now.shm != before->shm)
+        fail(rd, "%d entries in /dev/shm before, %d after", before->shm, now.shm);
+}
+
+/* ---- the workloads ---- */
+
+typedef struct work {
+    disco_session_t *s;
+    int n;
+    disco_dref_t f_allreduce, f_empty, f_bcast, f_allgather;
+    disco_dref_t x; /* X_FLOATS of float32 on every worker */
+    uint64_t rng;
+} work_t;
+
+static disco_value_t dref_value(disco_dref_t r)
+{
+    return (disco_value_t){.type = DISCO_T_DREF, .v.i = (int64_t)r};
+}
+
+static disco_status_t empty_on_all(work_t *w, int64_t floats, disco_dref_t *out)
+{
+    disco_value_t a[4] = {disco_shape(&floats, 1), disco_dtype((DLDataType){kDLFloat, 32, 1}),
+                          disco_device((DLDevice){kDLCPU, 0}), disco_bool(false)};
+    return disco_session_call(w->s, w->f_empty, a, 4, out);
+}
+
+static disco_status_t setup(work_t *w)
+{
+    disco_status_t st;
+    if ((st = disco_session_get_func(w->s, "disco.allreduce", &w->f_allreduce)) != DISCO_OK ||
+        (st = disco_session_get_func(w->s, "disco.empty", &w->f_empty)) != DISCO_OK ||
+        (st = disco_session_get_func(w->s, "disco.broadcast_from_worker0", &w->f_bcast)) !=
+            DISCO_OK ||
+        (st = disco_session_get_func(w->s, "disco.allgather", &w->f_allgather)) != DISCO_OK)
+        return st;
+    return empty_on_all(w, X_FLOATS, &w->x);
+}
+
+/* One step of workload kind; every register it makes it frees. */
+static disco_status_t step(work_t *w, int kind)
+{
+    disco_status_t st;
+    disco_dref_t a, b;
+    if (kind == 0) {
+        disco_value_t args[2] = {dref_value(w->x), disco_str("sum")};
+        if ((st = disco_session_call(w->s, w->f_allreduce, args, 2, &a)) != DISCO_OK)
+            return st;
+        return disco_session_free(w->s, a);
+    }
+    if (kind == 1) {
+        if ((st = empty_on_all(w, 1 + pick(&w->rng, X_FLOATS), &a)) != DISCO_OK)
+            return st;
+        return disco_session_free(w->s, a);
+    }
+    disco_value_t args[2] = {dref_value(w->x), disco_bool(false)};
+    if ((st = disco_session_call(w->s, w->f_bcast, args, 2, &a)) != DISCO_OK)
+        return st;
+    args[0] = dref_value(a);
+    if ((st = disco_session_call(w->s, w->f_allgather, args, 2, &b)) != DISCO_OK)
+        return st;
+    if ((st = disco_session_free(w->s, a)) != DISCO_OK)
+        return st;
+    return disco_session_free(w->s, b);
+}
+
+static disco_status_t sync_all(work_t *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        disco_status_t st = disco_session_sync(w->s, (i + 1) % w->n); /* worker 0 last */
+        if (st != DISCO_OK)
+            return st;
+    }
+    return DISCO_OK;
+}
+
+/* Draws a round's session (workers, launch, transport) and workload, counts
+ * them in the report, and names them in setting. */
+static disco_session_config_t draw_round(round_t *rd, uint64_t *rng, int *kind, char *setting,
+                                         size_t cap)
+{
+    static const int sizes[] = {2, 3, 4, 8};
+    int n = sizes[pick(rng, 4)], launch = pick(rng, 2), transport = pick(rng, 2);
+    *kind = pick(rng, SOAK_WORKLOADS);
+    snprintf(setting, cap, "%d workers, %s, %s, %s", n, launch ? "spawn" : "fork",
+             transport ? "pipes" : "rings", soak_workload_name[*kind]);
+    rd->r->by_workers[n]++, rd->r->by_launch[launch]++, rd->r->by_transport[transport]++;
+    rd->r->by_workload[*kind]++;
+    disco_session_config_t cfg = disco_session_config_default(n);
+    cfg.launch = launch ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
+    cfg.transport = transport ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING;
+    cfg.worker_path = rd->o->worker_path;
+    cfg.call_timeout_ms = HARD_LIMIT_MS;
+    /* x, an allgather's n-fold output and a broadcast on each worker, and room */
+    cfg.heap_bytes = (uint64_t)(n * n + 3 * n + 8) * X_FLOATS * sizeof(float);
+    return cfg;
+}
+
+/* ---- a worker round ---- */
+
+typedef struct killer {
+    pid_t pid;
+    long delay_us;
+    _Atomic int64_t t_kill;
+} killer_t;
+
+static void *killer_main(void *p)
+{
+    killer_t *k = p;
+    sleep_us(k->delay_us);
+    int64_t t = disco_now_ns();
+    kill(k->pid, SIGKILL);
+    /* Release: the joiner reads t_kill after pthread_join, which orders it
+     * already; the atomic keeps the intent explicit and costs nothing. */
+    atomic_store_explicit(&k->t_kill, t, memory_order_release);
+    return NULL;
+}
+
+/* The heap before and after a fault-free pass and a failing call. */
+static void check_heap_steady(round_t *rd, work_t *w, int kind)
+{
+    disco_heap_stats_t h0, h1;
+    disco_status_t st;
+    if ((st = sync_all(w)) != DISCO_OK || disco_session_heap_stats(w->s, &h0) != DISCO_OK) {
+        fail(rd, "setup: %s (%s)", disco_err_name(st), disco_last_error());
+        return;
+    }
+    for (int i = 0; i < 2 && st == DISCO_OK; i++)
+        st = step(w, kind);
+    if (st == DISCO_OK)
+        st = sync_all(w);
+    /* A call that fails on every worker: the session stays usable. */
+    disco_value_t bad[2] = {dref_value(w->x), disco_str("no-such-op")};
+    disco_dref_t r;
+    if (st == DISCO_OK && (st = disco_session_call(w->s, w->f_allreduce, bad, 2, &r)) == DISCO_OK) {
+        /* The failure comes back from the syncs (a sync reports the
+         * failures known by then, of any worker), and only once. */
+        int told = 0;
+        for (int i = 0; i < w->n; i++) {
+            disco_status_t sst = disco_session_sync(w->s, (i + 1) % w->n);
+            if (sst == DISCO_E_INVAL && strstr(disco_last_error(), "op must be") != NULL)
+                told++;
+            else if (sst != DISCO_OK)
+                fail(rd, "sync after a failed call: %s (%s)", disco_err_name(sst),
+                     disco_last_error());
+        }
+        if (told == 0)
+            fail(rd, "allreduce with op \"no-such-op\" succeeded");
+        st = disco_session_free(w->s, r);
+        if (st == DISCO_OK)
+            st = sync_all(w);
+    }
+    if (st != DISCO_OK) {
+        fail(rd, "fault-free pass: %s (%s)", disco_err_name(st), disco_last_error());
+        return;
+    }
+    if (disco_session_heap_stats(w->s, &h1) != DISCO_OK || h1.live_blocks != h0.live_blocks)
+        fail(rd, "heap: %zu live blocks before a fault-free pass and a failed call, %zu after",
+             h0.live_blocks, h1.live_blocks);
+}
+
+static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
+{
+    const soak_opts_t *o = rd->o;
+    int kind;
+    char setting[96];
+    disco_session_config_t cfg = draw_round(rd, rng, &kind, setting, sizeof setting);
+    int n = cfg.num_workers, victim = 1 + pick(rng, n - 1);
+    killer_t k = {.delay_us = pick(rng, MAX_DELAY_US + 1)};
+    snprintf(rd->what, sizeof rd->what, "kill worker %d, %s, after %ld us", victim, setting,
+             k.delay_us);
+    leaks_t before = leaks_now();
+    work_t w = {.n = n, .rng = next_rand(rng) | 1};
+    disco_status_t st = disco_session_open(&cfg, &w.s);
+    if (st != DISCO_OK) {
+        fail(rd, "open: %s (%s)", disco_err_name(st), disco_last_error());
+        return;
+    }
+    if ((st = setup(&w)) != DISCO_OK)
+        fail(rd, "setup: %s (%s)", disco_err_name(st), disco_last_error());
+    else
+        check_heap_steady(rd, &w, kind);
+    if (rd->failed) {
+        disco_session_close(w.s);
+        return;
+    }
+    int pids[8] = {0};
+    for (int i = 0; i < n; i++)
+        pids[i] = disco_session_worker_pid(w.s, i);
+    k.pid = pids[victim];
+    pthread_t th;
+    if (pthread_create(&th, NULL, killer_main, &k) != 0) {
+        fail(rd, "pthread_create failed");
+        disco_session_close(w.s);
+        return;
+    }
+    /* The workload, then syncs: the first error ends it. Should all of it
+     * finish before the kill, the syncs after the join meet the death. */
+    st = DISCO_OK;
+    for (int i = 0; i < 64 && st == DISCO_OK; i++)
+        st = step(&w, kind);
+    if (st == DISCO_OK)
+        st = sync_all(&w);
+    bool joined = st == DISCO_OK;
+    if (joined) {
+        pthread_join(th, NULL);
+        st = sync_all(&w);
+    }
+    int64_t t_err = disco_now_ns();
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", disco_last_error());
+    if (!joined) {
+        pthread_join(th, NULL); /* the kill has happened once this returns */
+        rd->r->mid_call++;
+    }
+    int64_t t_kill = atomic_load_explicit(&k.t_kill, memory_order_acquire);
+    char want[64];
+    snprintf(want, sizeof want, "worker %d (pid %d", victim, (int)k.pid);
+    if (st != DISCO_E_WORKER_DIED || strstr(msg, want) == NULL || strstr(msg, "signal 9") == NULL)
+        fail(rd, "caller got %s (%s), expected DISCO_E_WORKER_DIED naming %s) and signal 9",
+             disco_err_name(st), msg, want);
+    else if (t_err < t_kill)
+        fail(rd, "the error came before the kill");
+    else if ((*det_ms = ms_since(t_kill, t_err)) > o->bound_ms)
+        fail(rd, "detected after %.2f ms, bound %u ms", *det_ms, o->bound_ms);
+    disco_heap_stats_t h;
+    if ((st = disco_session_heap_stats(w.s, &h)) != DISCO_OK)
+        fail(rd, "heap after the death: %s (%s)", disco_err_name(st), disco_last_error());
+    rd->r->heap_recoveries += h.recoveries;
+    if (disco_session_health(w.s) != DISCO_E_WORKER_DIED)
+        fail(rd, "session health %s after the death", disco_err_name(disco_session_health(w.s)));
+    disco_session_close(w.s);
+    check_clean(rd, &before, pids, n);
+}
+
+/* ---- a controller round ---- */
+
+/* The controller child: opens the session, reports its workers' pids, and
+ * runs the workload until it is killed. Exits 3 on any error. */
+static void controller_child(const disco_session_config_t *cfg, int kind, uint64_t seed, int fd)
+{
+    work_t w = {.n = cfg->num_workers, .rng = seed};
+    if (disco_session_open(cfg, &w.s) != DISCO_OK)
+        _exit(3);
+    for (int i = 1; i < w.n; i++) {
+        int pid = disco_session_worker_pid(w.s, i);
+        if (write(fd, &pid, sizeof pid) != (ssize_t)sizeof pid)
+            _exit(3);
+    }
+    if (setup(&w) != DISCO_OK)
+        _exit(3);
+    for (;;)
+        if (step(&w, kind) != DISCO_OK || (pick(&w.rng, 8) == 0 && sync_all(&w) != DISCO_OK))
+            _exit(3);
+}
+
+static bool read_all(int fd, void *buf, size_t len, int timeout_ms)
+{
+    size_t got = 0;
+    while (got < len) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, timeout_ms) != 1)
+            return false;
+        ssize_t r = read(fd, (char *)buf + got, len - got);
+        if (r <= 0)
+            return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+static void controller_round(round_t *rd, uint64_t *rng, double *det_ms)
+{
+    const soak_opts_t *o = rd->o;
+    int kind;
+    char setting[96];
+    disco_session_config_t cfg = draw_round(rd, rng, &kind, setting, sizeof setting);
+    int n = cfg.num_workers;
+    long delay_us = pick(rng, MAX_DELAY_US + 1);
+    snprintf(rd->what, sizeof rd->what, "kill the controller, %s, after %ld us", setting, delay_us);
+    leaks_t before = leaks_now();
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        fail(rd, "pipe: %s", strerror(errno));
+        return;
+    }
+    fflush(NULL);
+    pid_t ctl = fork();
+    if (ctl == 0) {
+        close(p[0]);
+        controller_child(&cfg, kind, next_rand(rng) | 1, p[1]);
+    }
+    close(p[1]);
+    int pids[8], fds[8];
+    if (ctl < 0 || !read_all(p[0], pids, (size_t)(n - 1) * sizeof(int), HARD_LIMIT_MS)) {
+        fail(rd, "the controller did not report its workers");
+        if (ctl > 0)
+            kill(ctl, SIGKILL), waitpid(ctl, NULL, 0);
+        close(p[0]);
+        return;
+    }
+    close(p[0]);
+    for (int i = 0; i < n - 1; i++)
+        fds[i] = pidfd_open(pids[i]);
+    sleep_us(delay_us);
+    int64_t t_kill = disco_now_ns();
+    kill(ctl, SIGKILL);
+    int ctl_status = 0;
+    waitpid(ctl, &ctl_status, 0);
+    if (!WIFSIGNALED(ctl_status) || WTERMSIG(ctl_status) != SIGKILL)
+        fail(rd, "the controller ended by itself before the kill (status %#x)", ctl_status);
+    /* Every worker must end; the time is the last one's. As the subreaper
+     * the soak inherited them, so it reaps them too. */
+    int64_t t_last = t_kill;
+    for (int i = 0; i < n - 1; i++) {
+        if (!wait_gone(pids[i], fds[i], t_kill + HARD_LIMIT_MS * 1000000LL)) {
+            fail(rd, "worker %d (pid %d) outlived its controller by %d ms", i + 1, pids[i],
+                 HARD_LIMIT_MS);
+            kill(pids[i], SIGKILL);
+        }
+        t_last = disco_now_ns();
+        if (fds[i] >= 0)
+            close(fds[i]);
+    }
+    for (int i = 0; i < n - 1; i++)
+        waitpid(pids[i], NULL, 0);
+    *det_ms = ms_since(t_kill, t_last);
+    if (!rd->failed && *det_ms > o->bound_ms)
+        fail(rd, "workers gone %.2f ms after the kill, bound %u ms", *det_ms, o->bound_ms);
+    check_clean(rd, &before, NULL, 0);
+}
+
+/* ---- the run ---- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Detection times of one kind of round. */
+typedef struct samples {
+    double *v;
+    int n, cap;
+} samples_t;
+
+/* Appends x; false when out of memory (x is then dropped). */
+static bool push(samples_t *s, double x)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 1024;
+        double *v = realloc(s->v, (size_t)cap * sizeof *v);
+        if (v == NULL)
+            return false;
+        s->v = v, s->cap = cap;
+    }
+    s->v[s->n++] = x;
+    return true;
+}
+
+int soak_run(const soak_opts_t *o, soak_report_t *r)
+{
+    *r = (soak_report_t){.seed = o->seed ? o->seed : (uint64_t)disco_now_ns() | 1};
+    uint64_t rng = r->seed;
+    /* Orphaned workers of a killed controller become ours. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    samples_t wms = {0}, cms = {0};
+    int64_t t0 = disco_now_ns();
+    for (bool room = true; room;) {
+        double elapsed = ms_since(t0, disco_now_ns()) / 1e3;
+        if ((o->rounds > 0 && r->rounds >= o->rounds) || (o->seconds > 0 && elapsed >= o->seconds))
+            break;
+        round_t rd = {.r = r, .o = o, .index = ++r->rounds};
+        double det = 0;
+        bool ctl = pick(&rng, 4) == 0;
+        if (ctl) {
+            r->controller_rounds++;
+            controller_round(&rd, &rng, &det);
+            room = push(&cms, det);
+            r->worst_controller_ms = det > r->worst_controller_ms ? det : r->worst_controller_ms;
+        } else {
+            r->worker_rounds++;
+            worker_round(&rd, &rng, &det);
+            room = push(&wms, det);
+            r->worst_worker_ms = det > r->worst_worker_ms ? det : r->worst_worker_ms;
+        }
+        r->failures += rd.failed;
+        if (o->log != NULL && !rd.failed)
+            fprintf(o->log, "round %d (%s): %s in %.3f ms\n", rd.index, rd.what,
+                    ctl ? "workers gone" : "caller told", det);
+    }
+    r->seconds = ms_since(t0, disco_now_ns()) / 1e3;
+    r->median_worker_ms = median(wms.v, wms.n);
+    r->median_controller_ms = median(cms.v, cms.n);
+    free(wms.v);
+    free(cms.v);
+    return r->failures;
+}

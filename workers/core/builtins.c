@@ -1,0 +1,118 @@
+/* builtins.c - functions every worker has: library loading, identity, echo. */
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include "disco/placement.h"
+#include "workers/data/collective.h"
+#include "workers/core/registry.h"
+#include "disco/heap.h"
+#include "disco/tensor.h"
+#include "workers/core/worker.h"
+
+/* disco.load_library(path): dlopen the library in this worker; its
+ * DISCO_FUNC constructors register its functions. Libraries stay loaded. */
+static disco_status_t load_library(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                   disco_value_t *ret)
+{
+    (void)nargs;
+    (void)ret;
+    if (dlopen(args[0].v.str, RTLD_NOW | RTLD_GLOBAL) == NULL) {
+        disco_ctx_fail(ctx, "cannot load %s: %s", args[0].v.str, dlerror());
+        return DISCO_E_LIBRARY;
+    }
+    return DISCO_OK;
+}
+
+static disco_status_t worker_id(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                disco_value_t *ret)
+{
+    (void)args;
+    (void)nargs;
+    *ret = disco_int(disco_ctx_worker_id(ctx));
+    return DISCO_OK;
+}
+
+static disco_status_t world_size(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                 disco_value_t *ret)
+{
+    (void)args;
+    (void)nargs;
+    *ret = disco_int(disco_ctx_world_size(ctx));
+    return DISCO_OK;
+}
+
+/* disco.echo(v, ...): returns its first argument (null without one). */
+static disco_status_t echo(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                           disco_value_t *ret)
+{
+    (void)ctx;
+    *ret = nargs > 0 ? args[0] : disco_null();
+    return DISCO_OK;
+}
+
+/* disco.noop(...): does nothing; the benchmarks' call. */
+static disco_status_t noop(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                           disco_value_t *ret)
+{
+    (void)ctx;
+    (void)args;
+    (void)nargs;
+    (void)ret;
+    return DISCO_OK;
+}
+
+static disco_status_t tensor_span(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                  disco_value_t *ret);
+
+/* disco.cpu_affinity(): the CPUs this worker may run on ("0-1,3"), as the
+ * kernel sees them; shows that a placement plan took effect. */
+static disco_status_t cpu_affinity(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                   disco_value_t *ret)
+{
+    (void)args;
+    (void)nargs;
+    char *buf = disco_ctx_alloc(ctx, 4096);
+    if (buf == NULL)
+        return disco_ctx_fail(ctx, "out of memory");
+    if (disco_place_current_cpus(buf, 4096) != DISCO_OK)
+        return disco_ctx_fail(ctx, "%s", disco_last_error());
+    *ret = disco_str(buf);
+    return DISCO_OK;
+}
+
+static void register_all(void)
+{
+    disco_register_func("disco.load_library", "s", load_library);
+    disco_register_func("disco.worker_id", "", worker_id);
+    disco_register_func("disco.world_size", "", world_size);
+    disco_register_func("disco.echo", NULL, echo);
+    disco_register_func("disco.noop", NULL, noop);
+    disco__register_session_func("disco.tensor_span", "T", tensor_span);
+    disco_register_func("disco.cpu_affinity", "", cpu_affinity);
+    disco__coll_register();
+}
+
+void disco__builtins_init(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_all);
+}
+
+/* disco.tensor_span(x): where x's bytes are in the shared heap, as a shape
+ * [heap offset, bytes] (for RPC views of a worker that copy directly). */
+static disco_status_t tensor_span(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                  disco_value_t *ret)
+{
+    (void)nargs;
+    const DLTensor *t = args[0].v.tensor;
+    if (ctx->worker == NULL || ctx->worker->heap == NULL ||
+        !disco_heap_contains(ctx->worker->heap, t->data, disco_tensor_nbytes(t)))
+        return disco_ctx_fail(ctx, "the tensor is not in this session's shared heap");
+    int64_t *span = disco_ctx_alloc(ctx, 2 * sizeof *span);
+    if (span == NULL)
+        return disco_ctx_fail(ctx, "out of memory");
+    span[0] = (int64_t)disco_heap_offset(ctx->worker->heap, t->data);
+    span[1] = (int64_t)disco_tensor_nbytes(t);
+    *ret = disco_shape(span, 2);
+    return DISCO_OK;
+}

@@ -1,0 +1,73 @@
+/*
+ * trace_ring.h - per-worker trace rings in the control segment (internal).
+ *
+ * Each worker stamps every command it executes (start, end) into its own
+ * ring: one writer (the worker), read by the controller when it exports a
+ * trace. Stamps are trace-clock ticks (shm/ticks.h), converted to
+ * nanoseconds by the controller. The ring keeps the last DISCO_TRACE_CAP
+ * records; older ones are overwritten.
+ *
+ * Protocol (a seqlock per lap):
+ *   1. The worker claims record h = head: it stores claimed = h + 1, then
+ *      writes record h % cap field by field with release stores (T0), then
+ *      publishes head = h + 1 (release, T1).
+ *   2. The reader loads head (acquire, T2: pairs with T1, so the records
+ *      below it are complete), copies records [head - cap, head) with
+ *      acquire loads (T3), then loads claimed. Records the writer may have
+ *      started to reuse (index < claimed - cap) are dropped: if the copy
+ *      read any field of a reuse, T0/T3 make that reuse's claim (stored
+ *      before it) visible to the load of claimed.
+ * (Per-field release/acquire rather than fences: ThreadSanitizer does not
+ * model fences, and on x86 both are plain moves.)
+ * Record fields are relaxed atomics, so a record overwritten during the
+ * copy is a stale value to drop, never a data race.
+ */
+#ifndef DISCO_WORKERS_TRACE_RING_H
+#define DISCO_WORKERS_TRACE_RING_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "shm/ticks.h"
+
+#define DISCO_TRACE_CAP 8192u /* records per worker: 256 KiB */
+
+struct disco__trace_rec {
+    _Atomic uint64_t seq;  /* command sequence number */
+    _Atomic uint64_t info; /* command code << 32 | function register (calls) */
+    _Atomic uint64_t t_start;
+    _Atomic uint64_t t_end;
+};
+
+struct disco__trace_ring {
+    _Alignas(64) _Atomic uint64_t head; /* records ever written */
+    _Atomic uint64_t claimed;           /* records ever started */
+    uint32_t cap;
+    uint32_t on; /* 0: tracing is off for this session */
+    _Alignas(64) struct disco__trace_rec rec[DISCO_TRACE_CAP];
+};
+
+/** The function register a command calls (0 for other commands). */
+#define disco__trace_func(h, args)                                                                 \
+    ((h)->code == DISCO_CMD_CALL && (h)->nargs >= 2 ? (args)[1].v.reg : 0u)
+
+/** Appends one record (the ring's only writer). */
+static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, uint32_t code,
+                                    uint64_t func, uint64_t t_start, uint64_t t_end)
+{
+    /* Relaxed: only this worker writes head. */
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+    /* Relaxed: ordered before the field stores by their release (T0). */
+    atomic_store_explicit(&r->claimed, h + 1, memory_order_relaxed);
+    struct disco__trace_rec *x = &r->rec[h % DISCO_TRACE_CAP];
+    /* T0: release, each pairs with T3 in the reader. */
+    atomic_store_explicit(&x->seq, seq, memory_order_release);
+    atomic_store_explicit(&x->info, (uint64_t)code << 32 | (func & 0xffffffffu),
+                          memory_order_release);
+    atomic_store_explicit(&x->t_start, t_start, memory_order_release);
+    atomic_store_explicit(&x->t_end, t_end, memory_order_release);
+    /* T1: release, pairs with T2 in the reader. */
+    atomic_store_explicit(&r->head, h + 1, memory_order_release);
+}
+
+#endif

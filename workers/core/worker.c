@@ -1,0 +1,514 @@
+/* worker.c - the register file and command execution (see worker.h). */
+#include "workers/core/worker.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "workers/core/registry.h"
+#include "workers/data/tensor_impl.h"
+
+static const char *const cmd_names[DISCO_CMD_COUNT] = {
+    "shutdown",         "kill register",         "get global function",
+    "call packed",      "sync worker",           "copy from worker 0",
+    "copy to worker 0", "debug get from remote", "debug set register",
+};
+
+const char *disco__cmd_name(uint32_t code)
+{
+    return code < DISCO_CMD_COUNT ? cmd_names[code] : "unknown command";
+}
+
+disco_status_t disco__worker_init(disco_worker_t *w, int id, int world, struct disco__errbox *box,
+                                  disco_heap_t *heap, struct disco__coll_area *coll,
+                                  const disco_wait_t *wait)
+{
+    memset(w, 0, sizeof *w);
+    w->id = id;
+    w->world = world;
+    w->errbox = box;
+    w->heap = heap;
+    w->coll = coll;
+    w->wait = wait;
+    return DISCO_OK;
+}
+
+void disco__worker_fini(disco_worker_t *w)
+{
+    for (uint64_t i = 0; i < w->nregs; i++)
+        disco_value_clear(&w->regs[i]);
+    free(w->regs);
+    w->regs = NULL;
+    w->nregs = 0;
+}
+
+void disco__worker_post_error(disco_worker_t *w, int code, const char *func, const char *msg)
+{
+    struct disco__errbox *b = w->errbox;
+    /* Acquire: pairs with the controller's release clear, so it has finished
+     * reading the previous report before we overwrite it. */
+    if (atomic_load_explicit(&b->full, memory_order_acquire)) {
+        /* Relaxed: a counter read only after the box is seen full. */
+        atomic_fetch_add_explicit(&b->dropped, 1, memory_order_relaxed);
+        return;
+    }
+    b->code = code;
+    b->seq = w->seq;
+    snprintf(b->func, sizeof b->func, "%s", func);
+    snprintf(b->msg, sizeof b->msg, "%s", msg);
+    /* Release: the fields above are written before the controller sees full. */
+    atomic_store_explicit(&b->full, 1, memory_order_release);
+}
+
+/* ---- registers ---- */
+
+static disco_status_t reg_slot(disco_worker_t *w, uint64_t reg, disco_value_t **slot_out)
+{
+    if (reg == 0 || reg > (1u << 24))
+        return disco_set_error(DISCO_E_BAD_REG, "register %llu is out of range",
+                               (unsigned long long)reg);
+    if (reg >= w->nregs) {
+        uint64_t n = w->nregs ? w->nregs : 16;
+        while (n <= reg)
+            n *= 2;
+        disco_value_t *p = realloc(w->regs, n * sizeof *p);
+        if (p == NULL)
+            return disco_set_error(DISCO_E_NOMEM, "register file of %llu", (unsigned long long)n);
+        memset(p + w->nregs, 0, (n - w->nregs) * sizeof *p);
+        w->regs = p;
+        w->nregs = n;
+    }
+    *slot_out = &w->regs[reg];
+    return DISCO_OK;
+}
+
+static disco_status_t reg_set(disco_worker_t *w, uint64_t reg, const disco_value_t *v)
+{
+    disco_value_t *slot, copy;
+    disco_status_t st = reg_slot(w, reg, &slot);
+    if (st == DISCO_OK && (st = disco_value_copy(v, &copy)) == DISCO_OK) {
+        disco_value_clear(slot);
+        *slot = copy;
+    }
+    return st;
+}
+
+disco_status_t disco__worker_set_reg(disco_worker_t *w, uint64_t reg, const disco_value_t *v)
+{
+    return reg_set(w, reg, v);
+}
+
+const disco_value_t *disco__worker_get_reg(const disco_worker_t *w, uint64_t reg)
+{
+    return reg != 0 && reg < w->nregs ? &w->regs[reg] : NULL;
+}
+
+/* ---- function context ---- */
+
+int disco_ctx_worker_id(const disco_ctx_t *ctx)
+{
+    return ctx->worker_id;
+}
+
+int disco_ctx_world_size(const disco_ctx_t *ctx)
+{
+    return ctx->world;
+}
+
+void *disco_ctx_user(const disco_ctx_t *ctx)
+{
+    return ctx->user;
+}
+
+void *disco_ctx_alloc(disco_ctx_t *ctx, size_t size)
+{
+    void **list = realloc(ctx->scratch, (ctx->nscratch + 1) * sizeof *list);
+    if (list == NULL)
+        return NULL;
+    ctx->scratch = list;
+    void *p = malloc(size ? size : 1);
+    if (p != NULL)
+        list[ctx->nscratch++] = p;
+    return p;
+}
+
+disco_status_t disco_ctx_fail(disco_ctx_t *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
+    va_end(ap);
+    ctx->failed = 1;
+    return DISCO_E_REMOTE;
+}
+
+disco_status_t disco__ctx_own(disco_ctx_t *ctx, DLTensor *t)
+{
+    DLTensor **list = realloc(ctx->tensors, (ctx->ntensors + 1) * sizeof *list);
+    if (list == NULL) {
+        disco__tensor_release(t);
+        return disco_set_error(DISCO_E_NOMEM, "tensor list of a call");
+    }
+    ctx->tensors = list;
+    list[ctx->ntensors++] = t;
+    return DISCO_OK;
+}
+
+disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim, DLDataType dtype,
+                               DLTensor **out)
+{
+    if (ctx->worker == NULL || ctx->worker->heap == NULL)
+        return disco_set_error(DISCO_E_HEAP_EXHAUSTED,
+                               "no shared heap here: tensors are made inside a session");
+    DLTensor *t;
+    disco_status_t st =
+        disco__tensor_new(ctx->worker->heap, (uint32_t)ctx->worker_id, shape, ndim, dtype, &t);
+    if (st == DISCO_OK && (st = disco__ctx_own(ctx, t)) == DISCO_OK)
+        *out = t;
+    return st;
+}
+
+static void ctx_release(disco_ctx_t *ctx)
+{
+    for (size_t i = 0; i < ctx->ntensors; i++)
+        disco__tensor_release(ctx->tensors[i]);
+    free(ctx->tensors);
+    for (size_t i = 0; i < ctx->nscratch; i++)
+        free(ctx->scratch[i]);
+    free(ctx->scratch);
+}
+
+disco_status_t disco__func_run(const struct disco__func *f, disco_worker_t *w,
+                               const disco_value_t *args, int n, disco_value_t *ret_out)
+{
+    disco_ctx_t ctx; /* not zeroed whole: msg is written only on failure */
+    ctx.worker_id = w != NULL ? w->id : 0;
+    ctx.world = w != NULL ? w->world : 1;
+    ctx.failed = 0;
+    ctx.worker = w;
+    ctx.msg[0] = '\0';
+    ctx.scratch = NULL;
+    ctx.nscratch = 0;
+    ctx.tensors = NULL;
+    ctx.ntensors = 0;
+    disco_value_t ret = disco_null();
+    /* Acquire: pairs with the release in register_entry (registry.c); fn
+     * and user come from one binding, never rewritten once published. */
+    const struct disco__binding *b = atomic_load_explicit(&f->bound, memory_order_acquire);
+    if (b == NULL) /* only between an entry's first publication and its binding's */
+        return disco_set_error(DISCO_E_NO_FUNC, "function %s is being registered", f->name);
+    ctx.user = b->user;
+    /* Acquire: pairs with the release in register_entry (the flag is
+     * stored before the binding, so it is at least as new as it). */
+    if (w == NULL && atomic_load_explicit(&f->needs_worker, memory_order_acquire))
+        return disco_set_error(DISCO_E_INVAL,
+                               "%s needs a session worker: call it in a Disco session, not in "
+                               "a local or JSON-RPC session",
+                               f->name);
+    disco_clear_error();
+    disco_status_t st = b->fn(&ctx, args, n, &ret);
+    if (st != DISCO_OK) {
+        if (!ctx.failed) /* the message is in the error detail (copy: we rewrite it) */
+            snprintf(ctx.msg, sizeof ctx.msg, "%s", disco_last_error());
+        disco_set_error(st, "%s", ctx.msg[0] ? ctx.msg : disco_strerror(st));
+    } else {
+        st = disco_value_copy(&ret, ret_out);
+    }
+    ctx_release(&ctx);
+    return st;
+}
+
+/* ---- commands ---- */
+
+static void fail_cmd(disco_worker_t *w, const char *what)
+{
+    disco__worker_post_error(w, DISCO_E_BAD_REG, what, disco_last_error());
+}
+
+static void exec_get_func(disco_worker_t *w, const disco_value_t *args)
+{
+    uint64_t handle;
+    disco_value_t *slot;
+    if (reg_slot(w, args[0].v.reg, &slot) != DISCO_OK) {
+        fail_cmd(w, "get global function");
+        return;
+    }
+    disco_value_clear(slot);
+    if (disco__func_find(args[1].v.str, &handle) != DISCO_OK) {
+        disco__worker_post_error(w, DISCO_E_NO_FUNC, args[1].v.str, disco_last_error());
+        return;
+    }
+    slot->type = DISCO_T_FUNC;
+    slot->v.handle = handle;
+}
+
+/* Resolves DRef arguments to the register values on this worker. */
+static disco_status_t resolve_args(disco_worker_t *w, const disco_value_t *in, int n,
+                                   disco_value_t *out)
+{
+    for (int i = 0; i < n; i++) {
+        if (in[i].type != DISCO_T_DREF) {
+            out[i] = in[i];
+            continue;
+        }
+        uint64_t r = in[i].v.reg;
+        if (r == 0)
+            return disco_set_error(DISCO_E_BAD_REG, "argument %d: register 0", i);
+        /* The controller checked that the register is live; a register this
+         * worker never wrote (say, one copied to worker 0 only) holds null
+         * here. Refusing it would make this worker skip a collective the
+         * others wait in. */
+        out[i] = r < w->nregs ? w->regs[r] : disco_null();
+    }
+    return DISCO_OK;
+}
+
+static void exec_call(disco_worker_t *w, const disco_value_t *args, int nargs)
+{
+    uint64_t res = args[0].v.reg, fr = args[1].v.reg;
+    disco_value_t *slot;
+    if (reg_slot(w, res, &slot) != DISCO_OK) {
+        fail_cmd(w, "call packed");
+        return;
+    }
+    disco_value_clear(slot);
+    if (fr == 0 || fr >= w->nregs || w->regs[fr].type != DISCO_T_FUNC) {
+        disco_set_error(DISCO_E_BAD_REG, "register %llu holds no function", (unsigned long long)fr);
+        fail_cmd(w, "call packed");
+        return;
+    }
+    const struct disco__func *f = disco__func_at(w->regs[fr].v.handle);
+    disco_value_t real[DISCO_MAX_ARGS];
+    int n = nargs - 2;
+    disco_status_t st = resolve_args(w, args + 2, n, real);
+    if (st == DISCO_OK)
+        st = disco__sig_check(f, real, n, 0);
+    if (st != DISCO_OK) {
+        disco__worker_post_error(w, st, f->name, disco_last_error());
+        return;
+    }
+    if ((st = disco__func_run(f, w, real, n, slot)) != DISCO_OK)
+        disco__worker_post_error(w, st, f->name, disco_last_error());
+}
+
+static disco_status_t reply_ok(disco_worker_t *w, int64_t token, const disco_value_t *v,
+                               void *reply, size_t cap, size_t *len)
+{
+    disco_value_t out[2] = {disco_int(token), v != NULL ? *v : disco_null()};
+    disco_status_t st =
+        disco_frame_encode(DISCO_REPLY_OK, w->seq, out, v != NULL ? 2 : 1, reply, cap, len);
+    if (st == DISCO_OK)
+        return DISCO_OK;
+    /* The value does not fit in a reply: say so instead. */
+    char msg[160];
+    snprintf(msg, sizeof msg, "value too large for a reply: %s", disco_last_error());
+    disco_value_t err[3] = {disco_int(token), disco_int(st), disco_str(msg)};
+    return disco_frame_encode(DISCO_REPLY_ERROR, w->seq, err, 3, reply, cap, len);
+}
+
+static disco_status_t reply_error(disco_worker_t *w, int64_t token, disco_status_t code,
+                                  void *reply, size_t cap, size_t *len)
+{
+    disco_value_t err[3] = {disco_int(token), disco_int(code), disco_str(disco_last_error())};
+    return disco_frame_encode(DISCO_REPLY_ERROR, w->seq, err, 3, reply, cap, len);
+}
+
+/* Checks a command's fixed arguments: count and types. */
+static disco_status_t check_shape(const disco_frame_hdr_t *h, const disco_value_t *args)
+{
+    static const char *const want[DISCO_CMD_COUNT] = {
+        "", "r", "rs", "rr", "ii", "", "", "rii", "rii?",
+    };
+    if (h->code >= DISCO_CMD_COUNT)
+        return disco_set_error(DISCO_E_PROTOCOL, "unknown command code %u", h->code);
+    const char *s = want[h->code];
+    size_t n = strlen(s);
+    if (h->code == DISCO_CMD_CALL ? h->nargs < n : h->nargs != n)
+        return disco_set_error(DISCO_E_ARG_COUNT, "%s with %u arguments", disco__cmd_name(h->code),
+                               h->nargs);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t t = s[i] == 'r'   ? DISCO_T_DREF
+                     : s[i] == 'i' ? DISCO_T_INT
+                     : s[i] == 's' ? DISCO_T_STR
+                                   : args[i].type;
+        if (args[i].type != t)
+            return disco_set_error(DISCO_E_BAD_TYPE, "%s argument %zu: %s, expected %s",
+                                   disco__cmd_name(h->code), i, disco_type_name(args[i].type),
+                                   disco_type_name(t));
+    }
+    return DISCO_OK;
+}
+
+disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
+                                  const disco_value_t *args, void *reply, size_t reply_cap,
+                                  size_t *reply_len)
+{
+    *reply_len = 0;
+    w->seq = h->seq;
+    disco_status_t st = check_shape(h, args);
+    if (st != DISCO_OK) {
+        disco__worker_post_error(w, st, disco__cmd_name(h->code), disco_last_error());
+        return DISCO_OK;
+    }
+    switch (h->code) {
+    case DISCO_CMD_SHUTDOWN:
+        return DISCO_E_SHUTDOWN;
+    case DISCO_CMD_KILL_REG: {
+        uint64_t r = args[0].v.reg;
+        if (r != 0 && r < w->nregs)
+            disco_value_clear(&w->regs[r]);
+        return DISCO_OK;
+    }
+    case DISCO_CMD_GET_FUNC:
+        exec_get_func(w, args);
+        return DISCO_OK;
+    case DISCO_CMD_CALL:
+        exec_call(w, args, (int)h->nargs);
+        return DISCO_OK;
+    case DISCO_CMD_SYNC:
+        if (args[0].v.i == w->id)
+            return reply_ok(w, args[1].v.i, NULL, reply, reply_cap, reply_len);
+        return DISCO_OK;
+    case DISCO_CMD_DEBUG_GET: {
+        if (args[1].v.i != w->id)
+            return DISCO_OK;
+        uint64_t r = args[0].v.reg;
+        if (r == 0 || r >= w->nregs) {
+            disco_set_error(DISCO_E_BAD_REG, "worker %d: register %llu is not set", w->id,
+                            (unsigned long long)r);
+            return reply_error(w, args[2].v.i, DISCO_E_BAD_REG, reply, reply_cap, reply_len);
+        }
+        const disco_value_t *v = &w->regs[r];
+        disco_value_t raw;
+        if (v->type == DISCO_T_TENSOR) { /* a tensor answers with its bytes */
+            /* Its size is checked, never cut to the 32 bits of a bytes
+             * length (a 4 GiB + 16 tensor answered 16 bytes). */
+            if ((st = disco__tensor_bytes_value(v->v.tensor, &raw)) != DISCO_OK)
+                return reply_error(w, args[2].v.i, st, reply, reply_cap, reply_len);
+            v = &raw;
+        }
+        return reply_ok(w, args[2].v.i, v, reply, reply_cap, reply_len);
+    }
+    case DISCO_CMD_DEBUG_SET:
+        if (args[1].v.i != w->id)
+            return DISCO_OK;
+        if ((st = reg_set(w, args[0].v.reg, &args[3])) != DISCO_OK)
+            return reply_error(w, args[2].v.i, st, reply, reply_cap, reply_len);
+        return reply_ok(w, args[2].v.i, NULL, reply, reply_cap, reply_len);
+    default: /* copies come with the data plane */
+        disco_set_error(DISCO_E_PROTOCOL, "%s is not supported yet", disco__cmd_name(h->code));
+        disco__worker_post_error(w, DISCO_E_PROTOCOL, disco__cmd_name(h->code), disco_last_error());
+        return DISCO_OK;
+    }
+}
+
+/* A finished command's trace record that is not in the ring yet. */
+struct held_rec {
+    bool full;
+    uint64_t seq, func, t_start, t_end;
+    uint32_t code;
+};
+
+static void put_held(struct disco__trace_ring *r, struct held_rec *h)
+{
+    if (h->full)
+        disco__trace_put(r, h->seq, h->code, h->func, h->t_start, h->t_end);
+    h->full = false;
+}
+
+/* The worker loop's waits: as given, a poll, and a wait that stamps. */
+struct waits {
+    const disco_wait_t *plain;
+    disco_wait_t poll, stamped;
+    uint64_t found; /* the stamped wait's stamp */
+};
+
+/* Receives the next command. With tracing, *t_start gets its start stamp: a
+ * command already waiting starts when the previous one ended (last_end: no
+ * clock read in a busy stream); one we had to wait for starts when the wait
+ * found it (the wait loop's own clock read, off the path from its arrival
+ * to our reply). Idle time is when the held record goes into the ring. */
+static disco_status_t next_cmd(disco_worker_t *w, disco_chan_t *c, void *buf, uint32_t cap,
+                               uint32_t *len, struct waits *ws, uint64_t last_end,
+                               struct held_rec *held, uint64_t *t_start)
+{
+    if (w->trace == NULL)
+        return disco__chan_recv_cmd(c, buf, cap, len, ws->plain);
+    disco_status_t st = DISCO_E_AGAIN;
+    if (c->kind == DISCO_CHAN_RING && last_end != 0) {
+        st = disco__chan_recv_cmd(c, buf, cap, len, &ws->poll);
+        *t_start = last_end;
+    }
+    if (st == DISCO_E_AGAIN) {
+        put_held(w->trace, held);
+        ws->found = 0;
+        st = disco__chan_recv_cmd(c, buf, cap, len, &ws->stamped);
+        *t_start = ws->found != 0 ? ws->found : disco__ticks();
+    }
+    return st;
+}
+
+int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *wait)
+{
+    size_t cap = ((size_t)c->max_msg + 7u) & ~(size_t)7u; /* no wrap in 32 bits */
+    void *buf = aligned_alloc(8, cap ? cap : 8);
+    void *reply = aligned_alloc(8, DISCO_REPLY_MAX);
+    int rc = 1;
+    struct held_rec held = {.full = false};
+    if (buf == NULL || reply == NULL)
+        goto out;
+    uint64_t last_end = 0; /* the previous command's end stamp */
+    struct waits ws = {.plain = wait, .poll = *wait, .stamped = *wait};
+    ws.poll.no_wait = true;
+    ws.stamped.found_at = &ws.found;
+    for (;;) {
+        uint32_t len;
+        uint64_t t0 = 0;
+        disco_status_t st = next_cmd(w, c, buf, (uint32_t)cap, &len, &ws, last_end, &held, &t0);
+        if (st != DISCO_OK)
+            goto out; /* controller gone, session broken, or channel closed */
+        disco_frame_hdr_t h;
+        disco_value_t args[DISCO_MAX_ARGS];
+        if ((st = disco_frame_decode(buf, len, &h, args, DISCO_MAX_ARGS)) != DISCO_OK) {
+            /* The controller encoded it, so the channel is corrupt and a
+             * reply the controller may be waiting for will never come: say
+             * why and exit, which the controller notices at once. */
+            disco__worker_post_error(w, st, "command frame", disco_last_error());
+            rc = DISCO_WORKER_EXIT_PROTOCOL;
+            goto out;
+        }
+        size_t rlen;
+        st = disco__worker_exec(w, &h, args, reply, DISCO_REPLY_MAX, &rlen);
+        if (st == DISCO_E_SHUTDOWN) {
+            rc = 0;
+            goto out;
+        }
+        if (rlen != 0 && disco__chan_send_reply(c, reply, (uint32_t)rlen, wait) != DISCO_OK)
+            goto out;
+        if (w->trace != NULL) {
+            /* The end is stamped after the reply went out, once the fetch of
+             * the next command's slot (which may be waiting already) has
+             * begun, so the clock read overlaps it. The record is written to
+             * the ring only off the path of the next reply: after a reply of
+             * our own, or when we go idle (next_cmd). */
+            disco__chan_prepare_recv(c);
+            last_end = disco__ticks();
+            put_held(w->trace, &held);
+            held = (struct held_rec){.full = true,
+                                     .seq = h.seq,
+                                     .func = disco__trace_func(&h, args),
+                                     .t_start = t0,
+                                     .t_end = last_end,
+                                     .code = h.code};
+            if (rlen != 0)
+                put_held(w->trace, &held);
+        }
+    }
+out:
+    if (w->trace != NULL)
+        put_held(w->trace, &held);
+    free(buf);
+    free(reply);
+    return rc;
+}

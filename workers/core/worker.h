@@ -1,0 +1,115 @@
+/*
+ * worker.h - executing commands on a worker (internal).
+ *
+ * A worker owns a register file (register 0 unused; ids come from the
+ * controller) and an error mailbox in the control segment. Workers 1..N-1 run
+ * disco__worker_loop in their own process; worker 0 is driven by the
+ * controller calling disco__worker_exec directly after each broadcast.
+ */
+#ifndef DISCO_WORKERS_WORKER_H
+#define DISCO_WORKERS_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "workers/core/channel.h"
+#include "disco/heap.h"
+#include "disco/func.h"
+#include "disco/value.h"
+#include "workers/core/protocol.h"
+#include "workers/core/registry.h"
+#include "workers/core/trace_ring.h"
+
+typedef struct disco_worker {
+    int id;
+    int world;
+    disco_value_t *regs; /* owned values, index = register id */
+    uint64_t nregs;
+    struct disco__errbox *errbox;
+    uint64_t seq;                    /* sequence number of the command being executed */
+    disco_heap_t *heap;              /* the session's shared heap, or NULL */
+    struct disco__coll_area *coll;   /* the collective area */
+    uint32_t ngroups;                /* its groups (0: 1), this process's copy */
+    const disco_wait_t *wait;        /* how collectives wait for other workers */
+    uint64_t ncoll;                  /* collectives executed (slot parity) */
+    struct disco__trace_ring *trace; /* its trace ring, or NULL: tracing off */
+    /* Called when this worker gives up a collective at a barrier (its wait
+     * failed with st; collective.h, A3) before the call frees anything:
+     * late[] are the members that may still touch this worker's buffers.
+     * It must make sure they never do (kill them, or end this process) and
+     * returns the status the collective fails with. NULL: st is returned. */
+    disco_status_t (*abandon)(void *ctx, disco_status_t st, const int *late, int nlate,
+                              const char *what);
+    void *abandon_ctx;
+} disco_worker_t;
+
+struct disco_ctx {
+    int worker_id;
+    int world;
+    int failed;
+    disco_worker_t *worker;
+    void *user; /* the registration's user pointer (disco_register_func_ex) */
+    char msg[DISCO_ERR_MSG_MAX];
+    void **scratch; /* scratch blocks and tensors owned by the call */
+    size_t nscratch;
+    DLTensor **tensors;
+    size_t ntensors;
+};
+
+/** Makes the call own t: it is released when the call ends (a result that
+ *  returns it holds its own reference by then). On failure t is released. */
+disco_status_t disco__ctx_own(disco_ctx_t *ctx, DLTensor *t);
+
+/** Sets up worker id of world with its mailbox, the session's heap (may be
+ *  NULL), collective area and the wait for collectives. Returns DISCO_OK. */
+disco_status_t disco__worker_init(disco_worker_t *w, int id, int world, struct disco__errbox *box,
+                                  disco_heap_t *heap, struct disco__coll_area *coll,
+                                  const disco_wait_t *wait);
+
+/** Frees every register. */
+void disco__worker_fini(disco_worker_t *w);
+
+/** Executes one decoded command. When the command asks this worker for a
+ *  reply, encodes it into reply (reply_cap bytes, 8-aligned) and sets
+ *  *reply_len, else sets it to 0. Failures of the command itself go to the
+ *  mailbox (or into an error reply for replying commands). Returns DISCO_OK,
+ *  or DISCO_E_SHUTDOWN for the shutdown command. */
+disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
+                                  const disco_value_t *args, void *reply, size_t reply_cap,
+                                  size_t *reply_len);
+
+/** Runs function f with args on worker w (NULL: outside any session, as
+ *  worker 0 of 1) and copies its result into *ret_out (which must be null).
+ *  Returns the function's status with its message in disco_last_error(). */
+disco_status_t disco__func_run(const struct disco__func *f, disco_worker_t *w,
+                               const disco_value_t *args, int n, disco_value_t *ret_out);
+
+/** Stores a copy of v (a tensor: a new reference) in register reg.
+ *  Returns DISCO_OK, DISCO_E_BAD_REG, DISCO_E_NOMEM. */
+disco_status_t disco__worker_set_reg(disco_worker_t *w, uint64_t reg, const disco_value_t *v);
+
+/** The value in register reg, or NULL if it was never set. */
+const disco_value_t *disco__worker_get_reg(const disco_worker_t *w, uint64_t reg);
+
+/** Records an error in w's mailbox (keeps the first; counts the rest). */
+void disco__worker_post_error(disco_worker_t *w, int code, const char *func, const char *msg);
+
+/* Exit code of a worker that received a command it could not decode. */
+#define DISCO_WORKER_EXIT_PROTOCOL 3
+
+/** A worker process's main loop: receive, execute, reply, until shutdown
+ *  (returns 0), a channel error such as a dead controller (returns 1), or an
+ *  undecodable command (returns DISCO_WORKER_EXIT_PROTOCOL, after posting
+ *  the reason to its mailbox). */
+int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *wait);
+
+/** Runs worker id in a process that maps the control segment at data (size
+ *  bytes) and, for pipes, holds cmd_fd and reply_fd. Sets the parent-death
+ *  signal. Returns the process exit code: 0 after shutdown, 1 when the
+ *  controller went away or broke the session, 2 on a setup error. */
+int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply_fd);
+
+/** Name of a command code, for messages. */
+const char *disco__cmd_name(uint32_t code);
+
+#endif

@@ -1,0 +1,163 @@
+/* worker_main.c - the process side of a worker: attach, bind the channel,
+ * watch the controller, run the loop. Used after fork and by disco-worker. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "disco/segment.h"
+#include "disco/session.h"
+#include "workers/data/bind.h"
+#include "workers/core/ctl_layout.h"
+#include "workers/core/inherit.h"
+#include "workers/core/worker.h"
+
+struct parent_watch {
+    pid_t controller;
+};
+
+/* The parent-death signal covers most cases; this covers the window before
+ * it was set and controllers whose opening thread is still alive. */
+static disco_status_t parent_alive(void *p)
+{
+    const struct parent_watch *pw = p;
+    if (getppid() != pw->controller)
+        return disco_set_error(DISCO_E_PEER_DEAD, "controller %d is gone", (int)pw->controller);
+    return DISCO_OK;
+}
+
+/* A worker gives up a collective only when the session broke or the
+ * controller went (its waits have no deadline). Other members may still be
+ * writing into its buffers, and it cannot stop them: it ends at once,
+ * freeing nothing, as it would at its next command anyway. */
+static disco_status_t end_on_abandon(void *ctx, disco_status_t st, const int *late, int nlate,
+                                     const char *what)
+{
+    (void)ctx, (void)st, (void)late, (void)nlate, (void)what;
+    _exit(1);
+}
+
+int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply_fd)
+{
+    /* The layout comes from this worker's own computation, checked against
+     * the header (ctl_layout.h): a header that lies about it is refused
+     * here, before any offset from it is used. */
+    struct disco__ctl_layout lay;
+    if (disco__ctl_read(data, size, &lay) != DISCO_OK) {
+        fprintf(stderr, "disco worker %d: %s\n", id, disco_last_error());
+        return 2;
+    }
+    if (id < 1 || (uint32_t)id >= lay.geom.world) {
+        fprintf(stderr, "disco worker %d: no such worker in a session of %u\n", id, lay.geom.world);
+        return 2;
+    }
+    struct disco__ctl *ctl = data;
+    char *base = data;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    struct parent_watch pw = {.controller = ctl->controller_pid};
+    if (parent_alive(&pw) != DISCO_OK)
+        return 1;
+
+    disco_chan_t chan = {.kind = (int)lay.geom.transport,
+                         .world = (int)lay.geom.world,
+                         .self = id,
+                         .max_msg = lay.geom.max_msg};
+    disco_ring_t reply;
+    int fds[2] = {cmd_fd, reply_fd};
+    if (chan.kind == DISCO_CHAN_RING) {
+        if (disco_ring_attach(base + lay.r[DISCO_CTL_CMD].off, (size_t)lay.r[DISCO_CTL_CMD].size,
+                              &chan.cmd) != DISCO_OK ||
+            disco_ring_attach(base + disco__ctl_reply_at(&lay, (uint32_t)id),
+                              (size_t)lay.reply_stride, &reply) != DISCO_OK) {
+            fprintf(stderr, "disco worker %d: %s\n", id, disco_last_error());
+            return 2;
+        }
+        chan.reply = &reply;
+        disco_ring_set_reader_pid(&chan.cmd, (uint32_t)(id - 1), getpid());
+    } else {
+        chan.cmd_fd = &fds[0];
+        chan.reply_fd = &fds[1];
+    }
+
+    const struct disco__bind *bind = (const struct disco__bind *)(base + lay.r[DISCO_CTL_BIND].off);
+    if (disco__bind_self(bind[id].cpus, bind[id].nodes) != DISCO_OK)
+        fprintf(stderr, "disco worker %d: not bound: %s\n", id, disco_last_error());
+    struct disco__errbox *boxes = (struct disco__errbox *)(base + lay.r[DISCO_CTL_ERRBOX].off);
+    disco_heap_t heap;
+    if (disco_heap_attach(base + lay.r[DISCO_CTL_HEAP].off, (size_t)lay.geom.heap_size, &heap) !=
+        DISCO_OK) {
+        fprintf(stderr, "disco worker %d: %s\n", id, disco_last_error());
+        return 2;
+    }
+    disco_worker_t w;
+    disco_wait_t wait = {.spin_ns = ctl->spin_ns,
+                         .pause_ns = ctl->pause_ns,
+                         .park_slice_ms = 20,
+                         .abort_word = &ctl->broken,
+                         .check = parent_alive,
+                         .check_ctx = &pw};
+    /* A taken heap lock is waited for like everything else: until the
+     * session breaks or the controller goes. */
+    disco_heap_set_wait(&heap, &wait);
+    disco__worker_init(&w, id, (int)lay.geom.world, &boxes[id], &heap,
+                       (struct disco__coll_area *)(base + lay.r[DISCO_CTL_COLL].off), &wait);
+    w.abandon = end_on_abandon;
+    w.ngroups = lay.geom.num_groups; /* read once, at start, as the rest of the geometry */
+    if (lay.geom.trace)
+        w.trace = (struct disco__trace_ring *)(base + lay.r[DISCO_CTL_TRACE].off) + (id - 1);
+    int rc = disco__worker_loop(&w, &chan, &wait);
+    disco__worker_fini(&w);
+    return rc;
+}
+
+static int arg_int(int argc, char **argv, const char *name, int dflt)
+{
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], name) == 0)
+            return atoi(argv[i + 1]);
+    return dflt;
+}
+
+static void worker_usage(FILE *f, const char *argv0)
+{
+    fprintf(f,
+            "usage: %s --disco-fd FD --disco-worker ID [--disco-cmd-fd FD "
+            "--disco-reply-fd FD]\n"
+            "Started by a disco controller (launch mode spawn); not run by hand.\n",
+            argv0);
+}
+
+int disco_worker_main(int argc, char **argv)
+{
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        worker_usage(stdout, argv[0]);
+        return 0;
+    }
+    int fd = arg_int(argc, argv, "--disco-fd", -1);
+    int id = arg_int(argc, argv, "--disco-worker", -1);
+    if (fd < 0 || id < 1) {
+        worker_usage(stderr, argv[0]);
+        return 2;
+    }
+    int cmd_fd = arg_int(argc, argv, "--disco-cmd-fd", -1);
+    int reply_fd = arg_int(argc, argv, "--disco-reply-fd", -1);
+    /* Asked by a controller whose C library could not close them before
+     * exec (see lifecycle.c): drop every fd but ours. */
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--disco-close-others") == 0) {
+            int keep[3] = {fd, cmd_fd, reply_fd};
+            disco__close_fds_except(keep, 3);
+        }
+    disco_segment_t seg;
+    if (disco_segment_attach(fd, &seg) != DISCO_OK) {
+        fprintf(stderr, "disco worker %d: %s\n", id, disco_last_error());
+        return 2;
+    }
+    close(fd);
+    int rc = disco__worker_process(disco_segment_data(&seg), disco_segment_data_size(&seg), id,
+                                   cmd_fd, reply_fd);
+    disco_segment_close(&seg);
+    return rc;
+}

@@ -1,0 +1,430 @@
+/* cuda.c - the CUDA calls: the device API for kDLCUDA, the CUDA IPC backend
+ * of the bookkeeping in ipc.c, and IPC events.
+ *
+ * Built with the CUDA runtime API when DISCO_HAVE_CUDA is defined (the
+ * Makefile does so when it finds the toolkit, and links the static runtime,
+ * which loads the driver at run time). Without it, every function returns
+ * DISCO_E_NO_DEVICE ("this build has no CUDA support"). Tested only on a
+ * machine with a GPU (tests/test_cuda.c); everything else about IPC is in
+ * ipc.c, tested everywhere. */
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disco/device.h"
+#include "workers/device/ipc.h"
+
+#ifdef DISCO_HAVE_CUDA
+
+#include <cuda_runtime_api.h>
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) == DISCO_IPC_HANDLE_BYTES, "IPC memory handle size");
+_Static_assert(sizeof(cudaIpcEventHandle_t) == DISCO_IPC_HANDLE_BYTES, "IPC event handle size");
+
+struct disco_event {
+    cudaEvent_t ev;
+    int device_id;
+};
+
+/* Records a failed CUDA call and returns its status. "No GPU" errors map to
+ * DISCO_E_NO_DEVICE with a detail starting "no CUDA device: ". */
+static disco_status_t fail(cudaError_t e, const char *call, int device_id)
+{
+    (void)cudaGetLastError(); /* clears a non-sticky error */
+    switch (e) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorStubLibrary:
+    case cudaErrorInvalidDevice:
+        return disco_set_error(DISCO_E_NO_DEVICE, "no CUDA device: %s (device %d): %s", call,
+                               device_id, cudaGetErrorString(e));
+    case cudaErrorMemoryAllocation:
+        return disco_set_error(DISCO_E_NOMEM, "%s (device %d): %s", call, device_id,
+                               cudaGetErrorString(e));
+    default:
+        return disco_set_error(DISCO_E_SYS, "%s (device %d): %s (%s)", call, device_id,
+                               cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+}
+
+#define CU(call, dev)                                                                              \
+    do {                                                                                           \
+        cudaError_t cu_e_ = (call);                                                                \
+        if (cu_e_ != cudaSuccess)                                                                  \
+            return fail(cu_e_, #call, (dev));                                                      \
+    } while (0)
+
+bool disco_device_has_cuda(void)
+{
+    return true;
+}
+
+static disco_status_t cuda_count(int *count_out)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return disco_set_error(e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
+                                       e == cudaErrorStubLibrary
+                                   ? DISCO_E_NO_DEVICE
+                                   : DISCO_E_SYS,
+                               "no CUDA device: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+    }
+    if (n < 1)
+        return disco_set_error(DISCO_E_NO_DEVICE, "no CUDA device: cudaGetDeviceCount found none");
+    *count_out = n;
+    return DISCO_OK;
+}
+
+static disco_status_t cuda_set_device(int device_id)
+{
+    CU(cudaSetDevice(device_id), device_id);
+    return DISCO_OK;
+}
+
+static disco_status_t cuda_alloc(int device_id, size_t nbytes, void **ptr_out)
+{
+    void *p = NULL;
+    CU(cudaSetDevice(device_id), device_id);
+    CU(cudaMalloc(&p, nbytes), device_id);
+    *ptr_out = p;
+    return DISCO_OK;
+}
+
+static disco_status_t cuda_free(int device_id, void *ptr)
+{
+    CU(cudaSetDevice(device_id), device_id);
+    CU(cudaFree(ptr), device_id);
+    return DISCO_OK;
+}
+
+static disco_status_t cuda_copy(void *dst, DLDevice dst_dev, const void *src, DLDevice src_dev,
+                                size_t nbytes, disco_stream_t stream)
+{
+    int dev = dst_dev.device_type == kDLCUDA ? dst_dev.device_id : src_dev.device_id;
+    CU(cudaSetDevice(dev), dev);
+    /* cudaMemcpyDefault: unified addressing tells host from device. */
+    CU(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, (cudaStream_t)stream), dev);
+    return DISCO_OK;
+}
+
+static disco_status_t cuda_stream_create(int device_id, disco_stream_t *stream_out)
+{
+    cudaStream_t s;
+    CU(cudaSetDevice(device_id), device_id);
+    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), device_id);
+    *stream_out = (disco_stream_t)s;
+    return DISCO_OK;
+}
+
+static disco_status_t cuda_stream_free(int device_id, disco_stream_t stream)
+{
+    if (stream == NULL)
+        return DISCO_OK;
+    CU(cudaSetDevice(device_id), device_id);
+    CU(cudaStreamDestroy((cudaStream_t)stream), device_id);
+    return DISCO_OK;
+}
+
+static disco_status_t cuda_stream_sync(int device_id, disco_stream_t stream)
+{
+    CU(cudaSetDevice(device_id), device_id);
+    CU(cudaStreamSynchronize((cudaStream_t)stream), device_id);
+    return DISCO_OK;
+}
+
+/* ---- IPC backend --------------------------------------------------------- */
+
+static disco_status_t ipc_get_handle(void *ctx, void *base, disco_ipc_handle_t *handle_out)
+{
+    (void)ctx;
+    cudaIpcMemHandle_t h;
+    CU(cudaIpcGetMemHandle(&h, base), -1);
+    memcpy(handle_out->bytes, &h, sizeof h);
+    return DISCO_OK;
+}
+
+static disco_status_t ipc_open_handle(void *ctx, const disco_ipc_handle_t *handle, void **base_out)
+{
+    (void)ctx;
+    cudaIpcMemHandle_t h;
+    memcpy(&h, handle->bytes, sizeof h);
+    void *p = NULL;
+    int dev = -1;
+    (void)cudaGetDevice(&dev);
+    /* Opens on the current device; peer access is enabled when the
+     * exporter's GPU is another one. */
+    CU(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), dev);
+    *base_out = p;
+    return DISCO_OK;
+}
+
+static disco_status_t ipc_close_handle(void *ctx, void *base)
+{
+    (void)ctx;
+    CU(cudaIpcCloseMemHandle(base), -1);
+    return DISCO_OK;
+}
+
+/* ---- events ------------------------------------------------------------- */
+
+static disco_status_t event_new(int device_id, disco_event_t **event_out, bool import,
+                                const disco_ipc_handle_t *handle)
+{
+    disco_event_t *ev = malloc(sizeof *ev);
+    if (ev == NULL)
+        return disco_set_error(DISCO_E_NOMEM, "disco_device_event: malloc");
+    cudaError_t e = cudaSetDevice(device_id);
+    const char *call = "cudaSetDevice";
+    if (e == cudaSuccess && import) {
+        cudaIpcEventHandle_t h;
+        memcpy(&h, handle->bytes, sizeof h);
+        call = "cudaIpcOpenEventHandle";
+        e = cudaIpcOpenEventHandle(&ev->ev, h);
+    } else if (e == cudaSuccess) {
+        call = "cudaEventCreateWithFlags(cudaEventInterprocess | cudaEventDisableTiming)";
+        e = cudaEventCreateWithFlags(&ev->ev, cudaEventInterprocess | cudaEventDisableTiming);
+    }
+    if (e != cudaSuccess) {
+        free(ev);
+        return fail(e, call, device_id);
+    }
+    ev->device_id = device_id;
+    *event_out = ev;
+    return DISCO_OK;
+}
+
+static disco_status_t not_cuda(DLDevice dev, const char *fn)
+{
+    return disco_set_error(DISCO_E_NO_DEVICE, "%s: device type %d: IPC events are CUDA only", fn,
+                           (int)dev.device_type);
+}
+
+disco_status_t disco_device_event_create(DLDevice dev, disco_event_t **event_out)
+{
+    if (dev.device_type != kDLCUDA)
+        return not_cuda(dev, "disco_device_event_create");
+    return event_new(dev.device_id, event_out, false, NULL);
+}
+
+disco_status_t disco_device_event_import(DLDevice dev, const disco_ipc_handle_t *handle,
+                                         disco_event_t **event_out)
+{
+    if (dev.device_type != kDLCUDA)
+        return not_cuda(dev, "disco_device_event_import");
+    if (handle == NULL)
+        return disco_set_error(DISCO_E_INVAL, "disco_device_event_import: NULL handle");
+    return event_new(dev.device_id, event_out, true, handle);
+}
+
+#define EV_CHECK(ev, fn)                                                                           \
+    do {                                                                                           \
+        if ((ev) == NULL)                                                                          \
+            return disco_set_error(DISCO_E_INVAL, "%s: NULL event", fn);                           \
+    } while (0)
+
+disco_status_t disco_device_event_export(disco_event_t *ev, disco_ipc_handle_t *handle_out)
+{
+    EV_CHECK(ev, "disco_device_event_export");
+    cudaIpcEventHandle_t h;
+    CU(cudaIpcGetEventHandle(&h, ev->ev), ev->device_id);
+    memcpy(handle_out->bytes, &h, sizeof h);
+    return DISCO_OK;
+}
+
+disco_status_t disco_device_event_record(disco_event_t *ev, disco_stream_t stream)
+{
+    EV_CHECK(ev, "disco_device_event_record");
+    CU(cudaSetDevice(ev->device_id), ev->device_id);
+    CU(cudaEventRecord(ev->ev, (cudaStream_t)stream), ev->device_id);
+    return DISCO_OK;
+}
+
+disco_status_t disco_device_stream_wait_event(disco_stream_t stream, disco_event_t *ev)
+{
+    EV_CHECK(ev, "disco_device_stream_wait_event");
+    CU(cudaSetDevice(ev->device_id), ev->device_id);
+    CU(cudaStreamWaitEvent((cudaStream_t)stream, ev->ev, 0), ev->device_id);
+    return DISCO_OK;
+}
+
+disco_status_t disco_device_event_sync(disco_event_t *ev)
+{
+    EV_CHECK(ev, "disco_device_event_sync");
+    CU(cudaEventSynchronize(ev->ev), ev->device_id);
+    return DISCO_OK;
+}
+
+disco_status_t disco_device_event_query(disco_event_t *ev)
+{
+    EV_CHECK(ev, "disco_device_event_query");
+    cudaError_t e = cudaEventQuery(ev->ev);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return DISCO_E_AGAIN;
+    }
+    CU(e, ev->device_id);
+    return DISCO_OK;
+}
+
+void disco_device_event_free(disco_event_t *ev)
+{
+    if (ev == NULL)
+        return;
+    (void)cudaSetDevice(ev->device_id);
+    (void)cudaEventDestroy(ev->ev);
+    free(ev);
+}
+
+#else /* !DISCO_HAVE_CUDA */
+
+#define NO_CUDA_MSG "no CUDA device: this build has no CUDA support (built without CUDA)"
+
+static disco_status_t no_cuda(const char *fn)
+{
+    return disco_set_error(DISCO_E_NO_DEVICE, "%s: " NO_CUDA_MSG, fn);
+}
+
+bool disco_device_has_cuda(void)
+{
+    return false;
+}
+
+static disco_status_t cuda_count(int *count_out)
+{
+    (void)count_out;
+    /* Exactly the documented message: callers print it as a skip reason. */
+    return disco_set_error(DISCO_E_NO_DEVICE, NO_CUDA_MSG);
+}
+
+static disco_status_t cuda_set_device(int device_id)
+{
+    (void)device_id;
+    return no_cuda("cudaSetDevice");
+}
+
+static disco_status_t cuda_alloc(int device_id, size_t nbytes, void **ptr_out)
+{
+    (void)device_id, (void)nbytes, (void)ptr_out;
+    return no_cuda("cudaMalloc");
+}
+
+static disco_status_t cuda_free(int device_id, void *ptr)
+{
+    (void)device_id, (void)ptr;
+    return no_cuda("cudaFree");
+}
+
+static disco_status_t cuda_copy(void *dst, DLDevice dst_dev, const void *src, DLDevice src_dev,
+                                size_t nbytes, disco_stream_t stream)
+{
+    (void)dst, (void)dst_dev, (void)src, (void)src_dev, (void)nbytes, (void)stream;
+    return no_cuda("cudaMemcpyAsync");
+}
+
+static disco_status_t cuda_stream_create(int device_id, disco_stream_t *stream_out)
+{
+    (void)device_id, (void)stream_out;
+    return no_cuda("cudaStreamCreate");
+}
+
+static disco_status_t cuda_stream_free(int device_id, disco_stream_t stream)
+{
+    (void)device_id, (void)stream;
+    return no_cuda("cudaStreamDestroy");
+}
+
+static disco_status_t cuda_stream_sync(int device_id, disco_stream_t stream)
+{
+    (void)device_id, (void)stream;
+    return no_cuda("cudaStreamSynchronize");
+}
+
+static disco_status_t ipc_get_handle(void *ctx, void *base, disco_ipc_handle_t *handle_out)
+{
+    (void)ctx, (void)base, (void)handle_out;
+    return no_cuda("cudaIpcGetMemHandle");
+}
+
+static disco_status_t ipc_open_handle(void *ctx, const disco_ipc_handle_t *handle, void **base_out)
+{
+    (void)ctx, (void)handle, (void)base_out;
+    return no_cuda("cudaIpcOpenMemHandle");
+}
+
+static disco_status_t ipc_close_handle(void *ctx, void *base)
+{
+    (void)ctx, (void)base;
+    return no_cuda("cudaIpcCloseMemHandle");
+}
+
+disco_status_t disco_device_event_create(DLDevice dev, disco_event_t **event_out)
+{
+    (void)dev, (void)event_out;
+    return no_cuda("disco_device_event_create");
+}
+
+disco_status_t disco_device_event_import(DLDevice dev, const disco_ipc_handle_t *handle,
+                                         disco_event_t **event_out)
+{
+    (void)dev, (void)handle, (void)event_out;
+    return no_cuda("disco_device_event_import");
+}
+
+disco_status_t disco_device_event_export(disco_event_t *ev, disco_ipc_handle_t *handle_out)
+{
+    (void)ev, (void)handle_out;
+    return no_cuda("disco_device_event_export");
+}
+
+disco_status_t disco_device_event_record(disco_event_t *ev, disco_stream_t stream)
+{
+    (void)ev, (void)stream;
+    return no_cuda("disco_device_event_record");
+}
+
+disco_status_t disco_device_stream_wait_event(disco_stream_t stream, disco_event_t *ev)
+{
+    (void)stream, (void)ev;
+    return no_cuda("disco_device_stream_wait_event");
+}
+
+disco_status_t disco_device_event_sync(disco_event_t *ev)
+{
+    (void)ev;
+    return no_cuda("disco_device_event_sync");
+}
+
+disco_status_t disco_device_event_query(disco_event_t *ev)
+{
+    (void)ev;
+    return no_cuda("disco_device_event_query");
+}
+
+void disco_device_event_free(disco_event_t *ev)
+{
+    (void)ev;
+}
+
+#endif /* DISCO_HAVE_CUDA */
+
+const disco_device_api_t disco__cuda_api = {
+    .type = kDLCUDA,
+    .name = "cuda",
+    .count = cuda_count,
+    .set_device = cuda_set_device,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy = cuda_copy,
+    .stream_create = cuda_stream_create,
+    .stream_free = cuda_stream_free,
+    .stream_sync = cuda_stream_sync,
+};
+
+const disco_ipc_backend_t disco__cuda_ipc_backend = {
+    .ctx = NULL,
+    .get_handle = ipc_get_handle,
+    .open_handle = ipc_open_handle,
+    .close_handle = ipc_close_handle,
+};

@@ -1,0 +1,336 @@
+/* device.c - the device API: dispatch by device type, the CPU device, and
+ * the process's CUDA IPC context (ipc.c over the CUDA backend of cuda.c). */
+#include "disco/device.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "workers/device/ipc.h"
+
+/* ---- CPU ------------------------------------------------------------------ */
+
+static disco_status_t cpu_count(int *count_out)
+{
+    *count_out = 1;
+    return DISCO_OK;
+}
+
+static disco_status_t cpu_set_device(int device_id)
+{
+    if (device_id != 0)
+        return disco_set_error(DISCO_E_NO_DEVICE, "cpu: no device %d (only 0)", device_id);
+    return DISCO_OK;
+}
+
+static disco_status_t cpu_alloc(int device_id, size_t nbytes, void **ptr_out)
+{
+    (void)device_id;
+    void *p = NULL;
+    int err = posix_memalign(&p, 64, nbytes);
+    if (err != 0)
+        return disco_set_error(DISCO_E_NOMEM, "cpu: posix_memalign(64, %zu) failed", nbytes);
+    *ptr_out = p;
+    return DISCO_OK;
+}
+
+static disco_status_t cpu_free(int device_id, void *ptr)
+{
+    (void)device_id;
+    free(ptr);
+    return DISCO_OK;
+}
+
+static disco_status_t cpu_copy(void *dst, DLDevice dst_dev, const void *src, DLDevice src_dev,
+                               size_t nbytes, disco_stream_t stream)
+{
+    (void)dst_dev, (void)src_dev, (void)stream;
+    memmove(dst, src, nbytes);
+    return DISCO_OK;
+}
+
+static disco_status_t cpu_stream_create(int device_id, disco_stream_t *stream_out)
+{
+    (void)device_id;
+    *stream_out = NULL;
+    return DISCO_OK;
+}
+
+static disco_status_t cpu_stream_nop(int device_id, disco_stream_t stream)
+{
+    (void)device_id, (void)stream;
+    return DISCO_OK;
+}
+
+static const disco_device_api_t cpu_api = {
+    .type = kDLCPU,
+    .name = "cpu",
+    .count = cpu_count,
+    .set_device = cpu_set_device,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .stream_create = cpu_stream_create,
+    .stream_free = cpu_stream_nop,
+    .stream_sync = cpu_stream_nop,
+};
+
+/* ---- the process's CUDA IPC context -------------------------------------- */
+
+/* One context per process. A child forked from a process that had one
+ * discards the inherited copy (its handles are the parent's) and makes its
+ * own; the table mapping is inherited and stays attached. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static disco_ipc_t *g_ipc;
+static pid_t g_pid;
+static disco_ipc_table_t *g_table;
+
+static disco_status_t ipc_ctx(disco_ipc_t **ipc_out)
+{
+    disco_status_t st = DISCO_OK;
+    pthread_mutex_lock(&g_lock);
+    pid_t me = getpid();
+    if (g_ipc != NULL && g_pid != me) {
+        disco__ipc_discard(g_ipc);
+        g_ipc = NULL;
+    }
+    if (g_ipc == NULL) {
+        st = disco__ipc_create(&disco__cuda_ipc_backend, g_table, &g_ipc);
+        g_pid = me;
+    }
+    if (st == DISCO_OK)
+        *ipc_out = g_ipc;
+    pthread_mutex_unlock(&g_lock);
+    return st;
+}
+
+static disco_status_t set_table(disco_ipc_table_t *t)
+{
+    disco_ipc_t *ipc;
+    disco_status_t st = ipc_ctx(&ipc);
+    if (st != DISCO_OK)
+        return st;
+    pthread_mutex_lock(&g_lock);
+    st = disco__ipc_set_table(ipc, t);
+    if (st == DISCO_OK)
+        g_table = t;
+    pthread_mutex_unlock(&g_lock);
+    return st;
+}
+
+/* ---- CUDA, with the IPC bookkeeping ---------------------------------------- */
+
+static disco_status_t cuda_alloc(int device_id, size_t nbytes, void **ptr_out)
+{
+    disco_ipc_t *ipc;
+    disco_status_t st = ipc_ctx(&ipc);
+    void *p = NULL;
+    if (st == DISCO_OK)
+        st = disco__cuda_api.alloc(device_id, nbytes, &p);
+    if (st != DISCO_OK)
+        return st;
+    st = disco__ipc_add(ipc, p, nbytes, device_id);
+    if (st != DISCO_OK) {
+        disco__cuda_api.free(device_id, p);
+        return st;
+    }
+    *ptr_out = p;
+    return DISCO_OK;
+}
+
+static disco_status_t cuda_free(int device_id, void *ptr)
+{
+    disco_ipc_t *ipc;
+    disco_status_t st = ipc_ctx(&ipc);
+    if (st == DISCO_OK)
+        st = disco__ipc_remove(ipc, ptr); /* refuses while imported elsewhere */
+    if (st != DISCO_OK)
+        return st;
+    return disco__cuda_api.free(device_id, ptr);
+}
+
+/* The rest pass straight to cuda.c. */
+static disco_status_t cuda_count(int *count_out)
+{
+    return disco__cuda_api.count(count_out);
+}
+static disco_status_t cuda_set_device(int device_id)
+{
+    return disco__cuda_api.set_device(device_id);
+}
+static disco_status_t cuda_copy(void *dst, DLDevice dst_dev, const void *src, DLDevice src_dev,
+                                size_t nbytes, disco_stream_t stream)
+{
+    return disco__cuda_api.copy(dst, dst_dev, src, src_dev, nbytes, stream);
+}
+static disco_status_t cuda_stream_create(int device_id, disco_stream_t *stream_out)
+{
+    return disco__cuda_api.stream_create(device_id, stream_out);
+}
+static disco_status_t cuda_stream_free(int device_id, disco_stream_t stream)
+{
+    return disco__cuda_api.stream_free(device_id, stream);
+}
+static disco_status_t cuda_stream_sync(int device_id, disco_stream_t stream)
+{
+    return disco__cuda_api.stream_sync(device_id, stream);
+}
+
+static const disco_device_api_t cuda_ipc_api = {
+    .type = kDLCUDA,
+    .name = "cuda",
+    .count = cuda_count,
+    .set_device = cuda_set_device,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy = cuda_copy,
+    .stream_create = cuda_stream_create,
+    .stream_free = cuda_stream_free,
+    .stream_sync = cuda_stream_sync,
+};
+
+/* ---- dispatch -------------------------------------------------------------- */
+
+disco_status_t disco_device_api_get(DLDeviceType type, const disco_device_api_t **api_out)
+{
+    switch (type) {
+    case kDLCPU:
+        *api_out = &cpu_api;
+        return DISCO_OK;
+    case kDLCUDA:
+        *api_out = &cuda_ipc_api;
+        return DISCO_OK;
+    default:
+        return disco_set_error(DISCO_E_NO_DEVICE, "device type %d is not supported (cpu, cuda)",
+                               (int)type);
+    }
+}
+
+disco_status_t disco_device_count(DLDeviceType type, int *count_out)
+{
+    const disco_device_api_t *api;
+    disco_status_t st = disco_device_api_get(type, &api);
+    return st != DISCO_OK ? st : api->count(count_out);
+}
+
+disco_status_t disco_device_of_worker(DLDeviceType type, int worker_id, DLDevice *dev_out)
+{
+    if (worker_id < 0)
+        return disco_set_error(DISCO_E_INVAL, "disco_device_of_worker: worker %d", worker_id);
+    int n = 0;
+    disco_status_t st = disco_device_count(type, &n);
+    if (st != DISCO_OK)
+        return st;
+    *dev_out = (DLDevice){type, disco_device_for_worker(worker_id, n)};
+    return DISCO_OK;
+}
+
+disco_status_t disco_device_set(DLDevice dev)
+{
+    const disco_device_api_t *api;
+    disco_status_t st = disco_device_api_get(dev.device_type, &api);
+    return st != DISCO_OK ? st : api->set_device(dev.device_id);
+}
+
+disco_status_t disco_device_alloc(DLDevice dev, size_t nbytes, void **ptr_out)
+{
+    const disco_device_api_t *api;
+    disco_status_t st = disco_device_api_get(dev.device_type, &api);
+    if (st != DISCO_OK)
+        return st;
+    if (nbytes == 0 || ptr_out == NULL)
+        return disco_set_error(DISCO_E_INVAL, "disco_device_alloc: %zu bytes on %s:%d", nbytes,
+                               api->name, dev.device_id);
+    return api->alloc(dev.device_id, nbytes, ptr_out);
+}
+
+disco_status_t disco_device_free(DLDevice dev, void *ptr)
+{
+    const disco_device_api_t *api;
+    disco_status_t st = disco_device_api_get(dev.device_type, &api);
+    if (st != DISCO_OK || ptr == NULL)
+        return st;
+    return api->free(dev.device_id, ptr);
+}
+
+disco_status_t disco_device_copy(void *dst, DLDevice dst_dev, const void *src, DLDevice src_dev,
+                                 size_t nbytes, disco_stream_t stream)
+{
+    DLDeviceType dt = dst_dev.device_type, sty = src_dev.device_type;
+    bool dst_ok = dt == kDLCPU || dt == kDLCUDA, src_ok = sty == kDLCPU || sty == kDLCUDA;
+    if (!dst_ok || !src_ok)
+        return disco_set_error(DISCO_E_NO_DEVICE,
+                               "disco_device_copy: device types %d -> %d: only cpu and cuda",
+                               (int)sty, (int)dt);
+    if (nbytes == 0)
+        return DISCO_OK;
+    if (dst == NULL || src == NULL)
+        return disco_set_error(DISCO_E_INVAL, "disco_device_copy: %zu bytes from %p to %p", nbytes,
+                               src, dst);
+    const disco_device_api_t *api = dt == kDLCUDA || sty == kDLCUDA ? &cuda_ipc_api : &cpu_api;
+    return api->copy(dst, dst_dev, src, src_dev, nbytes, stream);
+}
+
+disco_status_t disco_device_stream_create(DLDevice dev, disco_stream_t *stream_out)
+{
+    const disco_device_api_t *api;
+    disco_status_t st = disco_device_api_get(dev.device_type, &api);
+    return st != DISCO_OK ? st : api->stream_create(dev.device_id, stream_out);
+}
+
+disco_status_t disco_device_stream_free(DLDevice dev, disco_stream_t stream)
+{
+    const disco_device_api_t *api;
+    disco_status_t st = disco_device_api_get(dev.device_type, &api);
+    return st != DISCO_OK ? st : api->stream_free(dev.device_id, stream);
+}
+
+disco_status_t disco_device_stream_sync(DLDevice dev, disco_stream_t stream)
+{
+    const disco_device_api_t *api;
+    disco_status_t st = disco_device_api_get(dev.device_type, &api);
+    return st != DISCO_OK ? st : api->stream_sync(dev.device_id, stream);
+}
+
+/* ---- CUDA IPC -------------------------------------------------------------- */
+
+size_t disco_device_ipc_footprint(uint32_t max_exports)
+{
+    return disco__ipc_table_footprint(max_exports);
+}
+
+disco_status_t disco_device_ipc_init(void *mem, size_t bytes, uint32_t max_exports)
+{
+    disco_ipc_table_t *t;
+    disco_status_t st = disco__ipc_table_init(mem, bytes, max_exports, &t);
+    return st != DISCO_OK ? st : set_table(t);
+}
+
+disco_status_t disco_device_ipc_attach(void *mem, size_t bytes)
+{
+    disco_ipc_table_t *t;
+    disco_status_t st = disco__ipc_table_attach(mem, bytes, &t);
+    return st != DISCO_OK ? st : set_table(t);
+}
+
+disco_status_t disco_device_ipc_export(const void *ptr, disco_ipc_ref_t *ref_out)
+{
+    disco_ipc_t *ipc;
+    disco_status_t st = ipc_ctx(&ipc);
+    return st != DISCO_OK ? st : disco__ipc_export(ipc, ptr, ref_out);
+}
+
+disco_status_t disco_device_ipc_import(const disco_ipc_ref_t *ref, void **ptr_out)
+{
+    disco_ipc_t *ipc;
+    disco_status_t st = ipc_ctx(&ipc);
+    return st != DISCO_OK ? st : disco__ipc_import(ipc, ref, ptr_out);
+}
+
+disco_status_t disco_device_ipc_release(const disco_ipc_ref_t *ref)
+{
+    disco_ipc_t *ipc;
+    disco_status_t st = ipc_ctx(&ipc);
+    return st != DISCO_OK ? st : disco__ipc_release(ipc, ref);
+}
