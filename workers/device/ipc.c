@@ -1,43 +1,18 @@
-/* ipc.c - CUDA IPC bookkeeping: export table, import cache, shared lifetime
- * table (see ipc.h for the protocol and its labels). */
+/* ipc.c - CUDA IPC bookkeeping, the per-process context: the export table
+ * (this process's allocations), the import cache (handles opened here) and
+ * the calls of ipc.h that use them. The shared lifetime table and its slot
+ * protocol are in ipc_table.c. */
 #include "workers/device/ipc.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define TABLE_MAGIC   UINT64_C(0x4350494f43534944) /* "DISCOIPC" */
-#define TABLE_VERSION 1u
-
-enum { SLOT_FREE = 0, SLOT_FILLING = 1, SLOT_LIVE = 2, SLOT_CLOSING = 3 };
-
-/* One exported allocation. Written by its exporter only while FILLING. */
-struct slot {
-    _Atomic uint64_t word; /* gen << 32 | pid << 2 | state */
-    int32_t device_id;
-    uint32_t pad0;
-    uint64_t bytes;
-    unsigned char handle[DISCO_IPC_HANDLE_BYTES];
-    _Atomic int32_t importer[DISCO_IPC_MAX_IMPORTERS]; /* pids; 0 = free cell */
-} __attribute__((aligned(64)));
-
-struct disco_ipc_table {
-    uint64_t magic;
-    uint32_t version;
-    uint32_t nslots;
-    _Atomic uint32_t hint; /* where the next slot search starts; relaxed: only a hint */
-    unsigned char pad[44];
-    struct slot slots[];
-};
-
-_Static_assert(sizeof(struct disco_ipc_table) == 64, "table header is one cache line");
+#include "workers/device/ipc_table.h"
 
 struct export_entry {
     uintptr_t base;
@@ -68,159 +43,6 @@ struct disco_ipc {
     struct import_entry *im;
     size_t nim, capim;
 };
-
-static inline uint64_t word_of(uint32_t gen, int32_t pid, unsigned state)
-{
-    return (uint64_t)gen << 32 | (uint64_t)(uint32_t)pid << 2 | state;
-}
-static inline uint32_t word_gen(uint64_t w)
-{
-    return (uint32_t)(w >> 32);
-}
-static inline int32_t word_pid(uint64_t w)
-{
-    return (int32_t)((w & 0xffffffffu) >> 2);
-}
-static inline unsigned word_state(uint64_t w)
-{
-    return (unsigned)(w & 3u);
-}
-
-static bool pid_alive(int32_t pid)
-{
-    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
-}
-
-/* ---- table -------------------------------------------------------------- */
-
-size_t disco__ipc_table_footprint(uint32_t nslots)
-{
-    return sizeof(struct disco_ipc_table) + (size_t)nslots * sizeof(struct slot);
-}
-
-disco_status_t disco__ipc_table_init(void *mem, size_t bytes, uint32_t nslots,
-                                     disco_ipc_table_t **table_out)
-{
-    if (mem == NULL || (uintptr_t)mem % 64 != 0 || nslots == 0 || nslots > (1u << 24) ||
-        bytes < disco__ipc_table_footprint(nslots))
-        return disco_set_error(DISCO_E_INVAL,
-                               "disco__ipc_table_init: %zu bytes at %p for %" PRIu32
-                               " slots (need %zu, 64-byte aligned)",
-                               bytes, mem, nslots, disco__ipc_table_footprint(nslots));
-    disco_ipc_table_t *t = mem;
-    memset(t, 0, disco__ipc_table_footprint(nslots));
-    t->version = TABLE_VERSION;
-    t->nslots = nslots;
-    for (uint32_t i = 0; i < nslots; i++)
-        atomic_init(&t->slots[i].word, word_of(1, 0, SLOT_FREE));
-    /* Plain store: attachers get the table across fork or after the
-     * creator's setup, both of which order it. */
-    t->magic = TABLE_MAGIC;
-    *table_out = t;
-    return DISCO_OK;
-}
-
-disco_status_t disco__ipc_table_attach(void *mem, size_t bytes, disco_ipc_table_t **table_out)
-{
-    if (mem == NULL || (uintptr_t)mem % 64 != 0 || bytes < sizeof(struct disco_ipc_table))
-        return disco_set_error(DISCO_E_INVAL, "disco__ipc_table_attach: %zu bytes at %p", bytes,
-                               mem);
-    disco_ipc_table_t *t = mem;
-    if (t->magic != TABLE_MAGIC || t->version != TABLE_VERSION)
-        return disco_set_error(DISCO_E_BAD_MAGIC,
-                               "disco__ipc_table_attach: magic %#" PRIx64 " version %" PRIu32
-                               " (want %#" PRIx64 " version %u)",
-                               t->magic, t->version, TABLE_MAGIC, TABLE_VERSION);
-    if (t->nslots == 0 || bytes < disco__ipc_table_footprint(t->nslots))
-        return disco_set_error(DISCO_E_INVAL,
-                               "disco__ipc_table_attach: %" PRIu32 " slots need %zu bytes, got %zu",
-                               t->nslots, disco__ipc_table_footprint(t->nslots), bytes);
-    *table_out = t;
-    return DISCO_OK;
-}
-
-/* F1-F3 on a slot whose word is exp (LIVE or, for a dead exporter, FILLING).
- * Returns DISCO_OK (slot freed), DISCO_E_AGAIN (live holders: their count
- * and pids in *live and pids[]), DISCO_E_INVAL (the word was not exp). */
-static disco_status_t slot_close(struct slot *s, uint64_t exp, uint32_t *live, int32_t *pids,
-                                 size_t npids)
-{
-    uint64_t closing = (exp & ~UINT64_C(3)) | SLOT_CLOSING;
-    /* F1: seq_cst, pairs with I2/I3 (Dekker: a claimer either sees CLOSING
-     * or has its cell seen by F2). */
-    if (!atomic_compare_exchange_strong(&s->word, &exp, closing))
-        return DISCO_E_INVAL;
-    uint32_t n = 0;
-    for (unsigned c = 0; c < DISCO_IPC_MAX_IMPORTERS; c++) {
-        int32_t pid = atomic_load(&s->importer[c]); /* F2: seq_cst, see F1 */
-        if (pid == 0)
-            continue;
-        if (pid_alive(pid)) {
-            if (n < npids)
-                pids[n] = pid;
-            n++;
-        } else {
-            /* A dead holder: its mapping died with it. CAS, so a cell that
-             * changed meanwhile is left to its new owner. */
-            atomic_compare_exchange_strong(&s->importer[c], &pid, 0);
-        }
-    }
-    *live = n;
-    if (n > 0) {
-        /* Back to what it was; release: nothing was written meanwhile. */
-        atomic_store_explicit(&s->word, exp, memory_order_release);
-        return DISCO_E_AGAIN;
-    }
-    /* F3: release, pairs with the acquire of the next claimer's CAS. */
-    atomic_store_explicit(&s->word, word_of(word_gen(exp) + 1, 0, SLOT_FREE), memory_order_release);
-    return DISCO_OK;
-}
-
-/* Reclaims slots whose exporter died and that no live process holds.
- * Returns how many. */
-static uint32_t table_reclaim(disco_ipc_table_t *t)
-{
-    uint32_t got = 0;
-    for (uint32_t i = 0; i < t->nslots; i++) {
-        uint64_t w = atomic_load_explicit(&t->slots[i].word, memory_order_acquire);
-        unsigned st = word_state(w);
-        if ((st == SLOT_LIVE || st == SLOT_FILLING) && !pid_alive(word_pid(w))) {
-            uint32_t live;
-            int32_t pids[1];
-            if (slot_close(&t->slots[i], w, &live, pids, 1) == DISCO_OK)
-                got++;
-        }
-    }
-    return got;
-}
-
-/* Claims a FREE slot for pid (state FILLING). Returns its index, or
- * UINT32_MAX when every slot is taken. */
-static uint32_t table_claim(disco_ipc_table_t *t, int32_t pid)
-{
-    for (int pass = 0; pass < 2; pass++) {
-        uint32_t start = atomic_load_explicit(&t->hint, memory_order_relaxed);
-        for (uint32_t k = 0; k < t->nslots; k++) {
-            uint32_t i = (start + k) % t->nslots;
-            struct slot *s = &t->slots[i];
-            uint64_t w = atomic_load_explicit(&s->word, memory_order_relaxed);
-            if (word_state(w) != SLOT_FREE)
-                continue;
-            /* acq_rel: acquire pairs with F3 of the slot's last owner. */
-            if (atomic_compare_exchange_strong_explicit(
-                    &s->word, &w, word_of(word_gen(w), pid, SLOT_FILLING), memory_order_acq_rel,
-                    memory_order_relaxed)) {
-                atomic_store_explicit(&t->hint, (i + 1) % t->nslots, memory_order_relaxed);
-                return i;
-            }
-        }
-        if (pass == 0 && table_reclaim(t) == 0)
-            break;
-    }
-    return UINT32_MAX;
-}
-
-/* ---- context ------------------------------------------------------------ */
 
 disco_status_t disco__ipc_create(const disco_ipc_backend_t *backend, disco_ipc_table_t *table,
                                  disco_ipc_t **ipc_out)
@@ -316,13 +138,6 @@ static void im_erase(disco_ipc_t *ipc, struct import_entry *e)
     *e = ipc->im[--ipc->nim];
 }
 
-/* R1: leaves the importer cell (after the handle is closed). Release: the
- * close happens before an exporter that reads 0 at F2 frees. */
-static void cell_leave(disco_ipc_table_t *t, uint32_t slot, uint32_t cell)
-{
-    atomic_store_explicit(&t->slots[slot].importer[cell], 0, memory_order_release);
-}
-
 static void free_ctx(disco_ipc_t *ipc)
 {
     pthread_mutex_destroy(&ipc->lock);
@@ -343,15 +158,14 @@ void disco__ipc_destroy(disco_ipc_t *ipc)
     for (size_t i = 0; i < ipc->nim; i++) {
         struct import_entry *e = &ipc->im[i];
         ipc->be.close_handle(ipc->be.ctx, e->base);
-        cell_leave(ipc->table, e->slot, e->cell);
+        disco__ipc_slot_leave(ipc->table, e->slot, e->cell);
     }
     for (size_t i = 0; i < ipc->nex; i++) {
         struct export_entry *e = &ipc->ex[i];
         if (e->exported) {
             uint32_t live;
             int32_t pid[1];
-            slot_close(&ipc->table->slots[e->slot], word_of(e->gen, ipc->pid, SLOT_LIVE), &live,
-                       pid, 1);
+            disco__ipc_slot_close(ipc->table, e->slot, e->gen, (int32_t)ipc->pid, &live, pid, 1);
         }
     }
     pthread_mutex_unlock(&ipc->lock);
@@ -416,8 +230,7 @@ disco_status_t disco__ipc_remove(disco_ipc_t *ipc, void *base)
     } else if (e->exported) {
         uint32_t live = 0;
         int32_t pids[4];
-        st = slot_close(&ipc->table->slots[e->slot], word_of(e->gen, ipc->pid, SLOT_LIVE), &live,
-                        pids, 4);
+        st = disco__ipc_slot_close(ipc->table, e->slot, e->gen, (int32_t)ipc->pid, &live, pids, 4);
         if (st == DISCO_E_AGAIN) {
             char list[64] = "";
             for (uint32_t k = 0, n = 0; k < live && k < 4; k++)
@@ -467,26 +280,20 @@ disco_status_t disco__ipc_find(disco_ipc_t *ipc, const void *ptr, void **base_ou
 static disco_status_t export_entry(disco_ipc_t *ipc, struct export_entry *e)
 {
     disco_ipc_table_t *t = ipc->table;
-    uint32_t i = table_claim(t, ipc->pid);
+    uint32_t gen = 0;
+    uint32_t i = disco__ipc_slot_claim(t, (int32_t)ipc->pid, &gen);
     if (i == UINT32_MAX)
         return disco_set_error(DISCO_E_NOMEM,
                                "disco__ipc_export: IPC table full (%" PRIu32
                                " allocations exported by live processes)",
-                               t->nslots);
-    struct slot *s = &t->slots[i];
+                               disco__ipc_table_nslots(t));
     disco_ipc_handle_t h;
     disco_status_t st = ipc->be.get_handle(ipc->be.ctx, (void *)e->base, &h);
-    uint32_t gen = word_gen(atomic_load_explicit(&s->word, memory_order_relaxed));
     if (st != DISCO_OK) {
-        /* Give the slot back untouched (same gen: nobody saw it LIVE). */
-        atomic_store_explicit(&s->word, word_of(gen, 0, SLOT_FREE), memory_order_release);
+        disco__ipc_slot_abandon(t, i, gen); /* give the slot back untouched */
         return st;
     }
-    s->device_id = e->device_id;
-    s->bytes = e->bytes;
-    memcpy(s->handle, h.bytes, sizeof s->handle);
-    /* Publish: release, pairs with I1's acquire. */
-    atomic_store_explicit(&s->word, word_of(gen, ipc->pid, SLOT_LIVE), memory_order_release);
+    disco__ipc_slot_publish(t, i, gen, (int32_t)ipc->pid, e->device_id, e->bytes, &h);
     e->exported = true;
     e->slot = i;
     e->gen = gen;
@@ -543,51 +350,6 @@ static disco_status_t import_own(disco_ipc_t *ipc, const disco_ipc_ref_t *ref, v
                            (int)ipc->pid, ref->slot, ref->gen, ref->offset, ref->alloc_bytes);
 }
 
-/* I1-I4: joins the slot's importers after checking it is the ref's. On
- * success *cell_out is the claimed cell. Called locked. */
-static disco_status_t slot_join(disco_ipc_t *ipc, const disco_ipc_ref_t *ref, uint32_t *cell_out)
-{
-    disco_ipc_table_t *t = ipc->table;
-    struct slot *s = &t->slots[ref->slot];
-    uint64_t want = word_of(ref->gen, ref->exporter_pid, SLOT_LIVE);
-    /* I1: acquire, pairs with the exporter's publishing store. */
-    if (atomic_load_explicit(&s->word, memory_order_acquire) != want)
-        goto stale;
-    int32_t me = (int32_t)ipc->pid;
-    uint32_t c;
-    for (c = 0; c < DISCO_IPC_MAX_IMPORTERS; c++) {
-        int32_t zero = 0;
-        if (atomic_compare_exchange_strong(&s->importer[c], &zero, me)) /* I2: seq_cst */
-            break;
-    }
-    if (c == DISCO_IPC_MAX_IMPORTERS)
-        return disco_set_error(DISCO_E_INVAL,
-                               "disco__ipc_import: %d processes already import this allocation "
-                               "(slot %" PRIu32 ")",
-                               DISCO_IPC_MAX_IMPORTERS, ref->slot);
-    /* I3: seq_cst, pairs with F1/F2. */
-    if (atomic_load(&s->word) != want) {
-        cell_leave(t, ref->slot, c);
-        goto stale;
-    }
-    /* I4: the fields are stable while we hold a cell. */
-    if (s->bytes != ref->alloc_bytes || s->device_id != ref->device_id ||
-        memcmp(s->handle, ref->handle.bytes, sizeof s->handle) != 0) {
-        cell_leave(t, ref->slot, c);
-        return disco_set_error(DISCO_E_INVAL,
-                               "disco__ipc_import: bad handle: the ref disagrees with slot %" PRIu32
-                               " of pid %d (handle, size or device)",
-                               ref->slot, (int)ref->exporter_pid);
-    }
-    *cell_out = c;
-    return DISCO_OK;
-stale:
-    return disco_set_error(DISCO_E_INVAL,
-                           "disco__ipc_import: stale ref: the allocation of pid %d in slot %" PRIu32
-                           " gen %" PRIu32 " was freed or is being freed",
-                           (int)ref->exporter_pid, ref->slot, ref->gen);
-}
-
 disco_status_t disco__ipc_import(disco_ipc_t *ipc, const disco_ipc_ref_t *ref, void **ptr_out)
 {
     disco_status_t st = lock_ctx(ipc, "disco__ipc_import");
@@ -598,13 +360,13 @@ disco_status_t disco__ipc_import(disco_ipc_t *ipc, const disco_ipc_ref_t *ref, v
                              ref == NULL ? "NULL ref" : "no IPC table attached");
         goto out;
     }
-    if (ref->slot >= ipc->table->nslots || ref->gen == 0 || ref->exporter_pid <= 0 ||
-        ref->offset >= ref->alloc_bytes) {
+    if (ref->slot >= disco__ipc_table_nslots(ipc->table) || ref->gen == 0 ||
+        ref->exporter_pid <= 0 || ref->offset >= ref->alloc_bytes) {
         st = disco_set_error(DISCO_E_INVAL,
                              "disco__ipc_import: bad handle: slot %" PRIu32 " (of %" PRIu32
                              ") gen %" PRIu32 " pid %d offset %" PRIu64 " of %" PRIu64,
-                             ref->slot, ipc->table->nslots, ref->gen, (int)ref->exporter_pid,
-                             ref->offset, ref->alloc_bytes);
+                             ref->slot, disco__ipc_table_nslots(ipc->table), ref->gen,
+                             (int)ref->exporter_pid, ref->offset, ref->alloc_bytes);
         goto out;
     }
     if (ref->exporter_pid == (int32_t)ipc->pid) {
@@ -635,13 +397,13 @@ disco_status_t disco__ipc_import(disco_ipc_t *ipc, const disco_ipc_ref_t *ref, v
         ipc->capim = cap;
     }
     uint32_t cell = 0;
-    st = slot_join(ipc, ref, &cell);
+    st = disco__ipc_slot_join(ipc->table, ref, (int32_t)ipc->pid, &cell);
     if (st != DISCO_OK)
         goto out;
     void *base = NULL;
     st = ipc->be.open_handle(ipc->be.ctx, &ref->handle, &base);
     if (st != DISCO_OK) {
-        cell_leave(ipc->table, ref->slot, cell);
+        disco__ipc_slot_leave(ipc->table, ref->slot, cell);
         goto out;
     }
     ipc->im[ipc->nim++] = (struct import_entry){
@@ -691,7 +453,7 @@ disco_status_t disco__ipc_release(disco_ipc_t *ipc, const disco_ipc_ref_t *ref)
                                  (int)ref->exporter_pid, ref->slot);
         } else if (--e->refs == 0) {
             st = ipc->be.close_handle(ipc->be.ctx, e->base);
-            cell_leave(ipc->table, e->slot, e->cell);
+            disco__ipc_slot_leave(ipc->table, e->slot, e->cell);
             im_erase(ipc, e);
         }
     }
@@ -706,12 +468,7 @@ uint32_t disco__ipc_importers(disco_ipc_t *ipc, const void *base)
     uint32_t n = 0;
     struct export_entry *e = ex_find(ipc, (uintptr_t)base);
     if (e != NULL && e->exported) {
-        struct slot *s = &ipc->table->slots[e->slot];
-        for (unsigned c = 0; c < DISCO_IPC_MAX_IMPORTERS; c++) {
-            int32_t pid = atomic_load_explicit(&s->importer[c], memory_order_acquire);
-            if (pid != 0 && pid_alive(pid))
-                n++;
-        }
+        n = disco__ipc_slot_importers(ipc->table, e->slot);
     }
     pthread_mutex_unlock(&ipc->lock);
     return n;

@@ -21,7 +21,7 @@
  * written, then the word stored with release) -> CLOSING (exporter frees:
  * CAS) -> FREE with gen + 1. A ref carries (slot, gen), so a ref to a freed
  * allocation never matches again.
- *   Importer (first import in its process), labels as in ipc.c:
+ *   Importer (first import in its process), labels as in ipc_table.c:
  *     I1 reads the word (acquire): must be (gen, LIVE);
  *     I2 claims a free importer cell with its pid (CAS, seq_cst);
  *     I3 reads the word again (seq_cst): still (gen, LIVE), else undoes I2;
