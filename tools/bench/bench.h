@@ -1,12 +1,15 @@
 /*
- * bench.h - what disco-bench's sections share: recording a figure and
- * measuring one (defined in disco-bench.c; sections in bench_*.c).
+ * bench.h - what disco-bench's sections share: recording a figure
+ * (bench_report.c) and measuring one (disco-bench.c); the sections are in
+ * bench_*.c.
  */
 #ifndef DISCO_TOOLS_BENCH_H
 #define DISCO_TOOLS_BENCH_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "tools/bench/bench_util.h"
 
 /* Runs iters rounds and returns the ns they took (the timed part only). */
 typedef int64_t (*round_fn)(void *ctx, uint64_t iters);
@@ -19,6 +22,28 @@ void record(const char *key, double value, const char *unit);
 
 /** Repetitions per figure (fewer with --quick). */
 int bench_reps(void);
+
+/** Idle seconds measured by bench_idle (fewer with --quick). */
+int bench_idle_reps(void);
+
+/** The floor (bench_shm.c): floor_rtt_ns, cache-line ping-pong between two
+ *  pinned processes, and floor_2line_rtt_ns (one line per direction). */
+void bench_floor(void);
+
+/** Ring round trips (bench_shm.c): ring_rtt_ns (64 bytes over two 1-reader
+ *  rings) and ring_rtt_48b_ns. */
+void bench_ring_rtt(void);
+
+/** Pipe round trip (bench_shm.c): pipe_rtt_ns, the baseline. */
+void bench_pipe_rtt(void);
+
+/** Broadcast + acks (bench_shm.c): bcast_ns_nN over rings and
+ *  pipe_bcast_ns_nN over pipes, N = 1, 2, 4, 8. */
+void bench_bcast(void);
+
+/** Idle cost (bench_shm.c): idle_cpu_pct, CPU used by a reader parked on
+ *  an empty ring. */
+void bench_idle(void);
 
 /** The session figures: call_sync_ns (rings, N = 2), call_sync_p99_ns (its
  *  tail with the defaults), call_sync_pipe_ns, call_sync_ns_n4,
@@ -43,5 +68,13 @@ void bench_mpi(void);
 
 /** The mpi_allreduce program (--mpi PATH, else $DISCO_BENCH_MPI), or NULL. */
 const char *bench_mpi_path(void);
+
+/** Prints the machine and every recorded figure beside its baseline and
+ *  target (bench_report.c). */
+void bench_print_table(const bu_machine_t *m);
+
+/** Writes the machine, the recorded figures and the configuration (quick,
+ *  reps) as JSON to path; dies if it cannot (bench_report.c). */
+void bench_write_json(const char *path, const bu_machine_t *m, bool quick, int reps);
 
 #endif

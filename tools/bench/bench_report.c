@@ -1,0 +1,165 @@
+/*
+ * bench_report.c - disco-bench's results: the figures recorded so far, the
+ * table that prints them beside their baselines and targets, and the JSON
+ * file.
+ */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_util.h"
+
+/* ---- results ---- */
+
+typedef struct result {
+    const char *key;
+    double value;
+    const char *unit;
+} result_t;
+
+static result_t results[64];
+static int nresults;
+
+void record(const char *key, double value, const char *unit)
+{
+    if (nresults == (int)(sizeof results / sizeof results[0]))
+        bu_die("too many results");
+    results[nresults++] = (result_t){key, value, unit};
+    printf("  %-20s %12.1f %s\n", key, value, unit);
+    fflush(stdout);
+}
+
+static const result_t *find_result(const char *key)
+{
+    for (int i = 0; i < nresults; i++)
+        if (strcmp(results[i].key, key) == 0)
+            return &results[i];
+    return NULL;
+}
+
+/* ---- the table ---- */
+
+enum target_kind { T_NONE, T_VALUE_LE, T_VALUE_LT, T_RATIO_GE };
+
+typedef struct row {
+    const char *key;
+    const char *base;        /* baseline key or NULL */
+    bool base_over_value;    /* ratio = base/value (a speed-up) instead of value/base */
+    const char *ratio_label; /* what the ratio means */
+    enum target_kind target_kind;
+    double target;
+} row_t;
+
+static const row_t rows[] = {
+    {"floor_rtt_ns", NULL, false, NULL, T_NONE, 0},
+    {"floor_2line_rtt_ns", "floor_rtt_ns", false, "2line/floor", T_NONE, 0},
+    {"ring_rtt_ns", "floor_rtt_ns", false, "ring/floor", T_VALUE_LE, 250},
+    {"ring_rtt_ns", "pipe_rtt_ns", true, "pipe/ring", T_RATIO_GE, 100},
+    {"ring_rtt_ns", "floor_2line_rtt_ns", false, "ring/2line", T_NONE, 0},
+    {"ring_rtt_48b_ns", "floor_2line_rtt_ns", false, "ring/2line", T_NONE, 0},
+    {"pipe_rtt_ns", NULL, false, NULL, T_NONE, 0},
+    {"bcast_ns_n1", "pipe_bcast_ns_n1", true, "pipe/ring", T_NONE, 0},
+    {"bcast_ns_n2", "pipe_bcast_ns_n2", true, "pipe/ring", T_NONE, 0},
+    {"bcast_ns_n4", "pipe_bcast_ns_n4", true, "pipe/ring", T_NONE, 0},
+    {"bcast_ns_n8", "pipe_bcast_ns_n8", true, "pipe/ring", T_NONE, 0},
+    {"idle_cpu_pct", NULL, false, NULL, T_VALUE_LT, 1},
+    {"call_sync_ns", NULL, false, NULL, T_VALUE_LE, 400},
+    {"call_sync_ns", "call_sync_pipe_ns", true, "pipe/ring", T_RATIO_GE, 100},
+    {"call_sync_ns", "floor_2line_rtt_ns", false, "ring/2line", T_NONE, 0},
+    {"call_sync_p99_ns", "call_sync_ns", false, "p99/pinned", T_NONE, 0},
+    {"call_sync_float_ns", "call_sync_ns", false, "float/pinned", T_NONE, 0},
+    {"call_sync_ns_n4", "call_sync_pipe_ns_n4", true, "pipe/ring", T_NONE, 0},
+    {"call_sync_ns_n8", "call_sync_pipe_ns_n8", true, "pipe/ring", T_NONE, 0},
+    {"trace_overhead_pct", NULL, false, NULL, T_VALUE_LE, 5},
+    {"call_sync_traced_ns", "call_sync_untraced_ns", false, "on/off", T_NONE, 0},
+    {"session_open_ms_n8", NULL, false, NULL, T_VALUE_LE, 10},
+    {"allreduce_us_1MiB", "mpi_allreduce_us_1MiB", true, "mpi/disco", T_RATIO_GE, 1.5},
+    {"allreduce_us_64MiB", "mpi_allreduce_us_64MiB", true, "mpi/disco", T_RATIO_GE, 1.5},
+    {"bcast_us_1MiB", NULL, false, NULL, T_NONE, 0},
+    {"bcast_us_64MiB", "bcast_us_1MiB", false, "64MiB/1MiB", T_NONE, 0},
+    {"copy_to_worker0_gbps", "memcpy_gbps", false, "copy/memcpy", T_RATIO_GE, 0.8},
+    {"memcpy_gbps", NULL, false, NULL, T_NONE, 0},
+    {"rpc_call_ns_shm", "rpc_call_ns_pipe", true, "pipe/shm", T_RATIO_GE, 100},
+    {"rpc_call_ns_shm", "rpc_call_ns_tcp", true, "tcp/shm", T_RATIO_GE, 100},
+    {"rpc_call_ns_shm", "rpc_call_ns_unix", true, "unix/shm", T_NONE, 0},
+    {"rpc_call_ns_shm", "ring_rtt_ns", false, "rpc/ring", T_NONE, 0},
+    {"rpc_call_ns_unix", "rpc_call_ns_pipe", false, "unix/pipe", T_NONE, 0},
+    {"rpc_call_ns_tcp", "rpc_call_ns_pipe", false, "tcp/pipe", T_NONE, 0},
+    {"rpc_call_ns_pipe", "pipe_rtt_ns", false, "rpc/raw pipe", T_NONE, 0},
+    {"rpc_copy_gbps_shm", "memcpy_gbps", false, "copy/memcpy", T_RATIO_GE, 0.8},
+};
+
+static void print_row(const row_t *r)
+{
+    const result_t *v = find_result(r->key);
+    const result_t *b = r->base ? find_result(r->base) : NULL;
+    if (v == NULL)
+        return;
+    char base_val[32] = "-", ratio[48] = "-", target[48] = "";
+    double q = 0;
+    if (b != NULL) {
+        q = r->base_over_value ? b->value / v->value : v->value / b->value;
+        snprintf(base_val, sizeof base_val, "%.1f", b->value);
+        snprintf(ratio, sizeof ratio, "%.2f %s", q, r->ratio_label);
+    }
+    switch (r->target_kind) {
+    case T_NONE:
+        break;
+    case T_VALUE_LE:
+        snprintf(target, sizeof target, "<= %g %s  %s", r->target, v->unit,
+                 v->value <= r->target ? "PASS" : "MISS");
+        break;
+    case T_VALUE_LT:
+        snprintf(target, sizeof target, "< %g %s  %s", r->target, v->unit,
+                 v->value < r->target ? "PASS" : "MISS");
+        break;
+    case T_RATIO_GE:
+        if (b == NULL) /* the baseline was not measured: no verdict */
+            snprintf(target, sizeof target, ">= %gx  %s", r->target,
+                     strncmp(r->base, "mpi_", 4) == 0 ? "MPI not available" : "no baseline");
+        else
+            snprintf(target, sizeof target, ">= %gx  %s", r->target,
+                     q >= r->target ? "PASS" : "MISS");
+        break;
+    }
+    printf("%-22s %12.1f %-4s %-22s %12s %-18s %s\n", v->key, v->value, v->unit,
+           r->base ? r->base : "-", base_val, ratio, target);
+}
+
+void bench_print_table(const bu_machine_t *m)
+{
+    printf("\nmachine: %s, %d cores, %.1f GiB, GPU: %s, load %.2f at start\n", m->cpu, m->cores,
+           m->mem_gib, m->gpu, m->load1);
+    if (m->load1 > 0.5)
+        printf("warning: the machine was busy at start; figures are skewed\n");
+    printf("%-22s %12s %-4s %-22s %12s %-18s %s\n", "name", "value", "unit", "baseline",
+           "base value", "ratio", "target");
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        print_row(&rows[i]);
+}
+
+/* ---- JSON ---- */
+
+void bench_write_json(const char *path, const bu_machine_t *m, bool quick, int reps)
+{
+    json_t *root = json_object(), *mach = json_object(), *res = json_object();
+    json_object_set_new(mach, "cpu", json_string(m->cpu));
+    json_object_set_new(mach, "cores", json_integer(m->cores));
+    json_object_set_new(mach, "mem_gib", json_real(m->mem_gib));
+    json_object_set_new(mach, "gpu", json_string(m->gpu));
+    json_object_set_new(mach, "loadavg_1m", json_real(m->load1));
+    for (int i = 0; i < nresults; i++)
+        json_object_set_new(res, results[i].key, json_real(results[i].value));
+    json_object_set_new(root, "machine", mach);
+    json_object_set_new(root, "results", res);
+    json_t *cfg = json_object();
+    json_object_set_new(cfg, "quick", json_boolean(quick));
+    json_object_set_new(cfg, "reps", json_integer(reps));
+    json_object_set_new(root, "config", cfg);
+    if (json_dump_file(root, path, JSON_INDENT(2) | JSON_REAL_PRECISION(8)) != 0)
+        bu_die("cannot write %s", path);
+    json_decref(root);
+    printf("\nwrote %s\n", path);
+}
