@@ -51,7 +51,7 @@ TOOL_SRC := $(wildcard tools/*/disco-*.c) tools/cli/disco.c
 TOOLS    := $(addprefix $(BUILD)/bin/,$(notdir $(TOOL_SRC:.c=)))
 tool_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(NOT_LINKED),$(wildcard tools/$(1)/*.c)))
 TOOL_OBJ := $(foreach d,$(PROG_DIRS),$(call tool_objs,$(d)))
-SOAK_OBJ := $(BUILD)/obj/tools/soak/soak_run.o $(BUILD)/obj/tools/soak/soak_report.o
+SOAK_OBJ := $(filter-out $(BUILD)/obj/tools/soak/disco-soak.o,$(call tool_objs,soak))
 DEMOLIB  := $(BUILD)/lib/libdisco_demo.so
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/run_tests.o

@@ -1,4 +1,6 @@
-/* soak_run.c - the fault soak's rounds (see soak.h). */
+/* soak_run.c - the fault soak's rounds (soak.h): the workloads, a worker
+ * round, a controller round, and the run that draws and counts them. The
+ * checks around a round are in soak_check.c. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +19,7 @@
 
 #include "disco/session.h"
 #include "disco/wait.h"
-#include "tools/soak/soak.h"
+#include "tools/soak/soak_round.h"
 
 #define MAX_DELAY_US  3000  /* kills land 0..3 ms after the workload starts */
 #define HARD_LIMIT_MS 20000 /* a round that waits this long has hung: fail it */
@@ -25,7 +27,7 @@
 
 const char *const soak_workload_name[SOAK_WORKLOADS] = {"allreduce", "alloc", "bcast"};
 
-/* ---- small helpers ---- */
+/* ---- random draws ---- */
 
 static uint64_t next_rand(uint64_t *s) /* xorshift64* */
 {
@@ -40,178 +42,9 @@ static int pick(uint64_t *s, int n)
     return (int)(next_rand(s) % (uint64_t)n);
 }
 
-static int count_dir(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d == NULL)
-        return -1;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
-/* Mappings of memfd segments in this process. */
-static int count_memfd_maps(void)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (f == NULL)
-        return -1;
-    char line[4096];
-    int n = 0;
-    while (fgets(line, sizeof line, f) != NULL)
-        n += strstr(line, "/memfd:") != NULL;
-    fclose(f);
-    return n;
-}
-
-typedef struct leaks {
-    int fds, maps, shm;
-} leaks_t;
-
-static leaks_t leaks_now(void)
-{
-    return (leaks_t){count_dir("/proc/self/fd"), count_memfd_maps(), count_dir("/dev/shm")};
-}
-
-static void sleep_us(long us)
-{
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-static int pidfd_open(pid_t pid)
-{
-    return (int)syscall(SYS_pidfd_open, pid, 0);
-}
-
 static double ms_since(int64_t t0, int64_t t1)
 {
     return (double)(t1 - t0) / 1e6;
-}
-
-/* ---- one round's bookkeeping ---- */
-
-typedef struct round {
-    soak_report_t *r;
-    const soak_opts_t *o;
-    int index;
-    bool failed;
-    char what[160]; /* the round's configuration, for messages */
-} round_t;
-
-static void fail(round_t *rd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(round_t *rd, const char *fmt, ...)
-{
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (!rd->failed && rd->r->failure[0] == '\0')
-        snprintf(rd->r->failure, sizeof rd->r->failure, "round %d (%s): %s", rd->index, rd->what,
-                 msg);
-    fprintf(rd->o->log != NULL ? rd->o->log : stderr, "round %d (%s): FAIL: %s\n", rd->index,
-            rd->what, msg);
-    rd->failed = true;
-}
-
-/* This process's children, live or not yet reaped (at most cap). */
-static int list_children(pid_t *out, int cap)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
-    FILE *f = fopen(path, "r");
-    int n = 0, pid;
-    if (f == NULL)
-        return 0;
-    while (n < cap && fscanf(f, "%d", &pid) == 1)
-        out[n++] = pid;
-    fclose(f);
-    return n;
-}
-
-static void comm_of(pid_t pid, char *comm, size_t cap)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
-    FILE *f = fopen(path, "r");
-    snprintf(comm, cap, "?");
-    if (f != NULL) {
-        if (fgets(comm, (int)cap, f) != NULL)
-            comm[strcspn(comm, "\n")] = '\0';
-        fclose(f);
-    }
-}
-
-/* Whether process pid (fd: its pidfd, or -1 where pidfd_open is missing,
- * as under valgrind) ended before deadline. Without a pidfd it polls
- * waitpid, which works because the soak is the orphans' subreaper. */
-static bool wait_gone(pid_t pid, int fd, int64_t deadline)
-{
-    if (fd >= 0) {
-        int64_t left = (deadline - disco_now_ns()) / 1000000;
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        return poll(&pf, 1, left > 0 ? (int)left : 0) == 1;
-    }
-    for (;;) {
-        siginfo_t si = {0};
-        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0)
-            return errno == ECHILD && kill(pid, 0) != 0; /* not ours: gone if it is gone */
-        if (si.si_pid == pid)
-            return true;
-        if (disco_now_ns() >= deadline)
-            return false;
-        sleep_us(100);
-    }
-}
-
-/* After a round no process of it may live on. The session reaps its
- * workers, so a worker still our child is a failure. Any other child is an
- * orphan that came to the soak as subreaper (under ASan, LeakSanitizer's
- * tracer of a worker killed at exit): it must end within the bound, and is
- * then reaped and counted. */
-static void check_processes(round_t *rd, const int *workers, int nworkers)
-{
-    pid_t kids[64];
-    int64_t deadline = disco_now_ns() + (int64_t)rd->o->bound_ms * 1000000;
-    for (int n; (n = list_children(kids, 64)) > 0;) {
-        for (int i = 0; i < n; i++) {
-            char comm[32];
-            comm_of(kids[i], comm, sizeof comm);
-            bool worker = false;
-            for (int j = 0; j < nworkers; j++)
-                worker |= workers[j] == kids[i];
-            int fd = pidfd_open(kids[i]);
-            if (worker) {
-                fail(rd, "worker pid %d (%s) was not reaped by the session", (int)kids[i], comm);
-            } else if (!wait_gone(kids[i], fd, deadline)) {
-                fail(rd, "process %d (%s) outlived the round by %u ms", (int)kids[i], comm,
-                     rd->o->bound_ms);
-                kill(kids[i], SIGKILL);
-            } else {
-                rd->r->orphans++;
-            }
-            if (fd >= 0)
-                close(fd);
-            waitpid(kids[i], NULL, 0);
-        }
-    }
-}
-
-/* After a round: nothing of it may remain. */
-static void check_clean(round_t *rd, const leaks_t *before, const int *workers, int nworkers)
-{
-    check_processes(rd, workers, nworkers);
-    leaks_t now = leaks_now();
-    if (now.fds != before->fds)
-        fail(rd, "%d fds open before, %d after", before->fds, now.fds);
-    if (now.maps != before->maps)
-        fail(rd, "%d memfd mappings before, %d after", before->maps, now.maps);
-    if (now.shm != before->shm)
-        fail(rd, "%d entries in /dev/shm before, %d after", before->shm, now.shm);
 }
 
 /* ---- the workloads ---- */
@@ -318,7 +151,7 @@ typedef struct killer {
 static void *killer_main(void *p)
 {
     killer_t *k = p;
-    sleep_us(k->delay_us);
+    soak_sleep_us(k->delay_us);
     int64_t t = disco_now_ns();
     kill(k->pid, SIGKILL);
     /* Release: the joiner reads t_kill after pthread_join, which orders it
@@ -333,7 +166,7 @@ static void check_heap_steady(round_t *rd, work_t *w, int kind)
     disco_heap_stats_t h0, h1;
     disco_status_t st;
     if ((st = sync_all(w)) != DISCO_OK || disco_session_heap_stats(w->s, &h0) != DISCO_OK) {
-        fail(rd, "setup: %s (%s)", disco_err_name(st), disco_last_error());
+        soak_fail(rd, "setup: %s (%s)", disco_err_name(st), disco_last_error());
         return;
     }
     for (int i = 0; i < 2 && st == DISCO_OK; i++)
@@ -352,22 +185,22 @@ static void check_heap_steady(round_t *rd, work_t *w, int kind)
             if (sst == DISCO_E_INVAL && strstr(disco_last_error(), "op must be") != NULL)
                 told++;
             else if (sst != DISCO_OK)
-                fail(rd, "sync after a failed call: %s (%s)", disco_err_name(sst),
-                     disco_last_error());
+                soak_fail(rd, "sync after a failed call: %s (%s)", disco_err_name(sst),
+                          disco_last_error());
         }
         if (told == 0)
-            fail(rd, "allreduce with op \"no-such-op\" succeeded");
+            soak_fail(rd, "allreduce with op \"no-such-op\" succeeded");
         st = disco_session_free(w->s, r);
         if (st == DISCO_OK)
             st = sync_all(w);
     }
     if (st != DISCO_OK) {
-        fail(rd, "fault-free pass: %s (%s)", disco_err_name(st), disco_last_error());
+        soak_fail(rd, "fault-free pass: %s (%s)", disco_err_name(st), disco_last_error());
         return;
     }
     if (disco_session_heap_stats(w->s, &h1) != DISCO_OK || h1.live_blocks != h0.live_blocks)
-        fail(rd, "heap: %zu live blocks before a fault-free pass and a failed call, %zu after",
-             h0.live_blocks, h1.live_blocks);
+        soak_fail(rd, "heap: %zu live blocks before a fault-free pass and a failed call, %zu after",
+                  h0.live_blocks, h1.live_blocks);
 }
 
 static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
@@ -380,15 +213,15 @@ static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
     killer_t k = {.delay_us = pick(rng, MAX_DELAY_US + 1)};
     snprintf(rd->what, sizeof rd->what, "kill worker %d, %s, after %ld us", victim, setting,
              k.delay_us);
-    leaks_t before = leaks_now();
+    leaks_t before = soak_leaks_now();
     work_t w = {.n = n, .rng = next_rand(rng) | 1};
     disco_status_t st = disco_session_open(&cfg, &w.s);
     if (st != DISCO_OK) {
-        fail(rd, "open: %s (%s)", disco_err_name(st), disco_last_error());
+        soak_fail(rd, "open: %s (%s)", disco_err_name(st), disco_last_error());
         return;
     }
     if ((st = setup(&w)) != DISCO_OK)
-        fail(rd, "setup: %s (%s)", disco_err_name(st), disco_last_error());
+        soak_fail(rd, "setup: %s (%s)", disco_err_name(st), disco_last_error());
     else
         check_heap_steady(rd, &w, kind);
     if (rd->failed) {
@@ -401,7 +234,7 @@ static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
     k.pid = pids[victim];
     pthread_t th;
     if (pthread_create(&th, NULL, killer_main, &k) != 0) {
-        fail(rd, "pthread_create failed");
+        soak_fail(rd, "pthread_create failed");
         disco_session_close(w.s);
         return;
     }
@@ -428,20 +261,21 @@ static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
     char want[64];
     snprintf(want, sizeof want, "worker %d (pid %d", victim, (int)k.pid);
     if (st != DISCO_E_WORKER_DIED || strstr(msg, want) == NULL || strstr(msg, "signal 9") == NULL)
-        fail(rd, "caller got %s (%s), expected DISCO_E_WORKER_DIED naming %s) and signal 9",
-             disco_err_name(st), msg, want);
+        soak_fail(rd, "caller got %s (%s), expected DISCO_E_WORKER_DIED naming %s) and signal 9",
+                  disco_err_name(st), msg, want);
     else if (t_err < t_kill)
-        fail(rd, "the error came before the kill");
+        soak_fail(rd, "the error came before the kill");
     else if ((*det_ms = ms_since(t_kill, t_err)) > o->bound_ms)
-        fail(rd, "detected after %.2f ms, bound %u ms", *det_ms, o->bound_ms);
+        soak_fail(rd, "detected after %.2f ms, bound %u ms", *det_ms, o->bound_ms);
     disco_heap_stats_t h;
     if ((st = disco_session_heap_stats(w.s, &h)) != DISCO_OK)
-        fail(rd, "heap after the death: %s (%s)", disco_err_name(st), disco_last_error());
+        soak_fail(rd, "heap after the death: %s (%s)", disco_err_name(st), disco_last_error());
     rd->r->heap_recoveries += h.recoveries;
     if (disco_session_health(w.s) != DISCO_E_WORKER_DIED)
-        fail(rd, "session health %s after the death", disco_err_name(disco_session_health(w.s)));
+        soak_fail(rd, "session health %s after the death",
+                  disco_err_name(disco_session_health(w.s)));
     disco_session_close(w.s);
-    check_clean(rd, &before, pids, n);
+    soak_check_clean(rd, &before, pids, n);
 }
 
 /* ---- a controller round ---- */
@@ -489,10 +323,10 @@ static void controller_round(round_t *rd, uint64_t *rng, double *det_ms)
     int n = cfg.num_workers;
     long delay_us = pick(rng, MAX_DELAY_US + 1);
     snprintf(rd->what, sizeof rd->what, "kill the controller, %s, after %ld us", setting, delay_us);
-    leaks_t before = leaks_now();
+    leaks_t before = soak_leaks_now();
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) {
-        fail(rd, "pipe: %s", strerror(errno));
+        soak_fail(rd, "pipe: %s", strerror(errno));
         return;
     }
     fflush(NULL);
@@ -504,7 +338,7 @@ static void controller_round(round_t *rd, uint64_t *rng, double *det_ms)
     close(p[1]);
     int pids[8], fds[8];
     if (ctl < 0 || !read_all(p[0], pids, (size_t)(n - 1) * sizeof(int), HARD_LIMIT_MS)) {
-        fail(rd, "the controller did not report its workers");
+        soak_fail(rd, "the controller did not report its workers");
         if (ctl > 0)
             kill(ctl, SIGKILL), waitpid(ctl, NULL, 0);
         close(p[0]);
@@ -512,21 +346,21 @@ static void controller_round(round_t *rd, uint64_t *rng, double *det_ms)
     }
     close(p[0]);
     for (int i = 0; i < n - 1; i++)
-        fds[i] = pidfd_open(pids[i]);
-    sleep_us(delay_us);
+        fds[i] = soak_pidfd_open(pids[i]);
+    soak_sleep_us(delay_us);
     int64_t t_kill = disco_now_ns();
     kill(ctl, SIGKILL);
     int ctl_status = 0;
     waitpid(ctl, &ctl_status, 0);
     if (!WIFSIGNALED(ctl_status) || WTERMSIG(ctl_status) != SIGKILL)
-        fail(rd, "the controller ended by itself before the kill (status %#x)", ctl_status);
+        soak_fail(rd, "the controller ended by itself before the kill (status %#x)", ctl_status);
     /* Every worker must end; the time is the last one's. As the subreaper
      * the soak inherited them, so it reaps them too. */
     int64_t t_last = t_kill;
     for (int i = 0; i < n - 1; i++) {
-        if (!wait_gone(pids[i], fds[i], t_kill + HARD_LIMIT_MS * 1000000LL)) {
-            fail(rd, "worker %d (pid %d) outlived its controller by %d ms", i + 1, pids[i],
-                 HARD_LIMIT_MS);
+        if (!soak_wait_gone(pids[i], fds[i], t_kill + HARD_LIMIT_MS * 1000000LL)) {
+            soak_fail(rd, "worker %d (pid %d) outlived its controller by %d ms", i + 1, pids[i],
+                      HARD_LIMIT_MS);
             kill(pids[i], SIGKILL);
         }
         t_last = disco_now_ns();
@@ -537,8 +371,8 @@ static void controller_round(round_t *rd, uint64_t *rng, double *det_ms)
         waitpid(pids[i], NULL, 0);
     *det_ms = ms_since(t_kill, t_last);
     if (!rd->failed && *det_ms > o->bound_ms)
-        fail(rd, "workers gone %.2f ms after the kill, bound %u ms", *det_ms, o->bound_ms);
-    check_clean(rd, &before, NULL, 0);
+        soak_fail(rd, "workers gone %.2f ms after the kill, bound %u ms", *det_ms, o->bound_ms);
+    soak_check_clean(rd, &before, NULL, 0);
 }
 
 /* ---- the run ---- */
