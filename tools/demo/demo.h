@@ -1,13 +1,11 @@
-/* demo.h - the parts of disco-demo (tools/demo/disco-demo.c, tools/demo_*.c). */
+/* demo.h - the parts of disco-demo that its main (tools/demo/disco-demo.c)
+ * calls: the session part (demo_session.c) and the MLP (demo_mlp.c). */
 #ifndef DISCO_TOOLS_DEMO_H
 #define DISCO_TOOLS_DEMO_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/** Median of n values (sorts v). */
-double demo_median(double *v, int n);
 
 typedef struct demo_mlp_opts {
     int workers;

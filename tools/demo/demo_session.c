@@ -5,9 +5,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/demo/demo.h"
 #include "disco/session.h"
 #include "disco/wait.h"
+#include "tools/bench/bench_util.h"
+#include "tools/demo/demo.h"
 
 #define CHECK(call)                                                                                \
     do {                                                                                           \
@@ -67,7 +68,7 @@ static double call_sync_ns(disco_session_t *s, int n)
         for (int i = 0; i < 200; i++)
             disco_session_free(s, r[i]);
     }
-    return demo_median(v, 11);
+    return bu_median(v, 11);
 }
 
 bool demo_session(int n)

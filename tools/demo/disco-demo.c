@@ -3,10 +3,10 @@
  *
  *   disco-demo [-n N] [--help]
  *
- * Until the session layer exists, this shows what the control plane does
- * today: one memfd segment holds a broadcast ring (controller -> every
- * worker, one cursor each) and one reply ring per worker; the workers are
- * forked and inherit it.
+ * The control-plane part shows what a session runs on, by hand: one memfd
+ * segment holds a broadcast ring (controller -> every worker, one cursor
+ * each) and one reply ring per worker; the workers are forked and inherit
+ * it.
  *
  *   1. The controller broadcasts "sum 1..k" for a few k. Worker w sums its
  *      own contiguous share of 1..k and replies (worker id, partial sum).
@@ -17,9 +17,12 @@
  *      second cluster of one worker pinned opposite the controller.
  * Exit status 0 only if every reply checked out.
  *
- * Part two (demo_session.c) runs a Disco session over the same rings: worker
+ * The session part (demo_session.c) runs a Disco session over the same rings: worker
  * 0 in this process, workers 1..N-1 forked; it loads a library into every
  * worker, calls it, catches an error, and times calls over rings and pipes.
+ * The MLP (demo_mlp.c), the main job, runs first. This file is the main and
+ * the control-plane part; it calls the other parts (demo.h), which never
+ * call back into it.
  */
 #include <limits.h>
 #include <stdbool.h>
@@ -261,11 +264,6 @@ static long opt_long(const char *name, const char *v, long lo, long hi)
         exit(2);
     }
     return x;
-}
-
-double demo_median(double *v, int n)
-{
-    return bu_median(v, n);
 }
 
 int main(int argc, char **argv)
