@@ -202,8 +202,8 @@ END_TEST
 /* disco_heap_stats and disco_heap_reclaim_owner report their failures as a
  * status and leave the caller's output untouched: NULL heap, NULL header,
  * NULL output (DISCO_E_INVAL), and a lock held past the handle's wait by a
- * live process (DISCO_E_TIMEOUT, where they used to return zeros that looked
- * like an empty heap and nothing to reclaim). */
+ * live process (DISCO_E_TIMEOUT, never zeros that would look like an empty
+ * heap and nothing to reclaim). */
 START_TEST(test_stats_errors)
 {
     disco_segment_t seg;

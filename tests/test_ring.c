@@ -349,10 +349,10 @@ START_TEST(test_write_stamped)
 }
 END_TEST
 
-/* Regression: the slot count of a message was computed in 32 bits, so a
- * length near UINT32_MAX (allowed by max_msg) wrapped to 0 slots and the
- * write "succeeded" having written nothing. It must instead start writing and
- * then time out waiting for a reader. */
+/* The slot count of a message is computed in 64 bits: a length near
+ * UINT32_MAX (allowed by max_msg) must not wrap to 0 slots and "succeed"
+ * having written nothing. The write starts and then times out waiting for a
+ * reader. */
 START_TEST(test_huge_len_slot_count)
 {
     struct tring t;
@@ -434,9 +434,9 @@ START_TEST(test_spsc)
 }
 END_TEST
 
-/* Regression: a no_wait write of a spanning message with room for only part
- * of it used to write that part and return DISCO_E_AGAIN, leaving a torn
- * message that broke every reader. Now DISCO_E_AGAIN means nothing written. */
+/* A no_wait write of a spanning message with room for only part of it
+ * writes nothing and returns DISCO_E_AGAIN (writing the part would leave a
+ * torn message that breaks every reader). */
 START_TEST(test_no_wait_write_is_all_or_nothing)
 {
     struct tring t;
@@ -488,10 +488,9 @@ static disco_status_t midwrite_check(void *ctx)
     return DISCO_OK;
 }
 
-/* Regression: a no_wait read of a spanning message that was only half
- * published used to consume its first slots and return DISCO_E_AGAIN,
- * tearing the message. Now it returns DISCO_E_AGAIN having consumed nothing,
- * and the message reads whole later. (Reader 1 lags, so the writer stalls
+/* A no_wait read of a spanning message that is only half published returns
+ * DISCO_E_AGAIN having consumed nothing (consuming its first slots would
+ * tear the message), and the message reads whole later. (Reader 1 lags, so the writer stalls
  * mid-message; its check callback runs reader 0 at exactly that point.) */
 START_TEST(test_no_wait_read_whole)
 {

@@ -87,9 +87,9 @@ static int cmp_i64(const void *a, const void *b)
  * spin and tracing left alone (the bench pins nothing), a no-op call on
  * every worker + sync worker 1, each round timed on its own; the 99th
  * percentile of 2000 rounds per repetition (30000 by default), after a
- * warm-up, in ns. The default placement is judged by it: when the
- * controller floated, the kernel often put it on worker 1's CPU, and the
- * p99 was 9-10 us against a median of 0.3 us. */
+ * warm-up, in ns. The default placement is judged by it: a floating
+ * controller is often put on worker 1's CPU by the kernel, and the p99 then
+ * reads 9-10 us against a median of 0.3 us. */
 static double call_sync_p99(void)
 {
     disco_session_config_t cfg = disco_session_config_default(2);

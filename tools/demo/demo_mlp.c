@@ -133,9 +133,9 @@ bool demo_mlp(const demo_mlp_opts_t *o, const char *lib)
     disco_session_config_t cfg = disco_session_config_default(n);
     cfg.heap_bytes = 64u << 20;
     /* Worker 0 is this thread, pinned by default like the workers, so it
-     * cannot land on worker 1's core (seen on 2 cores when it was not: the
-     * partials then ran one after the other and coordination read ~50% of a
-     * step in 1 run of 3). */
+     * cannot land on worker 1's core (unpinned, on 2 cores, it can: the
+     * partials then run one after the other and coordination reads ~50% of
+     * a step in 1 run of 3). */
     CHECK(disco_session_open(&cfg, &s));
     disco_plan_print(disco_session_plan(s), stdout, false);
     disco_dref_t r, w1, w2, f_part;

@@ -6,7 +6,7 @@
  * which loads the driver at run time). Without it, every function returns
  * DISCO_E_NO_DEVICE ("this build has no CUDA support"). Tested only on a
  * machine with a GPU (tests/test_cuda.c); everything else about IPC is in
- * ipc.c, tested everywhere. */
+ * ipc.c and ipc_table.c, tested everywhere. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>

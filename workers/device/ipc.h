@@ -5,7 +5,7 @@
  * its exporter; every opened handle is closed; the exporter must not free
  * while importers have it open. This module keeps those rules with no CUDA
  * in it: the three calls that touch a device go through a backend (CUDA in
- * workers/device/cuda.c, a memfd fake in tests/test_ipc.c).
+ * workers/device/cuda.c, a memfd fake in tests/ipc_fake.h).
  *
  * Two parts:
  *  - A per-process context (disco_ipc_t): the export table (this process's
