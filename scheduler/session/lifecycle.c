@@ -128,7 +128,7 @@ disco_status_t disco__procs_start(struct disco_session *s)
     disco_status_t st = DISCO_OK;
     for (int i = 1; i < s->world; i++) {
         int cmd[2] = {-1, -1}, rep[2] = {-1, -1};
-        if (s->chan.kind == DISCO_CHAN_PIPE) {
+        if (s->chan.kind == DISCO_TRANSPORT_PIPE) {
             if (pipe2(cmd, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0) {
                 st = disco_set_error(DISCO_E_SYS, "pipe: %s", strerror(errno));
                 break;
@@ -153,7 +153,7 @@ disco_status_t disco__procs_start(struct disco_session *s)
                 disco_set_error(DISCO_E_SYS, "pidfd_open(%d): %s", (int)s->pid[i], strerror(errno));
             break;
         }
-        if (s->chan.kind == DISCO_CHAN_RING)
+        if (s->chan.kind == DISCO_TRANSPORT_RING)
             disco_ring_set_reader_pid(&s->chan.cmd, (uint32_t)(i - 1), s->pid[i]);
     }
     if (st != DISCO_OK) {
@@ -220,7 +220,7 @@ disco_status_t disco__procs_check(struct disco_session *s)
             size_t n = strlen(what);
             snprintf(what + n, sizeof what - n, " after %s: %s", b->func, b->msg);
         }
-        if (s->chan.kind == DISCO_CHAN_RING)
+        if (s->chan.kind == DISCO_TRANSPORT_RING)
             disco_ring_mark_dead(&s->chan.cmd, (uint32_t)(i - 1));
         return disco__session_break(s, DISCO_E_WORKER_DIED, "%s", what);
     }
@@ -273,7 +273,7 @@ void disco__procs_kill(struct disco_session *s, int i)
     } else {
         reap(s, i, 0); /* no pidfd (old kernels, valgrind): as before */
     }
-    if (s->chan.kind == DISCO_CHAN_RING)
+    if (s->chan.kind == DISCO_TRANSPORT_RING)
         disco_ring_mark_dead(&s->chan.cmd, (uint32_t)(i - 1));
 }
 

@@ -115,15 +115,15 @@ static disco_status_t make_segment(struct disco_session *s)
     if (st != DISCO_OK)
         return st;
 
-    s->chan =
-        (disco_chan_t){.kind = rings || s->cfg.transport == DISCO_TRANSPORT_RING ? DISCO_CHAN_RING
-                                                                                 : DISCO_CHAN_PIPE,
-                       .world = world,
-                       .self = -1,
-                       .max_msg = s->cfg.max_msg,
-                       .reply = s->reply_rings,
-                       .cmd_fd = s->cmd_fd,
-                       .reply_fd = s->reply_fd};
+    s->chan = (disco_chan_t){.kind = rings || s->cfg.transport == DISCO_TRANSPORT_RING
+                                         ? DISCO_TRANSPORT_RING
+                                         : DISCO_TRANSPORT_PIPE,
+                             .world = world,
+                             .self = -1,
+                             .max_msg = s->cfg.max_msg,
+                             .reply = s->reply_rings,
+                             .cmd_fd = s->cmd_fd,
+                             .reply_fd = s->reply_fd};
     if (!rings)
         return DISCO_OK;
     st = disco_ring_init(base + lay.r[DISCO_CTL_CMD].off, (size_t)lay.r[DISCO_CTL_CMD].size,

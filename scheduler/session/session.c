@@ -62,7 +62,7 @@ disco_status_t disco__session_break(struct disco_session *s, disco_status_t stat
         /* Release: why is written before a worker acts on the word (workers
          * only exit on it, but keep the pairing honest). */
         atomic_store_explicit(&s->ctl->broken, status, memory_order_release);
-        if (s->chan.kind == DISCO_CHAN_RING && s->world > 1)
+        if (s->chan.kind == DISCO_TRANSPORT_RING && s->world > 1)
             disco_ring_wake_all(&s->chan.cmd);
     }
     return disco_set_error(status, "%s", s->why);
@@ -168,11 +168,12 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     if (st == DISCO_E_TIMEOUT) {
         /* The worker that does not read: the ring's slowest reader, or the
          * one whose pipe stayed full. */
-        uint32_t slow =
-            s->chan.kind == DISCO_CHAN_RING ? disco_ring_slowest_reader(&s->chan.cmd) : UINT32_MAX;
-        int w = s->chan.kind == DISCO_CHAN_PIPE ? s->chan.stuck
-                : slow != UINT32_MAX            ? (int)slow + 1
-                                                : 0;
+        uint32_t slow = s->chan.kind == DISCO_TRANSPORT_RING
+                            ? disco_ring_slowest_reader(&s->chan.cmd)
+                            : UINT32_MAX;
+        int w = s->chan.kind == DISCO_TRANSPORT_PIPE ? s->chan.stuck
+                : slow != UINT32_MAX                 ? (int)slow + 1
+                                                     : 0;
         if (w <= 0)
             return disco__session_break(s, DISCO_E_TIMEOUT,
                                         "the command channel stayed full for %u ms",

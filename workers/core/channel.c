@@ -105,13 +105,13 @@ static disco_status_t pipe_recv(int fd, void *buf, uint32_t cap, uint32_t *len_o
 
 void disco__chan_prepare_recv(disco_chan_t *c)
 {
-    if (c->kind == DISCO_CHAN_RING)
+    if (c->kind == DISCO_TRANSPORT_RING)
         disco_ring_prefetch_read(&c->cmd, (uint32_t)(c->self - 1));
 }
 
 void disco__chan_prepare_bcast(disco_chan_t *c)
 {
-    if (c->kind == DISCO_CHAN_RING && c->world > 1)
+    if (c->kind == DISCO_TRANSPORT_RING && c->world > 1)
         disco_ring_prefetch_write(&c->cmd);
 }
 
@@ -121,11 +121,11 @@ disco_status_t disco__chan_bcast(disco_chan_t *c, const void *msg, uint32_t len,
     if (len > c->max_msg)
         return disco_set_error(DISCO_E_MSG_TOO_BIG, "command of %u bytes, maximum is %u", len,
                                c->max_msg);
-    if (c->kind == DISCO_CHAN_RING && c->world > 1)
+    if (c->kind == DISCO_TRANSPORT_RING && c->world > 1)
         return disco__ring_write_stamped(&c->cmd, msg, len, w, sent_at);
     if (sent_at != NULL)
         *sent_at = disco__ticks();
-    if (c->kind == DISCO_CHAN_RING)
+    if (c->kind == DISCO_TRANSPORT_RING)
         return DISCO_OK;
     c->stuck = 0;
     for (int i = 1; i < c->world; i++) {
@@ -146,7 +146,7 @@ disco_status_t disco__chan_bcast(disco_chan_t *c, const void *msg, uint32_t len,
 disco_status_t disco__chan_recv_reply(disco_chan_t *c, int worker, void *buf, uint32_t cap,
                                       uint32_t *len_out, const disco_wait_t *w)
 {
-    if (c->kind == DISCO_CHAN_RING)
+    if (c->kind == DISCO_TRANSPORT_RING)
         return disco_spsc_read(&c->reply[worker], buf, cap, len_out, w);
     if (c->reply_fd[worker] < 0)
         return disco_set_error(DISCO_E_CLOSED, "worker %d: reply pipe closed", worker);
@@ -156,7 +156,7 @@ disco_status_t disco__chan_recv_reply(disco_chan_t *c, int worker, void *buf, ui
 disco_status_t disco__chan_recv_cmd(disco_chan_t *c, void *buf, uint32_t cap, uint32_t *len_out,
                                     const disco_wait_t *w)
 {
-    if (c->kind == DISCO_CHAN_RING)
+    if (c->kind == DISCO_TRANSPORT_RING)
         return disco_ring_read(&c->cmd, (uint32_t)(c->self - 1), buf, cap, len_out, w);
     return pipe_recv(c->cmd_fd[0], buf, cap, len_out, w);
 }
@@ -164,7 +164,7 @@ disco_status_t disco__chan_recv_cmd(disco_chan_t *c, void *buf, uint32_t cap, ui
 disco_status_t disco__chan_send_reply(disco_chan_t *c, const void *msg, uint32_t len,
                                       const disco_wait_t *w)
 {
-    if (c->kind == DISCO_CHAN_RING)
+    if (c->kind == DISCO_TRANSPORT_RING)
         return disco_spsc_write(&c->reply[0], msg, len, w);
     return pipe_send(c->reply_fd[0], msg, len, w);
 }

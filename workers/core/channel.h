@@ -14,9 +14,8 @@
 #include <stdint.h>
 
 #include "disco/ring.h"
+#include "disco/session.h" /* disco_chan_t.kind: DISCO_TRANSPORT_RING or _PIPE */
 #include "disco/wait.h"
-
-enum { DISCO_CHAN_RING = 0, DISCO_CHAN_PIPE = 1 };
 
 typedef struct disco_chan {
     int kind;

@@ -436,7 +436,7 @@ static disco_status_t next_cmd(disco_worker_t *w, disco_chan_t *c, void *buf, ui
     if (w->trace == NULL)
         return disco__chan_recv_cmd(c, buf, cap, len, ws->plain);
     disco_status_t st = DISCO_E_AGAIN;
-    if (c->kind == DISCO_CHAN_RING && last_end != 0) {
+    if (c->kind == DISCO_TRANSPORT_RING && last_end != 0) {
         st = disco__chan_recv_cmd(c, buf, cap, len, &ws->poll);
         *t_start = last_end;
     }

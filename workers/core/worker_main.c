@@ -66,7 +66,7 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
                          .max_msg = lay.geom.max_msg};
     disco_ring_t reply;
     int fds[2] = {cmd_fd, reply_fd};
-    if (chan.kind == DISCO_CHAN_RING) {
+    if (chan.kind == DISCO_TRANSPORT_RING) {
         if (disco_ring_attach(base + lay.r[DISCO_CTL_CMD].off, (size_t)lay.r[DISCO_CTL_CMD].size,
                               &chan.cmd) != DISCO_OK ||
             disco_ring_attach(base + disco__ctl_reply_at(&lay, (uint32_t)id),

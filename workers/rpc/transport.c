@@ -1,6 +1,9 @@
-/* transport.c - addresses, listeners, connect and accept, and the dispatch of
- * the stream calls to the kinds (see disco/transport.h, transport_impl.h). */
-#include "workers/rpc/transport_impl.h"
+/* transport.c - addresses, listeners, connect and accept over sockets, and
+ * the public calls, dispatched through each kind's table (see
+ * disco/transport.h, transport_ops.h). Nothing here knows a kind's fields. */
+#include "workers/rpc/transport_ops.h"
+
+#include "disco/wait.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -11,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -20,8 +22,8 @@
 #define PATH_CAP sizeof(((struct sockaddr_un *)0)->sun_path)
 
 struct disco_listener {
-    enum disco__tkind kind; /* shm, unix or tcp */
-    int nuids;              /* peer uids allowed besides ours */
+    const struct disco__transport_ops *ops; /* the kind: shm, unix or tcp */
+    int nuids;                              /* peer uids allowed besides ours */
     void (*on_refused)(disco_transport_t *t, disco_status_t st, const char *why, void *arg);
     void *on_refused_arg;
     uid_t uids[DISCO_LISTEN_MAX_UIDS];
@@ -35,34 +37,19 @@ struct disco_listener {
 
 /* A parsed address. */
 struct addr {
-    enum disco__tkind kind;
+    const struct disco__transport_ops *ops;
     char path[PATH_CAP]; /* unix, shm */
     char host[256];      /* tcp, brackets removed */
     char port[6];        /* tcp */
 };
 
-static const char *const kind_names[] = {[DISCO__T_SHM] = "shm",
-                                         [DISCO__T_UNIX] = "unix",
-                                         [DISCO__T_TCP] = "tcp",
-                                         [DISCO__T_PIPE] = "pipe"};
+/* The kinds an address can name, found by scheme ("shm:" is shm's). */
+static const struct disco__transport_ops *const addressed[] = {
+    &disco__transport_unix, &disco__transport_tcp, &disco__transport_shm};
 
 const char *disco_transport_kind(const disco_transport_t *t)
 {
-    return t != NULL ? kind_names[t->kind] : "none";
-}
-
-struct disco_transport *disco__transport_alloc(enum disco__tkind kind)
-{
-    struct disco_transport *t = calloc(1, sizeof *t);
-    if (t == NULL) {
-        disco_set_error(DISCO_E_NOMEM, "%s transport: out of memory", kind_names[kind]);
-        return NULL;
-    }
-    t->kind = kind;
-    t->in_fd = t->out_fd = t->sock = -1;
-    t->in_flags = t->out_flags = -1;
-    t->seg.fd = -1;
-    return t;
+    return t != NULL ? t->ops->name : "none";
 }
 
 /* ---- addresses ---- */
@@ -78,10 +65,15 @@ static disco_status_t parse_address(const char *address, bool listening, struct 
     if (address == NULL)
         return disco_set_error(DISCO_E_INVAL, "address is NULL");
     memset(a, 0, sizeof *a);
-    const char *rest;
-    if (strncmp(address, "unix:", 5) == 0 || strncmp(address, "shm:", 4) == 0) {
-        a->kind = address[0] == 'u' ? DISCO__T_UNIX : DISCO__T_SHM;
-        rest = strchr(address, ':') + 1;
+    for (size_t i = 0; i < sizeof addressed / sizeof addressed[0] && a->ops == NULL; i++) {
+        size_t n = strlen(addressed[i]->name);
+        if (strncmp(address, addressed[i]->name, n) == 0 && address[n] == ':')
+            a->ops = addressed[i];
+    }
+    if (a->ops == NULL)
+        return bad_address(address, "unknown kind (want unix:PATH, tcp:HOST:PORT or shm:PATH)");
+    const char *rest = strchr(address, ':') + 1;
+    if (a->ops->carrier == DISCO__CARRIER_UNIX) {
         if (rest[0] == '\0')
             return bad_address(address, "no socket path");
         if (strlen(rest) >= PATH_CAP)
@@ -89,10 +81,6 @@ static disco_status_t parse_address(const char *address, bool listening, struct 
         memcpy(a->path, rest, strlen(rest) + 1);
         return DISCO_OK;
     }
-    if (strncmp(address, "tcp:", 4) != 0)
-        return bad_address(address, "unknown kind (want unix:PATH, tcp:HOST:PORT or shm:PATH)");
-    a->kind = DISCO__T_TCP;
-    rest = address + 4;
     const char *colon = strrchr(rest, ':');
     if (colon == NULL)
         return bad_address(address, "no port (want tcp:HOST:PORT)");
@@ -183,7 +171,7 @@ static disco_status_t listen_unix(disco_listener_t *l, const char *address)
         unlink(l->path);
         return st;
     }
-    snprintf(l->address, sizeof l->address, "%s:%s", kind_names[l->kind], l->path);
+    snprintf(l->address, sizeof l->address, "%s:%s", l->ops->name, l->path);
     return DISCO_OK;
 }
 
@@ -280,15 +268,15 @@ disco_status_t disco_listen_with(const char *address, const disco_listen_config_
     disco_listener_t *l = calloc(1, sizeof *l);
     if (l == NULL)
         return disco_set_error(DISCO_E_NOMEM, "listen on %s: out of memory", address);
-    l->kind = a.kind;
+    l->ops = a.ops;
     l->fd = -1;
     for (int i = 0; i < cfg->n_allow_uids; i++)
         l->uids[l->nuids++] = (uid_t)cfg->allow_uids[i];
     l->on_refused = cfg->on_refused;
     l->on_refused_arg = cfg->on_refused_arg;
     memcpy(l->path, a.path, sizeof l->path);
-    st = a.kind == DISCO__T_TCP ? listen_tcp(l, &a, address, cfg->allow_remote != 0)
-                                : listen_unix(l, address);
+    st = a.ops->carrier == DISCO__CARRIER_TCP ? listen_tcp(l, &a, address, cfg->allow_remote != 0)
+                                              : listen_unix(l, address);
     if (st != DISCO_OK) {
         if (l->fd >= 0)
             close(l->fd);
@@ -349,16 +337,16 @@ disco_status_t disco_accept(disco_listener_t *l, int64_t deadline_ns, disco_tran
         if (st != DISCO_OK)
             return st;
     }
-    if (l->kind != DISCO__T_TCP) {
+    if (l->ops->carrier == DISCO__CARRIER_UNIX) {
         disco_status_t st = peer_allowed(l, fd);
         if (st != DISCO_OK) {
-            if (l->kind == DISCO__T_SHM) {
-                disco__shm_refuse(fd, st);
+            if (l->ops->refuse != NULL) { /* the kind's handshake says why */
+                l->ops->refuse(fd, st);
             } else if (l->on_refused != NULL) {
                 char why[256];
                 snprintf(why, sizeof why, "%s", disco_last_error());
                 disco_transport_t *t; /* owns fd from here, failed or not */
-                if (disco__fd_socket_transport(l->kind, fd, &t) == DISCO_OK) {
+                if (l->ops->accept(fd, deadline_ns, &t) == DISCO_OK) {
                     l->on_refused(t, st, why, l->on_refused_arg);
                     disco_transport_close(t);
                 }
@@ -368,9 +356,7 @@ disco_status_t disco_accept(disco_listener_t *l, int64_t deadline_ns, disco_tran
             return st;
         }
     }
-    if (l->kind == DISCO__T_SHM)
-        return disco__shm_serve(fd, deadline_ns, out);
-    return disco__fd_socket_transport(l->kind, fd, out);
+    return l->ops->accept(fd, deadline_ns, out);
 }
 
 void disco_listener_close(disco_listener_t *l)
@@ -489,13 +475,11 @@ disco_status_t disco_connect(const char *address, int64_t deadline_ns, disco_tra
     if (out == NULL)
         return disco_set_error(DISCO_E_INVAL, "connect to %s: out is NULL", address);
     int fd = -1;
-    st = a.kind == DISCO__T_TCP ? connect_tcp(&a, address, deadline_ns, &fd)
-                                : connect_unix(&a, address, deadline_ns, &fd);
+    st = a.ops->carrier == DISCO__CARRIER_TCP ? connect_tcp(&a, address, deadline_ns, &fd)
+                                              : connect_unix(&a, address, deadline_ns, &fd);
     if (st != DISCO_OK)
         return st;
-    if (a.kind == DISCO__T_SHM)
-        return disco__shm_join(fd, address, deadline_ns, out);
-    return disco__fd_socket_transport(a.kind, fd, out);
+    return a.ops->connect(fd, address, deadline_ns, out);
 }
 
 /* ---- the stream ---- */
@@ -508,7 +492,7 @@ static disco_status_t check_call(const disco_transport_t *t, const void *buf, si
     if (t->broken)
         return disco_set_error(DISCO_E_BROKEN,
                                "%s transport: %s: an earlier call failed mid-transfer",
-                               kind_names[t->kind], what);
+                               t->ops->name, what);
     return DISCO_OK;
 }
 
@@ -519,8 +503,7 @@ disco_status_t disco_transport_send(disco_transport_t *t, const void *buf, size_
     if (st != DISCO_OK || len == 0)
         return st;
     size_t done = 0;
-    st = t->kind == DISCO__T_SHM ? disco__shm_send(t, buf, len, deadline_ns, &done)
-                                 : disco__fd_send(t, buf, len, deadline_ns, &done);
+    st = t->ops->send(t, buf, len, deadline_ns, &done);
     if (st != DISCO_OK && done != 0)
         t->broken = true;
     return st;
@@ -533,90 +516,41 @@ disco_status_t disco_transport_recv(disco_transport_t *t, void *buf, size_t len,
     if (st != DISCO_OK || len == 0)
         return st;
     size_t done = 0;
-    st = t->kind == DISCO__T_SHM ? disco__shm_recv(t, buf, len, deadline_ns, &done)
-                                 : disco__fd_recv(t, buf, len, deadline_ns, &done);
+    st = t->ops->recv(t, buf, len, deadline_ns, &done);
     if (st != DISCO_OK && done != 0) {
         t->broken = true;
         if (st == DISCO_E_CLOSED)
             st = disco_set_error(DISCO_E_TRUNCATED,
                                  "%s transport: the peer closed after %zu of %zu bytes",
-                                 kind_names[t->kind], done, len);
+                                 t->ops->name, done, len);
     }
     return st;
 }
 
 int disco_transport_fds(const disco_transport_t *t, int fds_out[4])
 {
-    int n = 0;
-    if (t == NULL)
-        return 0;
-    int cand[3] = {t->kind == DISCO__T_SHM ? t->sock : t->in_fd,
-                   t->kind == DISCO__T_SHM ? t->seg.fd : t->out_fd, -1};
-    for (int i = 0; i < 3; i++)
-        if (cand[i] >= 0 && (n == 0 || fds_out[0] != cand[i]))
-            fds_out[n++] = cand[i];
-    return n;
+    return t != NULL ? t->ops->fds(t, fds_out) : 0;
 }
 
 const char *disco_transport_peer(const disco_transport_t *t, char *buf, size_t cap)
 {
     if (cap == 0)
         return buf;
-    snprintf(buf, cap, "%s", disco_transport_kind(t));
-    if (t == NULL || t->kind == DISCO__T_PIPE)
-        return buf;
-    int fd = t->kind == DISCO__T_SHM ? t->sock : t->in_fd;
-    if (t->kind == DISCO__T_TCP) {
-        struct sockaddr_storage ss;
-        memset(&ss, 0, sizeof ss); /* AF_UNSPEC if getpeername fails */
-        socklen_t sl = sizeof ss;
-        char host[INET6_ADDRSTRLEN] = "?";
-        unsigned port = 0;
-        if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET6) {
-            const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&ss;
-            inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof host);
-            port = ntohs(s6->sin6_port);
-        } else if (ss.ss_family == AF_INET) {
-            const struct sockaddr_in *s4 = (const struct sockaddr_in *)&ss;
-            inet_ntop(AF_INET, &s4->sin_addr, host, sizeof host);
-            port = ntohs(s4->sin_port);
-        }
-        snprintf(buf, cap, "tcp %s:%u", host, port);
-        return buf;
-    }
-    struct ucred cr;
-    socklen_t len = sizeof cr;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0)
-        snprintf(buf, cap, "%s uid %u pid %d", disco_transport_kind(t), (unsigned)cr.uid,
-                 (int)cr.pid);
+    if (t == NULL)
+        snprintf(buf, cap, "%s", disco_transport_kind(t));
+    else
+        t->ops->peer(t, buf, cap);
     return buf;
 }
 
 void disco_transport_abandon(disco_transport_t *t)
 {
-    if (t == NULL)
-        return;
-    /* Close and unmap only: no closed flag, no wake, no flag restore (the
-     * open files are shared with the owner, who still serves them). */
-    int fds[4];
-    int n = disco_transport_fds(t, fds);
-    if (t->kind == DISCO__T_SHM) {
-        if (t->seg.base != NULL)
-            munmap(t->seg.base, t->seg.size);
-        free(t->stage);
-    }
-    for (int i = 0; i < n; i++)
-        close(fds[i]);
-    free(t);
+    if (t != NULL)
+        t->ops->abandon(t);
 }
 
 void disco_transport_close(disco_transport_t *t)
 {
-    if (t == NULL)
-        return;
-    if (t->kind == DISCO__T_SHM)
-        disco__shm_close(t);
-    else
-        disco__fd_close(t);
-    free(t);
+    if (t != NULL)
+        t->ops->close(t);
 }

@@ -13,16 +13,22 @@
  * nothing leaves the stream intact. A big send is cut into slot-sized
  * messages, which the reader copies out as each one is published, so the
  * two copies (into the ring, out of it) run in parallel on two cores. */
-#include "workers/rpc/transport_impl.h"
+#include "workers/rpc/transport_ops.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "disco/ring.h"
+#include "disco/segment.h"
 
 /* Geometry: 64 slots of 16 KiB, 1 MiB per direction. The ring fits in the
  * L2 cache (2 MiB here) of the writer's core, where the reader's copy finds
@@ -63,8 +69,45 @@ struct shm_hello {
  * shrink (a truncated mapping faults with SIGBUS), no grow, no unsealing. */
 #define SHM_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
-void disco__shm_close(struct disco_transport *t)
+/* An shm transport. */
+struct shm_transport {
+    struct disco_transport base;
+    int sock;                           /* liveness channel (the rendezvous) */
+    disco_segment_t seg;                /* the connection's segment */
+    disco_ring_t tx, rx;                /* this side writes tx, reads rx */
+    _Atomic int32_t *self_closed;       /* set by our close */
+    const _Atomic int32_t *peer_closed; /* set by the peer's close */
+    bool peer_dead;                     /* a wait found the peer gone */
+    unsigned char *stage;               /* one ring message being consumed */
+    uint32_t stage_len, stage_off;      /* its length, bytes already taken */
+};
+
+static struct shm_transport *shm_of(struct disco_transport *t)
 {
+    return (struct shm_transport *)t;
+}
+
+/* Allocates an shm transport around sock, which it takes (closed on
+ * failure). NULL when out of memory (error recorded). */
+static struct shm_transport *shm_alloc(int sock)
+{
+    struct shm_transport *t = calloc(1, sizeof *t);
+    if (t == NULL) {
+        close(sock);
+        disco_set_error(DISCO_E_NOMEM, "shm transport: out of memory");
+        return NULL;
+    }
+    t->base.ops = &disco__transport_shm;
+    t->sock = sock;
+    t->seg.fd = -1;
+    return t;
+}
+
+/* Closes t's end and frees it (the close op; also the cleanup of a failed
+ * handshake). */
+static void shm_close(struct disco_transport *base)
+{
+    struct shm_transport *t = shm_of(base);
     if (t->self_closed != NULL) {
         /* Release: pairs with the peer's acquire loads of this flag (its
          * wait's abort check, the check at the top of its send and recv):
@@ -78,18 +121,18 @@ void disco__shm_close(struct disco_transport *t)
         close(t->sock);
     disco_segment_close(&t->seg);
     free(t->stage);
+    free(t);
 }
 
-static disco_status_t fail(struct disco_transport *t, disco_status_t st)
+static disco_status_t fail(struct shm_transport *t, disco_status_t st)
 {
-    disco__shm_close(t);
-    free(t);
+    shm_close(&t->base);
     return st;
 }
 
 /* ---- server: S2, S3 ---- */
 
-static disco_status_t build_segment(struct disco_transport *t)
+static disco_status_t build_segment(struct shm_transport *t)
 {
     disco_ring_config_t cfg = {
         .nslots = SHM_NSLOTS, .slot_size = SHM_SLOT_SIZE, .nreaders = 1, .max_msg = SHM_CHUNK};
@@ -122,7 +165,7 @@ static disco_status_t build_segment(struct disco_transport *t)
     return DISCO_OK;
 }
 
-void disco__shm_refuse(int sock, disco_status_t st)
+static void shm_refuse(int sock, disco_status_t st)
 {
     struct shm_hello hello = {
         .magic = SHM_HELLO_MAGIC, .version = SHM_VERSION, .refused = (uint32_t) - (int32_t)st};
@@ -132,7 +175,7 @@ void disco__shm_refuse(int sock, disco_status_t st)
         ;
 }
 
-static disco_status_t send_hello(struct disco_transport *t, int64_t deadline_ns)
+static disco_status_t send_hello(struct shm_transport *t, int64_t deadline_ns)
 {
     struct shm_hello hello = {.magic = SHM_HELLO_MAGIC, .version = SHM_VERSION};
     struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
@@ -168,14 +211,11 @@ static disco_status_t send_hello(struct disco_transport *t, int64_t deadline_ns)
     }
 }
 
-disco_status_t disco__shm_serve(int sock, int64_t deadline_ns, struct disco_transport **out)
+static disco_status_t shm_accept(int sock, int64_t deadline_ns, struct disco_transport **out)
 {
-    struct disco_transport *t = disco__transport_alloc(DISCO__T_SHM);
-    if (t == NULL) {
-        close(sock);
+    struct shm_transport *t = shm_alloc(sock);
+    if (t == NULL)
         return DISCO_E_NOMEM;
-    }
-    t->sock = sock;
     disco_status_t st = build_segment(t);
     if (st == DISCO_OK && (t->stage = malloc(t->rx.max_msg)) == NULL)
         st = disco_set_error(DISCO_E_NOMEM, "shm transport: out of memory");
@@ -183,7 +223,7 @@ disco_status_t disco__shm_serve(int sock, int64_t deadline_ns, struct disco_tran
         st = send_hello(t, deadline_ns);
     if (st != DISCO_OK)
         return fail(t, st);
-    *out = t;
+    *out = &t->base;
     return DISCO_OK;
 }
 
@@ -207,8 +247,8 @@ static void take_fds(struct msghdr *m, int *fd_p)
     }
 }
 
-static disco_status_t recv_hello(struct disco_transport *t, const char *address,
-                                 int64_t deadline_ns, int *fd_p)
+static disco_status_t recv_hello(struct shm_transport *t, const char *address, int64_t deadline_ns,
+                                 int *fd_p)
 {
     struct shm_hello hello;
     size_t got = 0;
@@ -265,7 +305,7 @@ static disco_status_t recv_hello(struct disco_transport *t, const char *address,
 /* Attaches the server's segment and checks every offset before use. Before
  * mapping: the memfd must be sealed (SHM_SEALS), so that the server cannot
  * shrink it under us, and hold at least the header page and the rings. */
-static disco_status_t attach(struct disco_transport *t, int fd, const char *address)
+static disco_status_t attach(struct shm_transport *t, int fd, const char *address)
 {
     int seals = fcntl(fd, F_GET_SEALS);
     struct stat sb;
@@ -307,15 +347,12 @@ static disco_status_t attach(struct disco_transport *t, int fd, const char *addr
     return DISCO_OK;
 }
 
-disco_status_t disco__shm_join(int sock, const char *address, int64_t deadline_ns,
-                               struct disco_transport **out)
+static disco_status_t shm_connect(int sock, const char *address, int64_t deadline_ns,
+                                  struct disco_transport **out)
 {
-    struct disco_transport *t = disco__transport_alloc(DISCO__T_SHM);
-    if (t == NULL) {
-        close(sock);
+    struct shm_transport *t = shm_alloc(sock);
+    if (t == NULL)
         return DISCO_E_NOMEM;
-    }
-    t->sock = sock;
     int fd = -1;
     disco_status_t st = recv_hello(t, address, deadline_ns, &fd);
     if (st == DISCO_OK)
@@ -326,7 +363,7 @@ disco_status_t disco__shm_join(int sock, const char *address, int64_t deadline_n
         st = disco_set_error(DISCO_E_NOMEM, "shm transport: out of memory");
     if (st != DISCO_OK)
         return fail(t, st);
-    *out = t;
+    *out = &t->base;
     return DISCO_OK;
 }
 
@@ -337,7 +374,7 @@ disco_status_t disco__shm_join(int sock, const char *address, int64_t deadline_n
  * (end of file) or hung up. Nothing else is ever sent on it. */
 static disco_status_t peer_alive(void *ctx)
 {
-    struct disco_transport *t = ctx;
+    struct shm_transport *t = ctx;
     struct pollfd p = {.fd = t->sock, .events = POLLIN};
     if (poll(&p, 1, 0) > 0 && p.revents != 0)
         return disco_set_error(DISCO_E_CLOSED, "shm transport: the peer is gone");
@@ -345,15 +382,15 @@ static disco_status_t peer_alive(void *ctx)
 }
 
 /* Whether the peer is known to be gone: its clean close (acquire: pairs with
- * the release in its disco__shm_close, so its last messages are visible), or
+ * the release in its shm_close, so its last messages are visible), or
  * a death an earlier wait saw. Then a transfer waits for nothing: it takes
  * what the peer left and reports DISCO_E_CLOSED. */
-static bool peer_gone(const struct disco_transport *t)
+static bool peer_gone(const struct shm_transport *t)
 {
     return t->peer_dead || atomic_load_explicit(t->peer_closed, memory_order_acquire) != 0;
 }
 
-static disco_wait_t ring_wait(struct disco_transport *t, int64_t deadline_ns)
+static disco_wait_t ring_wait(struct shm_transport *t, int64_t deadline_ns)
 {
     disco_wait_t w = {.deadline_ns = deadline_ns,
                       .abort_word = t->peer_closed,
@@ -362,9 +399,10 @@ static disco_wait_t ring_wait(struct disco_transport *t, int64_t deadline_ns)
     return w;
 }
 
-disco_status_t disco__shm_send(struct disco_transport *t, const void *buf, size_t len,
+static disco_status_t shm_send(struct disco_transport *base, const void *buf, size_t len,
                                int64_t deadline_ns, size_t *done_p)
 {
+    struct shm_transport *t = shm_of(base);
     const unsigned char *p = buf;
     size_t done = 0;
     disco_status_t st = DISCO_OK;
@@ -393,7 +431,7 @@ disco_status_t disco__shm_send(struct disco_transport *t, const void *buf, size_
 
 /* Reads one ring message into buf (cap >= max_msg). A wait ended by the peer
  * leaving may have raced with its last messages: they are taken first. */
-static disco_status_t read_msg(struct disco_transport *t, void *buf, uint32_t cap, uint32_t *len_p,
+static disco_status_t read_msg(struct shm_transport *t, void *buf, uint32_t cap, uint32_t *len_p,
                                const disco_wait_t *w)
 {
     disco_status_t st = disco_spsc_read(&t->rx, buf, cap, len_p, w);
@@ -407,9 +445,10 @@ static disco_status_t read_msg(struct disco_transport *t, void *buf, uint32_t ca
     return st;
 }
 
-disco_status_t disco__shm_recv(struct disco_transport *t, void *buf, size_t len,
+static disco_status_t shm_recv(struct disco_transport *base, void *buf, size_t len,
                                int64_t deadline_ns, size_t *done_p)
 {
+    struct shm_transport *t = shm_of(base);
     unsigned char *dst = buf;
     size_t done = 0;
     disco_status_t st = DISCO_OK;
@@ -450,3 +489,56 @@ disco_status_t disco__shm_recv(struct disco_transport *t, void *buf, size_t len,
                                done);
     return st;
 }
+
+/* The liveness socket and the segment's memfd. */
+static int shm_fds(const struct disco_transport *base, int fds_out[4])
+{
+    const struct shm_transport *t = (const struct shm_transport *)base;
+    int n = 0;
+    if (t->sock >= 0)
+        fds_out[n++] = t->sock;
+    if (t->seg.fd >= 0 && t->seg.fd != t->sock)
+        fds_out[n++] = t->seg.fd;
+    return n;
+}
+
+/* "shm uid U pid P" from the rendezvous socket's SO_PEERCRED, or "shm". */
+static void shm_peer(const struct disco_transport *base, char *buf, size_t cap)
+{
+    const struct shm_transport *t = (const struct shm_transport *)base;
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(t->sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0)
+        snprintf(buf, cap, "shm uid %u pid %d", (unsigned)cr.uid, (int)cr.pid);
+    else
+        snprintf(buf, cap, "shm");
+}
+
+/* Closes and unmaps only: no closed flag, no wake (the owner still serves
+ * the connection). */
+static void shm_abandon(struct disco_transport *base)
+{
+    struct shm_transport *t = shm_of(base);
+    int fds[4];
+    int n = shm_fds(base, fds);
+    if (t->seg.base != NULL)
+        munmap(t->seg.base, t->seg.size);
+    free(t->stage);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    free(t);
+}
+
+const struct disco__transport_ops disco__transport_shm = {
+    .name = "shm",
+    .carrier = DISCO__CARRIER_UNIX,
+    .send = shm_send,
+    .recv = shm_recv,
+    .fds = shm_fds,
+    .peer = shm_peer,
+    .close = shm_close,
+    .abandon = shm_abandon,
+    .accept = shm_accept,
+    .connect = shm_connect,
+    .refuse = shm_refuse,
+};
