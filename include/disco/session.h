@@ -199,7 +199,6 @@ disco_status_t disco_session_call_by_name(disco_session_t *sess, const char *nam
                                           const disco_value_t *args, int nargs,
                                           disco_dref_t *result_out);
 
-
 #ifdef __cplusplus
 }
 #endif

@@ -10,14 +10,18 @@
 #include "workers/data/tensor_impl.h"
 
 static const char *const cmd_names[DISCO_CMD_COUNT] = {
-    "shutdown",         "kill register",         "get global function",
-    "call packed",      "sync worker",           "copy from worker 0",
-    "copy to worker 0", "debug get from remote", "debug set register",
+    [DISCO_CMD_SHUTDOWN] = "shutdown",
+    [DISCO_CMD_KILL_REG] = "kill register",
+    [DISCO_CMD_GET_FUNC] = "get global function",
+    [DISCO_CMD_CALL] = "call packed",
+    [DISCO_CMD_SYNC] = "sync worker",
+    [DISCO_CMD_DEBUG_GET] = "debug get from remote",
+    [DISCO_CMD_DEBUG_SET] = "debug set register",
 };
 
 const char *disco__cmd_name(uint32_t code)
 {
-    return code < DISCO_CMD_COUNT ? cmd_names[code] : "unknown command";
+    return code < DISCO_CMD_COUNT && cmd_names[code] != NULL ? cmd_names[code] : "unknown command";
 }
 
 disco_status_t disco__worker_init(disco_worker_t *w, int id, int world, struct disco__errbox *box,
@@ -102,121 +106,6 @@ disco_status_t disco__worker_set_reg(disco_worker_t *w, uint64_t reg, const disc
 const disco_value_t *disco__worker_get_reg(const disco_worker_t *w, uint64_t reg)
 {
     return reg != 0 && reg < w->nregs ? &w->regs[reg] : NULL;
-}
-
-/* ---- function context ---- */
-
-int disco_ctx_worker_id(const disco_ctx_t *ctx)
-{
-    return ctx->worker_id;
-}
-
-int disco_ctx_world_size(const disco_ctx_t *ctx)
-{
-    return ctx->world;
-}
-
-void *disco_ctx_user(const disco_ctx_t *ctx)
-{
-    return ctx->user;
-}
-
-void *disco_ctx_alloc(disco_ctx_t *ctx, size_t size)
-{
-    void **list = realloc(ctx->scratch, (ctx->nscratch + 1) * sizeof *list);
-    if (list == NULL)
-        return NULL;
-    ctx->scratch = list;
-    void *p = malloc(size ? size : 1);
-    if (p != NULL)
-        list[ctx->nscratch++] = p;
-    return p;
-}
-
-disco_status_t disco_ctx_fail(disco_ctx_t *ctx, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
-    va_end(ap);
-    ctx->failed = 1;
-    return DISCO_E_REMOTE;
-}
-
-disco_status_t disco__ctx_own(disco_ctx_t *ctx, DLTensor *t)
-{
-    DLTensor **list = realloc(ctx->tensors, (ctx->ntensors + 1) * sizeof *list);
-    if (list == NULL) {
-        disco__tensor_release(t);
-        return disco_set_error(DISCO_E_NOMEM, "tensor list of a call");
-    }
-    ctx->tensors = list;
-    list[ctx->ntensors++] = t;
-    return DISCO_OK;
-}
-
-disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim, DLDataType dtype,
-                               DLTensor **out)
-{
-    if (ctx->worker == NULL || ctx->worker->heap == NULL)
-        return disco_set_error(DISCO_E_HEAP_EXHAUSTED,
-                               "no shared heap here: tensors are made inside a session");
-    DLTensor *t;
-    disco_status_t st =
-        disco__tensor_new(ctx->worker->heap, (uint32_t)ctx->worker_id, shape, ndim, dtype, &t);
-    if (st == DISCO_OK && (st = disco__ctx_own(ctx, t)) == DISCO_OK)
-        *out = t;
-    return st;
-}
-
-static void ctx_release(disco_ctx_t *ctx)
-{
-    for (size_t i = 0; i < ctx->ntensors; i++)
-        disco__tensor_release(ctx->tensors[i]);
-    free(ctx->tensors);
-    for (size_t i = 0; i < ctx->nscratch; i++)
-        free(ctx->scratch[i]);
-    free(ctx->scratch);
-}
-
-disco_status_t disco__func_run(const struct disco__func *f, disco_worker_t *w,
-                               const disco_value_t *args, int n, disco_value_t *ret_out)
-{
-    disco_ctx_t ctx; /* not zeroed whole: msg is written only on failure */
-    ctx.worker_id = w != NULL ? w->id : 0;
-    ctx.world = w != NULL ? w->world : 1;
-    ctx.failed = 0;
-    ctx.worker = w;
-    ctx.msg[0] = '\0';
-    ctx.scratch = NULL;
-    ctx.nscratch = 0;
-    ctx.tensors = NULL;
-    ctx.ntensors = 0;
-    disco_value_t ret = disco_null();
-    /* Acquire: pairs with the release in register_entry (registry.c); fn
-     * and user come from one binding, never rewritten once published. */
-    const struct disco__binding *b = atomic_load_explicit(&f->bound, memory_order_acquire);
-    if (b == NULL) /* only between an entry's first publication and its binding's */
-        return disco_set_error(DISCO_E_NO_FUNC, "function %s is being registered", f->name);
-    ctx.user = b->user;
-    /* Acquire: pairs with the release in register_entry (the flag is
-     * stored before the binding, so it is at least as new as it). */
-    if (w == NULL && atomic_load_explicit(&f->needs_worker, memory_order_acquire))
-        return disco_set_error(DISCO_E_INVAL,
-                               "%s needs a session worker: call it in a Disco session, not in "
-                               "a local or JSON-RPC session",
-                               f->name);
-    disco_clear_error();
-    disco_status_t st = b->fn(&ctx, args, n, &ret);
-    if (st != DISCO_OK) {
-        if (!ctx.failed) /* the message is in the error detail (copy: we rewrite it) */
-            snprintf(ctx.msg, sizeof ctx.msg, "%s", disco_last_error());
-        disco_set_error(st, "%s", ctx.msg[0] ? ctx.msg : disco_strerror(st));
-    } else {
-        st = disco_value_copy(&ret, ret_out);
-    }
-    ctx_release(&ctx);
-    return st;
 }
 
 /* ---- commands ---- */
@@ -318,9 +207,11 @@ static disco_status_t reply_error(disco_worker_t *w, int64_t token, disco_status
 static disco_status_t check_shape(const disco_frame_hdr_t *h, const disco_value_t *args)
 {
     static const char *const want[DISCO_CMD_COUNT] = {
-        "", "r", "rs", "rr", "ii", "", "", "rii", "rii?",
+        [DISCO_CMD_SHUTDOWN] = "",      [DISCO_CMD_KILL_REG] = "r", [DISCO_CMD_GET_FUNC] = "rs",
+        [DISCO_CMD_CALL] = "rr",        [DISCO_CMD_SYNC] = "ii",    [DISCO_CMD_DEBUG_GET] = "rii",
+        [DISCO_CMD_DEBUG_SET] = "rii?",
     };
-    if (h->code >= DISCO_CMD_COUNT)
+    if (h->code >= DISCO_CMD_COUNT || want[h->code] == NULL)
         return disco_set_error(DISCO_E_PROTOCOL, "unknown command code %u", h->code);
     const char *s = want[h->code];
     size_t n = strlen(s);
@@ -396,9 +287,7 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         if ((st = reg_set(w, args[0].v.reg, &args[3])) != DISCO_OK)
             return reply_error(w, args[2].v.i, st, reply, reply_cap, reply_len);
         return reply_ok(w, args[2].v.i, NULL, reply, reply_cap, reply_len);
-    default: /* copies come with the data plane */
-        disco_set_error(DISCO_E_PROTOCOL, "%s is not supported yet", disco__cmd_name(h->code));
-        disco__worker_post_error(w, DISCO_E_PROTOCOL, disco__cmd_name(h->code), disco_last_error());
+    default: /* check_shape refused every other code */
         return DISCO_OK;
     }
 }
