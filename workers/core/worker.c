@@ -1,7 +1,6 @@
 /* worker.c - the register file and command execution (see worker.h). */
 #include "workers/core/worker.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,74 +291,66 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
     }
 }
 
-/* A finished command's trace record that is not in the ring yet. */
-struct held_rec {
-    bool full;
-    uint64_t seq, func, t_start, t_end;
-    uint32_t code;
+/* The worker loop's state: its channel and buffers, and the waits it
+ * receives with. (Its tracing is a local of its own, struct
+ * disco__trace_writer: the stamped wait's found_at makes this struct's
+ * address escape, and the writer's fields then could not stay in
+ * registers.) */
+struct loop {
+    disco_chan_t *c;
+    void *buf, *reply;
+    uint32_t cap;
+    const disco_wait_t *wait; /* as given: replies, and commands untraced */
+    disco_wait_t poll;        /* traced: a look for a command already waiting */
+    disco_wait_t stamped;     /* traced: a wait that stamps when it finds one */
+    uint64_t found;           /* the stamped wait's stamp */
 };
 
-static void put_held(struct disco__trace_ring *r, struct held_rec *h)
+/* Receives the next command, stamping its start when traced (the overlap
+ * rule in trace_ring.h says which stamp and why). */
+static inline disco_status_t receive(struct loop *l, struct disco__trace_writer *tr, uint32_t *len)
 {
-    if (h->full)
-        disco__trace_put(r, h->seq, h->code, h->func, h->t_start, h->t_end);
-    h->full = false;
-}
-
-/* The worker loop's waits: as given, a poll, and a wait that stamps. */
-struct waits {
-    const disco_wait_t *plain;
-    disco_wait_t poll, stamped;
-    uint64_t found; /* the stamped wait's stamp */
-};
-
-/* Receives the next command. With tracing, *t_start gets its start stamp: a
- * command already waiting starts when the previous one ended (last_end: no
- * clock read in a busy stream); one we had to wait for starts when the wait
- * found it (the wait loop's own clock read, off the path from its arrival
- * to our reply). Idle time is when the held record goes into the ring. */
-static disco_status_t next_cmd(disco_worker_t *w, disco_chan_t *c, void *buf, uint32_t cap,
-                               uint32_t *len, struct waits *ws, uint64_t last_end,
-                               struct held_rec *held, uint64_t *t_start)
-{
-    if (w->trace == NULL)
-        return disco__chan_recv_cmd(c, buf, cap, len, ws->plain);
-    disco_status_t st = DISCO_E_AGAIN;
-    if (c->kind == DISCO_CHAN_RING && last_end != 0) {
-        st = disco__chan_recv_cmd(c, buf, cap, len, &ws->poll);
-        *t_start = last_end;
+    if (tr->ring == NULL)
+        return disco__chan_recv_cmd(l->c, l->buf, l->cap, len, l->wait);
+    disco_status_t st;
+    if (l->c->kind == DISCO_CHAN_RING && tr->last_end != 0) {
+        st = disco__chan_recv_cmd(l->c, l->buf, l->cap, len, &l->poll);
+        if (st != DISCO_E_AGAIN) {
+            disco__trace_start(tr, tr->last_end);
+            return st;
+        }
     }
-    if (st == DISCO_E_AGAIN) {
-        put_held(w->trace, held);
-        ws->found = 0;
-        st = disco__chan_recv_cmd(c, buf, cap, len, &ws->stamped);
-        *t_start = ws->found != 0 ? ws->found : disco__ticks();
-    }
+    disco__trace_flush(tr); /* idle: the held record goes into the ring */
+    l->found = 0;
+    st = disco__chan_recv_cmd(l->c, l->buf, l->cap, len, &l->stamped);
+    disco__trace_start(tr, l->found != 0 ? l->found : disco__ticks());
     return st;
 }
 
 int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *wait)
 {
     size_t cap = ((size_t)c->max_msg + 7u) & ~(size_t)7u; /* no wrap in 32 bits */
-    void *buf = aligned_alloc(8, cap ? cap : 8);
-    void *reply = aligned_alloc(8, DISCO_REPLY_MAX);
+    struct loop l = {.c = c,
+                     .buf = aligned_alloc(8, cap ? cap : 8),
+                     .reply = aligned_alloc(8, DISCO_REPLY_MAX),
+                     .cap = (uint32_t)cap,
+                     .wait = wait,
+                     .poll = *wait,
+                     .stamped = *wait};
+    struct disco__trace_writer tr = {.ring = w->trace};
+    l.poll.no_wait = true;
+    l.stamped.found_at = &l.found;
     int rc = 1;
-    struct held_rec held = {.full = false};
-    if (buf == NULL || reply == NULL)
+    if (l.buf == NULL || l.reply == NULL)
         goto out;
-    uint64_t last_end = 0; /* the previous command's end stamp */
-    struct waits ws = {.plain = wait, .poll = *wait, .stamped = *wait};
-    ws.poll.no_wait = true;
-    ws.stamped.found_at = &ws.found;
     for (;;) {
         uint32_t len;
-        uint64_t t0 = 0;
-        disco_status_t st = next_cmd(w, c, buf, (uint32_t)cap, &len, &ws, last_end, &held, &t0);
+        disco_status_t st = receive(&l, &tr, &len);
         if (st != DISCO_OK)
             goto out; /* controller gone, session broken, or channel closed */
         disco_frame_hdr_t h;
         disco_value_t args[DISCO_MAX_ARGS];
-        if ((st = disco_frame_decode(buf, len, &h, args, DISCO_MAX_ARGS)) != DISCO_OK) {
+        if ((st = disco_frame_decode(l.buf, len, &h, args, DISCO_MAX_ARGS)) != DISCO_OK) {
             /* The controller encoded it, so the channel is corrupt and a
              * reply the controller may be waiting for will never come: say
              * why and exit, which the controller notices at once. */
@@ -368,36 +359,22 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
             goto out;
         }
         size_t rlen;
-        st = disco__worker_exec(w, &h, args, reply, DISCO_REPLY_MAX, &rlen);
+        st = disco__worker_exec(w, &h, args, l.reply, DISCO_REPLY_MAX, &rlen);
         if (st == DISCO_E_SHUTDOWN) {
             rc = 0;
             goto out;
         }
-        if (rlen != 0 && disco__chan_send_reply(c, reply, (uint32_t)rlen, wait) != DISCO_OK)
+        if (rlen != 0 && disco__chan_send_reply(c, l.reply, (uint32_t)rlen, wait) != DISCO_OK)
             goto out;
-        if (w->trace != NULL) {
-            /* The end is stamped after the reply went out, once the fetch of
-             * the next command's slot (which may be waiting already) has
-             * begun, so the clock read overlaps it. The record is written to
-             * the ring only off the path of the next reply: after a reply of
-             * our own, or when we go idle (next_cmd). */
+        if (tr.ring != NULL) { /* stamp end (trace_ring.h: after the fetch began) */
             disco__chan_prepare_recv(c);
-            last_end = disco__ticks();
-            put_held(w->trace, &held);
-            held = (struct held_rec){.full = true,
-                                     .seq = h.seq,
-                                     .func = disco__trace_func(&h, args),
-                                     .t_start = t0,
-                                     .t_end = last_end,
-                                     .code = h.code};
-            if (rlen != 0)
-                put_held(w->trace, &held);
+            disco__trace_end(&tr, h.seq, h.code, disco__trace_func(&h, args), rlen != 0);
         }
     }
 out:
-    if (w->trace != NULL)
-        put_held(w->trace, &held);
-    free(buf);
-    free(reply);
+    if (tr.ring != NULL)
+        disco__trace_flush(&tr);
+    free(l.buf);
+    free(l.reply);
     return rc;
 }
