@@ -40,7 +40,8 @@
  * A finished record is not written to the ring at once: it is held
  * (struct disco__trace_writer) and written off the path of the next reply,
  * right after a reply of the command's own, or when the worker goes idle.
- * tests/test_trace.c checks the stamps' order and the records' count.
+ * tests/test_trace.c: test_known_sequence (one record per command, in issue
+ * order), test_wrap_around (the ring keeps the newest).
  */
 #ifndef DISCO_WORKERS_TRACE_RING_H
 #define DISCO_WORKERS_TRACE_RING_H
