@@ -273,7 +273,8 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         disco_value_t raw;
         if (v->type == DISCO_T_TENSOR) { /* a tensor answers with its bytes */
             /* Its size is checked, never cut to the 32 bits of a bytes
-             * length (a 4 GiB + 16 tensor answered 16 bytes). */
+             * length: 4 GiB or more is DISCO_E_OVERFLOW
+             * (test_bounds.c, test_debug_get_4gib). */
             if ((st = disco__tensor_bytes_value(v->v.tensor, &raw)) != DISCO_OK)
                 return reply_error(w, args[2].v.i, st, reply, reply_cap, reply_len);
             v = &raw;
