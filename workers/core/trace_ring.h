@@ -116,7 +116,7 @@ static inline void disco__trace_flush(struct disco__trace_writer *t)
     t->held = false;
 }
 
-/** Stamp start: the command just received started at t (the previous end
+/** Stamp start: the command just received started at `at` (the previous end
  *  for a command already waiting, else the wait's found stamp). */
 static inline void disco__trace_start(struct disco__trace_writer *t, uint64_t at)
 {
