@@ -7,8 +7,9 @@
  * Modules: status (errors), session (controller + N workers, SPMD), value
  * and func (the packed calling convention, registering functions), tensor
  * and device (DLPack tensors, the device API), placement (hwloc plans),
- * trace (profiling), rpc and transport (the RPC session API), and the
- * shared-memory layer (segment, ring, wait, heap) underneath.
+ * trace (profiling), rpc and transport (the RPC session API), worker (the
+ * entry point of a spawned worker program), and the shared-memory layer
+ * (segment, ring, wait, heap) underneath.
  */
 #ifndef DISCO_DISCO_H
 #define DISCO_DISCO_H
@@ -28,6 +29,7 @@
 #include "disco/transport.h"
 #include "disco/value.h"
 #include "disco/wait.h"
+#include "disco/worker.h"
 
 #define DISCO_VERSION_STRING "0.1.0"
 

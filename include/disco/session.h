@@ -14,7 +14,8 @@
  * open) or spawned by exec of the disco-worker program with the segment fd
  * inherited (DISCO_LAUNCH_SPAWN: for controllers that are multithreaded or
  * hold a CUDA context). Spawned workers have only the builtins and the
- * libraries loaded with "disco.load_library".
+ * libraries loaded with "disco.load_library"; a program of your own can be
+ * the spawned worker too (disco_worker_main, in disco/worker.h).
  *
  * Errors. Mistakes the controller can see (unknown function, wrong argument
  * type or count against the signature, a freed or bad register) fail the call
@@ -197,12 +198,6 @@ disco_status_t disco_session_heap_stats(const disco_session_t *sess, disco_heap_
 disco_status_t disco_session_call_by_name(disco_session_t *sess, const char *name,
                                           const disco_value_t *args, int nargs,
                                           disco_dref_t *result_out);
-
-/** Entry point of a spawned worker process: a program whose main() returns
- *  disco_worker_main(argc, argv) can be a session's worker_path (the
- *  disco-worker tool is exactly that; link your own to have your functions
- *  registered without loading a library). Returns the exit code. */
-int disco_worker_main(int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,12 @@
 /* builtins.c - functions every worker has: library loading, identity, echo. */
-#include <dlfcn.h>
-#include <pthread.h>
+#include "workers/core/builtins.h"
 
-#include "disco/placement.h"
-#include "workers/data/collective.h"
-#include "workers/core/registry.h"
+#include <dlfcn.h>
+
 #include "disco/heap.h"
+#include "disco/placement.h"
 #include "disco/tensor.h"
+#include "workers/core/registry.h"
 #include "workers/core/worker.h"
 
 /* disco.load_library(path): dlopen the library in this worker; its
@@ -80,7 +80,7 @@ static disco_status_t cpu_affinity(disco_ctx_t *ctx, const disco_value_t *args, 
     return DISCO_OK;
 }
 
-static void register_all(void)
+void disco__builtins_register(void)
 {
     disco_register_func("disco.load_library", "s", load_library);
     disco_register_func("disco.worker_id", "", worker_id);
@@ -89,13 +89,6 @@ static void register_all(void)
     disco_register_func("disco.noop", NULL, noop);
     disco__register_session_func("disco.tensor_span", "T", tensor_span);
     disco_register_func("disco.cpu_affinity", "", cpu_affinity);
-    disco__coll_register();
-}
-
-void disco__builtins_init(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, register_all);
 }
 
 /* disco.tensor_span(x): where x's bytes are in the shared heap, as a shape

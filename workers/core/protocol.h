@@ -37,15 +37,15 @@
 
 #include "disco/ring.h"
 
-/* Commands, numbered as TVM Disco's actions. */
+/* Commands, numbered as TVM Disco's actions. Codes 5 and 6 (TVM's copies
+ * to and from worker 0) are not commands here: copies go through the shared
+ * heap (disco_session_copy_*), and a worker refuses the codes as unknown. */
 enum disco__cmd {
     DISCO_CMD_SHUTDOWN = 0,
-    DISCO_CMD_KILL_REG = 1, /* [reg] */
-    DISCO_CMD_GET_FUNC = 2, /* [reg, name] */
-    DISCO_CMD_CALL = 3,     /* [result reg, func reg, args...] */
-    DISCO_CMD_SYNC = 4,     /* [worker, token] */
-    DISCO_CMD_COPY_FROM_W0 = 5,
-    DISCO_CMD_COPY_TO_W0 = 6,
+    DISCO_CMD_KILL_REG = 1,  /* [reg] */
+    DISCO_CMD_GET_FUNC = 2,  /* [reg, name] */
+    DISCO_CMD_CALL = 3,      /* [result reg, func reg, args...] */
+    DISCO_CMD_SYNC = 4,      /* [worker, token] */
     DISCO_CMD_DEBUG_GET = 7, /* [reg, worker, token] */
     DISCO_CMD_DEBUG_SET = 8, /* [reg, worker, token, value] */
     DISCO_CMD_COUNT = 9,

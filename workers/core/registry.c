@@ -117,9 +117,8 @@ disco_status_t disco__register_session_func(const char *name, const char *sig, d
     return register_entry(name, sig, fn, NULL, 1);
 }
 
-disco_status_t disco__func_find(const char *name, uint64_t *handle_out)
+disco_status_t disco__registry_find(const char *name, uint64_t *handle_out)
 {
-    disco__builtins_init();
     pthread_mutex_lock(&lock);
     struct disco__func *f = find_locked(name);
     pthread_mutex_unlock(&lock);

@@ -1,4 +1,6 @@
-/* registry.h - the process-wide table of named functions (internal). */
+/* registry.h - the process-wide table of named functions (internal). The
+ * table knows no function of its own: libraries, the built-in ones included
+ * (lookup.h), put theirs in through disco_register_func. */
 #ifndef DISCO_WORKERS_REGISTRY_H
 #define DISCO_WORKERS_REGISTRY_H
 
@@ -37,9 +39,11 @@ struct disco__func {
  *  needs_worker). Thread-safe. Returns as disco_register_func. */
 disco_status_t disco__register_session_func(const char *name, const char *sig, disco_func_t fn);
 
-/** Handle of the function registered as name. Thread-safe. Returns DISCO_OK
- *  or DISCO_E_NO_FUNC (with the name in the error detail). */
-disco_status_t disco__func_find(const char *name, uint64_t *handle_out);
+/** Handle of the function registered as name, as the table holds it now
+ *  (disco__func_find, lookup.h, registers the built-in libraries first).
+ *  Thread-safe. Returns DISCO_OK or DISCO_E_NO_FUNC (with the name in the
+ *  error detail). */
+disco_status_t disco__registry_find(const char *name, uint64_t *handle_out);
 
 /** Entry for a handle, or NULL if none. Thread-safe; entries never move. */
 const struct disco__func *disco__func_at(uint64_t handle);
@@ -50,8 +54,5 @@ const struct disco__func *disco__func_at(uint64_t handle);
  *  the details. */
 disco_status_t disco__sig_check(const struct disco__func *f, const disco_value_t *args, int nargs,
                                 _Bool dref_any);
-
-/** Registers the builtins (once; called by every lookup). */
-void disco__builtins_init(void);
 
 #endif

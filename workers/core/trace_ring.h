@@ -21,11 +21,33 @@
  * model fences, and on x86 both are plain moves.)
  * Record fields are relaxed atomics, so a record overwritten during the
  * copy is a stale value to drop, never a data race.
+ *
+ * When stamps are taken (the overlap rule). Tracing must not lengthen the
+ * path from a command's arrival to its reply, and a clock read costs about
+ * as much as a cache miss. So every stamp is read where the core is already
+ * stalled on memory, and the two overlap:
+ *   - start, a command already waiting (a busy stream): the previous
+ *     command's end stamp, no clock read at all;
+ *   - start, a command we waited for: the wait loop's own clock read, taken
+ *     before each check of the ring (shm/wait.c, found_at), so the read
+ *     overlaps the wait for the slot's line rather than following it;
+ *   - end: read after the reply went out and after the fetch of the next
+ *     command's slot was started (disco__chan_prepare_recv), so the read
+ *     overlaps that fetch;
+ *   - the controller's enqueue stamp: read by the broadcast as it publishes
+ *     the frame (disco__ring_write_stamped), overlapping the publishing
+ *     stores' wait for their line.
+ * A finished record is not written to the ring at once: it is held
+ * (struct disco__trace_writer) and written off the path of the next reply,
+ * right after a reply of the command's own, or when the worker goes idle.
+ * tests/test_trace.c: test_known_sequence (one record per command, in issue
+ * order), test_wrap_around (the ring keeps the newest).
  */
 #ifndef DISCO_WORKERS_TRACE_RING_H
 #define DISCO_WORKERS_TRACE_RING_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "shm/ticks.h"
@@ -68,6 +90,57 @@ static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, u
     atomic_store_explicit(&x->t_end, t_end, memory_order_release);
     /* T1: release, pairs with T2 in the reader. */
     atomic_store_explicit(&r->head, h + 1, memory_order_release);
+}
+
+/** A worker's side of tracing: its ring and the record of the command it
+ *  last finished, held until it is off the reply path (see the overlap rule
+ *  above). Local to the worker's loop; ring NULL: tracing off. */
+struct disco__trace_writer {
+    struct disco__trace_ring *ring;
+    uint64_t last_end; /* end stamp of the previous command; 0 before the first */
+    uint64_t t_start;  /* start stamp of the command in flight */
+    bool held;         /* rec is finished and not in the ring yet */
+    struct {
+        uint64_t seq, func, t_start, t_end;
+        uint32_t code;
+    } rec;
+};
+
+/** Writes the held record, if any, into the ring. Call it when the worker
+ *  is about to wait (idle time) and when the loop ends. */
+static inline void disco__trace_flush(struct disco__trace_writer *t)
+{
+    if (t->held)
+        disco__trace_put(t->ring, t->rec.seq, t->rec.code, t->rec.func, t->rec.t_start,
+                         t->rec.t_end);
+    t->held = false;
+}
+
+/** Stamp start: the command just received started at `at` (the previous end
+ *  for a command already waiting, else the wait's found stamp). */
+static inline void disco__trace_start(struct disco__trace_writer *t, uint64_t at)
+{
+    t->t_start = at;
+}
+
+/** Stamp end: the command (seq, code, calling register func) is done and its
+ *  reply, if any, has gone out; the caller has started the fetch of the next
+ *  command's slot. Reads the clock, writes the previously held record, holds
+ *  this one, and writes it too when the command replied (the next reply is
+ *  then not ours to delay). */
+static inline void disco__trace_end(struct disco__trace_writer *t, uint64_t seq, uint32_t code,
+                                    uint64_t func, bool replied)
+{
+    t->last_end = disco__ticks();
+    disco__trace_flush(t);
+    t->rec.seq = seq;
+    t->rec.code = code;
+    t->rec.func = func;
+    t->rec.t_start = t->t_start;
+    t->rec.t_end = t->last_end;
+    t->held = true;
+    if (replied)
+        disco__trace_flush(t);
 }
 
 #endif

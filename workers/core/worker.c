@@ -1,7 +1,6 @@
 /* worker.c - the register file and command execution (see worker.h). */
 #include "workers/core/worker.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,14 +9,18 @@
 #include "workers/data/tensor_impl.h"
 
 static const char *const cmd_names[DISCO_CMD_COUNT] = {
-    "shutdown",         "kill register",         "get global function",
-    "call packed",      "sync worker",           "copy from worker 0",
-    "copy to worker 0", "debug get from remote", "debug set register",
+    [DISCO_CMD_SHUTDOWN] = "shutdown",
+    [DISCO_CMD_KILL_REG] = "kill register",
+    [DISCO_CMD_GET_FUNC] = "get global function",
+    [DISCO_CMD_CALL] = "call packed",
+    [DISCO_CMD_SYNC] = "sync worker",
+    [DISCO_CMD_DEBUG_GET] = "debug get from remote",
+    [DISCO_CMD_DEBUG_SET] = "debug set register",
 };
 
 const char *disco__cmd_name(uint32_t code)
 {
-    return code < DISCO_CMD_COUNT ? cmd_names[code] : "unknown command";
+    return code < DISCO_CMD_COUNT && cmd_names[code] != NULL ? cmd_names[code] : "unknown command";
 }
 
 disco_status_t disco__worker_init(disco_worker_t *w, int id, int world, struct disco__errbox *box,
@@ -102,121 +105,6 @@ disco_status_t disco__worker_set_reg(disco_worker_t *w, uint64_t reg, const disc
 const disco_value_t *disco__worker_get_reg(const disco_worker_t *w, uint64_t reg)
 {
     return reg != 0 && reg < w->nregs ? &w->regs[reg] : NULL;
-}
-
-/* ---- function context ---- */
-
-int disco_ctx_worker_id(const disco_ctx_t *ctx)
-{
-    return ctx->worker_id;
-}
-
-int disco_ctx_world_size(const disco_ctx_t *ctx)
-{
-    return ctx->world;
-}
-
-void *disco_ctx_user(const disco_ctx_t *ctx)
-{
-    return ctx->user;
-}
-
-void *disco_ctx_alloc(disco_ctx_t *ctx, size_t size)
-{
-    void **list = realloc(ctx->scratch, (ctx->nscratch + 1) * sizeof *list);
-    if (list == NULL)
-        return NULL;
-    ctx->scratch = list;
-    void *p = malloc(size ? size : 1);
-    if (p != NULL)
-        list[ctx->nscratch++] = p;
-    return p;
-}
-
-disco_status_t disco_ctx_fail(disco_ctx_t *ctx, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
-    va_end(ap);
-    ctx->failed = 1;
-    return DISCO_E_REMOTE;
-}
-
-disco_status_t disco__ctx_own(disco_ctx_t *ctx, DLTensor *t)
-{
-    DLTensor **list = realloc(ctx->tensors, (ctx->ntensors + 1) * sizeof *list);
-    if (list == NULL) {
-        disco__tensor_release(t);
-        return disco_set_error(DISCO_E_NOMEM, "tensor list of a call");
-    }
-    ctx->tensors = list;
-    list[ctx->ntensors++] = t;
-    return DISCO_OK;
-}
-
-disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim, DLDataType dtype,
-                               DLTensor **out)
-{
-    if (ctx->worker == NULL || ctx->worker->heap == NULL)
-        return disco_set_error(DISCO_E_HEAP_EXHAUSTED,
-                               "no shared heap here: tensors are made inside a session");
-    DLTensor *t;
-    disco_status_t st =
-        disco__tensor_new(ctx->worker->heap, (uint32_t)ctx->worker_id, shape, ndim, dtype, &t);
-    if (st == DISCO_OK && (st = disco__ctx_own(ctx, t)) == DISCO_OK)
-        *out = t;
-    return st;
-}
-
-static void ctx_release(disco_ctx_t *ctx)
-{
-    for (size_t i = 0; i < ctx->ntensors; i++)
-        disco__tensor_release(ctx->tensors[i]);
-    free(ctx->tensors);
-    for (size_t i = 0; i < ctx->nscratch; i++)
-        free(ctx->scratch[i]);
-    free(ctx->scratch);
-}
-
-disco_status_t disco__func_run(const struct disco__func *f, disco_worker_t *w,
-                               const disco_value_t *args, int n, disco_value_t *ret_out)
-{
-    disco_ctx_t ctx; /* not zeroed whole: msg is written only on failure */
-    ctx.worker_id = w != NULL ? w->id : 0;
-    ctx.world = w != NULL ? w->world : 1;
-    ctx.failed = 0;
-    ctx.worker = w;
-    ctx.msg[0] = '\0';
-    ctx.scratch = NULL;
-    ctx.nscratch = 0;
-    ctx.tensors = NULL;
-    ctx.ntensors = 0;
-    disco_value_t ret = disco_null();
-    /* Acquire: pairs with the release in register_entry (registry.c); fn
-     * and user come from one binding, never rewritten once published. */
-    const struct disco__binding *b = atomic_load_explicit(&f->bound, memory_order_acquire);
-    if (b == NULL) /* only between an entry's first publication and its binding's */
-        return disco_set_error(DISCO_E_NO_FUNC, "function %s is being registered", f->name);
-    ctx.user = b->user;
-    /* Acquire: pairs with the release in register_entry (the flag is
-     * stored before the binding, so it is at least as new as it). */
-    if (w == NULL && atomic_load_explicit(&f->needs_worker, memory_order_acquire))
-        return disco_set_error(DISCO_E_INVAL,
-                               "%s needs a session worker: call it in a Disco session, not in "
-                               "a local or JSON-RPC session",
-                               f->name);
-    disco_clear_error();
-    disco_status_t st = b->fn(&ctx, args, n, &ret);
-    if (st != DISCO_OK) {
-        if (!ctx.failed) /* the message is in the error detail (copy: we rewrite it) */
-            snprintf(ctx.msg, sizeof ctx.msg, "%s", disco_last_error());
-        disco_set_error(st, "%s", ctx.msg[0] ? ctx.msg : disco_strerror(st));
-    } else {
-        st = disco_value_copy(&ret, ret_out);
-    }
-    ctx_release(&ctx);
-    return st;
 }
 
 /* ---- commands ---- */
@@ -318,9 +206,11 @@ static disco_status_t reply_error(disco_worker_t *w, int64_t token, disco_status
 static disco_status_t check_shape(const disco_frame_hdr_t *h, const disco_value_t *args)
 {
     static const char *const want[DISCO_CMD_COUNT] = {
-        "", "r", "rs", "rr", "ii", "", "", "rii", "rii?",
+        [DISCO_CMD_SHUTDOWN] = "",      [DISCO_CMD_KILL_REG] = "r", [DISCO_CMD_GET_FUNC] = "rs",
+        [DISCO_CMD_CALL] = "rr",        [DISCO_CMD_SYNC] = "ii",    [DISCO_CMD_DEBUG_GET] = "rii",
+        [DISCO_CMD_DEBUG_SET] = "rii?",
     };
-    if (h->code >= DISCO_CMD_COUNT)
+    if (h->code >= DISCO_CMD_COUNT || want[h->code] == NULL)
         return disco_set_error(DISCO_E_PROTOCOL, "unknown command code %u", h->code);
     const char *s = want[h->code];
     size_t n = strlen(s);
@@ -383,7 +273,8 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         disco_value_t raw;
         if (v->type == DISCO_T_TENSOR) { /* a tensor answers with its bytes */
             /* Its size is checked, never cut to the 32 bits of a bytes
-             * length (a 4 GiB + 16 tensor answered 16 bytes). */
+             * length: 4 GiB or more is DISCO_E_OVERFLOW
+             * (test_bounds.c, test_debug_get_4gib). */
             if ((st = disco__tensor_bytes_value(v->v.tensor, &raw)) != DISCO_OK)
                 return reply_error(w, args[2].v.i, st, reply, reply_cap, reply_len);
             v = &raw;
@@ -396,81 +287,71 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         if ((st = reg_set(w, args[0].v.reg, &args[3])) != DISCO_OK)
             return reply_error(w, args[2].v.i, st, reply, reply_cap, reply_len);
         return reply_ok(w, args[2].v.i, NULL, reply, reply_cap, reply_len);
-    default: /* copies come with the data plane */
-        disco_set_error(DISCO_E_PROTOCOL, "%s is not supported yet", disco__cmd_name(h->code));
-        disco__worker_post_error(w, DISCO_E_PROTOCOL, disco__cmd_name(h->code), disco_last_error());
+    default: /* check_shape refused every other code */
         return DISCO_OK;
     }
 }
 
-/* A finished command's trace record that is not in the ring yet. */
-struct held_rec {
-    bool full;
-    uint64_t seq, func, t_start, t_end;
-    uint32_t code;
+/* The worker loop's state: its channel and buffers, and the waits it
+ * receives with. (Its tracing is a local of its own, struct
+ * disco__trace_writer: the stamped wait's found_at makes this struct's
+ * address escape, and the writer's fields then could not stay in
+ * registers.) */
+struct loop {
+    disco_chan_t *c;
+    void *buf, *reply;
+    uint32_t cap;
+    const disco_wait_t *wait; /* as given: replies, and commands untraced */
+    disco_wait_t poll;        /* traced: a look for a command already waiting */
+    disco_wait_t stamped;     /* traced: a wait that stamps when it finds one */
+    uint64_t found;           /* the stamped wait's stamp */
 };
 
-static void put_held(struct disco__trace_ring *r, struct held_rec *h)
+/* Receives the next command, stamping its start when traced (the overlap
+ * rule in trace_ring.h says which stamp and why). */
+static inline disco_status_t receive(struct loop *l, struct disco__trace_writer *tr, uint32_t *len)
 {
-    if (h->full)
-        disco__trace_put(r, h->seq, h->code, h->func, h->t_start, h->t_end);
-    h->full = false;
-}
-
-/* The worker loop's waits: as given, a poll, and a wait that stamps. */
-struct waits {
-    const disco_wait_t *plain;
-    disco_wait_t poll, stamped;
-    uint64_t found; /* the stamped wait's stamp */
-};
-
-/* Receives the next command. With tracing, *t_start gets its start stamp: a
- * command already waiting starts when the previous one ended (last_end: no
- * clock read in a busy stream); one we had to wait for starts when the wait
- * found it (the wait loop's own clock read, off the path from its arrival
- * to our reply). Idle time is when the held record goes into the ring. */
-static disco_status_t next_cmd(disco_worker_t *w, disco_chan_t *c, void *buf, uint32_t cap,
-                               uint32_t *len, struct waits *ws, uint64_t last_end,
-                               struct held_rec *held, uint64_t *t_start)
-{
-    if (w->trace == NULL)
-        return disco__chan_recv_cmd(c, buf, cap, len, ws->plain);
-    disco_status_t st = DISCO_E_AGAIN;
-    if (c->kind == DISCO_TRANSPORT_RING && last_end != 0) {
-        st = disco__chan_recv_cmd(c, buf, cap, len, &ws->poll);
-        *t_start = last_end;
+    if (tr->ring == NULL)
+        return disco__chan_recv_cmd(l->c, l->buf, l->cap, len, l->wait);
+    disco_status_t st;
+    if (l->c->kind == DISCO_TRANSPORT_RING && tr->last_end != 0) {
+        st = disco__chan_recv_cmd(l->c, l->buf, l->cap, len, &l->poll);
+        if (st != DISCO_E_AGAIN) {
+            disco__trace_start(tr, tr->last_end);
+            return st;
+        }
     }
-    if (st == DISCO_E_AGAIN) {
-        put_held(w->trace, held);
-        ws->found = 0;
-        st = disco__chan_recv_cmd(c, buf, cap, len, &ws->stamped);
-        *t_start = ws->found != 0 ? ws->found : disco__ticks();
-    }
+    disco__trace_flush(tr); /* idle: the held record goes into the ring */
+    l->found = 0;
+    st = disco__chan_recv_cmd(l->c, l->buf, l->cap, len, &l->stamped);
+    disco__trace_start(tr, l->found != 0 ? l->found : disco__ticks());
     return st;
 }
 
 int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *wait)
 {
     size_t cap = ((size_t)c->max_msg + 7u) & ~(size_t)7u; /* no wrap in 32 bits */
-    void *buf = aligned_alloc(8, cap ? cap : 8);
-    void *reply = aligned_alloc(8, DISCO_REPLY_MAX);
+    struct loop l = {.c = c,
+                     .buf = aligned_alloc(8, cap ? cap : 8),
+                     .reply = aligned_alloc(8, DISCO_REPLY_MAX),
+                     .cap = (uint32_t)cap,
+                     .wait = wait,
+                     .poll = *wait,
+                     .stamped = *wait};
+    struct disco__trace_writer tr = {.ring = w->trace};
+    l.poll.no_wait = true;
+    l.stamped.found_at = &l.found;
     int rc = 1;
-    struct held_rec held = {.full = false};
-    if (buf == NULL || reply == NULL)
+    if (l.buf == NULL || l.reply == NULL)
         goto out;
-    uint64_t last_end = 0; /* the previous command's end stamp */
-    struct waits ws = {.plain = wait, .poll = *wait, .stamped = *wait};
-    ws.poll.no_wait = true;
-    ws.stamped.found_at = &ws.found;
     for (;;) {
         uint32_t len;
-        uint64_t t0 = 0;
-        disco_status_t st = next_cmd(w, c, buf, (uint32_t)cap, &len, &ws, last_end, &held, &t0);
+        disco_status_t st = receive(&l, &tr, &len);
         if (st != DISCO_OK)
             goto out; /* controller gone, session broken, or channel closed */
         disco_frame_hdr_t h;
         disco_value_t args[DISCO_MAX_ARGS];
-        if ((st = disco_frame_decode(buf, len, &h, args, DISCO_MAX_ARGS)) != DISCO_OK) {
+        if ((st = disco_frame_decode(l.buf, len, &h, args, DISCO_MAX_ARGS)) != DISCO_OK) {
             /* The controller encoded it, so the channel is corrupt and a
              * reply the controller may be waiting for will never come: say
              * why and exit, which the controller notices at once. */
@@ -479,36 +360,22 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
             goto out;
         }
         size_t rlen;
-        st = disco__worker_exec(w, &h, args, reply, DISCO_REPLY_MAX, &rlen);
+        st = disco__worker_exec(w, &h, args, l.reply, DISCO_REPLY_MAX, &rlen);
         if (st == DISCO_E_SHUTDOWN) {
             rc = 0;
             goto out;
         }
-        if (rlen != 0 && disco__chan_send_reply(c, reply, (uint32_t)rlen, wait) != DISCO_OK)
+        if (rlen != 0 && disco__chan_send_reply(c, l.reply, (uint32_t)rlen, wait) != DISCO_OK)
             goto out;
-        if (w->trace != NULL) {
-            /* The end is stamped after the reply went out, once the fetch of
-             * the next command's slot (which may be waiting already) has
-             * begun, so the clock read overlaps it. The record is written to
-             * the ring only off the path of the next reply: after a reply of
-             * our own, or when we go idle (next_cmd). */
+        if (tr.ring != NULL) { /* stamp end (trace_ring.h: after the fetch began) */
             disco__chan_prepare_recv(c);
-            last_end = disco__ticks();
-            put_held(w->trace, &held);
-            held = (struct held_rec){.full = true,
-                                     .seq = h.seq,
-                                     .func = disco__trace_func(&h, args),
-                                     .t_start = t0,
-                                     .t_end = last_end,
-                                     .code = h.code};
-            if (rlen != 0)
-                put_held(w->trace, &held);
+            disco__trace_end(&tr, h.seq, h.code, disco__trace_func(&h, args), rlen != 0);
         }
     }
 out:
-    if (w->trace != NULL)
-        put_held(w->trace, &held);
-    free(buf);
-    free(reply);
+    if (tr.ring != NULL)
+        disco__trace_flush(&tr);
+    free(l.buf);
+    free(l.reply);
     return rc;
 }

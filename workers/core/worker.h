@@ -13,6 +13,8 @@
 #include <stdint.h>
 
 #include "workers/core/channel.h"
+#include "workers/core/ctx.h"
+#include "workers/core/lookup.h"
 #include "disco/heap.h"
 #include "disco/func.h"
 #include "disco/value.h"
@@ -43,23 +45,6 @@ typedef struct disco_worker {
     void *abandon_ctx;
 } disco_worker_t;
 
-struct disco_ctx {
-    int worker_id;
-    int world;
-    int failed;
-    disco_worker_t *worker;
-    void *user; /* the registration's user pointer (disco_register_func_ex) */
-    char msg[DISCO_ERR_MSG_MAX];
-    void **scratch; /* scratch blocks and tensors owned by the call */
-    size_t nscratch;
-    DLTensor **tensors;
-    size_t ntensors;
-};
-
-/** Makes the call own t: it is released when the call ends (a result that
- *  returns it holds its own reference by then). On failure t is released. */
-disco_status_t disco__ctx_own(disco_ctx_t *ctx, DLTensor *t);
-
 /** Sets up worker id of world with its mailbox, the session's heap (may be
  *  NULL), collective area and the wait for collectives. Returns DISCO_OK. */
 disco_status_t disco__worker_init(disco_worker_t *w, int id, int world, struct disco__errbox *box,
@@ -77,12 +62,6 @@ void disco__worker_fini(disco_worker_t *w);
 disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
                                   const disco_value_t *args, void *reply, size_t reply_cap,
                                   size_t *reply_len);
-
-/** Runs function f with args on worker w (NULL: outside any session, as
- *  worker 0 of 1) and copies its result into *ret_out (which must be null).
- *  Returns the function's status with its message in disco_last_error(). */
-disco_status_t disco__func_run(const struct disco__func *f, disco_worker_t *w,
-                               const disco_value_t *args, int n, disco_value_t *ret_out);
 
 /** Stores a copy of v (a tensor: a new reference) in register reg.
  *  Returns DISCO_OK, DISCO_E_BAD_REG, DISCO_E_NOMEM. */

@@ -9,6 +9,7 @@
 
 #include "disco/segment.h"
 #include "disco/session.h"
+#include "disco/worker.h"
 #include "workers/data/bind.h"
 #include "workers/core/ctl_layout.h"
 #include "workers/core/inherit.h"

@@ -1,5 +1,6 @@
-/* collective.c - empty, allreduce, allgather, broadcast, scatter, gather and
- * send/recv over the shared heap (see collective.h). */
+/* collective.c - the collective area, its barriers and marks, and one
+ * collective call's meeting (see collective.h and coll_call.h); the
+ * collectives themselves are in collective_ops.c. */
 #include "workers/data/collective.h"
 
 #include <stdio.h>
@@ -7,11 +8,9 @@
 
 #include "shm/text.h"
 #include "disco/dtype.h"
-#include "workers/core/registry.h"
+#include "workers/data/coll_call.h"
 #include "workers/data/tensor_impl.h"
 #include "workers/core/worker.h"
-
-#define CHUNK_BYTES (256u * 1024u) /* reduce, then copy out, a cache-sized piece at a time */
 
 size_t disco__coll_footprint(uint32_t world, uint32_t num_groups)
 {
@@ -86,35 +85,10 @@ static disco_status_t barrier_wait(struct disco__barrier *b, uint32_t n, const d
     return DISCO_OK;
 }
 
-/* ---- one collective call ---- */
+/* ---- one collective call (coll_call.h) ---- */
 
-/* What a member posted, copied out of its slot once after the meeting and
- * checked there (collective.h, Trust): nothing is read from the slot again,
- * so a member that rewrites it later cannot slip past the checks. */
-struct posted {
-    uint64_t in_block, in_off, out_block, out_off;
-    int32_t ndim;
-    DLDataType dtype;
-    int64_t shape[DISCO_MAX_NDIM];
-    uint64_t nbytes; /* of ndim, shape and dtype: checked not to overflow */
-};
-
-struct coll {
-    disco_worker_t *w;
-    struct disco__coll_area *a;
-    struct disco__barrier *bar;
-    int rank, size, base; /* within the group; base = first worker of the group */
-    int ngroups;          /* groups in the world (this process's copy) */
-    uint32_t parity;      /* which of the two slot sets this collective uses */
-    uint32_t phase;       /* barriers this member has arrived at in this call */
-    const char *what;     /* the collective's name, for messages */
-    bool met;             /* the meeting succeeded */
-    struct disco__coll_slot *me;
-    disco_status_t local;                  /* this member's verdict so far */
-    struct posted post[DISCO_MAX_WORKERS]; /* by rank, after a successful meeting */
-};
-
-static void coll_begin(disco_ctx_t *ctx, bool in_group, const char *what, struct coll *c)
+void disco__coll_begin(disco_ctx_t *ctx, bool in_group, const char *what,
+                       struct disco__coll_call *c)
 {
     disco_worker_t *w = ctx->worker;
     c->w = w;
@@ -141,14 +115,14 @@ static void coll_begin(disco_ctx_t *ctx, bool in_group, const char *what, struct
     c->met = false;
 }
 
-static struct disco__coll_slot *member(struct coll *c, int rank)
+static struct disco__coll_slot *member(struct disco__coll_call *c, int rank)
 {
     return disco__coll_slot(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups, c->parity,
                             (uint32_t)(c->base + rank));
 }
 
 /* Records this member's failure (the first one) for everyone to see. */
-static void coll_fail(struct coll *c, disco_status_t st, const char *msg)
+void disco__coll_fail(struct disco__coll_call *c, disco_status_t st, const char *msg)
 {
     if (c->local != DISCO_OK)
         return;
@@ -157,7 +131,7 @@ static void coll_fail(struct coll *c, disco_status_t st, const char *msg)
     snprintf(c->me->msg, sizeof c->me->msg, "%s", msg);
 }
 
-static void post_tensor(struct coll *c, const DLTensor *t, bool out)
+void disco__coll_post_tensor(struct disco__coll_call *c, const DLTensor *t, bool out)
 {
     if (out) {
         c->me->out_block = disco__tensor_block(t);
@@ -173,7 +147,7 @@ static void post_tensor(struct coll *c, const DLTensor *t, bool out)
 
 /* A2 and A3 (collective.h): the members that had not marked this barrier,
  * handed to the worker's abandon hook before anything of the call is freed. */
-static disco_status_t abandon(struct coll *c, disco_status_t st)
+static disco_status_t abandon(struct disco__coll_call *c, disco_status_t st)
 {
     int late[DISCO_MAX_WORKERS], nlate = 0;
     uint64_t want = c->w->seq << 8 | c->phase;
@@ -194,7 +168,7 @@ static disco_status_t abandon(struct coll *c, disco_status_t st)
 
 /* Marks this member's arrival at its next barrier, then arrives and waits;
  * a failed wait gives the collective up (A1-A3). */
-static disco_status_t coll_barrier(struct coll *c)
+disco_status_t disco__coll_barrier(struct disco__coll_call *c)
 {
     c->phase++;
     /* Release: this phase's writes (our slot, our part of the others'
@@ -215,10 +189,10 @@ static disco_status_t posted_status(int32_t st)
 
 /* Copies member r's slot into c->post[r] and checks its numbers: the rank
  * count, every dimension, and the byte count (no overflow). */
-static disco_status_t take_post(struct coll *c, int r)
+static disco_status_t take_post(struct disco__coll_call *c, int r)
 {
     const struct disco__coll_slot *m = member(c, r);
-    struct posted *p = &c->post[r];
+    struct disco__coll_posted *p = &c->post[r];
     p->in_block = m->in_block, p->in_off = m->in_off;
     p->out_block = m->out_block, p->out_off = m->out_off;
     p->ndim = m->ndim;
@@ -239,9 +213,9 @@ static disco_status_t take_post(struct coll *c, int r)
 
 /* Posts, meets the group, and returns the first member's failure (the same
  * verdict on every member: each reads the same slots after the barrier). */
-static disco_status_t coll_meet(struct coll *c)
+disco_status_t disco__coll_meet(struct disco__coll_call *c)
 {
-    disco_status_t st = coll_barrier(c);
+    disco_status_t st = disco__coll_barrier(c);
     if (st != DISCO_OK)
         return st;
     for (int r = 0; r < c->size; r++) {
@@ -264,9 +238,9 @@ static disco_status_t coll_meet(struct coll *c)
 
 /* The address of bytes [off, off + len) of the input (or output) member r
  * posted, or NULL unless they lie inside a tensor block of the heap. */
-static char *span_of(struct coll *c, int r, bool out, uint64_t off, uint64_t len)
+static char *span_of(struct disco__coll_call *c, int r, bool out, uint64_t off, uint64_t len)
 {
-    const struct posted *p = &c->post[r];
+    const struct disco__coll_posted *p = &c->post[r];
     uint64_t at;
     if (__builtin_add_overflow(out ? p->out_off : p->in_off, off, &at))
         return NULL;
@@ -275,8 +249,8 @@ static char *span_of(struct coll *c, int r, bool out, uint64_t off, uint64_t len
 
 /* Checks that the len bytes at off of member r's input (or output) lie in
  * the heap, and sets *p_out to them. A verdict every member reaches alike. */
-static disco_status_t span_check(struct coll *c, int r, bool out, uint64_t off, uint64_t len,
-                                 char **p_out)
+disco_status_t disco__coll_span_check(struct disco__coll_call *c, int r, bool out, uint64_t off,
+                                      uint64_t len, char **p_out)
 {
     char *p = span_of(c, r, out, off, len);
     if (p == NULL)
@@ -294,10 +268,10 @@ static disco_status_t span_check(struct coll *c, int r, bool out, uint64_t off, 
 
 /* Checks that every member's input has my dtype and shape (shape[0] too
  * unless any_dim0). */
-static disco_status_t same_inputs(struct coll *c, bool any_dim0)
+disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0)
 {
     for (int r = 0; r < c->size; r++) {
-        const struct posted *m = &c->post[r];
+        const struct disco__coll_posted *m = &c->post[r];
         bool same = m->ndim == c->me->ndim && m->dtype.code == c->me->dtype.code &&
                     m->dtype.bits == c->me->dtype.bits && m->dtype.lanes == c->me->dtype.lanes;
         for (int d = any_dim0 ? 1 : 0; same && d < m->ndim; d++)
@@ -311,309 +285,4 @@ static disco_status_t same_inputs(struct coll *c, bool any_dim0)
         }
     }
     return DISCO_OK;
-}
-
-/* Validates a tensor argument: ours, CPU, compact, supported dtype. */
-static disco_status_t tensor_arg(const disco_value_t *v, const char *what, DLTensor **out)
-{
-    if (v->type != DISCO_T_TENSOR)
-        return disco_set_error(DISCO_E_BAD_TYPE, "%s: expected a tensor, got %s", what,
-                               disco_type_name(v->type));
-    DLTensor *t = v->v.tensor;
-    if (!disco__tensor_is_ours(t) || t->device.device_type != kDLCPU)
-        return disco_set_error(DISCO_E_MISMATCH,
-                               "%s: the tensor is not in this session's shared heap", what);
-    disco_status_t st = disco_dtype_check(t->dtype);
-    if (st != DISCO_OK)
-        return st;
-    *out = t;
-    return DISCO_OK;
-}
-
-static bool flag(const disco_value_t *args, int nargs, int i)
-{
-    return i < nargs && args[i].type == DISCO_T_BOOL && args[i].v.b;
-}
-
-/* ---- builtins ---- */
-
-/* disco.empty(shape, dtype, device, worker0_only): a new tensor (contents
- * unspecified); with worker0_only, null on the other workers. */
-static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
-{
-    if (flag(a, n, 3) && ctx->worker_id != 0)
-        return DISCO_OK;
-    DLDevice dev = a[2].v.device;
-    if (dev.device_type != kDLCPU)
-        return disco_ctx_fail(ctx, "device type %d: only CPU tensors (kDLCPU) are supported",
-                              (int)dev.device_type);
-    DLTensor *t;
-    disco_status_t st = disco_ctx_empty(ctx, a[0].v.shape, (int)a[0].len, a[1].v.dtype, &t);
-    if (st == DISCO_OK)
-        *ret = disco_tensor_value(t);
-    return st;
-}
-
-/* disco.allreduce(x, op, in_group): every member gets op over the members' x.
- * Member r reduces slice r of all inputs and writes it into every member's
- * output (a reduce-scatter and an allgather in one pass). */
-static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
-{
-    struct coll c;
-    coll_begin(ctx, flag(a, n, 2), "allreduce", &c);
-    DLTensor *x = NULL, *out = NULL;
-    disco_reduce_op_t op = DISCO_REDUCE_SUM;
-    disco_status_t st = n < 2 ? disco_set_error(DISCO_E_ARG_COUNT, "allreduce(x, op, in_group)")
-                              : tensor_arg(&a[0], "allreduce", &x);
-    if (st == DISCO_OK && (a[1].type != DISCO_T_STR || !disco_reduce_parse(a[1].v.str, &op)))
-        st = disco_set_error(DISCO_E_INVAL, "allreduce: op must be sum, prod, min, max or avg");
-    if (st == DISCO_OK)
-        st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &out);
-    if (st == DISCO_OK) {
-        post_tensor(&c, x, false);
-        post_tensor(&c, out, true);
-    } else {
-        coll_fail(&c, st, disco_last_error());
-    }
-    if ((st = coll_meet(&c)) != DISCO_OK || (st = same_inputs(&c, false)) != DISCO_OK)
-        return st; /* same verdict, same barriers on every member */
-
-    size_t esz = disco_dtype_bytes(x->dtype), count = (size_t)disco_tensor_numel(x);
-    char *ins[DISCO_MAX_WORKERS], *outs[DISCO_MAX_WORKERS];
-    for (int r = 0; r < c.size; r++)
-        if ((st = span_check(&c, r, false, 0, count * esz, &ins[r])) != DISCO_OK ||
-            (st = span_check(&c, r, true, 0, count * esz, &outs[r])) != DISCO_OK)
-            return st; /* a verdict on the slots: the same on every member */
-    size_t lo = count * (size_t)c.rank / (size_t)c.size;
-    size_t hi = count * (size_t)(c.rank + 1) / (size_t)c.size;
-    size_t step = CHUNK_BYTES / esz ? CHUNK_BYTES / esz : 1;
-    const void *srcs[DISCO_MAX_WORKERS];
-    for (size_t i = lo; i < hi; i += step) {
-        size_t m = hi - i < step ? hi - i : step;
-        for (int r = 0; r < c.size; r++)
-            srcs[r] = ins[r] + i * esz;
-        char *mine = (char *)out->data + i * esz;
-        if ((st = disco_reduce(op, x->dtype, mine, srcs, c.size, m)) != DISCO_OK)
-            break; /* cannot happen after the checks above; keep the barrier count */
-        for (int r = 0; r < c.size; r++)
-            if (r != c.rank)
-                memcpy(outs[r] + i * esz, mine, m * esz);
-    }
-    disco_status_t bst = coll_barrier(&c);
-    if (st == DISCO_OK)
-        st = bst;
-    if (st != DISCO_OK)
-        return st; /* same verdict, same barriers on every member */
-    *ret = disco_tensor_value(out);
-    return DISCO_OK;
-}
-
-/* After a successful meeting, members read the leader's slot: one more
- * barrier before anyone reuses slots. A failed meeting needs none (every
- * member failed the same way after the same barriers); a failure after it
- * (out of handles) still passes the barrier, so no member is left waiting. */
-static disco_status_t end_barrier(struct coll *c, disco_status_t st)
-{
-    if (st == DISCO_OK || c->met) {
-        disco_status_t bst = coll_barrier(c);
-        if (st == DISCO_OK)
-            st = bst;
-    }
-    return st;
-}
-
-/* The tensor a leader shares: validated, with refs added for the others. */
-static DLTensor *lead_share(struct coll *c, const disco_value_t *a, int n, const char *what)
-{
-    DLTensor *x = NULL;
-    disco_status_t st = n < 1 ? disco_set_error(DISCO_E_ARG_COUNT, "%s(x, in_group)", what)
-                              : tensor_arg(&a[0], what, &x);
-    if (st != DISCO_OK) {
-        coll_fail(c, st, disco_last_error());
-        return NULL;
-    }
-    post_tensor(c, x, false);
-    return x;
-}
-
-/* Adopts (or references) member rank's posted input as a tensor owned by
- * the call: byte_off into it, dimension 0 replaced by dim0 if >= 0. The
- * block and the bytes are checked to lie in the heap. */
-static disco_status_t take(disco_ctx_t *ctx, struct coll *c, int rank, uint64_t byte_off,
-                           int64_t dim0, bool adopt, disco_value_t *ret)
-{
-    const struct posted *l = &c->post[rank];
-    int64_t shape[DISCO_MAX_NDIM];
-    memcpy(shape, l->shape, sizeof shape);
-    if (l->ndim > 0 && dim0 >= 0)
-        shape[0] = dim0;
-    uint64_t at;
-    if (__builtin_add_overflow(l->in_off, byte_off, &at))
-        return disco_set_error(DISCO_E_PROTOCOL, "%s: worker %d posted offset %llu", c->what,
-                               c->base + rank, (unsigned long long)l->in_off);
-    DLTensor *t;
-    disco_status_t st =
-        disco__tensor_from_block(c->w->heap, l->in_block, at, shape, l->ndim, l->dtype, adopt, &t);
-    if (st == DISCO_OK && (st = disco__ctx_own(ctx, t)) == DISCO_OK)
-        *ret = disco_tensor_value(t);
-    return st;
-}
-
-/* disco.broadcast_from_worker0(x, in_group): every member gets worker 0's x
- * (the group leader's) by reference: O(1) in the size. The result shares the
- * bytes: treat it as read-only, or copy before writing in place. */
-static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
-{
-    struct coll c;
-    coll_begin(ctx, flag(a, n, 1), "broadcast_from_worker0", &c);
-    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "broadcast_from_worker0") : NULL;
-    if (x != NULL)
-        disco__tensor_add_refs(x, (uint32_t)c.size - 1);
-    disco_status_t st = coll_meet(&c);
-    if (st == DISCO_OK)
-        st = take(ctx, &c, 0, 0, -1, c.rank != 0, ret);
-    return end_barrier(&c, st);
-}
-
-/* disco.scatter_from_worker0(x, in_group): member r gets rows
- * [r*d0/size, (r+1)*d0/size) of worker 0's x, by reference. */
-static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
-{
-    struct coll c;
-    coll_begin(ctx, flag(a, n, 1), "scatter_from_worker0", &c);
-    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "scatter_from_worker0") : NULL;
-    if (x != NULL && (x->ndim == 0 || x->shape[0] % c.size != 0)) {
-        disco_set_error(DISCO_E_MISMATCH, "scatter: dimension 0 (%lld) is not a multiple of %d",
-                        x->ndim ? (long long)x->shape[0] : 0LL, c.size);
-        coll_fail(&c, DISCO_E_MISMATCH, disco_last_error());
-    } else if (x != NULL) {
-        disco__tensor_add_refs(x, (uint32_t)c.size - 1);
-    }
-    disco_status_t st = coll_meet(&c);
-    if (st != DISCO_OK)
-        return st;
-    const struct posted *l = &c.post[0];
-    int64_t rows = l->ndim > 0 ? l->shape[0] / c.size : 0;
-    uint64_t chunk = l->nbytes / (uint64_t)c.size;
-    st = take(ctx, &c, 0, chunk * (uint64_t)c.rank, rows, c.rank != 0, ret);
-    return end_barrier(&c, st);
-}
-
-/* Validates x and, when out_dim0_mult, allocates an output with dimension 0
- * multiplied by the group size; posts both. */
-static DLTensor *gather_prep(disco_ctx_t *ctx, struct coll *c, const disco_value_t *a, int n,
-                             const char *what, bool want_out, DLTensor **x_out)
-{
-    DLTensor *x = NULL, *out = NULL;
-    disco_status_t st = n < 1 ? disco_set_error(DISCO_E_ARG_COUNT, "%s(x, in_group)", what)
-                              : tensor_arg(&a[0], what, &x);
-    if (st == DISCO_OK && x->ndim == 0)
-        st = disco_set_error(DISCO_E_MISMATCH, "%s: a scalar has no dimension 0", what);
-    if (st == DISCO_OK && want_out) {
-        int64_t shape[DISCO_MAX_NDIM];
-        memcpy(shape, x->shape, (size_t)x->ndim * sizeof *shape);
-        /* Checked: a tensor with a 0 dimension may have any dimension 0. */
-        if (__builtin_mul_overflow(shape[0], (int64_t)c->size, &shape[0]))
-            st = disco_set_error(DISCO_E_OVERFLOW, "%s: dimension 0 (%lld) times %d overflows",
-                                 what, (long long)x->shape[0], c->size);
-        else
-            st = disco_ctx_empty(ctx, shape, x->ndim, x->dtype, &out);
-    }
-    if (st != DISCO_OK) {
-        coll_fail(c, st, disco_last_error());
-        return NULL;
-    }
-    post_tensor(c, x, false);
-    if (out != NULL)
-        post_tensor(c, out, true);
-    *x_out = x;
-    return out;
-}
-
-/* disco.gather_to_worker0(x, in_group): worker 0 (the group leader) gets the
- * members' x stacked along dimension 0; the others get null. */
-static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
-{
-    struct coll c;
-    coll_begin(ctx, flag(a, n, 1), "gather_to_worker0", &c);
-    DLTensor *x = NULL;
-    DLTensor *out = gather_prep(ctx, &c, a, n, "gather_to_worker0", c.rank == 0, &x);
-    disco_status_t st = coll_meet(&c);
-    if (st == DISCO_OK)
-        st = same_inputs(&c, false);
-    if (st != DISCO_OK)
-        return st;
-    size_t nb = disco_tensor_nbytes(x);
-    char *dst;
-    if ((st = span_check(&c, 0, true, 0, nb * (size_t)c.size, &dst)) != DISCO_OK)
-        return st; /* a verdict on the leader's slot: the same on every member */
-    memcpy(dst + nb * (size_t)c.rank, x->data, nb);
-    if ((st = coll_barrier(&c)) != DISCO_OK)
-        return st;
-    if (out != NULL)
-        *ret = disco_tensor_value(out);
-    return DISCO_OK;
-}
-
-/* disco.allgather(x, in_group): every member gets the members' x stacked
- * along dimension 0. */
-static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
-{
-    struct coll c;
-    coll_begin(ctx, flag(a, n, 1), "allgather", &c);
-    DLTensor *x = NULL;
-    DLTensor *out = gather_prep(ctx, &c, a, n, "allgather", true, &x);
-    disco_status_t st = coll_meet(&c);
-    if (st == DISCO_OK)
-        st = same_inputs(&c, false);
-    if (st != DISCO_OK)
-        return st;
-    size_t nb = disco_tensor_nbytes(x);
-    char *ins[DISCO_MAX_WORKERS];
-    for (int r = 0; r < c.size; r++)
-        if ((st = span_check(&c, r, false, 0, nb, &ins[r])) != DISCO_OK)
-            return st; /* a verdict on the slots: the same on every member */
-    for (int r = 0; r < c.size; r++)
-        memcpy((char *)out->data + nb * (size_t)r, ins[r], nb);
-    /* Nobody may free an input while another member still reads it. */
-    if ((st = coll_barrier(&c)) != DISCO_OK)
-        return st;
-    *ret = disco_tensor_value(out);
-    return DISCO_OK;
-}
-
-/* disco.send_recv(x, src, dst): worker dst gets worker src's x by reference;
- * every other worker gets null. All workers take part. */
-static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
-{
-    struct coll c;
-    coll_begin(ctx, false, "send_recv", &c);
-    int src = n >= 3 && a[1].type == DISCO_T_INT ? (int)a[1].v.i : -1;
-    int dst = n >= 3 && a[2].type == DISCO_T_INT ? (int)a[2].v.i : -1;
-    if (src < 0 || src >= c.size || dst < 0 || dst >= c.size) {
-        disco_set_error(DISCO_E_INVAL, "send_recv(x, src, dst): src %d, dst %d of %d workers", src,
-                        dst, c.size);
-        coll_fail(&c, DISCO_E_INVAL, disco_last_error());
-    } else if (c.rank == src) {
-        DLTensor *x = lead_share(&c, a, n, "send_recv");
-        if (x != NULL)
-            disco__tensor_add_refs(x, 1);
-    }
-    disco_status_t st = coll_meet(&c);
-    if (st == DISCO_OK && c.rank == dst)
-        st = take(ctx, &c, src, 0, -1, true, ret);
-    return end_barrier(&c, st);
-}
-
-void disco__coll_register(void)
-{
-    /* Each needs a session worker (its heap and collective area): refused
-     * outside a session instead of dereferencing NULL. */
-    disco__register_session_func("disco.empty", "Stdb", empty);
-    disco__register_session_func("disco.allreduce", NULL, allreduce);
-    disco__register_session_func("disco.allgather", NULL, allgather);
-    disco__register_session_func("disco.broadcast_from_worker0", NULL, broadcast);
-    disco__register_session_func("disco.scatter_from_worker0", NULL, scatter);
-    disco__register_session_func("disco.gather_to_worker0", NULL, gather);
-    disco__register_session_func("disco.send_recv", NULL, send_recv);
 }

@@ -102,7 +102,8 @@ struct disco__coll_mark *disco__coll_mark(struct disco__coll_area *a, uint32_t w
 struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t world,
                                           uint32_t num_groups, uint32_t parity, uint32_t w);
 
-/** Registers the collective builtins (disco.empty, disco.allreduce, ...). */
+/** Registers the collective builtins (disco.empty, disco.allreduce, ...;
+ *  collective_ops.c), as a library does: lookup.c calls it once. */
 void disco__coll_register(void);
 
 #endif

@@ -1,0 +1,123 @@
+/* ctx.c - a function call's context and running a registered function (see
+ * ctx.h). Builtins and libraries call into it; it calls no function of theirs. */
+#include "workers/core/ctx.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "workers/core/worker.h"
+#include "workers/data/tensor_impl.h"
+
+int disco_ctx_worker_id(const disco_ctx_t *ctx)
+{
+    return ctx->worker_id;
+}
+
+int disco_ctx_world_size(const disco_ctx_t *ctx)
+{
+    return ctx->world;
+}
+
+void *disco_ctx_user(const disco_ctx_t *ctx)
+{
+    return ctx->user;
+}
+
+void *disco_ctx_alloc(disco_ctx_t *ctx, size_t size)
+{
+    void **list = realloc(ctx->scratch, (ctx->nscratch + 1) * sizeof *list);
+    if (list == NULL)
+        return NULL;
+    ctx->scratch = list;
+    void *p = malloc(size ? size : 1);
+    if (p != NULL)
+        list[ctx->nscratch++] = p;
+    return p;
+}
+
+disco_status_t disco_ctx_fail(disco_ctx_t *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
+    va_end(ap);
+    ctx->failed = 1;
+    return DISCO_E_REMOTE;
+}
+
+disco_status_t disco__ctx_own(disco_ctx_t *ctx, DLTensor *t)
+{
+    DLTensor **list = realloc(ctx->tensors, (ctx->ntensors + 1) * sizeof *list);
+    if (list == NULL) {
+        disco__tensor_release(t);
+        return disco_set_error(DISCO_E_NOMEM, "tensor list of a call");
+    }
+    ctx->tensors = list;
+    list[ctx->ntensors++] = t;
+    return DISCO_OK;
+}
+
+disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim, DLDataType dtype,
+                               DLTensor **out)
+{
+    if (ctx->worker == NULL || ctx->worker->heap == NULL)
+        return disco_set_error(DISCO_E_HEAP_EXHAUSTED,
+                               "no shared heap here: tensors are made inside a session");
+    DLTensor *t;
+    disco_status_t st =
+        disco__tensor_new(ctx->worker->heap, (uint32_t)ctx->worker_id, shape, ndim, dtype, &t);
+    if (st == DISCO_OK && (st = disco__ctx_own(ctx, t)) == DISCO_OK)
+        *out = t;
+    return st;
+}
+
+static void ctx_release(disco_ctx_t *ctx)
+{
+    for (size_t i = 0; i < ctx->ntensors; i++)
+        disco__tensor_release(ctx->tensors[i]);
+    free(ctx->tensors);
+    for (size_t i = 0; i < ctx->nscratch; i++)
+        free(ctx->scratch[i]);
+    free(ctx->scratch);
+}
+
+disco_status_t disco__func_run(const struct disco__func *f, struct disco_worker *w,
+                               const disco_value_t *args, int n, disco_value_t *ret_out)
+{
+    disco_ctx_t ctx; /* not zeroed whole: msg is written only on failure */
+    ctx.worker_id = w != NULL ? w->id : 0;
+    ctx.world = w != NULL ? w->world : 1;
+    ctx.failed = 0;
+    ctx.worker = w;
+    ctx.msg[0] = '\0';
+    ctx.scratch = NULL;
+    ctx.nscratch = 0;
+    ctx.tensors = NULL;
+    ctx.ntensors = 0;
+    disco_value_t ret = disco_null();
+    /* Acquire: pairs with the release in register_entry (registry.c); fn
+     * and user come from one binding, never rewritten once published. */
+    const struct disco__binding *b = atomic_load_explicit(&f->bound, memory_order_acquire);
+    if (b == NULL) /* only between an entry's first publication and its binding's */
+        return disco_set_error(DISCO_E_NO_FUNC, "function %s is being registered", f->name);
+    ctx.user = b->user;
+    /* Acquire: pairs with the release in register_entry (the flag is
+     * stored before the binding, so it is at least as new as it). */
+    if (w == NULL && atomic_load_explicit(&f->needs_worker, memory_order_acquire))
+        return disco_set_error(DISCO_E_INVAL,
+                               "%s needs a session worker: call it in a Disco session, not in "
+                               "a local or JSON-RPC session",
+                               f->name);
+    disco_clear_error();
+    disco_status_t st = b->fn(&ctx, args, n, &ret);
+    if (st != DISCO_OK) {
+        if (!ctx.failed) /* the message is in the error detail (copy: we rewrite it) */
+            snprintf(ctx.msg, sizeof ctx.msg, "%s", disco_last_error());
+        disco_set_error(st, "%s", ctx.msg[0] ? ctx.msg : disco_strerror(st));
+    } else {
+        st = disco_value_copy(&ret, ret_out);
+    }
+    ctx_release(&ctx);
+    return st;
+}

@@ -1,0 +1,87 @@
+/*
+ * coll_call.h - one collective call, as each member runs it (internal; the
+ * protocol is in collective.h). collective.c implements the meeting; the
+ * collectives of collective_ops.c are each a sequence of these steps:
+ *   disco__coll_begin, then disco__coll_post_tensor for what it shares (or
+ *   disco__coll_fail), disco__coll_meet (the first barrier: every member's
+ *   post copied and checked), the checks (disco__coll_same_inputs,
+ *   disco__coll_span_check) and the data work, then disco__coll_barrier
+ *   for each further phase. A failed barrier wait gives the call up (A1-A3
+ *   in collective.h) before these calls return.
+ *
+ * Thread safety: a call's struct belongs to the one worker thread running
+ * it.
+ */
+#ifndef DISCO_WORKERS_COLL_CALL_H
+#define DISCO_WORKERS_COLL_CALL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "disco/func.h"
+#include "disco/tensor.h"
+#include "workers/core/worker.h"
+#include "workers/data/collective.h"
+
+/* What a member posted, copied out of its slot once after the meeting and
+ * checked there (collective.h, Trust): nothing is read from the slot again,
+ * so a member that rewrites it later cannot slip past the checks. */
+struct disco__coll_posted {
+    uint64_t in_block, in_off, out_block, out_off;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t shape[DISCO_MAX_NDIM];
+    uint64_t nbytes; /* of ndim, shape and dtype: checked not to overflow */
+};
+
+struct disco__coll_call {
+    disco_worker_t *w;
+    struct disco__coll_area *a;
+    struct disco__barrier *bar;
+    int rank, size, base; /* within the group; base = first worker of the group */
+    int ngroups;          /* groups in the world (this process's copy) */
+    uint32_t parity;      /* which of the two slot sets this collective uses */
+    uint32_t phase;       /* barriers this member has arrived at in this call */
+    const char *what;     /* the collective's name, for messages */
+    bool met;             /* the meeting succeeded */
+    struct disco__coll_slot *me;
+    disco_status_t local;                              /* this member's verdict so far */
+    struct disco__coll_posted post[DISCO_MAX_WORKERS]; /* by rank, after a successful meeting */
+};
+
+/** Starts a collective call named what on ctx's worker, over its group
+ *  (in_group) or the whole world: fills c and clears this member's slot of
+ *  the slot set the call uses. */
+void disco__coll_begin(disco_ctx_t *ctx, bool in_group, const char *what,
+                       struct disco__coll_call *c);
+
+/** Records this member's failure (the first one only) in its slot, for
+ *  every member to see at the meeting. */
+void disco__coll_fail(struct disco__coll_call *c, disco_status_t st, const char *msg);
+
+/** Posts t (heap block and offset; for an input also dtype and shape) as
+ *  this member's output (out) or input. */
+void disco__coll_post_tensor(struct disco__coll_call *c, const DLTensor *t, bool out);
+
+/** Marks this member's arrival at its next barrier, then arrives and waits.
+ *  Returns DISCO_OK, or the status the call fails with after giving it up
+ *  (the worker's abandon hook decides it; else the wait's status). */
+disco_status_t disco__coll_barrier(struct disco__coll_call *c);
+
+/** Meets the group (a barrier), then copies and checks every member's post:
+ *  same command, no member failed, numbers in range. Returns DISCO_OK (and
+ *  sets c->met), the first failing member's status (every member reaches
+ *  the same verdict), DISCO_E_PROTOCOL, or as disco__coll_barrier. */
+disco_status_t disco__coll_meet(struct disco__coll_call *c);
+
+/** Checks that the len bytes at off of member r's input (or output) lie in
+ *  a tensor block of the heap and sets *p_out to them. Returns DISCO_OK or
+ *  DISCO_E_PROTOCOL (a verdict every member reaches alike). */
+disco_status_t disco__coll_span_check(struct disco__coll_call *c, int r, bool out, uint64_t off,
+                                      uint64_t len, char **p_out);
+
+/** Checks that every member's input has this member's dtype and shape
+ *  (shape[0] too unless any_dim0). Returns DISCO_OK or DISCO_E_MISMATCH. */
+disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0);
+
+#endif
