@@ -132,8 +132,8 @@ END_TEST
 
 /* With the pipe transport, a worker that stops reading commands (hung in a
  * call) fills its pipe; the broadcast that finds it full past the call
- * timeout blames that worker and kills it, as the ring transport does. It
- * used to blame "worker 0" and kill no one. */
+ * timeout blames that worker and kills it, as the ring transport does
+ * (never "worker 0", never no one). */
 START_TEST(test_pipe_bcast_blame)
 {
     disco_session_t *s = open_cfg(3, DISCO_TRANSPORT_PIPE, 500);

@@ -65,8 +65,8 @@ static void *liar_main(void *p)
  * heap's end, a send_recv from a bogus block, an absurd dimension count, a
  * status that is no status with an unterminated message. Worker 0 (the
  * controller) fails the collective with an error naming worker 1 and never
- * reads or writes outside the heap (it used to dereference the offsets as
- * posted: a segfault here, an ASan report under make test SANITIZE=address);
+ * reads or writes outside the heap (offsets dereferenced as posted would
+ * segfault here, or be an ASan report under make test SANITIZE=address);
  * the session goes on. */
 START_TEST(test_posted_offsets_checked)
 {
@@ -150,7 +150,7 @@ static disco_status_t lying_span(disco_ctx_t *ctx, const disco_value_t *a, int n
 /* A worker's RPC view asks the worker where an allocation's bytes are and
  * copies there directly: an answer outside the shared heap fails the copy
  * with DISCO_E_PROTOCOL instead of sending the controller's memcpy to that
- * address (it used to segfault). The lie is registered in this test's
+ * address (a segfault). The lie is registered in this test's
  * process before the workers fork (Check runs each test in its own). */
 START_TEST(test_rpc_span_checked)
 {
@@ -174,8 +174,8 @@ END_TEST
 
 /* The collective area's header (world size, group count) is shared memory
  * any process can overwrite: worker 0 uses its own copy of the geometry, so
- * a header set to 0 groups and a million workers changes nothing (it used
- * to divide by the group count and index slots with the world size). */
+ * a header set to 0 groups and a million workers changes nothing (neither
+ * a division by the group count nor slots indexed with the world size). */
 START_TEST(test_coll_header_ignored)
 {
     disco_session_t *s = open_cfg(2, DISCO_TRANSPORT_RING, 20000);
@@ -209,10 +209,10 @@ END_TEST
 /* Every process of a session writes the heap's metadata, so its links are
  * checked before they are followed: a free block whose next (0) or previous
  * (1) free-list link points far outside the heap, or a used block whose size
- * is 0 (2, which made reclaim walk in place forever). The call fails with
+ * is 0 (2, which would make reclaim walk in place forever). The call fails with
  * DISCO_E_BROKEN (the heap is marked broken, so every later call too) and
- * nothing outside the heap is read or written (the allocation used to
- * write through the bad link: a segfault). */
+ * nothing outside the heap is read or written (an allocation that
+ * wrote through the bad link would segfault). */
 START_TEST(test_heap_links_checked)
 {
     size_t size = 1u << 20;
@@ -238,7 +238,7 @@ START_TEST(test_heap_links_checked)
     if (_i < 2)
         CK_STATUS(disco_heap_alloc(&h, 1000, 0, 4, &d), DISCO_E_BROKEN);
     else
-        CK_STATUS(disco_heap_reclaim_owner(&h, 3, NULL), DISCO_E_BROKEN); /* was a silent 0 */
+        CK_STATUS(disco_heap_reclaim_owner(&h, 3, NULL), DISCO_E_BROKEN); /* not a silent 0 */
     CK_STATUS(disco_heap_free(&h, c), DISCO_E_BROKEN);
     CK_STATUS(disco_heap_alloc(&h, 64, 0, 4, &d), DISCO_E_BROKEN);
     free(mem);

@@ -31,8 +31,8 @@ static disco_status_t check_config(const disco_session_config_t *c)
     if (c->transport != DISCO_TRANSPORT_RING && c->transport != DISCO_TRANSPORT_PIPE)
         return disco_set_error(DISCO_E_INVAL, "transport %d is unknown", (int)c->transport);
     /* Sizes: each field's range, so that no rounding or sum made from it
-     * can wrap (a max_msg of 0xFFFFFFFF rounded up to 0 and the first call
-     * overran the frame buffer). */
+     * can wrap (a max_msg of 0xFFFFFFFF would round up to 0 and the first
+     * call overrun the frame buffer; test_bounds). */
     if (c->max_msg != 0 && (c->max_msg < DISCO_CTL_MIN_MSG || c->max_msg > DISCO_CTL_MAX_MSG))
         return disco_set_error(DISCO_E_INVAL, "cfg.max_msg %u: must be %u..%u (0: %u)", c->max_msg,
                                DISCO_CTL_MIN_MSG, DISCO_CTL_MAX_MSG, DEFAULT_MAX_MSG);
@@ -229,7 +229,7 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
     /* The controller's thread is worker 0: whenever the plan binds it,
      * bind it, or the kernel is free to put it on worker 1's CPU, where
      * each waits for the other to be descheduled (2 workers on 2 cores:
-     * a no-op call + sync had a median of 0.3 us either way, but a p99 of
+     * a no-op call + sync has a median of 0.3 us either way, but a p99 of
      * 9-10 us floating against 0.6-1.0 us bound). Its placement is saved
      * first and given back at close: a library must not leave its caller's
      * thread pinned. Nor is it moved out of a set it was confined to

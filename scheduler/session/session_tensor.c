@@ -126,8 +126,8 @@ static disco_status_t w0_outcome(struct disco_session *s, disco_dref_t reg)
 static disco_status_t api_empty(disco_session_t *s, const int64_t *shape, int ndim,
                                 DLDataType dtype, bool worker0_only, disco_dref_t *reg_out)
 {
-    /* Every size is checked here, before a command goes out: an overflowing
-     * shape used to wrap to a few bytes and be allocated as such. */
+    /* Every size is checked here, before a command goes out, so that an
+     * overflowing shape never wraps to a few bytes (test_bounds). */
     size_t nbytes;
     disco_status_t st = disco_shape_nbytes(shape, ndim, dtype, &nbytes);
     if (st != DISCO_OK || (st = disco__session_usable(s)) != DISCO_OK ||
