@@ -140,6 +140,30 @@ static const disco_wait_t *call_wait(struct disco_session *s)
 
 /* ---- issuing commands ---- */
 
+/* A broadcast that failed with st: a full channel past the deadline is
+ * blamed on the worker that does not read, which is killed. */
+static disco_status_t bcast_failed(struct disco_session *s, disco_status_t st)
+{
+    if (st == DISCO_E_TIMEOUT) {
+        /* The worker that does not read: the ring's slowest reader, or the
+         * one whose pipe stayed full. */
+        uint32_t slow =
+            s->chan.kind == DISCO_CHAN_RING ? disco_ring_slowest_reader(&s->chan.cmd) : UINT32_MAX;
+        int w = s->chan.kind == DISCO_CHAN_PIPE ? s->chan.stuck
+                : slow != UINT32_MAX            ? (int)slow + 1
+                                                : 0;
+        if (w <= 0)
+            return disco__session_break(s, DISCO_E_TIMEOUT,
+                                        "the command channel stayed full for %u ms",
+                                        s->cfg.call_timeout_ms);
+        disco__session_kill(s, w);
+        return disco__session_break(s, DISCO_E_TIMEOUT,
+                                    "worker %d took no command for %u ms; it was killed", w,
+                                    s->cfg.call_timeout_ms);
+    }
+    return st;
+}
+
 /* Broadcasts a command and runs it on worker 0. *w0_reply_len is worker 0's
  * reply in s->reply, if the command asked it for one. */
 static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_value_t *args,
@@ -165,25 +189,8 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     uint64_t t_enq = 0; /* stamped by the broadcast as it publishes (trace_impl.h) */
     st = disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, call_wait(s),
                            disco__trace_slot(&s->trace, &t_enq));
-    if (st == DISCO_E_TIMEOUT) {
-        /* The worker that does not read: the ring's slowest reader, or the
-         * one whose pipe stayed full. */
-        uint32_t slow =
-            s->chan.kind == DISCO_CHAN_RING ? disco_ring_slowest_reader(&s->chan.cmd) : UINT32_MAX;
-        int w = s->chan.kind == DISCO_CHAN_PIPE ? s->chan.stuck
-                : slow != UINT32_MAX            ? (int)slow + 1
-                                                : 0;
-        if (w <= 0)
-            return disco__session_break(s, DISCO_E_TIMEOUT,
-                                        "the command channel stayed full for %u ms",
-                                        s->cfg.call_timeout_ms);
-        disco__session_kill(s, w);
-        return disco__session_break(s, DISCO_E_TIMEOUT,
-                                    "worker %d took no command for %u ms; it was killed", w,
-                                    s->cfg.call_timeout_ms);
-    }
     if (st != DISCO_OK)
-        return st;
+        return bcast_failed(s, st);
     size_t rlen = 0;
     disco__worker_exec(&s->w0, &h, args, s->reply, DISCO_REPLY_MAX, &rlen);
     /* Worker 0 ran inline right after the broadcast: the command's record is
@@ -240,6 +247,32 @@ static disco_status_t collect_errors(struct disco_session *s)
     return disco_set_error(first, "%s", detail);
 }
 
+/* A wait for worker's reply to what that failed with st: past the
+ * deadline the worker is killed; a closed channel means it is dying, and
+ * its death (as the kernel reports it) is the cause. */
+static disco_status_t reply_failed(struct disco_session *s, int worker, disco_status_t st,
+                                   const char *what)
+{
+    if (st == DISCO_E_TIMEOUT) {
+        disco__session_kill(s, worker);
+        return disco__session_break(s, DISCO_E_TIMEOUT,
+                                    "worker %d did not answer %s within %u ms; it was killed",
+                                    worker, what, s->cfg.call_timeout_ms);
+    }
+    if (st == DISCO_E_CLOSED || st == DISCO_E_TRUNCATED) {
+        /* A pipe closed: the worker is dying; wait for the kernel to say how. */
+        for (int i = 0; i < 100 && s->state == DISCO_OK; i++) {
+            if (disco__session_check(s) != DISCO_OK)
+                break;
+            usleep(10000);
+        }
+        if (s->state == DISCO_OK)
+            disco__session_break(s, st, "worker %d closed its channel", worker);
+        return disco_set_error(s->state, "%s", s->why);
+    }
+    return st;
+}
+
 /* Receives worker's reply to token; value_out (optional) gets a copy of the
  * replied value. */
 static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t token,
@@ -253,25 +286,8 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
         disco_status_t st =
             disco__chan_recv_reply(&s->chan, worker, s->reply, DISCO_REPLY_MAX, &len, w);
         s->wait.found_at = NULL;
-        if (st == DISCO_E_TIMEOUT) {
-            disco__session_kill(s, worker);
-            return disco__session_break(s, DISCO_E_TIMEOUT,
-                                        "worker %d did not answer %s within %u ms; it was killed",
-                                        worker, what, s->cfg.call_timeout_ms);
-        }
-        if (st == DISCO_E_CLOSED || st == DISCO_E_TRUNCATED) {
-            /* A pipe closed: the worker is dying; wait for the kernel to say how. */
-            for (int i = 0; i < 100 && s->state == DISCO_OK; i++) {
-                if (disco__session_check(s) != DISCO_OK)
-                    break;
-                usleep(10000);
-            }
-            if (s->state == DISCO_OK)
-                disco__session_break(s, st, "worker %d closed its channel", worker);
-            return disco_set_error(s->state, "%s", s->why);
-        }
         if (st != DISCO_OK)
-            return st;
+            return reply_failed(s, worker, st, what);
     }
     disco__trace_cmd_replied(&s->trace, s->seq, seen); /* it answers the last command issued */
     disco_frame_hdr_t h;

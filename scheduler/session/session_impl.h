@@ -75,12 +75,18 @@ disco_status_t disco__session_usable(struct disco_session *s);
  *  the status the caller gets. */
 disco_status_t disco__session_tell(struct disco_session *s, disco_status_t st);
 
-/** The command-path steps that the tensor calls (session_tensor.c) build
- *  on; as the public calls, without disco__session_tell. */
+/** disco_session_get_func without disco__session_tell (for the tensor
+ *  calls in session_tensor.c). Returns as disco_session_get_func. */
 disco_status_t disco__session_get_func(struct disco_session *s, const char *name,
                                        disco_dref_t *func_out);
+
+/** disco_session_call without disco__session_tell. Returns as
+ *  disco_session_call. */
 disco_status_t disco__session_call(struct disco_session *s, disco_dref_t func,
                                    const disco_value_t *args, int nargs, disco_dref_t *result_out);
+
+/** disco_session_free without disco__session_tell. Returns as
+ *  disco_session_free. */
 disco_status_t disco__session_free_reg(struct disco_session *s, disco_dref_t reg);
 
 /** Marks the session broken with status and a message; the first cause wins.
