@@ -206,8 +206,8 @@ START_TEST(test_register_reuse)
 END_TEST
 
 /* Many live registers at once (more than any initial table), all freed,
- * then reused last-freed first; regression: the free list once overflowed
- * when more than 64 registers were live. */
+ * then reused last-freed first; the free list holds more than 64 live
+ * registers without overflowing. */
 START_TEST(test_many_registers)
 {
     disco_session_t *s = open_n(2);

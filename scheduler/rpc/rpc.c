@@ -36,7 +36,7 @@ disco_status_t disco_rpc_call(disco_rpc_t *s, disco_rpc_handle_t f, const disco_
 
 /* Whether bytes [offset, offset + nbytes) can be named on the wire (an
  * int64 offset) without wrapping: a client sends each chunk's offset as
- * offset + done, which used to wrap to the start of the allocation. */
+ * offset + done, which must never wrap to the start of the allocation. */
 static disco_status_t range_ok(uint64_t offset, uint64_t nbytes)
 {
     if (offset > INT64_MAX || nbytes > INT64_MAX - offset)
@@ -153,7 +153,7 @@ static bool is_remote_of(const disco_rpc_t *s, const DLTensor *t)
 disco_status_t disco_rpc_tensor_alloc(disco_rpc_t *s, DLDevice dev, int64_t *shape, int ndim,
                                       DLDataType dtype, DLTensor *t_out)
 {
-    size_t nbytes; /* checked: an overflowing shape used to wrap to a few bytes */
+    size_t nbytes; /* checked: an overflowing shape must not wrap to a few bytes */
     disco_status_t st = disco_shape_nbytes(shape, ndim, dtype, &nbytes);
     if (st != DISCO_OK)
         return st;

@@ -18,7 +18,7 @@
 
 static disco_status_t controller_check(void *p)
 {
-    return disco__procs_check(p);
+    return disco__session_check(p);
 }
 
 static disco_status_t check_config(const disco_session_config_t *c)
@@ -31,8 +31,8 @@ static disco_status_t check_config(const disco_session_config_t *c)
     if (c->transport != DISCO_TRANSPORT_RING && c->transport != DISCO_TRANSPORT_PIPE)
         return disco_set_error(DISCO_E_INVAL, "transport %d is unknown", (int)c->transport);
     /* Sizes: each field's range, so that no rounding or sum made from it
-     * can wrap (a max_msg of 0xFFFFFFFF rounded up to 0 and the first call
-     * overran the frame buffer). */
+     * can wrap (a max_msg of 0xFFFFFFFF would round up to 0 and the first
+     * call overrun the frame buffer; test_bounds). */
     if (c->max_msg != 0 && (c->max_msg < DISCO_CTL_MIN_MSG || c->max_msg > DISCO_CTL_MAX_MSG))
         return disco_set_error(DISCO_E_INVAL, "cfg.max_msg %u: must be %u..%u (0: %u)", c->max_msg,
                                DISCO_CTL_MIN_MSG, DISCO_CTL_MAX_MSG, DEFAULT_MAX_MSG);
@@ -155,13 +155,8 @@ static void free_session(struct disco_session *s)
     free(s->reply_rings);
     free(s->cmd_fd);
     free(s->reply_fd);
-    free(s->pid);
-    free(s->pidfd);
-    free(s->wstatus);
-    free(s->reaped);
-    free(s->free_regs);
-    free(s->reg_func);
-    free(s->reg_live);
+    disco__procs_fini(&s->procs);
+    disco__regs_fini(&s->regs);
     free(s->buf);
     free(s->reply);
     free(s);
@@ -190,25 +185,21 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         return st;
     }
     pick_spin(&s->cfg, s->plan);
-    s->next_reg = 1;
+    s->regs.next = 1;
     s->seg.fd = -1;
     size_t n = (size_t)s->world;
     s->reply_rings = calloc(n, sizeof *s->reply_rings);
     s->cmd_fd = malloc(n * sizeof *s->cmd_fd);
     s->reply_fd = malloc(n * sizeof *s->reply_fd);
-    s->pid = calloc(n, sizeof *s->pid);
-    s->pidfd = malloc(n * sizeof *s->pidfd);
-    s->wstatus = calloc(n, sizeof *s->wstatus);
-    s->reaped = calloc(n, sizeof *s->reaped);
     s->buf = aligned_alloc(8, ((size_t)s->cfg.max_msg + 7u) & ~(size_t)7u);
     s->reply = aligned_alloc(8, DISCO_REPLY_MAX);
-    if (!s->reply_rings || !s->cmd_fd || !s->reply_fd || !s->pid || !s->pidfd || !s->wstatus ||
-        !s->reaped || !s->buf || !s->reply) {
+    if (!s->reply_rings || !s->cmd_fd || !s->reply_fd || !s->buf || !s->reply ||
+        disco__procs_init(&s->procs, s->world) != DISCO_OK) {
         free_session(s);
         return disco_set_error(DISCO_E_NOMEM, "session of %d workers", s->world);
     }
     for (size_t i = 0; i < n; i++)
-        s->cmd_fd[i] = s->reply_fd[i] = s->pidfd[i] = -1;
+        s->cmd_fd[i] = s->reply_fd[i] = -1;
     if ((st = make_segment(s)) != DISCO_OK) {
         free_session(s);
         return st;
@@ -230,7 +221,7 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off),
         &s->w0_wait);
     s->w0.ngroups = (uint32_t)s->cfg.num_groups;
-    s->w0.abandon = disco__procs_abandon;
+    s->w0.abandon = disco__session_abandon;
     s->w0.abandon_ctx = s;
     /* Worker 0 has no trace ring (disco__worker_init leaves w0.trace NULL):
      * it runs inline in issue(), whose record of each command (enqueue,
@@ -238,7 +229,7 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
     /* The controller's thread is worker 0: whenever the plan binds it,
      * bind it, or the kernel is free to put it on worker 1's CPU, where
      * each waits for the other to be descheduled (2 workers on 2 cores:
-     * a no-op call + sync had a median of 0.3 us either way, but a p99 of
+     * a no-op call + sync has a median of 0.3 us either way, but a p99 of
      * 9-10 us floating against 0.6-1.0 us bound). Its placement is saved
      * first and given back at close: a library must not leave its caller's
      * thread pinned. Nor is it moved out of a set it was confined to
@@ -257,12 +248,21 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
                     disco_last_error());
         disco__bind_restore(&s->ctl_saved);
     }
-    if ((st = disco__procs_start(s)) != DISCO_OK) {
+    struct disco__procs_launch how = {.launch = s->cfg.launch,
+                                      .worker_path = s->cfg.worker_path,
+                                      .seg = &s->seg,
+                                      .pipes = s->chan.kind == DISCO_TRANSPORT_PIPE,
+                                      .cmd_fd = s->cmd_fd,
+                                      .reply_fd = s->reply_fd};
+    if ((st = disco__procs_start(&s->procs, &how)) != DISCO_OK) {
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());
         free_session(s);
         return disco_set_error(st, "%s", why);
     }
+    for (int i = 1; i < s->world; i++)
+        if (s->chan.kind == DISCO_TRANSPORT_RING)
+            disco_ring_set_reader_pid(&s->chan.cmd, (uint32_t)(i - 1), s->procs.pid[i]);
     *sess_out = s;
     return DISCO_OK;
 }
@@ -282,7 +282,7 @@ disco_status_t disco_session_shutdown(disco_session_t *s)
             disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, &s->wait, NULL) == DISCO_OK)
             grace = 2000;
     }
-    disco__procs_stop(s, grace);
+    disco__procs_stop(&s->procs, grace);
     s->state = DISCO_E_SHUTDOWN;
     atomic_store_explicit(&s->ctl->broken, DISCO_E_SHUTDOWN, memory_order_release);
     return DISCO_OK;
@@ -293,6 +293,11 @@ void disco_session_close(disco_session_t *s)
     if (s == NULL)
         return;
     disco_session_shutdown(s);
-    disco__trace_write_env(s);
+    disco__trace_write_env(&s->trace, s->world, s->seq, s->state == DISCO_OK);
     free_session(s);
+}
+
+disco_status_t disco_session_trace(disco_session_t *s, disco_trace_t **out)
+{
+    return disco__trace_snapshot(&s->trace, s->world, s->seq, s->state == DISCO_OK, out);
 }

@@ -1,5 +1,6 @@
 /* session_impl.h - the controller's view of a session (internal; shared by
- * session.c and lifecycle.c). */
+ * the files of scheduler/session/). The session owns its process table
+ * (procs.h) and register table (regs.h); neither knows the session. */
 #ifndef DISCO_SCHEDULER_SESSION_IMPL_H
 #define DISCO_SCHEDULER_SESSION_IMPL_H
 
@@ -13,6 +14,8 @@
 #include "workers/core/worker.h"
 #include "disco/segment.h"
 #include "disco/session.h"
+#include "scheduler/session/procs.h"
+#include "scheduler/session/regs.h"
 #include "scheduler/trace/trace_impl.h"
 
 struct disco_session {
@@ -30,19 +33,8 @@ struct disco_session {
     struct disco__bind_saved ctl_saved; /* the controller thread's placement before open bound it */
     struct disco__ctrace trace;         /* rec NULL: tracing off */
 
-    /* workers 1..world-1 */
-    pid_t *pid;
-    int *pidfd;
-    int *wstatus; /* raw wait status once reaped */
-    bool *reaped;
-
-    /* registers: ids 1.., freed ids reused last-in first-out */
-    uint64_t next_reg;
-    uint64_t *free_regs;
-    size_t nfree;                        /* free_regs has reg_cap entries */
-    const struct disco__func **reg_func; /* [reg_cap]: function held, or NULL */
-    bool *reg_live;
-    uint64_t reg_cap;
+    struct disco__procs procs; /* workers 1..world-1 */
+    struct disco__regs regs;
 
     uint64_t seq;
     int64_t token;
@@ -57,27 +49,45 @@ struct disco_session {
     disco_wait_t w0_wait; /* worker 0's waits inside collectives */
 };
 
-/** Starts workers 1..world-1 (fork or spawn). On failure kills and reaps any
- *  already started. */
-disco_status_t disco__procs_start(struct disco_session *s);
-
 /** Polls the workers without blocking; on a death, breaks the session and
- *  returns DISCO_E_WORKER_DIED naming the worker and its signal or code. */
-disco_status_t disco__procs_check(struct disco_session *s);
+ *  returns DISCO_E_WORKER_DIED naming the worker, its signal or code, and its
+ *  last words (its error box), if any. */
+disco_status_t disco__session_check(struct disco_session *s);
+
+/** Kills worker i (SIGKILL), reaps it, and marks it dead to the command
+ *  channel so that no broadcast waits for it. The session is not broken. */
+void disco__session_kill(struct disco_session *s, int i);
 
 /** Worker 0's abandon hook (worker.h; s is the session): kills and reaps
  *  the late members of a collective it gave up, then breaks the session
  *  (DISCO_E_TIMEOUT naming them for a deadline; else st, unless a cause,
  *  such as a death, came first). Returns the session's break status. */
-disco_status_t disco__procs_abandon(void *s, disco_status_t st, const int *late, int nlate,
-                                    const char *what);
+disco_status_t disco__session_abandon(void *s, disco_status_t st, const int *late, int nlate,
+                                      const char *what);
 
-/** Kills worker i (SIGKILL) and reaps it. */
-void disco__procs_kill(struct disco_session *s, int i);
+/** Returns DISCO_OK if the session takes calls, else DISCO_E_SHUTDOWN or
+ *  DISCO_E_BROKEN naming the cause. */
+disco_status_t disco__session_usable(struct disco_session *s);
 
-/** Waits up to grace_ms for every worker to exit, then kills the rest, and
- *  reaps them all; closes the pidfds. */
-void disco__procs_stop(struct disco_session *s, int grace_ms);
+/** Every public call returns through here: an error met while the session
+ *  looks healthy is first set against the workers (a death is what the
+ *  caller sees), and the first error after a break is its cause. Returns
+ *  the status the caller gets. */
+disco_status_t disco__session_tell(struct disco_session *s, disco_status_t st);
+
+/** disco_session_get_func without disco__session_tell (for the tensor
+ *  calls in session_tensor.c). Returns as disco_session_get_func. */
+disco_status_t disco__session_get_func(struct disco_session *s, const char *name,
+                                       disco_dref_t *func_out);
+
+/** disco_session_call without disco__session_tell. Returns as
+ *  disco_session_call. */
+disco_status_t disco__session_call(struct disco_session *s, disco_dref_t func,
+                                   const disco_value_t *args, int nargs, disco_dref_t *result_out);
+
+/** disco_session_free without disco__session_tell. Returns as
+ *  disco_session_free. */
+disco_status_t disco__session_free_reg(struct disco_session *s, disco_dref_t reg);
 
 /** Marks the session broken with status and a message; the first cause wins.
  *  Wakes every waiter so workers see it. Returns status. */

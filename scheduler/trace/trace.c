@@ -1,12 +1,15 @@
 /* trace.c - the controller's trace records and snapshots of a session's
- * trace (see disco/trace.h, trace_impl.h and workers/core/trace_ring.h). */
+ * trace (see disco/trace.h, trace_impl.h and workers/core/trace_ring.h).
+ * It knows the session only by what the session passes in. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "disco/trace.h"
 #include "disco/wait.h"
-#include "scheduler/session/session_impl.h"
+#include "workers/core/worker.h"
+#include "scheduler/trace/trace_data.h"
+#include "scheduler/trace/trace_impl.h"
 
 int disco__trace_open(struct disco__ctrace *t, struct disco__trace_ring *rings)
 {
@@ -45,16 +48,17 @@ static double to_us(const struct disco__ctrace *t, double scale, uint64_t ticks)
     return (double)(int64_t)(ticks - t->t0) * scale / 1000.0;
 }
 
-static void set_name(char *dst, const char *src)
+/* A record's name: the called function's, or the command's own. */
+static void set_name(char *dst, const struct disco__ctl_rec *c, uint32_t code)
 {
+    const char *src = c != NULL && c->name != NULL ? c->name : disco__cmd_name(code);
     snprintf(dst, DISCO_TRACE_NAME_MAX, "%s", src != NULL ? src : "?");
 }
 
 /* Copies worker w's ring (protocol in trace_ring.h) into slices. */
-static size_t copy_ring(const struct disco_session *s, int w, double scale,
+static size_t copy_ring(const struct disco__ctrace *t, int w, double scale,
                         disco_trace_slice_t *out, uint64_t *dropped)
 {
-    const struct disco__ctrace *t = &s->trace;
     struct disco__trace_ring *r = &t->rings[w - 1];
     /* T2: acquire, pairs with T1: records below head are complete. */
     uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
@@ -83,7 +87,7 @@ static size_t copy_ring(const struct disco_session *s, int w, double scale,
          * tighter bound on its start. */
         if (sl->start_us < sl->enqueue_us)
             sl->start_us = sl->enqueue_us;
-        set_name(sl->name, known ? c->name : disco__cmd_name(sl->cmd));
+        set_name(sl->name, known ? c : NULL, sl->cmd);
         n++;
     }
     /* Relaxed: after T3, a reuse the copy saw has its claim visible here. */
@@ -124,33 +128,27 @@ static uint64_t last_recorded(const struct disco__trace_ring *r)
 /* Gives workers up to 10 ms to record every command issued so far (a worker
  * stamps a command's end after replying, and the others may still be
  * catching up with the ring). */
-static void settle(const struct disco_session *s)
+static void settle(const struct disco__ctrace *t, int world, uint64_t last_seq)
 {
     int64_t end = disco_now_ns() + 10000000;
-    for (int w = 1; w < s->world; w++)
-        while (last_recorded(&s->trace.rings[w - 1]) < s->seq && disco_now_ns() < end &&
-               s->state == DISCO_OK)
+    for (int w = 1; w < world; w++)
+        while (last_recorded(&t->rings[w - 1]) < last_seq && disco_now_ns() < end)
             sched_yield();
 }
 
-disco_status_t disco_session_trace(disco_session_t *s, disco_trace_t **out)
+disco_status_t disco__trace_snapshot(const struct disco__ctrace *t, int world, uint64_t last_seq,
+                                     bool healthy, disco_trace_t **out)
 {
-    if (s->trace.rec == NULL)
+    if (t->rec == NULL)
         return disco_set_error(DISCO_E_INVAL, "tracing is off for this session (trace_off)");
-    const struct disco__ctrace *t = &s->trace;
-    settle(s);
+    if (healthy)
+        settle(t, world, last_seq);
     double scale = ns_per_tick(t);
-    disco_trace_t *tr = calloc(1, sizeof *tr);
-    if (tr != NULL) {
-        tr->slices = malloc((size_t)s->world * DISCO_TRACE_CAP * sizeof *tr->slices);
-        tr->cmds = malloc(DISCO_TRACE_CAP * sizeof *tr->cmds);
-    }
-    if (tr == NULL || tr->slices == NULL || tr->cmds == NULL) {
-        disco_trace_free(tr);
-        return disco_set_error(DISCO_E_NOMEM, "trace of %d workers", s->world);
-    }
-    tr->world = s->world;
-    uint64_t last = s->seq, first = last >= DISCO_TRACE_CAP ? last - DISCO_TRACE_CAP + 1 : 1;
+    disco_trace_t *tr = disco__trace_alloc((size_t)world * DISCO_TRACE_CAP, DISCO_TRACE_CAP);
+    if (tr == NULL)
+        return disco_set_error(DISCO_E_NOMEM, "trace of %d workers", world);
+    tr->world = world;
+    uint64_t last = last_seq, first = last >= DISCO_TRACE_CAP ? last - DISCO_TRACE_CAP + 1 : 1;
     for (uint64_t q = first; q <= last; q++) {
         const struct disco__ctl_rec *c = &t->rec[q % DISCO_TRACE_CAP];
         if (c->seq != q)
@@ -158,35 +156,27 @@ disco_status_t disco_session_trace(disco_session_t *s, disco_trace_t **out)
         disco_trace_cmd_t *d = &tr->cmds[tr->ncmds++];
         d->seq = q;
         d->cmd = c->code;
-        set_name(d->name, c->name);
+        set_name(d->name, c, c->code);
         d->enqueue_us = to_us(t, scale, c->t_enq);
         d->issued_us = c->t_issued ? to_us(t, scale, c->t_issued) : d->enqueue_us;
         d->reply_us = c->t_reply ? to_us(t, scale, c->t_reply) : -1.0;
         if (c->t_issued != 0) /* worker 0's slices come first */
             w0_slice(d, &tr->slices[tr->nslices++]);
     }
-    for (int w = 1; w < s->world; w++)
-        tr->nslices += copy_ring(s, w, scale, tr->slices + tr->nslices, &tr->dropped);
+    for (int w = 1; w < world; w++)
+        tr->nslices += copy_ring(t, w, scale, tr->slices + tr->nslices, &tr->dropped);
     *out = tr;
     return DISCO_OK;
 }
 
-void disco_trace_free(disco_trace_t *tr)
-{
-    if (tr == NULL)
-        return;
-    free(tr->slices);
-    free(tr->cmds);
-    free(tr);
-}
-
-void disco__trace_write_env(struct disco_session *s)
+void disco__trace_write_env(const struct disco__ctrace *t, int world, uint64_t last_seq,
+                            bool healthy)
 {
     const char *path = getenv("DISCO_TRACE");
-    if (path == NULL || path[0] == '\0' || s->trace.rec == NULL)
+    if (path == NULL || path[0] == '\0' || t->rec == NULL)
         return;
     disco_trace_t *tr;
-    if (disco_session_trace(s, &tr) != DISCO_OK)
+    if (disco__trace_snapshot(t, world, last_seq, healthy, &tr) != DISCO_OK)
         return;
     FILE *f = fopen(path, "we"); /* close-on-exec: a fork elsewhere must not hold it */
     if (f == NULL || disco_trace_write_json(tr, f) != DISCO_OK)

@@ -1,29 +1,37 @@
 /* trace_impl.h - the controller's side of tracing (internal; see
  * disco/trace.h and workers/core/trace_ring.h). The controller keeps one record
  * per command, indexed by sequence number modulo DISCO_TRACE_CAP, in
- * process memory; only the controller's thread touches it. */
+ * process memory; only the controller's thread touches it.
+ *
+ * A session stamps each command with two calls, both static inline and
+ * free when tracing is off: disco__trace_cmd_issued once the command is
+ * broadcast and worker 0 has run it, disco__trace_cmd_replied when a
+ * worker's reply is in. The enqueue and reply times themselves are read
+ * inside the broadcast and the wait (disco__trace_slot), where the clock
+ * read overlaps a store's wait for its cache line. */
 #ifndef DISCO_SCHEDULER_TRACE_IMPL_H
 #define DISCO_SCHEDULER_TRACE_IMPL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
+#include "disco/trace.h"
 #include "workers/core/trace_ring.h"
 
 struct disco__ctl_rec {
     uint64_t seq;
     uint32_t code;
-    const char *name; /* a registered function's name (lives as long as the process) */
+    const char *name; /* a called function's name (lives as long as the process); NULL: the
+                         command's own name (disco__cmd_name) */
     uint64_t t_enq, t_issued, t_reply; /* ticks; t_reply 0: none */
 };
 
 struct disco__ctrace {
-    struct disco__ctl_rec *rec;      /* [DISCO_TRACE_CAP] */
+    struct disco__ctl_rec *rec;      /* [DISCO_TRACE_CAP]; NULL: tracing off */
     struct disco__trace_ring *rings; /* [world - 1]: workers 1.., in the control segment */
     uint64_t t0;                     /* ticks at open */
     int64_t ns0;                     /* CLOCK_MONOTONIC at open */
 };
-
-struct disco_session;
 
 /** Sets up tracing for a session whose segment has the rings formatted.
  *  Returns DISCO_OK, DISCO_E_NOMEM. */
@@ -32,16 +40,46 @@ int disco__trace_open(struct disco__ctrace *t, struct disco__trace_ring *rings);
 /** Frees the controller's records. */
 void disco__trace_close(struct disco__ctrace *t);
 
-/** Writes the trace to $DISCO_TRACE, if set (at close). */
-void disco__trace_write_env(struct disco_session *s);
+/** Snapshots the trace of a session of world workers whose last command
+ *  was last_seq into *out (free with disco_trace_free). Gives the workers
+ *  up to 10 ms to record the commands issued so far, unless the session is
+ *  not healthy. Returns DISCO_OK, DISCO_E_INVAL (tracing off),
+ *  DISCO_E_NOMEM. */
+disco_status_t disco__trace_snapshot(const struct disco__ctrace *t, int world, uint64_t last_seq,
+                                     bool healthy, disco_trace_t **out);
 
-static inline struct disco__ctl_rec *disco__trace_enqueue(struct disco__ctrace *t, uint64_t seq,
-                                                          uint32_t code, uint64_t t_enq,
-                                                          const char *name)
+/** Writes the trace (as disco__trace_snapshot) to $DISCO_TRACE, if set and
+ *  tracing is on; says on stderr if it cannot. */
+void disco__trace_write_env(const struct disco__ctrace *t, int world, uint64_t last_seq,
+                            bool healthy);
+
+/** Where the broadcast or the reply wait stores its stamp: slot with
+ *  tracing on, NULL (no clock read) with it off. */
+static inline uint64_t *disco__trace_slot(const struct disco__ctrace *t, uint64_t *slot)
 {
-    struct disco__ctl_rec *r = &t->rec[seq % DISCO_TRACE_CAP];
-    *r = (struct disco__ctl_rec){.seq = seq, .code = code, .name = name, .t_enq = t_enq};
-    return r;
+    return t->rec != NULL ? slot : NULL;
+}
+
+/** Stamps command seq as issued now: broadcast at t_enq (ticks) and run by
+ *  worker 0, inline, since. name: the called function's, or NULL. The
+ *  record is written after the broadcast, since its stores (a fresh line
+ *  every command or so) would otherwise sit before the broadcast's fence
+ *  and delay the command. */
+static inline void disco__trace_cmd_issued(struct disco__ctrace *t, uint64_t seq, uint32_t code,
+                                           const char *name, uint64_t t_enq)
+{
+    if (t->rec == NULL)
+        return;
+    t->rec[seq % DISCO_TRACE_CAP] = (struct disco__ctl_rec){
+        .seq = seq, .code = code, .name = name, .t_enq = t_enq, .t_issued = disco__ticks()};
+}
+
+/** Stamps the reply to command seq: at found (ticks the wait found it), or
+ *  now where found is 0 (worker 0's reply, there all along). */
+static inline void disco__trace_cmd_replied(struct disco__ctrace *t, uint64_t seq, uint64_t found)
+{
+    if (t->rec != NULL)
+        t->rec[seq % DISCO_TRACE_CAP].t_reply = found != 0 ? found : disco__ticks();
 }
 
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "disco/trace.h"
+#include "scheduler/trace/trace_data.h"
 
 static int add(json_t *arr, json_t *ev)
 {
@@ -146,16 +147,10 @@ disco_status_t disco_trace_load_json(const char *path, disco_trace_t **out)
                              "%s: not a disco trace (no traceEvents or "
                              "otherData.workers)",
                              path);
-    disco_trace_t *t = st == DISCO_OK ? calloc(1, sizeof *t) : NULL;
     size_t n = json_array_size(events);
-    if (st == DISCO_OK) {
-        if (t != NULL) {
-            t->slices = calloc(n ? n : 1, sizeof *t->slices);
-            t->cmds = calloc(n ? n : 1, sizeof *t->cmds);
-        }
-        if (t == NULL || t->slices == NULL || t->cmds == NULL)
-            st = disco_set_error(DISCO_E_NOMEM, "trace of %zu events", n);
-    }
+    disco_trace_t *t = st == DISCO_OK ? disco__trace_alloc(n, n) : NULL;
+    if (st == DISCO_OK && t == NULL)
+        st = disco_set_error(DISCO_E_NOMEM, "trace of %zu events", n);
     if (t != NULL)
         t->world = world;
     for (size_t i = 0; i < n && st == DISCO_OK; i++)

@@ -1,0 +1,67 @@
+/* regs.h - a session's register table (internal): which register ids are
+ * live on the controller's side and which function each holds. Ids run
+ * from 1; freed ids are reused last-in first-out. Only the session's
+ * thread uses it. The lookups are on every call's path, so they are
+ * static inline; growing the table is out of line (regs.c). */
+#ifndef DISCO_SCHEDULER_REGS_H
+#define DISCO_SCHEDULER_REGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "disco/status.h"
+
+struct disco__func;
+
+struct disco__regs {
+    uint64_t next;  /* the next never-issued id (starts at 1) */
+    uint64_t *free; /* [cap]: freed ids */
+    size_t nfree;
+    const struct disco__func **func; /* [cap]: function held, or NULL */
+    bool *live;                      /* [cap] */
+    uint64_t cap;
+};
+
+/** Doubles the table so that every id ever issued fits in the free list
+ *  and the tables (freeing then never needs memory). Returns DISCO_OK,
+ *  DISCO_E_NOMEM (the table is unchanged, still valid). */
+disco_status_t disco__regs_grow(struct disco__regs *t);
+
+/** Sets and returns DISCO_E_BAD_REG: r is not a live register. */
+disco_status_t disco__regs_bad(uint64_t r);
+
+/** Frees the table's memory. */
+void disco__regs_fini(struct disco__regs *t);
+
+/** Takes a free id into *reg_out, marks it live and holding no function.
+ *  Returns DISCO_OK, DISCO_E_NOMEM. */
+static inline disco_status_t disco__regs_alloc(struct disco__regs *t, uint64_t *reg_out)
+{
+    if (t->nfree == 0 && t->next >= t->cap) {
+        disco_status_t st = disco__regs_grow(t);
+        if (st != DISCO_OK)
+            return st;
+    }
+    uint64_t r = t->nfree != 0 ? t->free[--t->nfree] : t->next++;
+    t->live[r] = true;
+    t->func[r] = NULL;
+    *reg_out = r;
+    return DISCO_OK;
+}
+
+/** Returns live id r to the free list. */
+static inline void disco__regs_release(struct disco__regs *t, uint64_t r)
+{
+    t->live[r] = false;
+    t->func[r] = NULL;
+    t->free[t->nfree++] = r; /* room: cap > every id issued */
+}
+
+/** Whether r is a live register. */
+static inline bool disco__regs_ok(const struct disco__regs *t, uint64_t r)
+{
+    return r != 0 && r < t->cap && t->live[r];
+}
+
+#endif

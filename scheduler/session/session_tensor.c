@@ -1,0 +1,169 @@
+/* session_tensor.c - the session's tensor calls (see disco/tensor.h):
+ * copies between host memory and worker 0, and empty tensors on every
+ * worker. They build on the command path of session.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "shm/text.h"
+#include "workers/data/tensor_impl.h"
+#include "disco/dtype.h"
+#include "scheduler/session/session_impl.h"
+
+static disco_status_t check_host(const DLTensor *t, const char *what)
+{
+    if (t == NULL || t->device.device_type != kDLCPU)
+        return disco_set_error(DISCO_E_INVAL, "%s: host tensor must be in CPU memory", what);
+    size_t nbytes; /* the size first: a compactness check multiplies the shape too */
+    disco_status_t st = disco_shape_nbytes(t->shape, t->ndim, t->dtype, &nbytes);
+    if (st != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        return disco_set_error(st, "%s: %s", what, why);
+    }
+    if (!disco_tensor_is_compact(t))
+        return disco_set_error(DISCO_E_INVAL, "%s: host tensor must be compact", what);
+    return DISCO_OK;
+}
+
+static disco_status_t api_copy_to_worker0(disco_session_t *s, const DLTensor *host,
+                                          disco_dref_t *reg_out)
+{
+    disco_status_t st = disco__session_usable(s);
+    if (st != DISCO_OK || (st = check_host(host, "copy to worker 0")) != DISCO_OK)
+        return st;
+    DLTensor *t;
+    if ((st = disco__tensor_new(&s->heap, 0, host->shape, host->ndim, host->dtype, &t)) != DISCO_OK)
+        return st;
+    memcpy(t->data, (const char *)host->data + host->byte_offset, disco_tensor_nbytes(t));
+    /* The other workers' copy of a fresh register is already null (new ids
+     * are, and freeing clears them), so no command needs to go out. */
+    uint64_t reg;
+    disco_value_t v = disco_tensor_value(t);
+    if ((st = disco__regs_alloc(&s->regs, &reg)) == DISCO_OK &&
+        (st = disco__worker_set_reg(&s->w0, reg, &v)) != DISCO_OK)
+        disco__regs_release(&s->regs, reg);
+    disco__tensor_release(t);
+    if (st == DISCO_OK)
+        *reg_out = reg;
+    return st;
+}
+
+static disco_status_t api_copy_from_worker0(disco_session_t *s, disco_dref_t reg, DLTensor *host)
+{
+    disco_status_t st = disco__session_usable(s);
+    if (st != DISCO_OK || (st = check_host(host, "copy from worker 0")) != DISCO_OK)
+        return st;
+    if (!disco__regs_ok(&s->regs, reg))
+        return disco__regs_bad(reg);
+    const disco_value_t *v = disco__worker_get_reg(&s->w0, reg);
+    if (v == NULL || v->type != DISCO_T_TENSOR)
+        return disco_set_error(DISCO_E_BAD_TYPE, "register %llu on worker 0 holds %s, not a tensor",
+                               (unsigned long long)reg, disco_type_name(v ? v->type : 0));
+    const DLTensor *t = v->v.tensor;
+    if (!disco_tensor_same_layout(t, host)) {
+        char a[32], b[32];
+        return disco_set_error(DISCO_E_MISMATCH,
+                               "copy from worker 0: register holds %s with %d dims (%lld...), host "
+                               "tensor is %s with %d dims (%lld...)",
+                               disco_dtype_str(t->dtype, a, sizeof a), t->ndim,
+                               t->ndim ? (long long)t->shape[0] : 0LL,
+                               disco_dtype_str(host->dtype, b, sizeof b), host->ndim,
+                               host->ndim ? (long long)host->shape[0] : 0LL);
+    }
+    memcpy((char *)host->data + host->byte_offset, t->data, disco_tensor_nbytes(t));
+    return DISCO_OK;
+}
+
+/* Refuses, before anything is sent, count tensors of nbytes that the heap
+ * could never hold at once (each worker's tensor is a block of the one
+ * shared heap). */
+static disco_status_t fits_heap(const struct disco_session *s, size_t nbytes, int count)
+{
+    uint64_t cap = s->heap.arena_end - s->heap.arena_off;
+    /* No overflow: nbytes <= DISCO_TENSOR_MAX_BYTES (2^62). */
+    uint64_t one =
+        DISCO_HEAP_BLOCK_HDR + DISCO_TENSOR_BLOCK_HDR + ((uint64_t)nbytes + 63) / 64 * 64;
+    uint64_t all;
+    if (!__builtin_mul_overflow(one, (uint64_t)count, &all) && all <= cap)
+        return DISCO_OK;
+    return disco_set_error(DISCO_E_HEAP_EXHAUSTED,
+                           "disco.empty: %d tensor%s of %zu bytes (one per worker, %llu bytes "
+                           "with headers) cannot fit in the shared heap of %llu bytes "
+                           "(heap_bytes)",
+                           count, count == 1 ? "" : "s", nbytes, (unsigned long long)one,
+                           (unsigned long long)cap);
+}
+
+/* Worker 0 ran the call in register reg inline, so its failure is known
+ * now: it is taken from worker 0's mailbox (where it is this call's, by its
+ * sequence number) and returned, and the register is freed. Other workers'
+ * failures stay for the next sync. */
+static disco_status_t w0_outcome(struct disco_session *s, disco_dref_t reg)
+{
+    const disco_value_t *v = disco__worker_get_reg(&s->w0, reg);
+    if (v != NULL && v->type == DISCO_T_TENSOR)
+        return DISCO_OK;
+    struct disco__errbox *b = &s->errbox[0];
+    char msg[DISCO_ERR_MSG_MAX];
+    disco_status_t st = DISCO_E_REMOTE;
+    /* Acquire: pairs with the release of full in disco__worker_post_error
+     * (written by this very thread, as worker 0; kept for the pairing). */
+    if (atomic_load_explicit(&b->full, memory_order_acquire) && b->seq == s->seq) {
+        disco__text_safe(msg, sizeof msg, b->msg, sizeof b->msg);
+        if (disco__status_is_error(b->code))
+            st = (disco_status_t)b->code;
+        /* Release: our reads of the box are done before it is reused. */
+        atomic_store_explicit(&b->full, 0, memory_order_release);
+    } else {
+        snprintf(msg, sizeof msg,
+                 "made no tensor (its error came after an earlier one, which the next sync "
+                 "reports)");
+    }
+    (void)disco__session_free_reg(s, reg);
+    return disco_set_error(st, "worker 0: disco.empty: %s", msg);
+}
+
+static disco_status_t api_empty(disco_session_t *s, const int64_t *shape, int ndim,
+                                DLDataType dtype, bool worker0_only, disco_dref_t *reg_out)
+{
+    /* Every size is checked here, before a command goes out, so that an
+     * overflowing shape never wraps to a few bytes (test_bounds). */
+    size_t nbytes;
+    disco_status_t st = disco_shape_nbytes(shape, ndim, dtype, &nbytes);
+    if (st != DISCO_OK || (st = disco__session_usable(s)) != DISCO_OK ||
+        (st = fits_heap(s, nbytes, worker0_only ? 1 : s->world)) != DISCO_OK)
+        return st;
+    disco_value_t args[4] = {disco_shape(shape, (uint32_t)ndim), disco_dtype(dtype),
+                             disco_device((DLDevice){kDLCPU, 0}), disco_bool(worker0_only)};
+    disco_dref_t f, reg;
+    if ((st = disco__session_get_func(s, "disco.empty", &f)) != DISCO_OK)
+        return st;
+    st = disco__session_call(s, f, args, 4, &reg);
+    if (st == DISCO_OK)
+        st = w0_outcome(s, reg);
+    disco_status_t fst = disco__session_free_reg(s, f);
+    if (st == DISCO_OK && fst != DISCO_OK) {
+        (void)disco__session_free_reg(s, reg);
+        st = fst;
+    }
+    if (st == DISCO_OK)
+        *reg_out = reg;
+    return st;
+}
+
+disco_status_t disco_session_copy_to_worker0(disco_session_t *s, const DLTensor *host,
+                                             disco_dref_t *reg_out)
+{
+    return disco__session_tell(s, api_copy_to_worker0(s, host, reg_out));
+}
+
+disco_status_t disco_session_copy_from_worker0(disco_session_t *s, disco_dref_t reg, DLTensor *host)
+{
+    return disco__session_tell(s, api_copy_from_worker0(s, reg, host));
+}
+
+disco_status_t disco_session_empty(disco_session_t *s, const int64_t *shape, int ndim,
+                                   DLDataType dtype, bool worker0_only, disco_dref_t *reg_out)
+{
+    return disco__session_tell(s, api_empty(s, shape, ndim, dtype, worker0_only, reg_out));
+}
