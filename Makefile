@@ -137,10 +137,13 @@ $(CXX_API): tests/cxx_api.cpp $(wildcard include/disco/*.h) $(BUILD)/libdisco.a 
 	$(CXX) -std=c++17 -Wall -Wextra -Werror -D_GNU_SOURCE -I. -Iinclude $(SANFLAGS) $(PKG_CFLAGS) \
 	    $(LDFLAGS) -o $@ $< $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
 
-# Each test runs in its own process (CK_FORK=yes). Afterwards nothing of
-# ours may remain in /dev/shm (disco never names segments there).
+# Each test runs in its own process (CK_FORK=yes). tests/arrows.py checks
+# the layout on the built objects: no circles between files, no arrow up
+# the layers (shm <- workers <- scheduler), no ../ includes. Afterwards
+# nothing of ours may remain in /dev/shm (disco never names segments there).
 test: $(TEST_BIN) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API)
 	CK_FORK=yes $(TEST_BIN)
+	$(PYTHON) tests/arrows.py $(BUILD)/obj
 	DISCO_QUIET=1 $(CXX_API)
 	$(PYTHON) tests/jsonrpc_test.py $(BUILD)/bin/disco-jsonrpc $(TESTLIB)
 	$(if $(SANITIZE),,sh tests/install_test.sh)

@@ -33,46 +33,14 @@ static unsigned next_bin(const struct disco_heap_shared *sh, unsigned from)
     return NBINS;
 }
 
-/* Links (free-list heads and neighbours, sizes) live in memory every
- * process of the session writes, so one that is not a sound free block's
- * header is never followed: the heap is marked broken instead (every later
- * call fails with DISCO_E_BROKEN) and the operation stops, so that a
- * corrupt or malicious process can break the heap but never make another
- * read or write outside it. */
-static bool free_link_ok(const disco_heap_t *h, uint64_t off)
-{
-    bool ok = off >= h->arena_off && off < h->arena_end && (off - h->arena_off) % HDR == 0 &&
-              header_ok(h, off) && blk(h, off)->tag == TAG_FREE;
-    if (!ok)
-        h->sh->broken = 1;
-    return ok;
-}
-
-void disco__heap_list_push(const disco_heap_t *h, uint64_t off)
-{
-    struct disco_heap_shared *sh = h->sh;
-    struct block *b = blk(h, off);
-    unsigned bin = bin_of(b->size);
-    if (sh->bins[bin] != 0 && !free_link_ok(h, sh->bins[bin]))
-        return;
-    b->prev_free = 0;
-    b->next_free = sh->bins[bin];
-    if (b->next_free != 0)
-        blk(h, b->next_free)->prev_free = off;
-    sh->bins[bin] = off;
-    sh->bitmap[bin / 64u] |= 1ULL << (bin % 64u);
-    sh->free_bytes += b->size;
-    sh->free_blocks++;
-}
-
 /* Unlinks a free block; call before its size changes. */
 static void list_remove(const disco_heap_t *h, uint64_t off)
 {
     struct disco_heap_shared *sh = h->sh;
     struct block *b = blk(h, off);
     unsigned bin = bin_of(b->size);
-    if ((b->prev_free != 0 && !free_link_ok(h, b->prev_free)) ||
-        (b->next_free != 0 && !free_link_ok(h, b->next_free)))
+    if ((b->prev_free != 0 && !disco__heap_link_ok(h, b->prev_free)) ||
+        (b->next_free != 0 && !disco__heap_link_ok(h, b->next_free)))
         return;
     if (b->prev_free != 0)
         blk(h, b->prev_free)->next_free = b->next_free;
@@ -107,7 +75,7 @@ static bool fit_in_bin(const disco_heap_t *h, unsigned bin, uint64_t need, uint6
 {
     uint64_t best = 0, best_lead = 0, best_size = UINT64_MAX;
     for (uint64_t off = h->sh->bins[bin], n = 0; off != 0 && n < limit; n++) {
-        if (!free_link_ok(h, off))
+        if (!disco__heap_link_ok(h, off))
             return false;
         const struct block *b = blk(h, off);
         uint64_t lead = lead_for(h, off, align);
@@ -206,7 +174,7 @@ static uint64_t release(const disco_heap_t *h, uint64_t x)
     sh->live_blocks--;
     uint64_t n = x + b->size; /* b's header was checked: n is in the arena or its end */
     if (n < h->arena_end && blk(h, n)->tag == TAG_FREE) {
-        if (!free_link_ok(h, n))
+        if (!disco__heap_link_ok(h, n))
             return x;
         struct block *nb = blk(h, n);
         list_remove(h, n);
@@ -221,7 +189,7 @@ static uint64_t release(const disco_heap_t *h, uint64_t x)
     }
     if (b->prev_size != 0 && blk(h, x - b->prev_size)->tag == TAG_FREE) {
         uint64_t p = x - b->prev_size;
-        if (!free_link_ok(h, p))
+        if (!disco__heap_link_ok(h, p))
             return x;
         struct block *pb = blk(h, p);
         list_remove(h, p);
@@ -245,7 +213,7 @@ static uint64_t largest_free_block(const disco_heap_t *h)
     for (unsigned b = NBINS; b-- > 0;) {
         if ((h->sh->bitmap[b / 64u] & (1ULL << (b % 64u))) == 0)
             continue;
-        for (uint64_t off = h->sh->bins[b]; off != 0 && free_link_ok(h, off);
+        for (uint64_t off = h->sh->bins[b]; off != 0 && disco__heap_link_ok(h, off);
              off = blk(h, off)->next_free)
             if (blk(h, off)->size > best)
                 best = blk(h, off)->size;

@@ -101,9 +101,39 @@ static inline bool header_ok(const disco_heap_t *h, uint64_t off)
            b->size % HDR == 0 && b->size <= h->arena_end - off;
 }
 
-/** Puts the free block at off on its size class's list and counts it in
- *  the statistics (heap.c). Call under the lock. */
-void disco__heap_list_push(const disco_heap_t *h, uint64_t off);
+/* Links (free-list heads and neighbours, sizes) live in memory every
+ * process of the session writes, so one that is not a sound free block's
+ * header is never followed: the heap is marked broken instead (every later
+ * call fails with DISCO_E_BROKEN) and the operation stops, so that a
+ * corrupt or malicious process can break the heap but never make another
+ * read or write outside it. */
+static inline bool disco__heap_link_ok(const disco_heap_t *h, uint64_t off)
+{
+    bool ok = off >= h->arena_off && off < h->arena_end && (off - h->arena_off) % HDR == 0 &&
+              header_ok(h, off) && blk(h, off)->tag == TAG_FREE;
+    if (!ok)
+        h->sh->broken = 1;
+    return ok;
+}
+
+/* Pushes a free block on its bin's list (heap.c: release, carve, init;
+ * heap_lock.c: rebuilding the lists after a dead holder). */
+static inline void disco__heap_list_push(const disco_heap_t *h, uint64_t off)
+{
+    struct disco_heap_shared *sh = h->sh;
+    struct block *b = blk(h, off);
+    unsigned bin = bin_of(b->size);
+    if (sh->bins[bin] != 0 && !disco__heap_link_ok(h, sh->bins[bin]))
+        return;
+    b->prev_free = 0;
+    b->next_free = sh->bins[bin];
+    if (b->next_free != 0)
+        blk(h, b->next_free)->prev_free = off;
+    sh->bins[bin] = off;
+    sh->bitmap[bin / 64u] |= 1ULL << (bin % 64u);
+    sh->free_bytes += b->size;
+    sh->free_blocks++;
+}
 
 /** Takes the heap's lock (spinning, then parking under the handle's wait),
  *  recovering the metadata first when the previous holder died (heap_lock.c).

@@ -382,7 +382,7 @@ disco_status_t disco_rpc_serve_with(disco_rpc_t *sess, disco_transport_t *t,
     if (st == DISCO_E_SHUTDOWN)
         st = DISCO_OK;
     if (e.own_session)
-        disco_rpc_close(e.s);
+        e.s->ops->close(e.s); /* through the ops table, as every call here */
     free(e.scratch);
     disco__rpc_buf_free(&e.in);
     disco__rpc_buf_free(&e.out);
