@@ -1,7 +1,7 @@
 /* heap.c - shared-memory heap: boundary-tag blocks, segregated free lists,
  * one robust process-shared mutex (see heap.h for the design and the step
  * labels S1/S2, M1/M2, U1/U2, F1). */
-#include "disco/heap.h"
+#include "disco/shm/heap.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "shm/heap_internal.h"
 
 #define HDR       ((uint64_t)DISCO_HEAP_BLOCK_HDR)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "disco/dtype.h"
+#include "workers/value/half.h"
 
 #define OK(call)                                                                                   \
     do {                                                                                           \

@@ -20,7 +20,7 @@
 #include "shm/text.h"
 #include "workers/rpc/rpc_auth.h"
 #include "workers/rpc/rpc_proto.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "scheduler/rpc/rpc_impl.h"
 
 #define WINDOW_PACKETS 64
@@ -154,7 +154,7 @@ static disco_status_t complete_oldest(struct client *c)
     if (c->op_st == DISCO_OK)
         c->op_st = st;
     if (p.last) {
-        disco_value_t none = disco_null();
+        disco_value_t none = disco_value_null();
         disco_status_t op = c->op_st;
         c->op_st = DISCO_OK;
         if (p.done != NULL)
@@ -214,7 +214,7 @@ static disco_status_t request(struct client *c, uint32_t code, const disco_value
 static disco_status_t c_get_func(disco_rpc_t *s, const char *name, disco_rpc_handle_t *out)
 {
     struct client *c = (struct client *)s;
-    disco_value_t a = disco_str(name);
+    disco_value_t a = disco_value_str(name);
     disco_status_t st = request(c, DISCO_RPC_GET_FUNC, &a, 1);
     if (st == DISCO_OK && (c->h.nargs != 1 || c->args[0].type != DISCO_T_FUNC))
         st = die(c, disco_set_error(DISCO_E_PROTOCOL, "get function: no handle in the answer"));
@@ -298,7 +298,7 @@ static disco_status_t c_copy_to_async(disco_rpc_t *s, const void *src, disco_rpc
     uint64_t sent = 0;
     do {
         uint64_t k = n - sent < DISCO_RPC_CHUNK ? n - sent : DISCO_RPC_CHUNK;
-        disco_value_t a[2] = {disco_opaque(dst), disco_int((int64_t)(off + sent))};
+        disco_value_t a[2] = {disco_value_opaque(dst), disco_value_int((int64_t)(off + sent))};
         uint64_t seq;
         disco_status_t st = make_room(c, k + 64);
         if (st == DISCO_OK)
@@ -328,8 +328,8 @@ static disco_status_t c_copy_from_async(disco_rpc_t *s, disco_rpc_handle_t src, 
     uint64_t got = 0;
     do {
         uint64_t k = n - got < DISCO_RPC_CHUNK ? n - got : DISCO_RPC_CHUNK;
-        disco_value_t a[3] = {disco_opaque(src), disco_int((int64_t)(off + got)),
-                              disco_int((int64_t)k)};
+        disco_value_t a[3] = {disco_value_opaque(src), disco_value_int((int64_t)(off + got)),
+                              disco_value_int((int64_t)k)};
         uint64_t seq;
         disco_status_t st = make_room(c, 128);
         if (st == DISCO_OK)
@@ -391,7 +391,8 @@ static disco_status_t c_dev_alloc(disco_rpc_t *s, DLDevice dev, uint64_t n, uint
                                   disco_rpc_handle_t *out)
 {
     struct client *c = (struct client *)s;
-    disco_value_t a[3] = {disco_device(dev), disco_int((int64_t)n), disco_int((int64_t)align)};
+    disco_value_t a[3] = {disco_value_device(dev), disco_value_int((int64_t)n),
+                          disco_value_int((int64_t)align)};
     disco_status_t st = request(c, DISCO_RPC_DEV_ALLOC, a, 3);
     if (st == DISCO_OK && (c->h.nargs != 1 || c->args[0].type != DISCO_T_OPAQUE))
         st = die(c, disco_set_error(DISCO_E_PROTOCOL, "device alloc: no handle in the answer"));
@@ -405,13 +406,13 @@ static disco_status_t c_dev_free(disco_rpc_t *s, DLDevice dev, disco_rpc_handle_
     struct client *c = (struct client *)s;
     if (c->dead != DISCO_OK)
         return DISCO_OK;
-    disco_value_t a[2] = {disco_device(dev), disco_opaque(h)};
+    disco_value_t a[2] = {disco_value_device(dev), disco_value_opaque(h)};
     return request(c, DISCO_RPC_DEV_FREE, a, 2);
 }
 
 static disco_status_t c_sync(disco_rpc_t *s, DLDevice dev)
 {
-    disco_value_t a = disco_device(dev);
+    disco_value_t a = disco_value_device(dev);
     return request((struct client *)s, DISCO_RPC_STREAM_SYNC, &a, 1);
 }
 
@@ -482,8 +483,8 @@ static disco_status_t handshake(struct client *c, const uint8_t *token)
     disco_status_t st = disco__rpc_random(cn, sizeof cn);
     if (st != DISCO_OK)
         return st;
-    disco_value_t hello[3] = {disco_str(DISCO_RPC_MAGIC), disco_int(DISCO_RPC_VERSION),
-                              disco_bytes(cn, sizeof cn)};
+    disco_value_t hello[3] = {disco_value_str(DISCO_RPC_MAGIC), disco_value_int(DISCO_RPC_VERSION),
+                              disco_value_bytes(cn, sizeof cn)};
     if ((st = hs_request(c, DISCO_RPC_INIT, hello, 3)) != DISCO_OK)
         return st;
     if (c->h.nargs != 3 || c->args[0].type != DISCO_T_INT || c->args[1].type != DISCO_T_BYTES ||
@@ -511,7 +512,7 @@ static disco_status_t handshake(struct client *c, const uint8_t *token)
                                DISCO_RPC_TOKEN_ENV);
     uint8_t proof[DISCO__RPC_PROOF_BYTES];
     disco__rpc_proof(token, DISCO__RPC_CLIENT, cn, sn, proof);
-    disco_value_t a = disco_bytes(proof, sizeof proof);
+    disco_value_t a = disco_value_bytes(proof, sizeof proof);
     st = hs_request(c, DISCO_RPC_AUTH, &a, 1);
     sodium_memzero(proof, sizeof proof);
     if (st != DISCO_OK)
@@ -614,7 +615,7 @@ disco_status_t disco_rpc_connect_with(const char *address, const disco_rpc_clien
     uint32_t ms = cfg != NULL ? cfg->call_timeout_ms : 0;
     int64_t dl = ms ? disco_now_ns() + (int64_t)ms * 1000000 : 0;
     disco_transport_t *t;
-    if ((st = disco_connect(address, dl, &t)) == DISCO_OK)
+    if ((st = disco_transport_connect(address, dl, &t)) == DISCO_OK)
         st = client_start(t, cfg, tok, out);
     sodium_memzero(tok, sizeof tok);
     return st;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "shm/text.h"
+#include "shm/wait_internal.h"
 #include "workers/data/tensor_impl.h"
 #include "disco/dtype.h"
 #include "scheduler/session/session_impl.h"
@@ -256,10 +257,10 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
     uint64_t seen = 0; /* with tracing: when the wait found the reply (0: it did not wait) */
     if (worker != 0) {
         const disco_wait_t *w = call_wait(s);
-        s->wait.found_at = s->trace.rec != NULL ? &seen : NULL;
+        disco__wait_set_found_at(&s->wait, s->trace.rec != NULL ? &seen : NULL);
         disco_status_t st =
             disco__chan_recv_reply(&s->chan, worker, s->reply, DISCO_REPLY_MAX, &len, w);
-        s->wait.found_at = NULL;
+        disco__wait_set_found_at(&s->wait, NULL);
         if (st == DISCO_E_TIMEOUT) {
             disco__procs_kill(s, worker);
             return disco__session_break(s, DISCO_E_TIMEOUT,
@@ -338,7 +339,7 @@ static disco_status_t api_sync(disco_session_t *s, int worker)
     if (st != DISCO_OK)
         return st;
     int64_t token = ++s->token;
-    disco_value_t args[2] = {disco_int(worker), disco_int(token)};
+    disco_value_t args[2] = {disco_value_int(worker), disco_value_int(token)};
     size_t w0_len;
     if ((st = issue(s, DISCO_CMD_SYNC, args, 2, &w0_len)) != DISCO_OK)
         return st;
@@ -357,7 +358,7 @@ static disco_status_t api_get_func(disco_session_t *s, const char *name, disco_d
         return disco_set_error(DISCO_E_NO_FUNC, "worker 0: no function named \"%s\"", name);
     if ((st = reg_alloc(s, &reg)) != DISCO_OK)
         return st;
-    disco_value_t args[2] = {{.type = DISCO_T_DREF, .v.reg = reg}, disco_str(name)};
+    disco_value_t args[2] = {{.type = DISCO_T_DREF, .v.reg = reg}, disco_value_str(name)};
     if ((st = issue(s, DISCO_CMD_GET_FUNC, args, 2, NULL)) != DISCO_OK) {
         reg_release(s, reg);
         return st;
@@ -443,7 +444,7 @@ static disco_status_t api_debug_get(disco_session_t *s, disco_dref_t reg, int wo
         return st;
     int64_t token = ++s->token;
     disco_value_t args[3] = {
-        {.type = DISCO_T_DREF, .v.reg = reg}, disco_int(worker), disco_int(token)};
+        {.type = DISCO_T_DREF, .v.reg = reg}, disco_value_int(worker), disco_value_int(token)};
     size_t w0_len;
     if ((st = issue(s, DISCO_CMD_DEBUG_GET, args, 3, &w0_len)) != DISCO_OK)
         return st;
@@ -468,8 +469,10 @@ static disco_status_t api_debug_set(disco_session_t *s, disco_dref_t reg, int wo
         return disco_set_error(DISCO_E_BAD_TYPE, "debug set: a %s cannot be stored directly",
                                disco_type_name(value->type));
     int64_t token = ++s->token;
-    disco_value_t args[4] = {
-        {.type = DISCO_T_DREF, .v.reg = reg}, disco_int(worker), disco_int(token), *value};
+    disco_value_t args[4] = {{.type = DISCO_T_DREF, .v.reg = reg},
+                             disco_value_int(worker),
+                             disco_value_int(token),
+                             *value};
     size_t w0_len;
     if ((st = issue(s, DISCO_CMD_DEBUG_SET, args, 4, &w0_len)) != DISCO_OK)
         return st;
@@ -509,7 +512,7 @@ static disco_status_t api_copy_to_worker0(disco_session_t *s, const DLTensor *ho
     /* The other workers' copy of a fresh register is already null (new ids
      * are, and freeing clears them), so no command needs to go out. */
     uint64_t reg;
-    disco_value_t v = disco_tensor_value(t);
+    disco_value_t v = disco_value_tensor(t);
     if ((st = reg_alloc(s, &reg)) == DISCO_OK &&
         (st = disco__worker_set_reg(&s->w0, reg, &v)) != DISCO_OK)
         reg_release(s, reg);
@@ -604,8 +607,9 @@ static disco_status_t api_empty(disco_session_t *s, const int64_t *shape, int nd
     if (st != DISCO_OK || (st = usable(s)) != DISCO_OK ||
         (st = fits_heap(s, nbytes, worker0_only ? 1 : s->world)) != DISCO_OK)
         return st;
-    disco_value_t args[4] = {disco_shape(shape, (uint32_t)ndim), disco_dtype(dtype),
-                             disco_device((DLDevice){kDLCPU, 0}), disco_bool(worker0_only)};
+    disco_value_t args[4] = {disco_value_shape(shape, (uint32_t)ndim), disco_value_dtype(dtype),
+                             disco_value_device((DLDevice){kDLCPU, 0}),
+                             disco_value_bool(worker0_only)};
     disco_dref_t f, reg;
     if ((st = api_get_func(s, "disco.empty", &f)) != DISCO_OK)
         return st;
@@ -666,7 +670,7 @@ disco_status_t disco_session_call_by_name(disco_session_t *s, const char *name,
     return tell(s, api_call_by_name(s, name, args, nargs, result_out));
 }
 
-disco_status_t disco_session_free(disco_session_t *s, disco_dref_t reg)
+disco_status_t disco_session_free_reg(disco_session_t *s, disco_dref_t reg)
 {
     return tell(s, api_free(s, reg));
 }

@@ -11,7 +11,7 @@
 #include "workers/core/protocol.h"
 #include "workers/core/registry.h"
 #include "workers/core/worker.h"
-#include "disco/segment.h"
+#include "disco/shm/segment.h"
 #include "disco/session.h"
 #include "scheduler/trace/trace_impl.h"
 

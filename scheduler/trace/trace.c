@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "disco/trace.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "scheduler/session/session_impl.h"
 
 int disco__trace_open(struct disco__ctrace *t, struct disco__trace_ring *rings)

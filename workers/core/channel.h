@@ -13,8 +13,9 @@
 
 #include <stdint.h>
 
-#include "disco/ring.h"
-#include "disco/wait.h"
+#include "disco/shm/ring.h"
+#include "disco/shm/wait.h"
+#include "shm/ring_internal.h"
 
 enum { DISCO_CHAN_RING = 0, DISCO_CHAN_PIPE = 1 };
 

@@ -35,7 +35,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "disco/ring.h"
+#include "disco/shm/ring.h"
 
 /* Commands, numbered as TVM Disco's actions. */
 enum disco__cmd {

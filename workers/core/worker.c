@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shm/wait_internal.h"
 #include "workers/core/registry.h"
 #include "workers/data/tensor_impl.h"
 
@@ -192,7 +193,7 @@ disco_status_t disco__func_run(const struct disco__func *f, disco_worker_t *w,
     ctx.nscratch = 0;
     ctx.tensors = NULL;
     ctx.ntensors = 0;
-    disco_value_t ret = disco_null();
+    disco_value_t ret = disco_value_null();
     /* Acquire: pairs with the release in register_entry (registry.c); fn
      * and user come from one binding, never rewritten once published. */
     const struct disco__binding *b = atomic_load_explicit(&f->bound, memory_order_acquire);
@@ -259,7 +260,7 @@ static disco_status_t resolve_args(disco_worker_t *w, const disco_value_t *in, i
          * worker never wrote (say, one copied to worker 0 only) holds null
          * here. Refusing it would make this worker skip a collective the
          * others wait in. */
-        out[i] = r < w->nregs ? w->regs[r] : disco_null();
+        out[i] = r < w->nregs ? w->regs[r] : disco_value_null();
     }
     return DISCO_OK;
 }
@@ -295,7 +296,7 @@ static void exec_call(disco_worker_t *w, const disco_value_t *args, int nargs)
 static disco_status_t reply_ok(disco_worker_t *w, int64_t token, const disco_value_t *v,
                                void *reply, size_t cap, size_t *len)
 {
-    disco_value_t out[2] = {disco_int(token), v != NULL ? *v : disco_null()};
+    disco_value_t out[2] = {disco_value_int(token), v != NULL ? *v : disco_value_null()};
     disco_status_t st =
         disco_frame_encode(DISCO_REPLY_OK, w->seq, out, v != NULL ? 2 : 1, reply, cap, len);
     if (st == DISCO_OK)
@@ -303,14 +304,15 @@ static disco_status_t reply_ok(disco_worker_t *w, int64_t token, const disco_val
     /* The value does not fit in a reply: say so instead. */
     char msg[160];
     snprintf(msg, sizeof msg, "value too large for a reply: %s", disco_last_error());
-    disco_value_t err[3] = {disco_int(token), disco_int(st), disco_str(msg)};
+    disco_value_t err[3] = {disco_value_int(token), disco_value_int(st), disco_value_str(msg)};
     return disco_frame_encode(DISCO_REPLY_ERROR, w->seq, err, 3, reply, cap, len);
 }
 
 static disco_status_t reply_error(disco_worker_t *w, int64_t token, disco_status_t code,
                                   void *reply, size_t cap, size_t *len)
 {
-    disco_value_t err[3] = {disco_int(token), disco_int(code), disco_str(disco_last_error())};
+    disco_value_t err[3] = {disco_value_int(token), disco_value_int(code),
+                            disco_value_str(disco_last_error())};
     return disco_frame_encode(DISCO_REPLY_ERROR, w->seq, err, 3, reply, cap, len);
 }
 
@@ -461,7 +463,7 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
     uint64_t last_end = 0; /* the previous command's end stamp */
     struct waits ws = {.plain = wait, .poll = *wait, .stamped = *wait};
     ws.poll.no_wait = true;
-    ws.stamped.found_at = &ws.found;
+    disco__wait_set_found_at(&ws.stamped, &ws.found);
     for (;;) {
         uint32_t len;
         uint64_t t0 = 0;

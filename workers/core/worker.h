@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "workers/core/channel.h"
-#include "disco/heap.h"
+#include "disco/shm/heap.h"
 #include "disco/func.h"
 #include "disco/value.h"
 #include "workers/core/protocol.h"

@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "disco/ring.h"
-#include "disco/segment.h"
+#include "disco/shm/ring.h"
+#include "disco/shm/segment.h"
 #include "disco/transport.h"
 
 enum disco__tkind { DISCO__T_SHM, DISCO__T_UNIX, DISCO__T_TCP, DISCO__T_PIPE };

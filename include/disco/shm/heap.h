@@ -84,8 +84,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "disco/heap_stats.h"
 #include "disco/status.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -106,16 +107,6 @@ typedef struct disco_heap {
     uint64_t arena_end;           /* end of the last block */
     const disco_wait_t *wait;     /* how a taken lock is waited for; NULL: no limit */
 } disco_heap_t;
-
-typedef struct disco_heap_stats {
-    size_t capacity;     /* bytes of blocks, headers included (used + free) */
-    size_t used_bytes;   /* bytes in live blocks, headers included */
-    size_t free_bytes;   /* bytes in free blocks, headers included */
-    size_t largest_free; /* the largest size an alloc (align <= 64) gets now */
-    size_t live_blocks;  /* blocks allocated and not freed */
-    size_t free_blocks;  /* free blocks (1 on an empty heap) */
-    uint64_t recoveries; /* times a dead lock holder's state was recovered */
-} disco_heap_stats_t;
 
 /* --- Setting up ------------------------------------------------------- */
 
