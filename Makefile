@@ -35,8 +35,10 @@ CFLAGS   += -std=c11 -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -I. -Iinclude -MM
 LDFLAGS  += $(SANFLAGS)
 LDLIBS   += -lpthread -ldl -lm
 
-VERSION  := 0.1.0
-SONAME   := libdisco.so.0
+VERSION  := 0.2.0
+# The soname's number is the ABI: it changes whenever a public name or
+# layout does (1: the issue 15 renames and the <disco/shm/*.h> split).
+SONAME   := libdisco.so.1
 
 LIB_SRC  := $(sort $(wildcard shm/*.c workers/*/*.c scheduler/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -132,7 +134,7 @@ PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 # umbrella under g++ -std=c++17 -Wall -Wextra -Werror, calls the API and
 # runs a session against libdisco.a.
 CXX_API := $(BUILD)/bin/cxx_api
-$(CXX_API): tests/cxx_api.cpp $(wildcard include/disco/*.h) $(BUILD)/libdisco.a | $(DEPS_STAMP)
+$(CXX_API): tests/cxx_api.cpp $(wildcard include/disco/*.h include/disco/shm/*.h) $(BUILD)/libdisco.a | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -Wall -Wextra -Werror -D_GNU_SOURCE -I. -Iinclude $(SANFLAGS) $(PKG_CFLAGS) \
 	    $(LDFLAGS) -o $@ $< $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
@@ -217,8 +219,9 @@ PC_PRIVATE = -Wl,-Bdynamic -rdynamic $(PKG_LIBS) $(if $(filter on,$(CUDA_MODE)),
     -lrt -ldl -lpthread -lm
 PREFIX ?= /usr/local
 install: all
-	install -d $(PREFIX)/include/disco $(PREFIX)/lib/pkgconfig $(PREFIX)/bin
+	install -d $(PREFIX)/include/disco/shm $(PREFIX)/lib/pkgconfig $(PREFIX)/bin
 	install -m 644 include/disco/*.h $(PREFIX)/include/disco/
+	install -m 644 include/disco/shm/*.h $(PREFIX)/include/disco/shm/
 	install -m 755 $(BUILD)/libdisco.so $(PREFIX)/lib/libdisco.so.$(VERSION)
 	ln -sf libdisco.so.$(VERSION) $(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(PREFIX)/lib/libdisco.so

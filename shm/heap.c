@@ -2,13 +2,13 @@
  * the public calls (see heap.h for the design and the step labels S1/S2,
  * M1/M2, U1/U2, F1). The lock and recovery are in heap_lock.c, the test
  * hooks in heap_check.c, the layout in heap_block.h. */
-#include "disco/heap.h"
+#include "disco/shm/heap.h"
 
 #include <inttypes.h>
 #include <pthread.h>
 #include <string.h>
 
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "shm/heap_block.h"
 
 #define SCAN 16u /* blocks of the request's own class looked at for a fit */

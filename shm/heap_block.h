@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "disco/heap.h"
+#include "disco/shm/heap.h"
 #include "shm/heap_internal.h"
 
 #define HDR       ((uint64_t)DISCO_HEAP_BLOCK_HDR)

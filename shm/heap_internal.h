@@ -6,7 +6,7 @@
 #ifndef DISCO_HEAP_INTERNAL_H
 #define DISCO_HEAP_INTERNAL_H
 
-#include "disco/heap.h"
+#include "disco/shm/heap.h"
 
 /* Points inside alloc and free where the fault hook is called with the lock
  * held, metadata half changed (labels as in heap.h). */

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "shm/heap_block.h"
 
 /* Step 1-3 of recovery (heap.h): after a holder died mid-change. */

@@ -1,8 +1,9 @@
 /* ring.c - one writer, N readers, per-slot sequence numbers (see ring.h). */
-#include "disco/ring.h"
+#include "disco/shm/ring.h"
 
 #include <string.h>
 
+#include "shm/ring_internal.h"
 #include "shm/ticks.h"
 
 #define SLOT_FIRST 1u /* first slot of a message: len is the whole length */

@@ -1,5 +1,5 @@
 /* segment.c - memfd segments with a checked header, fully backed at creation. */
-#include "disco/segment.h"
+#include "disco/shm/segment.h"
 
 #include <errno.h>
 #include <stdatomic.h>

@@ -3,7 +3,7 @@
 #ifndef DISCO_SHM_SEGMENT_FORK_H
 #define DISCO_SHM_SEGMENT_FORK_H
 
-#include "disco/segment.h"
+#include "disco/shm/segment.h"
 
 /** In a child just forked: unmaps every segment of the parent (made by
  *  disco_segment_create or disco_segment_attach and not closed) except keep

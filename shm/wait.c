@@ -1,5 +1,5 @@
 /* wait.c - spin (pause, then yield), then park on a shared futex. */
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "shm/ticks.h"
+#include "shm/wait_internal.h"
 
 int64_t disco_now_ns(void)
 {
@@ -101,17 +102,18 @@ static void park(disco_waitq_t *q, disco_cond_fn cond, void *arg, const disco_wa
     atomic_fetch_sub_explicit(&q->waiters, 1, memory_order_relaxed);
 }
 
-/* A check of the condition after the wait began: stamps w->found_at when
- * it holds. The clock is read before the check, so the read overlaps the
+/* A check of the condition after the wait began: stamps the wait's found_at
+ * (shm/wait_internal.h) when it holds. The clock is read before the check, so the read overlaps the
  * wait for the data instead of following its arrival. */
 static inline bool found(disco_cond_fn cond, void *arg, const disco_wait_t *w)
 {
-    if (w->found_at == NULL)
+    uint64_t *found_at = disco__wait_found_at(w);
+    if (found_at == NULL)
         return cond(arg);
     uint64_t t = disco__ticks();
     if (!cond(arg))
         return false;
-    *w->found_at = t;
+    *found_at = t;
     return true;
 }
 

@@ -8,6 +8,14 @@
  * session opened from C++ calling a function registered with DISCO_FUNC.
  * Prints "cxx_api: ok" and exits 0, or names the failed check and exits 1. */
 #include <disco/disco.h>
+/* The low-level shared-memory headers stand outside the umbrella and
+ * compile as C++ too. */
+#include <disco/shm/heap.h>
+#include <disco/shm/ring.h>
+#include <disco/shm/segment.h>
+#include <disco/shm/wait.h>
+
+#include <dlfcn.h>
 
 #include <atomic>
 #include <cstdio>
@@ -33,7 +41,7 @@ static disco_status_t twice(disco_ctx_t *ctx, const disco_value_t *args, int nar
 {
     (void)ctx;
     (void)nargs;
-    *ret = disco_int(args[0].v.i * 2);
+    *ret = disco_value_int(args[0].v.i * 2);
     return DISCO_OK;
 }
 DISCO_FUNC("cxx.twice", "i", twice)
@@ -43,7 +51,7 @@ static disco_status_t times_user(disco_ctx_t *ctx, const disco_value_t *args, in
                                  disco_value_t *ret)
 {
     (void)nargs;
-    *ret = disco_int(args[0].v.i * *static_cast<const int64_t *>(disco_ctx_user(ctx)));
+    *ret = disco_value_int(args[0].v.i * *static_cast<const int64_t *>(disco_ctx_user(ctx)));
     return DISCO_OK;
 }
 static const int64_t three = 3;
@@ -60,10 +68,11 @@ static void values(void)
     const int64_t dims[] = {2, 3};
     DLDataType f32 = {kDLFloat, 32, 1};
     DLDevice cpu = {kDLCPU, 0};
-    disco_value_t in[] = {disco_null(),         disco_bool(true),   disco_int(-7),
-                          disco_float(2.5),     disco_str("hello"), disco_bytes("abc", 3),
-                          disco_shape(dims, 2), disco_dtype(f32),   disco_device(cpu),
-                          disco_opaque(42)};
+    disco_value_t in[] = {disco_value_null(),         disco_value_bool(true),
+                          disco_value_int(-7),        disco_value_float(2.5),
+                          disco_value_str("hello"),   disco_value_bytes("abc", 3),
+                          disco_value_shape(dims, 2), disco_value_dtype(f32),
+                          disco_value_device(cpu),    disco_value_opaque(42)};
     const uint32_t n = sizeof in / sizeof in[0];
     alignas(8) unsigned char buf[1024];
     size_t len = 0;
@@ -95,15 +104,23 @@ static void waits(void)
     CHECK(disco_wait_until(&q, never, nullptr, &w) == DISCO_E_BROKEN);
 }
 
-/* What bindings use: the out-of-line constructors build what the inline
- * ones build, and disco_set_error's status needs no cast in C++. */
+/* What bindings use: the exported constructors (found by name, as an FFI
+ * finds them) build what the inline ones build, and disco_set_error's
+ * status needs no cast in C++. */
 static void bindings(void)
 {
-    disco_value_t a = disco_value_int(-5), b = disco_int(-5);
-    CHECK(disco_value_equal(&a, &b));
-    a = disco_value_str("x");
-    b = disco_str("x");
-    CHECK(disco_value_equal(&a, &b));
+    using int_ctor = disco_value_t (*)(int64_t);
+    using str_ctor = disco_value_t (*)(const char *);
+    auto int_sym = reinterpret_cast<int_ctor>(dlsym(RTLD_DEFAULT, "disco_value_int"));
+    auto str_sym = reinterpret_cast<str_ctor>(dlsym(RTLD_DEFAULT, "disco_value_str"));
+    CHECK(int_sym != nullptr && str_sym != nullptr);
+    if (int_sym != nullptr && str_sym != nullptr) {
+        disco_value_t a = disco_value_int(-5), b = int_sym(-5);
+        CHECK(std::memcmp(&a, &b, sizeof a) == 0);
+        a = disco_value_str("x");
+        b = str_sym("x");
+        CHECK(disco_value_equal(&a, &b) && a.len == b.len);
+    }
     disco_status_t st = disco_set_error(DISCO_E_INVAL, "from C++");
     CHECK(st == DISCO_E_INVAL);
     CHECK(disco_register_func_ex("cxx.thrice", "i", times_user, const_cast<int64_t *>(&three)) ==
@@ -122,7 +139,7 @@ static void session(void)
     }
     disco_dref_t f, r;
     CHECK(disco_session_get_func(s, "cxx.twice", &f) == DISCO_OK);
-    disco_value_t arg = disco_int(21);
+    disco_value_t arg = disco_value_int(21);
     CHECK(disco_session_call(s, f, &arg, 1, &r) == DISCO_OK);
     CHECK(disco_session_sync(s, 1) == DISCO_OK);
     disco_value_t v;
@@ -132,8 +149,8 @@ static void session(void)
     } else {
         CHECK(!"disco_session_debug_get");
     }
-    CHECK(disco_session_free(s, r) == DISCO_OK);
-    CHECK(disco_session_free(s, f) == DISCO_OK);
+    CHECK(disco_session_free_reg(s, r) == DISCO_OK);
+    CHECK(disco_session_free_reg(s, f) == DISCO_OK);
     CHECK(disco_session_call_by_name(s, "cxx.thrice", &arg, 1, &r) == DISCO_OK);
     if (disco_session_debug_get(s, r, 1, &v) == DISCO_OK) {
         CHECK(v.type == DISCO_T_INT && v.v.i == 63);
@@ -141,7 +158,7 @@ static void session(void)
     } else {
         CHECK(!"disco_session_debug_get (cxx.thrice)");
     }
-    CHECK(disco_session_free(s, r) == DISCO_OK);
+    CHECK(disco_session_free_reg(s, r) == DISCO_OK);
     disco_session_close(s);
 }
 

@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "disco/heap.h"
-#include "disco/segment.h"
+#include "disco/shm/heap.h"
+#include "disco/shm/segment.h"
 #include "shm/heap_internal.h"
 #include "tests/testutil.h"
 

@@ -20,8 +20,8 @@ want="worker 3 says 40"
 cc $flags -o "$tmp/example" "$src/readme_example.c" $(pkg-config --cflags --libs disco)
 out=$(DISCO_QUIET=1 "$tmp/example")
 [ "$out" = "$want" ] || { echo "install test: shared build said: $out"; exit 1; }
-readelf -d "$tmp/example" | grep -q 'NEEDED.*libdisco.so.0' ||
-    { echo "install test: the shared build does not use libdisco.so.0"; exit 1; }
+readelf -d "$tmp/example" | grep -q 'NEEDED.*libdisco.so.1' ||
+    { echo "install test: the shared build does not use libdisco.so.1"; exit 1; }
 
 # static: libdisco.a, and what it needs from Libs.private
 cc $flags -o "$tmp/example_static" "$src/readme_example.c" \
@@ -35,7 +35,7 @@ out=$(DISCO_QUIET=1 "$tmp/example_static")
 for t in disco disco-demo disco-bench disco-rpc-server disco-jsonrpc disco-worker; do
     [ -x "$tmp/prefix/bin/$t" ] || { echo "install test: $t not installed"; exit 1; }
 done
-readelf -d "$tmp/prefix/lib/libdisco.so" | grep -q 'SONAME.*libdisco.so.0' ||
+readelf -d "$tmp/prefix/lib/libdisco.so" | grep -q 'SONAME.*libdisco\.so\.1\]' ||
     { echo "install test: no versioned soname"; exit 1; }
-echo "install test: headers, libdisco.so (soname libdisco.so.0), libdisco.a, tools and disco.pc" \
+echo "install test: headers, libdisco.so (soname libdisco.so.1), libdisco.a, tools and disco.pc" \
     "work; the README's example builds and runs shared and static"

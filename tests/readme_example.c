@@ -12,7 +12,7 @@ static disco_status_t scale(disco_ctx_t *ctx, const disco_value_t *args, int nar
     (void)nargs; /* the signature "i" has made sure it is one int */
     if (args[0].v.i < 0)
         return disco_ctx_fail(ctx, "negative input %lld", (long long)args[0].v.i);
-    *ret = disco_int(args[0].v.i * (disco_ctx_worker_id(ctx) + 1));
+    *ret = disco_value_int(args[0].v.i * (disco_ctx_worker_id(ctx) + 1));
     return DISCO_OK;
 }
 DISCO_FUNC("my.scale", "i", scale) /* signature: one int */
@@ -27,7 +27,7 @@ int main(void)
     }
     disco_dref_t f, r;
     disco_session_get_func(s, "my.scale", &f); /* a DRef holding a function */
-    disco_value_t arg = disco_int(10);
+    disco_value_t arg = disco_value_int(10);
     disco_session_call(s, f, &arg, 1, &r);        /* asynchronous: returns a DRef */
     disco_status_t st = disco_session_sync(s, 3); /* wait for worker 3 */
     if (st != DISCO_OK)                           /* e.g. DISCO_E_REMOTE */
@@ -37,8 +37,8 @@ int main(void)
         printf("worker 3 says %lld\n", (long long)v.v.i);
         disco_value_clear(&v);
     }
-    disco_session_free(s, r); /* frees the register everywhere */
-    disco_session_free(s, f);
+    disco_session_free_reg(s, r); /* frees the register everywhere */
+    disco_session_free_reg(s, f);
     disco_session_close(s);
     return st == DISCO_OK ? 0 : 1;
 }

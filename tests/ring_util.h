@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "disco/ring.h"
+#include "disco/shm/ring.h"
 #include "tests/testutil.h"
 
 /* A ring in private, cache-line aligned memory (single-process tests). */

@@ -144,8 +144,8 @@ __attribute__((unused)) static void raw_handshake(disco_transport_t *t, disco__r
     disco_value_t v[4];
     uint8_t cn[DISCO__RPC_NONCE_BYTES] = {1, 2, 3}, sn[DISCO__RPC_NONCE_BYTES],
             proof[DISCO__RPC_PROOF_BYTES];
-    disco_value_t hello[3] = {disco_str(DISCO_RPC_MAGIC), disco_int(DISCO_RPC_VERSION),
-                              disco_bytes(cn, sizeof cn)};
+    disco_value_t hello[3] = {disco_value_str(DISCO_RPC_MAGIC), disco_value_int(DISCO_RPC_VERSION),
+                              disco_value_bytes(cn, sizeof cn)};
     CK_OK(disco__rpc_send(t, b, DISCO_RPC_INIT, 1, hello, 3, dl));
     CK_OK(disco__rpc_recv(t, b, &h, v, 4, dl));
     ck_assert_int_eq(h.code, DISCO_RPC_RETURN);
@@ -153,7 +153,7 @@ __attribute__((unused)) static void raw_handshake(disco_transport_t *t, disco__r
     ck_assert_int_eq(v[2].v.i, 1); /* a token is required */
     memcpy(sn, v[1].v.bytes, sizeof sn);
     disco__rpc_proof(tok, DISCO__RPC_CLIENT, cn, sn, proof);
-    disco_value_t p = disco_bytes(proof, sizeof proof);
+    disco_value_t p = disco_value_bytes(proof, sizeof proof);
     CK_OK(disco__rpc_send(t, b, DISCO_RPC_AUTH, 2, &p, 1, dl));
     CK_OK(disco__rpc_recv(t, b, &h, v, 4, dl));
     ck_assert_int_eq(h.code, DISCO_RPC_RETURN);

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "disco/rpc.h"
-#include "disco/segment.h"
+#include "disco/shm/segment.h"
 #include "disco/transport.h"
 #include "tests/rpc_util.h"
 #include "tests/testutil.h"
@@ -76,18 +76,18 @@ START_TEST(test_no_token)
     CK_HAS(DISCO_RPC_TOKEN_ENV);
     int64_t dl = disco_now_ns() + 10000000000LL;
     disco_transport_t *t;
-    CK_OK(disco_connect(sv.address, dl, &t));
+    CK_OK(disco_transport_connect(sv.address, dl, &t));
     disco__rpc_buf_t b;
     CK_OK(disco__rpc_buf_init(&b));
     disco_frame_hdr_t h;
     disco_value_t v[4];
     uint8_t cn[DISCO__RPC_NONCE_BYTES] = {9};
-    disco_value_t hello[3] = {disco_str(DISCO_RPC_MAGIC), disco_int(DISCO_RPC_VERSION),
-                              disco_bytes(cn, sizeof cn)};
+    disco_value_t hello[3] = {disco_value_str(DISCO_RPC_MAGIC), disco_value_int(DISCO_RPC_VERSION),
+                              disco_value_bytes(cn, sizeof cn)};
     CK_OK(disco__rpc_send(t, &b, DISCO_RPC_INIT, 1, hello, 3, dl));
     CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
     ck_assert_int_eq(h.code, DISCO_RPC_RETURN);
-    disco_value_t name = disco_str("disco.echo");
+    disco_value_t name = disco_value_str("disco.echo");
     CK_OK(disco__rpc_send(t, &b, DISCO_RPC_GET_FUNC, 2, &name, 1, dl));
     CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
     ck_assert_int_eq(h.code, DISCO_RPC_EXCEPTION);
@@ -95,15 +95,15 @@ START_TEST(test_no_token)
     CK_STATUS(disco__rpc_recv(t, &b, &h, v, 4, dl), DISCO_E_CLOSED);
     disco_transport_close(t);
     /* an empty proof is no proof either */
-    CK_OK(disco_connect(sv.address, dl, &t));
+    CK_OK(disco_transport_connect(sv.address, dl, &t));
     CK_OK(disco__rpc_send(t, &b, DISCO_RPC_INIT, 1, hello, 3, dl));
     CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
-    disco_value_t empty = disco_bytes(cn, 0);
+    disco_value_t empty = disco_value_bytes(cn, 0);
     CK_OK(disco__rpc_send(t, &b, DISCO_RPC_AUTH, 2, &empty, 1, dl));
     CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
     ck_assert_int_eq(v[0].v.i, DISCO_E_AUTH);
     disco_transport_close(t);
-    CK_OK(disco_connect(sv.address, dl, &t));
+    CK_OK(disco_transport_connect(sv.address, dl, &t));
     CK_STATUS(disco_rpc_client(t, 10000, &s), DISCO_E_AUTH);
     CK_HAS("requires a token");
     disco__rpc_buf_free(&b);
@@ -161,7 +161,7 @@ START_TEST(test_replayed_handshake)
     disco_transport_t *mine, *up;
     CK_OK(disco_transport_from_fds(sp[0], sp[0], &r.t));
     CK_OK(disco_transport_from_fds(sp[1], sp[1], &mine));
-    CK_OK(disco_connect(sv.address, dl, &up));
+    CK_OK(disco_transport_connect(sv.address, dl, &up));
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, client_thread, &r), 0);
     static unsigned char rec[8192];
@@ -177,7 +177,7 @@ START_TEST(test_replayed_handshake)
     disco_transport_close(up);
     disco_transport_close(mine);
     /* the replay */
-    CK_OK(disco_connect(sv.address, dl, &up));
+    CK_OK(disco_transport_connect(sv.address, dl, &up));
     CK_OK(disco_transport_send(up, rec, rec_len, dl));
     disco__rpc_buf_t b;
     CK_OK(disco__rpc_buf_init(&b));
@@ -210,12 +210,12 @@ static void *fake_server_thread(void *p)
     if (disco__rpc_buf_init(&b) != DISCO_OK ||
         disco__rpc_recv(f->t, &b, &h, v, 4, disco_now_ns() + 10000000000LL) != DISCO_OK)
         return NULL;
-    disco_value_t r[3] = {disco_int(DISCO_RPC_VERSION), disco_bytes(sn, sizeof sn),
-                          disco_int(f->mode)};
+    disco_value_t r[3] = {disco_value_int(DISCO_RPC_VERSION), disco_value_bytes(sn, sizeof sn),
+                          disco_value_int(f->mode)};
     disco__rpc_send(f->t, &b, DISCO_RPC_RETURN, h.seq, r, 3, 0);
     if (f->mode == 1 &&
         disco__rpc_recv(f->t, &b, &h, v, 4, disco_now_ns() + 10000000000LL) == DISCO_OK) {
-        disco_value_t pr = disco_bytes(bogus, sizeof bogus);
+        disco_value_t pr = disco_value_bytes(bogus, sizeof bogus);
         disco__rpc_send(f->t, &b, DISCO_RPC_RETURN, h.seq, &pr, 1, 0);
     }
     disco__rpc_buf_free(&b);
@@ -382,7 +382,7 @@ static disco_status_t load_via(disco_rpc_t *s, const char *path)
     disco_status_t st = disco_rpc_get_func(s, "disco.load_library", &f);
     if (st != DISCO_OK)
         return st;
-    disco_value_t a = disco_str(path), r;
+    disco_value_t a = disco_value_str(path), r;
     st = disco_rpc_call(s, f, &a, 1, &r);
     if (st == DISCO_OK)
         disco_value_clear(&r);
@@ -453,15 +453,15 @@ END_TEST
 START_TEST(test_remote_bind)
 {
     disco_listener_t *l;
-    CK_STATUS(disco_listen("tcp:0.0.0.0:0", &l), DISCO_E_INVAL);
+    CK_STATUS(disco_listener_open("tcp:0.0.0.0:0", &l), DISCO_E_INVAL);
     CK_HAS("--allow-remote");
-    CK_STATUS(disco_listen("tcp:[::]:0", &l), DISCO_E_INVAL);
-    CK_OK(disco_listen("tcp:127.0.0.1:0", &l));
+    CK_STATUS(disco_listener_open("tcp:[::]:0", &l), DISCO_E_INVAL);
+    CK_OK(disco_listener_open("tcp:127.0.0.1:0", &l));
     disco_listener_close(l);
-    CK_OK(disco_listen("tcp:localhost:0", &l));
+    CK_OK(disco_listener_open("tcp:localhost:0", &l));
     disco_listener_close(l);
-    disco_listen_config_t cfg = {.allow_remote = 1};
-    CK_OK(disco_listen_with("tcp:0.0.0.0:0", &cfg, &l));
+    disco_listener_config_t cfg = {.allow_remote = 1};
+    CK_OK(disco_listener_open_with("tcp:0.0.0.0:0", &cfg, &l));
     disco_listener_close(l);
     /* the tool refuses too, and says why */
     pid_t pid = fork();
@@ -558,20 +558,21 @@ START_TEST(test_peer_uid)
     char addr[128];
     snprintf(addr, sizeof addr, "unix:/tmp/disco-test-auth-lu-%d.sock", (int)getpid());
     uint32_t other = 12345;
-    disco_listen_config_t cfg = {.allow_uids = &other, .n_allow_uids = 1};
+    disco_listener_config_t cfg = {.allow_uids = &other, .n_allow_uids = 1};
     disco_listener_t *l;
-    CK_OK(disco_listen_with(addr, &cfg, &l));
+    CK_OK(disco_listener_open_with(addr, &cfg, &l));
     pid_t pid = fork();
     if (pid == 0) {
         disco_transport_t *t;
-        if (setuid(65534) != 0 || disco_connect(addr, disco_now_ns() + 10000000000LL, &t) != 0)
+        if (setuid(65534) != 0 ||
+            disco_transport_connect(addr, disco_now_ns() + 10000000000LL, &t) != 0)
             _exit(1);
         char c;
         disco_transport_recv(t, &c, 1, disco_now_ns() + 10000000000LL);
         _exit(0);
     }
     disco_transport_t *t;
-    CK_STATUS(disco_accept(l, disco_now_ns() + 10000000000LL, &t), DISCO_E_AUTH);
+    CK_STATUS(disco_listener_accept(l, disco_now_ns() + 10000000000LL, &t), DISCO_E_AUTH);
     CK_HAS("uid 65534");
     waitpid(pid, NULL, 0);
     disco_listener_close(l);

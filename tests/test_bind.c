@@ -33,10 +33,10 @@ static disco_status_t tagged(disco_ctx_t *ctx, const disco_value_t *args, int na
 {
     const struct tag *t = disco_ctx_user(ctx);
     if (nargs == 1 && args[0].type == DISCO_T_STR) { /* "name": the tag's name */
-        *ret = disco_str(t != NULL ? t->name : "none");
+        *ret = disco_value_str(t != NULL ? t->name : "none");
         return DISCO_OK;
     }
-    *ret = disco_int(t != NULL ? t->base + disco_ctx_worker_id(ctx) : -1);
+    *ret = disco_value_int(t != NULL ? t->base + disco_ctx_worker_id(ctx) : -1);
     return DISCO_OK;
 }
 
@@ -57,7 +57,7 @@ static int64_t session_int(disco_session_t *s, const char *name, int w)
     CK_OK(disco_session_call_by_name(s, name, NULL, 0, &r));
     disco_value_t v;
     CK_OK(disco_session_debug_get(s, r, w, &v));
-    CK_OK(disco_session_free(s, r));
+    CK_OK(disco_session_free_reg(s, r));
     ck_assert_int_eq(v.type, DISCO_T_INT);
     return v.v.i;
 }
@@ -107,7 +107,7 @@ START_TEST(test_user_pointer_local_rpc)
     ck_assert_int_eq(v.v.i, 200);
     v = rpc_call(s, "bind.plain", NULL, 0);
     ck_assert_int_eq(v.v.i, -1);
-    disco_value_t q = disco_str("name");
+    disco_value_t q = disco_value_str("name");
     v = rpc_call(s, "bind.a", &q, 1);
     ck_assert_int_eq(v.type, DISCO_T_STR);
     ck_assert_str_eq(v.v.str, "a");
@@ -159,20 +159,20 @@ static void same(disco_value_t got, disco_value_t want, const char *what)
 
 static void compare_all(const struct ctors *c)
 {
-    same(c->null_(), disco_null(), "null");
-    same(c->bool_(true), disco_bool(true), "bool true");
-    same(c->bool_(false), disco_bool(false), "bool false");
-    same(c->int_(INT64_MIN), disco_int(INT64_MIN), "int");
-    same(c->float_(-0.0), disco_float(-0.0), "float -0");
-    same(c->float_(1.5), disco_float(1.5), "float");
-    same(c->str_("seven77"), disco_str("seven77"), "str");
-    same(c->bytes_(raw, 3), disco_bytes(raw, 3), "bytes");
-    same(c->shape_(dims, 2), disco_shape(dims, 2), "shape");
-    same(c->dtype_((DLDataType){kDLBfloat, 16, 2}), disco_dtype((DLDataType){kDLBfloat, 16, 2}),
-         "dtype");
-    same(c->device_((DLDevice){kDLCUDA, 7}), disco_device((DLDevice){kDLCUDA, 7}), "device");
-    same(c->opaque_(0x0123456789abcdefULL), disco_opaque(0x0123456789abcdefULL), "opaque");
-    same(c->tensor_(&tensor), disco_tensor_value(&tensor), "tensor");
+    same(c->null_(), disco_value_null(), "null");
+    same(c->bool_(true), disco_value_bool(true), "bool true");
+    same(c->bool_(false), disco_value_bool(false), "bool false");
+    same(c->int_(INT64_MIN), disco_value_int(INT64_MIN), "int");
+    same(c->float_(-0.0), disco_value_float(-0.0), "float -0");
+    same(c->float_(1.5), disco_value_float(1.5), "float");
+    same(c->str_("seven77"), disco_value_str("seven77"), "str");
+    same(c->bytes_(raw, 3), disco_value_bytes(raw, 3), "bytes");
+    same(c->shape_(dims, 2), disco_value_shape(dims, 2), "shape");
+    same(c->dtype_((DLDataType){kDLBfloat, 16, 2}),
+         disco_value_dtype((DLDataType){kDLBfloat, 16, 2}), "dtype");
+    same(c->device_((DLDevice){kDLCUDA, 7}), disco_value_device((DLDevice){kDLCUDA, 7}), "device");
+    same(c->opaque_(0x0123456789abcdefULL), disco_value_opaque(0x0123456789abcdefULL), "opaque");
+    same(c->tensor_(&tensor), disco_value_tensor(&tensor), "tensor");
 }
 
 /* Called through pointers (volatile: the compiler cannot see which function

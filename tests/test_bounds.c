@@ -57,10 +57,10 @@ static void allreduce_still_works(disco_session_t *s)
 {
     int n = disco_session_num_workers(s);
     int64_t shape[1] = {1000};
-    disco_value_t fa[3] = {disco_shape(shape, 1), disco_dtype(F32), disco_int(3)};
+    disco_value_t fa[3] = {disco_value_shape(shape, 1), disco_value_dtype(F32), disco_value_int(3)};
     disco_dref_t x, y;
     CK_OK(disco_session_call_by_name(s, "test.fill", fa, 3, &x));
-    disco_value_t a[3] = {dref(x), disco_str("sum"), disco_bool(false)};
+    disco_value_t a[3] = {dref(x), disco_value_str("sum"), disco_value_bool(false)};
     CK_OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y));
     for (int w = n - 1; w >= 0; w--)
         CK_OK(disco_session_sync(s, w));
@@ -73,8 +73,8 @@ static void allreduce_still_works(disco_session_t *s)
             want += ((i * 7 + w * 13 + 3) % 17 - 8) * 0.5;
         ck_assert_msg(got[i] == (float)want, "element %d: %g, want %g", i, got[i], want);
     }
-    CK_OK(disco_session_free(s, y));
-    CK_OK(disco_session_free(s, x));
+    CK_OK(disco_session_free_reg(s, y));
+    CK_OK(disco_session_free_reg(s, x));
 }
 
 /* disco_shape_nbytes checks every product; numel and nbytes saturate
@@ -137,17 +137,18 @@ START_TEST(test_huge_shapes_refused)
         CK_STATUS(disco_session_empty(s, shapes[k], ndims[k], F32, true, &r), DISCO_E_OVERFLOW);
         CK_OK(disco_session_sync(s, 1)); /* nothing was sent */
 
-        disco_value_t ea[4] = {disco_shape(shapes[k], (uint32_t)ndims[k]), disco_dtype(F32),
-                               disco_device((DLDevice){kDLCPU, 0}), disco_bool(false)};
+        disco_value_t ea[4] = {disco_value_shape(shapes[k], (uint32_t)ndims[k]),
+                               disco_value_dtype(F32), disco_value_device((DLDevice){kDLCPU, 0}),
+                               disco_value_bool(false)};
         disco_dref_t x, y;
         CK_OK(disco_session_call_by_name(s, "disco.empty", ea, 4, &x));
-        disco_value_t aa[3] = {dref(x), disco_str("sum"), disco_bool(false)};
+        disco_value_t aa[3] = {dref(x), disco_value_str("sum"), disco_value_bool(false)};
         CK_OK(disco_session_call_by_name(s, "disco.allreduce", aa, 3, &y));
         CK_STATUS(disco_session_sync(s, 1), DISCO_E_OVERFLOW);
         CK_HAS("worker 0: disco.empty");
         CK_HAS("worker 1: disco.empty");
-        CK_OK(disco_session_free(s, y));
-        CK_OK(disco_session_free(s, x));
+        CK_OK(disco_session_free_reg(s, y));
+        CK_OK(disco_session_free_reg(s, x));
 
         float small[4] = {0};
         DLTensor h = {.data = small,
@@ -187,7 +188,7 @@ START_TEST(test_larger_than_heap)
     CK_OK(disco_session_sync(s, 1));
     CK_OK(disco_session_empty(s, half, 1, U8, true, &r));
     CK_OK(disco_session_sync(s, 1));
-    CK_OK(disco_session_free(s, r));
+    CK_OK(disco_session_free_reg(s, r));
     disco_session_close(s);
 }
 END_TEST
@@ -214,7 +215,7 @@ START_TEST(test_empty_w0_error_from_call)
     CK_OK(disco_session_sync(s, 0));
     CK_OK(disco_session_heap_stats(s, &after));
     ck_assert_uint_eq(after.live_blocks, before.live_blocks);
-    CK_OK(disco_session_free(s, filler));
+    CK_OK(disco_session_free_reg(s, filler));
     CK_OK(disco_session_empty(s, want, 1, U8, true, &r));
     CK_OK(disco_session_sync(s, 1));
     free(host);
@@ -243,7 +244,7 @@ START_TEST(test_debug_get_4gib)
     ck_assert_uint_eq(got.len, 16);
     disco_value_clear(&got);
     CK_OK(disco_session_sync(s, 1));
-    CK_OK(disco_session_free(s, r));
+    CK_OK(disco_session_free_reg(s, r));
     disco_session_close(s);
 
     /* the check itself, on a tensor whose data is never read */
@@ -326,8 +327,8 @@ static void call_session_builtins(disco_rpc_t *rs, const char *how)
         disco_value_t a[4];
         int n;
         if (strcmp(names[i], "disco.empty") == 0) {
-            a[0] = disco_shape(shape, 1), a[1] = disco_dtype(F32);
-            a[2] = disco_device((DLDevice){kDLCPU, 0}), a[3] = disco_bool(false);
+            a[0] = disco_value_shape(shape, 1), a[1] = disco_value_dtype(F32);
+            a[2] = disco_value_device((DLDevice){kDLCPU, 0}), a[3] = disco_value_bool(false);
             n = 4;
         } else if (strcmp(names[i], "disco.tensor_span") == 0 && disco_rpc_is_local(rs)) {
             static float data[4];
@@ -338,10 +339,10 @@ static void call_session_builtins(disco_rpc_t *rs, const char *how)
         } else if (strcmp(names[i], "disco.tensor_span") == 0) {
             continue; /* a tensor cannot travel in a frame */
         } else {
-            a[0] = disco_int(0), a[1] = disco_str("sum"), a[2] = disco_int(0);
+            a[0] = disco_value_int(0), a[1] = disco_value_str("sum"), a[2] = disco_value_int(0);
             n = 3;
         }
-        disco_value_t ret = disco_null();
+        disco_value_t ret = disco_value_null();
         disco_status_t st = disco_rpc_call(rs, f, a, n, &ret);
         ck_assert_msg(st == DISCO_E_INVAL, "%s %s: %s (%s)", how, names[i], disco_err_name(st),
                       disco_last_error());
@@ -487,15 +488,15 @@ START_TEST(test_gather_dim0_overflow)
     int64_t shape[2] = {INT64_C(1) << 62, 0}; /* no elements, 0 bytes */
     disco_dref_t x, y;
     CK_OK(disco_session_empty(s, shape, 2, F32, false, &x));
-    disco_value_t a[2] = {dref(x), disco_bool(false)};
+    disco_value_t a[2] = {dref(x), disco_value_bool(false)};
     CK_OK(disco_session_call_by_name(s, "disco.allgather", a, 2, &y));
     CK_STATUS(disco_session_sync(s, 1), DISCO_E_OVERFLOW);
     CK_HAS("times 2 overflows");
-    CK_OK(disco_session_free(s, y));
+    CK_OK(disco_session_free_reg(s, y));
     CK_OK(disco_session_call_by_name(s, "disco.gather_to_worker0", a, 2, &y));
     CK_STATUS(disco_session_sync(s, 1), DISCO_E_OVERFLOW);
-    CK_OK(disco_session_free(s, y));
-    CK_OK(disco_session_free(s, x));
+    CK_OK(disco_session_free_reg(s, y));
+    CK_OK(disco_session_free_reg(s, x));
     allreduce_still_works(s);
     disco_session_close(s);
 }

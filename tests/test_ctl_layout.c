@@ -14,8 +14,8 @@
 #include "workers/data/collective.h"
 #include "workers/core/ctl_layout.h"
 #include "workers/core/trace_ring.h"
-#include "disco/heap.h"
-#include "disco/segment.h"
+#include "disco/shm/heap.h"
+#include "disco/shm/segment.h"
 #include "disco/session.h"
 #include "tests/testutil.h"
 
@@ -238,7 +238,7 @@ START_TEST(test_session_agrees)
     CK_OK(disco_session_call_by_name(s, "disco.worker_id", NULL, 0, &r));
     for (int w = 0; w < cfg.num_workers; w++)
         CK_OK(disco_session_sync(s, w));
-    CK_OK(disco_session_free(s, r));
+    CK_OK(disco_session_free_reg(s, r));
 
     struct disco__ctl_geom g = {.world = (uint32_t)s->world,
                                 .num_groups = (uint32_t)s->cfg.num_groups,

@@ -10,6 +10,7 @@
 
 #include "disco/dtype.h"
 #include "tests/dtype_util.h"
+#include "workers/value/half.h" /* disco__f32_bits */
 
 static float f32_of(uint32_t u)
 {

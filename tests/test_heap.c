@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "shm/heap_internal.h"
-#include "disco/heap.h"
-#include "disco/segment.h"
+#include "disco/shm/heap.h"
+#include "disco/shm/segment.h"
 #include "tests/heap_util.h"
 #include "tests/testutil.h"
 

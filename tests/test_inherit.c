@@ -33,7 +33,7 @@ static void all_started(disco_session_t *s)
     CK_OK(disco_session_call_by_name(s, "disco.worker_id", NULL, 0, &r));
     for (int w = 0; w < disco_session_num_workers(s); w++)
         CK_OK(disco_session_sync(s, w));
-    CK_OK(disco_session_free(s, r));
+    CK_OK(disco_session_free_reg(s, r));
 }
 
 /* The inode of the one segment named disco-session this process maps. */

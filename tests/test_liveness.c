@@ -26,7 +26,7 @@
 #include "disco/func.h"
 #include "disco/rpc.h"
 #include "disco/session.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "tests/session_util.h"
 #include "tests/liveness_util.h"
 
@@ -95,13 +95,13 @@ START_TEST(test_abandoned_collective)
     disco_session_t *s = open_cfg(2, DISCO_TRANSPORT_RING, 500);
     int pid1 = disco_session_worker_pid(s, 1);
     int64_t n = 1024;
-    disco_value_t fa[3] = {disco_shape(&n, 1), disco_dtype(F32), disco_int(1)};
+    disco_value_t fa[3] = {disco_value_shape(&n, 1), disco_value_dtype(F32), disco_value_int(1)};
     disco_dref_t x, r, y;
     CK_OK(disco_session_call_by_name(s, "test.fill", fa, 3, &x));
     CK_OK(disco_session_sync(s, 1));
-    disco_value_t spin[2] = {disco_int(1), disco_int(5000)};
+    disco_value_t spin[2] = {disco_value_int(1), disco_value_int(5000)};
     CK_OK(disco_session_call_by_name(s, "test.spin_on", spin, 2, &r));
-    disco_value_t ar[2] = {dref(x), disco_str("sum")};
+    disco_value_t ar[2] = {dref(x), disco_value_str("sum")};
     disco_status_t st = disco_session_call_by_name(s, "disco.allreduce", ar, 2, &y);
     ck_assert_msg(st == DISCO_OK || st == DISCO_E_TIMEOUT, "allreduce: %s", disco_err_name(st));
     /* The unrelated tensor, straight from the heap (the session may be
@@ -138,12 +138,12 @@ START_TEST(test_pipe_bcast_blame)
 {
     disco_session_t *s = open_cfg(3, DISCO_TRANSPORT_PIPE, 500);
     int pid1 = disco_session_worker_pid(s, 1), pid2 = disco_session_worker_pid(s, 2);
-    disco_value_t two = disco_int(2);
+    disco_value_t two = disco_value_int(2);
     disco_dref_t r, f;
     CK_OK(disco_session_call_by_name(s, "test.hang", &two, 1, &r));
     CK_OK(disco_session_get_func(s, "test.echo", &f));
     static char big[30000];
-    disco_value_t v = disco_bytes(big, sizeof big);
+    disco_value_t v = disco_value_bytes(big, sizeof big);
     disco_status_t st = DISCO_OK;
     int calls = 0;
     int64_t t0 = disco_now_ns();
@@ -180,37 +180,37 @@ static disco_status_t race_step(disco_session_t *s, int kind, int n, disco_dref_
     disco_status_t st;
     switch (kind) {
     case 0: {
-        disco_value_t a[2] = {disco_int(1), disco_int(2)};
+        disco_value_t a[2] = {disco_value_int(1), disco_value_int(2)};
         return disco_session_call_by_name(s, "test.add", a, 2, &r);
     }
     case 1: {
-        disco_value_t a[2] = {dref(x), disco_str("sum")};
+        disco_value_t a[2] = {dref(x), disco_value_str("sum")};
         if ((st = disco_session_call_by_name(s, "disco.allreduce", a, 2, &r)) != DISCO_OK)
             return st;
-        return disco_session_free(s, r);
+        return disco_session_free_reg(s, r);
     }
     case 2:
         if ((st = copy_floats(s, 256, 0, &r)) != DISCO_OK)
             return st;
-        return disco_session_free(s, r);
+        return disco_session_free_reg(s, r);
     case 3:
         return disco_session_sync(s, (int)(rnd(rng) % (uint64_t)n));
     case 4: {
         int64_t len = 1 + (int64_t)(rnd(rng) % 4096);
         if ((st = disco_session_empty(s, &len, 1, F32, false, &r)) != DISCO_OK)
             return st;
-        return disco_session_free(s, r);
+        return disco_session_free_reg(s, r);
     }
     case 5:
         if ((st = disco_session_debug_get(s, x, (int)(rnd(rng) % (uint64_t)n), &v)) == DISCO_OK)
             disco_value_clear(&v);
         return st;
     default: {
-        disco_value_t a[2] = {dref(x), disco_bool(false)};
+        disco_value_t a[2] = {dref(x), disco_value_bool(false)};
         if ((st = disco_session_call_by_name(s, "disco.broadcast_from_worker0", a, 2, &r)) !=
             DISCO_OK)
             return st;
-        return disco_session_free(s, r);
+        return disco_session_free_reg(s, r);
     }
     }
 }
@@ -234,7 +234,8 @@ START_TEST(test_first_error_names_death)
         cfg.worker_path = DISCO_TEST_WORKER;
         disco_session_t *s = tu_open_with_testlib(&cfg);
         int64_t len = 1024;
-        disco_value_t fa[3] = {disco_shape(&len, 1), disco_dtype(F32), disco_int(1)};
+        disco_value_t fa[3] = {disco_value_shape(&len, 1), disco_value_dtype(F32),
+                               disco_value_int(1)};
         disco_dref_t x;
         CK_OK(disco_session_call_by_name(s, "test.fill", fa, 3, &x));
         int pid = disco_session_worker_pid(s, victim);
@@ -268,7 +269,7 @@ END_TEST
 START_TEST(test_death_before_other_errors)
 {
     disco_session_t *s = open_cfg(3, DISCO_TRANSPORT_RING, 20000);
-    disco_value_t a[2] = {disco_int(2), disco_str("bad input")};
+    disco_value_t a[2] = {disco_value_int(2), disco_value_str("bad input")};
     disco_dref_t r;
     CK_OK(disco_session_call_by_name(s, "test.fail_on", a, 2, &r));
     int64_t end = disco_now_ns() + 20000000000LL;

@@ -16,9 +16,9 @@
 
 #include "workers/data/bind.h"
 #include "workers/data/tensor_impl.h"
-#include "disco/heap.h"
+#include "disco/shm/heap.h"
 #include "disco/placement.h"
-#include "disco/segment.h"
+#include "disco/shm/segment.h"
 #include "tests/session_util.h"
 
 #define SYN     "pack:2 numa:2 core:4 pu:2" /* 32 PUs, 4 per... 8 per NUMA node */

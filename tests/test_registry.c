@@ -12,7 +12,7 @@ static disco_status_t answer(disco_ctx_t *ctx, const disco_value_t *args, int na
                              disco_value_t *ret)
 {
     (void)ctx, (void)args, (void)nargs;
-    *ret = disco_int(42);
+    *ret = disco_value_int(42);
     return DISCO_OK;
 }
 
@@ -25,7 +25,7 @@ static disco_status_t run_named(const char *name, disco_value_t *ret_out)
         return st;
     const struct disco__func *f = disco__func_at(h);
     ck_assert_msg(f != NULL && strcmp(f->name, name) == 0, "disco__func_at(%s)", name);
-    disco_value_t arg = disco_int(7);
+    disco_value_t arg = disco_value_int(7);
     return disco__func_run(f, NULL, &arg, 1, ret_out);
 }
 
@@ -38,7 +38,7 @@ START_TEST(test_builtin_libs_found)
     CK_OK(disco__func_find("disco.allreduce", &h));
     CK_OK(disco__func_find("disco.cpu_affinity", &h));
     CK_STATUS(disco__func_find("no.such.function", &h), DISCO_E_NO_FUNC);
-    disco_value_t v = disco_null();
+    disco_value_t v = disco_value_null();
     CK_OK(run_named("disco.echo", &v));
     ck_assert_msg(v.type == DISCO_T_INT && v.v.i == 7, "disco.echo(7) gave type %u", v.type);
     /* A collective registers as needing a session worker: refused here. */
@@ -55,7 +55,7 @@ START_TEST(test_libs_register_once)
     CK_OK(disco_register_func("disco.echo", NULL, answer));
     for (int i = 0; i < 2; i++) {
         disco__builtins_init();
-        disco_value_t v = disco_null();
+        disco_value_t v = disco_value_null();
         CK_OK(run_named("disco.echo", &v));
         ck_assert_msg(v.type == DISCO_T_INT && v.v.i == 42, "lookup %d: the builtin came back", i);
     }

@@ -13,9 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "shm/ring_internal.h"
 #include "shm/ticks.h"
-#include "disco/ring.h"
-#include "disco/segment.h"
+#include "disco/shm/ring.h"
+#include "disco/shm/segment.h"
 #include "tests/ring_util.h"
 #include "tests/testutil.h"
 

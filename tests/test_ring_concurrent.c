@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "shm/ticks.h"
-#include "disco/ring.h"
-#include "disco/segment.h"
+#include "disco/shm/ring.h"
+#include "disco/shm/segment.h"
 #include "tests/ring_util.h"
 #include "tests/testutil.h"
 

@@ -20,7 +20,7 @@
 #include "disco/rpc.h"
 #include "disco/session.h"
 #include "disco/transport.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "tests/rpc_util.h"
 #include "tests/session_util.h"
 
@@ -91,23 +91,23 @@ static void exercise(disco_rpc_t *s)
 {
     disco_rpc_handle_t add, echo, fail;
     CK_OK(disco_rpc_get_func(s, "test.add", &add));
-    disco_value_t a[2] = {disco_int(40), disco_int(2)}, r;
+    disco_value_t a[2] = {disco_value_int(40), disco_value_int(2)}, r;
     CK_OK(disco_rpc_call(s, add, a, 2, &r));
     ck_assert_int_eq(r.v.i, 42);
     /* values round-trip */
     CK_OK(disco_rpc_get_func(s, "test.echo", &echo));
     const int64_t dims[2] = {3, -1};
     const char bin[4] = {0, 1, 0, 2};
-    disco_value_t vals[] = {disco_null(),
-                            disco_bool(true),
-                            disco_int(INT64_MIN),
-                            disco_float(-0.0),
-                            disco_str("héllo"),
-                            disco_bytes(bin, 4),
-                            disco_shape(dims, 2),
-                            disco_dtype((DLDataType){kDLBfloat, 16, 1}),
-                            disco_device((DLDevice){kDLCUDA, 1}),
-                            disco_opaque(77)};
+    disco_value_t vals[] = {disco_value_null(),
+                            disco_value_bool(true),
+                            disco_value_int(INT64_MIN),
+                            disco_value_float(-0.0),
+                            disco_value_str("héllo"),
+                            disco_value_bytes(bin, 4),
+                            disco_value_shape(dims, 2),
+                            disco_value_dtype((DLDataType){kDLBfloat, 16, 1}),
+                            disco_value_device((DLDevice){kDLCUDA, 1}),
+                            disco_value_opaque(77)};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
         CK_OK(disco_rpc_call(s, echo, &vals[i], 1, &r));
         ck_assert_msg(disco_value_equal(&r, &vals[i]), "echo of %s", disco_type_name(vals[i].type));
@@ -118,7 +118,7 @@ static void exercise(disco_rpc_t *s)
     CK_STATUS(disco_rpc_get_func(s, "test.nope", &none), DISCO_E_NO_FUNC);
     CK_HAS("test.nope");
     CK_OK(disco_rpc_get_func(s, "test.fail_on", &fail));
-    disco_value_t f[2] = {disco_int(-1), disco_str("broken input")};
+    disco_value_t f[2] = {disco_value_int(-1), disco_value_str("broken input")};
     CK_STATUS(disco_rpc_call(s, fail, f, 2, &r), DISCO_E_REMOTE);
     CK_HAS("broken input");
     CK_STATUS(disco_rpc_call(s, add, a, 1, &r), DISCO_E_ARG_COUNT);
@@ -151,7 +151,7 @@ static void exercise(disco_rpc_t *s)
     /* asynchronous calls complete in order, with their values */
     struct order o = {0};
     for (int i = 0; i < 10; i++) {
-        disco_value_t b[2] = {disco_int(i), disco_int(100)};
+        disco_value_t b[2] = {disco_value_int(i), disco_value_int(100)};
         CK_OK(disco_rpc_call_async(s, add, b, 2, on_done, &o));
     }
     CK_OK(disco_rpc_wait(s));
@@ -236,7 +236,7 @@ START_TEST(test_async_pipelining)
     struct echo_check e = {0};
     for (int i = 0; i < 4000; i++) { /* 8 MiB of answers */
         memset(blob, i & 0xff, sizeof blob);
-        disco_value_t b = disco_bytes(blob, sizeof blob);
+        disco_value_t b = disco_value_bytes(blob, sizeof blob);
         CK_OK(disco_rpc_call_async(s, echo, &b, 1, echo_done, &e));
     }
     CK_OK(disco_rpc_wait(s));
@@ -360,7 +360,7 @@ START_TEST(test_session_timeout)
     disco_rpc_t *s = connect_to(&sv);
     disco_rpc_handle_t hang;
     CK_OK(disco_rpc_get_func(s, "test.hang", &hang));
-    disco_value_t w = disco_int(0), r;
+    disco_value_t w = disco_value_int(0), r;
     int64_t t0 = disco_now_ns();
     CK_STATUS(disco_rpc_call(s, hang, &w, 1, &r), DISCO_E_SESSION_TIMEOUT);
     CK_HAS("session has expired");
@@ -373,7 +373,7 @@ START_TEST(test_session_timeout)
     s = connect_to(&sv);
     disco_rpc_handle_t add;
     CK_OK(disco_rpc_get_func(s, "test.add", &add));
-    disco_value_t a[2] = {disco_int(1), disco_int(2)};
+    disco_value_t a[2] = {disco_value_int(1), disco_value_int(2)};
     CK_OK(disco_rpc_call(s, add, a, 2, &r));
     ck_assert_int_eq(r.v.i, 3);
     disco_rpc_close(s);
@@ -397,7 +397,7 @@ START_TEST(test_client_killed_mid_call)
         if (disco_rpc_connect(sv.address, 10000, &s) != DISCO_OK ||
             disco_rpc_get_func(s, "test.spin_ms", &spin) != DISCO_OK)
             _exit(1);
-        disco_value_t ms = disco_int(300);
+        disco_value_t ms = disco_value_int(300);
         disco_rpc_call_async(s, spin, &ms, 1, on_done, NULL); /* sent; never waited for */
         (void)!write(ready[1], "x", 1);
         for (;;)
@@ -410,7 +410,7 @@ START_TEST(test_client_killed_mid_call)
     disco_rpc_t *s = connect_to(&sv);
     disco_rpc_handle_t add;
     CK_OK(disco_rpc_get_func(s, "test.add", &add));
-    disco_value_t a[2] = {disco_int(5), disco_int(6)}, r;
+    disco_value_t a[2] = {disco_value_int(5), disco_value_int(6)}, r;
     CK_OK(disco_rpc_call(s, add, a, 2, &r));
     ck_assert_int_eq(r.v.i, 11);
     disco_rpc_close(s);
@@ -431,13 +431,13 @@ START_TEST(test_malformed_packets)
     start_server(&sv, addr, NULL, NULL, NULL);
     disco_transport_t *t;
     int64_t dl = disco_now_ns() + 10000000000LL;
-    CK_OK(disco_connect(sv.address, dl, &t));
+    CK_OK(disco_transport_connect(sv.address, dl, &t));
     disco__rpc_buf_t b;
     CK_OK(disco__rpc_buf_init(&b));
     disco_frame_hdr_t h;
     disco_value_t v[4];
     /* a request before the handshake: refused, and the connection ends */
-    disco_value_t name = disco_str("disco.noop");
+    disco_value_t name = disco_value_str("disco.noop");
     CK_OK(disco__rpc_send(t, &b, DISCO_RPC_GET_FUNC, 1, &name, 1, dl));
     CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
     ck_assert_int_eq(h.code, DISCO_RPC_EXCEPTION);
@@ -445,14 +445,14 @@ START_TEST(test_malformed_packets)
     CK_STATUS(disco__rpc_recv(t, &b, &h, v, 4, dl), DISCO_E_CLOSED);
     disco_transport_close(t);
     /* the handshake, then an unknown code, then wrong argument types */
-    CK_OK(disco_connect(sv.address, dl, &t));
+    CK_OK(disco_transport_connect(sv.address, dl, &t));
     uint8_t tok[DISCO_RPC_TOKEN_BYTES];
     CK_OK(disco_rpc_token_read(sv.token, tok));
     raw_handshake(t, &b, tok, dl);
     CK_OK(disco__rpc_send(t, &b, 999, 3, NULL, 0, dl));
     CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
     ck_assert_int_eq(v[0].v.i, DISCO_E_PROTOCOL);
-    disco_value_t wrong = disco_int(5);
+    disco_value_t wrong = disco_value_int(5);
     CK_OK(disco__rpc_send(t, &b, DISCO_RPC_GET_FUNC, 4, &wrong, 1, dl));
     CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
     ck_assert_int_eq(v[0].v.i, DISCO_E_BAD_TYPE);
@@ -472,7 +472,7 @@ START_TEST(test_malformed_packets)
     CK_STATUS(disco__rpc_recv(t, &b, &h, v, 4, dl), DISCO_E_CLOSED);
     disco_transport_close(t);
     /* a truncated packet, then gone */
-    CK_OK(disco_connect(sv.address, dl, &t));
+    CK_OK(disco_transport_connect(sv.address, dl, &t));
     uint64_t half[2] = {64, 0};
     CK_OK(disco_transport_send(t, half, sizeof half, dl));
     disco_transport_close(t);
@@ -501,7 +501,7 @@ START_TEST(test_handles_after_close)
     kill(sv.pid, SIGKILL); /* the server and, with it, the connection */
     waitpid(sv.pid, NULL, 0);
     unlink(sv.token); /* it could not */
-    disco_value_t a[2] = {disco_int(1), disco_int(2)}, r;
+    disco_value_t a[2] = {disco_value_int(1), disco_value_int(2)}, r;
     disco_status_t st = disco_rpc_call(s, f, a, 2, &r);
     ck_assert_msg(st == DISCO_E_CLOSED, "call after the server died: %s", disco_err_name(st));
     CK_OK(disco_rpc_free_handle(s, mem));

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "disco/rpc.h"
-#include "disco/segment.h"
+#include "disco/shm/segment.h"
 #include "disco/transport.h"
 #include "tests/rpc_util.h"
 #include "tests/testutil.h"
@@ -79,7 +79,8 @@ START_TEST(test_shm_unsealed_refused)
             _exit(0);
         }
         disco_transport_t *t;
-        CK_STATUS(disco_connect(addr, disco_now_ns() + 10000000000LL, &t), DISCO_E_BAD_MAGIC);
+        CK_STATUS(disco_transport_connect(addr, disco_now_ns() + 10000000000LL, &t),
+                  DISCO_E_BAD_MAGIC);
         CK_HAS(round == 0 ? "not sealed" : "too small");
         waitpid(pid, NULL, 0);
         disco_segment_close(&seg);
@@ -96,18 +97,18 @@ START_TEST(test_shm_segment_sealed)
     char addr[128];
     snprintf(addr, sizeof addr, "shm:/tmp/disco-test-srv-sealed-%d.sock", (int)getpid());
     disco_listener_t *l;
-    CK_OK(disco_listen(addr, &l));
+    CK_OK(disco_listener_open(addr, &l));
     pid_t pid = fork();
     if (pid == 0) {
         disco_transport_t *t;
-        if (disco_accept(l, disco_now_ns() + 10000000000LL, &t) != DISCO_OK)
+        if (disco_listener_accept(l, disco_now_ns() + 10000000000LL, &t) != DISCO_OK)
             _exit(1);
         char c;
         disco_transport_recv(t, &c, 1, disco_now_ns() + 10000000000LL);
         _exit(0);
     }
     disco_transport_t *t;
-    CK_OK(disco_connect(addr, disco_now_ns() + 10000000000LL, &t));
+    CK_OK(disco_transport_connect(addr, disco_now_ns() + 10000000000LL, &t));
     char peer[64]; /* what the server logs names the peer */
     ck_assert_ptr_nonnull(strstr(disco_transport_peer(t, peer, sizeof peer), "shm uid "));
     int fds[4];
@@ -141,11 +142,11 @@ START_TEST(test_child_holds_only_its_connection)
     disco_rpc_handle_t ex, echo;
     CK_OK(disco_rpc_get_func(a, "test.exit", &ex));
     CK_OK(disco_rpc_get_func(b, "disco.echo", &echo));
-    disco_value_t args[2] = {disco_int(0), disco_int(0)}, r;
+    disco_value_t args[2] = {disco_value_int(0), disco_value_int(0)}, r;
     int64_t t0 = disco_now_ns();
     CK_STATUS(disco_rpc_call(a, ex, args, 2, &r), DISCO_E_CLOSED);
     ck_assert_msg(tu_ms_since(t0) < 4000, "EOF after %.0f ms", tu_ms_since(t0));
-    disco_value_t one = disco_int(1);
+    disco_value_t one = disco_value_int(1);
     CK_OK(disco_rpc_call(b, echo, &one, 1, &r)); /* B is untouched */
     ck_assert_int_eq(r.v.i, 1);
     disco_rpc_close(a);
@@ -220,7 +221,7 @@ START_TEST(test_idle_and_handshake_timeouts)
     CK_OK(disco__rpc_buf_init(&b));
     disco_frame_hdr_t h;
     disco_value_t v[4];
-    CK_OK(disco_connect(sv.address, dl, &t));
+    CK_OK(disco_transport_connect(sv.address, dl, &t));
     raw_handshake(t, &b, tok, dl);
     int64_t t0 = disco_now_ns();
     CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
@@ -231,7 +232,7 @@ START_TEST(test_idle_and_handshake_timeouts)
     ck_assert_ptr_nonnull(strstr(v[1].v.str, "idle"));
     CK_STATUS(disco__rpc_recv(t, &b, &h, v, 4, dl), DISCO_E_CLOSED);
     disco_transport_close(t);
-    CK_OK(disco_connect(sv.address, dl, &t)); /* says nothing */
+    CK_OK(disco_transport_connect(sv.address, dl, &t)); /* says nothing */
     t0 = disco_now_ns();
     CK_OK(disco__rpc_recv(t, &b, &h, v, 4, dl));
     ck_assert_int_eq(v[0].v.i, DISCO_E_AUTH);

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "disco/segment.h"
+#include "disco/shm/segment.h"
 #include "tests/testutil.h"
 
 #define MiB (1024u * 1024u)

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "disco/session.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "tests/session_util.h"
 
 static int fds_before;
@@ -67,7 +67,7 @@ static void check_ids(disco_session_t *s)
     disco_dref_t id, ws, sum;
     CK_OK(disco_session_call_by_name(s, "disco.worker_id", NULL, 0, &id));
     CK_OK(disco_session_call_by_name(s, "disco.world_size", NULL, 0, &ws));
-    disco_value_t args[2] = {disco_int(40), disco_int(2)};
+    disco_value_t args[2] = {disco_value_int(40), disco_value_int(2)};
     CK_OK(disco_session_call_by_name(s, "test.add", args, 2, &sum));
     for (int w = 0; w < n; w++) {
         ck_assert_int_eq(get_int(s, id, w), w);
@@ -113,23 +113,23 @@ START_TEST(test_value_round_trip)
     const int64_t dims[4] = {2, 0, -1, INT64_MAX};
     const char bin[5] = {0, 1, 0, 2, 0};
     disco_value_t vals[] = {
-        disco_null(),
-        disco_bool(true),
-        disco_int(INT64_MIN),
-        disco_int(INT64_MAX),
-        disco_float(-0.0),
-        disco_float(NAN),
-        disco_float(1e-300),
-        disco_str(""),
-        disco_str("hello, disco"),
-        disco_bytes(bin, sizeof bin),
-        disco_bytes(NULL, 0),
-        disco_bytes(big, sizeof big),
-        disco_shape(dims, 4),
-        disco_shape(NULL, 0),
-        disco_dtype((DLDataType){kDLBfloat, 16, 1}),
-        disco_device((DLDevice){kDLCUDA, 3}),
-        disco_opaque(0xdeadbeefcafef00dULL),
+        disco_value_null(),
+        disco_value_bool(true),
+        disco_value_int(INT64_MIN),
+        disco_value_int(INT64_MAX),
+        disco_value_float(-0.0),
+        disco_value_float(NAN),
+        disco_value_float(1e-300),
+        disco_value_str(""),
+        disco_value_str("hello, disco"),
+        disco_value_bytes(bin, sizeof bin),
+        disco_value_bytes(NULL, 0),
+        disco_value_bytes(big, sizeof big),
+        disco_value_shape(dims, 4),
+        disco_value_shape(NULL, 0),
+        disco_value_dtype((DLDataType){kDLBfloat, 16, 1}),
+        disco_value_device((DLDevice){kDLCUDA, 3}),
+        disco_value_opaque(0xdeadbeefcafef00dULL),
     };
     disco_dref_t echo;
     CK_OK(disco_session_get_func(s, "test.echo", &echo));
@@ -153,12 +153,12 @@ START_TEST(test_value_round_trip)
                 disco_value_clear(&got);
             }
         }
-        CK_OK(disco_session_free(s, out2));
-        CK_OK(disco_session_free(s, out));
-        CK_OK(disco_session_free(s, reg));
+        CK_OK(disco_session_free_reg(s, out2));
+        CK_OK(disco_session_free_reg(s, out));
+        CK_OK(disco_session_free_reg(s, reg));
     }
     /* A string built in scratch memory on the worker. */
-    disco_value_t parts[2] = {disco_str("dis"), disco_str("co")};
+    disco_value_t parts[2] = {disco_value_str("dis"), disco_value_str("co")};
     disco_dref_t cat;
     CK_OK(disco_session_call_by_name(s, "test.concat", parts, 2, &cat));
     disco_value_t got;
@@ -182,20 +182,20 @@ START_TEST(test_register_reuse)
     CK_OK(disco_session_alloc_reg(s, &b));
     ck_assert_uint_ne(a, 0);
     ck_assert_uint_ne(a, b);
-    CK_OK(disco_session_free(s, a));
-    CK_OK(disco_session_free(s, b));
+    CK_OK(disco_session_free_reg(s, a));
+    CK_OK(disco_session_free_reg(s, b));
     CK_OK(disco_session_alloc_reg(s, &c));
     CK_OK(disco_session_alloc_reg(s, &d));
     ck_assert_uint_eq(c, b);
     ck_assert_uint_eq(d, a);
     disco_dref_t echo, r;
     CK_OK(disco_session_get_func(s, "test.echo", &echo));
-    CK_OK(disco_session_free(s, d));
-    CK_STATUS(disco_session_free(s, d), DISCO_E_BAD_REG);
+    CK_OK(disco_session_free_reg(s, d));
+    CK_STATUS(disco_session_free_reg(s, d), DISCO_E_BAD_REG);
     disco_value_t v;
     CK_STATUS(disco_session_debug_get(s, d, 1, &v), DISCO_E_BAD_REG);
     CK_STATUS(disco_session_debug_get(s, 9999, 0, &v), DISCO_E_BAD_REG);
-    CK_STATUS(disco_session_free(s, 0), DISCO_E_BAD_REG);
+    CK_STATUS(disco_session_free_reg(s, 0), DISCO_E_BAD_REG);
     disco_value_t arg = {.type = DISCO_T_DREF, .v.reg = d};
     CK_STATUS(disco_session_call(s, echo, &arg, 1, &r), DISCO_E_BAD_REG);
     CK_STATUS(disco_session_call(s, c, NULL, 0, &r), DISCO_E_BAD_REG); /* not a function */
@@ -216,13 +216,13 @@ START_TEST(test_many_registers)
     disco_dref_t echo;
     CK_OK(disco_session_get_func(s, "test.echo", &echo));
     for (int i = 0; i < N; i++) {
-        disco_value_t v = disco_int(i);
+        disco_value_t v = disco_value_int(i);
         CK_OK(disco_session_call(s, echo, &v, 1, &regs[i]));
     }
     CK_OK(disco_session_sync(s, 1));
     ck_assert_int_eq(get_int(s, regs[N - 1], 1), N - 1);
     for (int i = 0; i < N; i++)
-        CK_OK(disco_session_free(s, regs[i]));
+        CK_OK(disco_session_free_reg(s, regs[i]));
     for (int i = N - 1; i >= 0; i--) {
         disco_dref_t r;
         CK_OK(disco_session_alloc_reg(s, &r));
@@ -243,7 +243,7 @@ START_TEST(test_call_errors)
     CK_STATUS(disco_session_get_func(s, "test.no_such_function", &f), DISCO_E_NO_FUNC);
     CK_HAS("test.no_such_function");
     CK_OK(disco_session_get_func(s, "test.add", &f));
-    disco_value_t one = disco_int(1), two[2] = {disco_int(1), disco_str("x")};
+    disco_value_t one = disco_value_int(1), two[2] = {disco_value_int(1), disco_value_str("x")};
     CK_STATUS(disco_session_call(s, f, &one, 1, &r), DISCO_E_ARG_COUNT);
     CK_HAS("test.add takes 2 arguments");
     CK_STATUS(disco_session_call(s, f, two, 2, &r), DISCO_E_BAD_TYPE);
@@ -253,11 +253,11 @@ START_TEST(test_call_errors)
     CK_OK(disco_session_get_func(s, "test.echo", &echo));
     CK_STATUS(disco_session_call(s, echo, &bad, 1, &r), DISCO_E_BAD_TYPE);
     static char huge[70000];
-    disco_value_t big = disco_bytes(huge, sizeof huge);
+    disco_value_t big = disco_value_bytes(huge, sizeof huge);
     CK_STATUS(disco_session_call(s, echo, &big, 1, &r), DISCO_E_MSG_TOO_BIG);
     CK_STATUS(disco_session_sync(s, 2), DISCO_E_INVAL);
     CK_STATUS(disco_session_sync(s, -1), DISCO_E_INVAL);
-    disco_value_t args[2] = {disco_int(2), disco_int(3)};
+    disco_value_t args[2] = {disco_value_int(2), disco_value_int(3)};
     CK_OK(disco_session_call(s, f, args, 2, &r));
     CK_OK(disco_session_sync(s, 1));
     ck_assert_int_eq(get_int(s, r, 1), 5);
@@ -271,13 +271,13 @@ END_TEST
 START_TEST(test_remote_failure)
 {
     disco_session_t *s = open_n(3);
-    disco_value_t args[2] = {disco_int(2), disco_str("bad input")};
+    disco_value_t args[2] = {disco_value_int(2), disco_value_str("bad input")};
     disco_dref_t r;
     CK_OK(disco_session_call_by_name(s, "test.fail_on", args, 2, &r));
     CK_STATUS(disco_session_sync(s, 2), DISCO_E_REMOTE);
     CK_HAS("worker 2: test.fail_on: bad input (worker 2)");
     CK_OK(disco_session_sync(s, 2)); /* reported once */
-    args[0] = disco_int(-1);
+    args[0] = disco_value_int(-1);
     CK_OK(disco_session_call_by_name(s, "test.fail_on", args, 2, &r));
     CK_STATUS(disco_session_sync(s, 1), DISCO_E_REMOTE);
     CK_HAS("worker 0: test.fail_on: bad input (worker 0)");
@@ -289,7 +289,7 @@ START_TEST(test_remote_failure)
     CK_OK(disco_session_sync(s, 2));
     check_ids(s);
     /* A library that cannot be loaded. */
-    disco_value_t path = disco_str("/nonexistent/libnothing.so");
+    disco_value_t path = disco_value_str("/nonexistent/libnothing.so");
     CK_OK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
     CK_STATUS(disco_session_sync(s, 0), DISCO_E_LIBRARY);
     CK_HAS("libnothing.so");
@@ -308,13 +308,13 @@ START_TEST(test_worker_death)
     disco_dref_t r;
     int64_t t0 = disco_now_ns();
     if (how == 0) {
-        disco_value_t w = disco_int(1);
+        disco_value_t w = disco_value_int(1);
         CK_OK(disco_session_call_by_name(s, "test.segv", &w, 1, &r));
     } else if (how == 1) {
-        disco_value_t a[2] = {disco_int(1), disco_int(7)};
+        disco_value_t a[2] = {disco_value_int(1), disco_value_int(7)};
         CK_OK(disco_session_call_by_name(s, "test.exit", a, 2, &r));
     } else {
-        disco_value_t w = disco_int(1);
+        disco_value_t w = disco_value_int(1);
         CK_OK(disco_session_call_by_name(s, "test.hang", &w, 1, &r));
         kill(disco_session_worker_pid(s, 1), SIGKILL);
     }
@@ -338,7 +338,7 @@ START_TEST(test_deadline)
 {
     disco_session_t *s = open_with(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 300);
     int pid = disco_session_worker_pid(s, 2);
-    disco_value_t w = disco_int(2);
+    disco_value_t w = disco_value_int(2);
     disco_dref_t r;
     CK_OK(disco_session_call_by_name(s, "test.hang", &w, 1, &r));
     int64_t t0 = disco_now_ns();
@@ -364,8 +364,9 @@ START_TEST(test_heap_stats)
     CK_OK(disco_session_heap_stats(s, &h0));
     ck_assert_uint_eq(h0.capacity, h0.used_bytes + h0.free_bytes);
     int64_t n = 1000;
-    disco_value_t a[4] = {disco_shape(&n, 1), disco_dtype((DLDataType){kDLFloat, 32, 1}),
-                          disco_device((DLDevice){kDLCPU, 0}), disco_bool(false)};
+    disco_value_t a[4] = {disco_value_shape(&n, 1),
+                          disco_value_dtype((DLDataType){kDLFloat, 32, 1}),
+                          disco_value_device((DLDevice){kDLCPU, 0}), disco_value_bool(false)};
     disco_dref_t r;
     CK_OK(disco_session_call_by_name(s, "disco.empty", a, 4, &r));
     for (int w = 0; w < 3; w++)
@@ -373,7 +374,7 @@ START_TEST(test_heap_stats)
     CK_OK(disco_session_heap_stats(s, &h1));
     ck_assert_uint_eq(h1.live_blocks, h0.live_blocks + 3);
     ck_assert_uint_ge(h1.used_bytes, h0.used_bytes + 3 * 4000);
-    CK_OK(disco_session_free(s, r));
+    CK_OK(disco_session_free_reg(s, r));
     for (int w = 0; w < 3; w++)
         CK_OK(disco_session_sync(s, w));
     CK_OK(disco_session_heap_stats(s, &h2));

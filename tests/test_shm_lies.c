@@ -25,7 +25,7 @@
 #include "disco/func.h"
 #include "disco/rpc.h"
 #include "disco/session.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "tests/session_util.h"
 #include "tests/liveness_util.h"
 
@@ -72,11 +72,11 @@ START_TEST(test_posted_offsets_checked)
 {
     disco_session_t *s = open_cfg(2, DISCO_TRANSPORT_RING, 10000);
     int64_t n = 1024;
-    disco_value_t fa[3] = {disco_shape(&n, 1), disco_dtype(F32), disco_int(1)};
+    disco_value_t fa[3] = {disco_value_shape(&n, 1), disco_value_dtype(F32), disco_value_int(1)};
     disco_dref_t x, r, y, f;
     CK_OK(disco_session_call_by_name(s, "test.fill", fa, 3, &x));
     CK_OK(disco_session_sync(s, 1));
-    disco_value_t one = disco_int(1);
+    disco_value_t one = disco_value_int(1);
     CK_OK(disco_session_call_by_name(s, "test.hang", &one, 1, &r));
     bool send = _i == 3;
     CK_OK(disco_session_get_func(s, send ? "disco.send_recv" : "disco.allreduce", &f));
@@ -118,7 +118,8 @@ START_TEST(test_posted_offsets_checked)
     struct liar liar = {a, send ? 2 : 1};
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, liar_main, &liar), 0);
-    disco_value_t args[3] = {dref(x), send ? disco_int(1) : disco_str("sum"), disco_int(0)};
+    disco_value_t args[3] = {dref(x), send ? disco_value_int(1) : disco_value_str("sum"),
+                             disco_value_int(0)};
     CK_OK(disco_session_call(s, f, args, send ? 3 : 2, &y));
     pthread_join(th, NULL);
     CK_STATUS(disco_session_sync(s, 0), send ? DISCO_E_INVAL : DISCO_E_PROTOCOL);
@@ -143,7 +144,7 @@ static disco_status_t lying_span(disco_ctx_t *ctx, const disco_value_t *a, int n
         return disco_ctx_fail(ctx, "out of memory");
     span[0] = 0x7fffffff0000LL;
     span[1] = 100;
-    *ret = disco_shape(span, 2);
+    *ret = disco_value_shape(span, 2);
     return DISCO_OK;
 }
 
@@ -184,10 +185,10 @@ START_TEST(test_coll_header_ignored)
     a->num_groups = 0;
     a->world = 1000000;
     int64_t n = 1000;
-    disco_value_t fa[3] = {disco_shape(&n, 1), disco_dtype(F32), disco_int(3)};
+    disco_value_t fa[3] = {disco_value_shape(&n, 1), disco_value_dtype(F32), disco_value_int(3)};
     disco_dref_t x, y;
     CK_OK(disco_session_call_by_name(s, "test.fill", fa, 3, &x));
-    disco_value_t ar[3] = {dref(x), disco_str("sum"), disco_bool(true)};
+    disco_value_t ar[3] = {dref(x), disco_value_str("sum"), disco_value_bool(true)};
     CK_OK(disco_session_call_by_name(s, "disco.allreduce", ar, 3, &y));
     CK_OK(disco_session_sync(s, 1));
     CK_OK(disco_session_sync(s, 0));

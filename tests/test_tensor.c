@@ -178,14 +178,14 @@ static int64_t checksum_on(disco_session_t *s, disco_dref_t reg, int w)
     disco_dref_t c;
     CK_OK(disco_session_call_by_name(s, "test.checksum", &a, 1, &c));
     CK_OK(disco_session_debug_get(s, c, w, &v));
-    CK_OK(disco_session_free(s, c));
+    CK_OK(disco_session_free_reg(s, c));
     return v.v.i;
 }
 
 static disco_dref_t fill(disco_session_t *s, int64_t count, DLDataType t, int64_t seed)
 {
     int64_t shape[1] = {count};
-    disco_value_t a[3] = {disco_shape(shape, 1), disco_dtype(t), disco_int(seed)};
+    disco_value_t a[3] = {disco_value_shape(shape, 1), disco_value_dtype(t), disco_value_int(seed)};
     disco_dref_t x;
     CK_OK(disco_session_call_by_name(s, "test.fill", a, 3, &x));
     return x;
@@ -198,7 +198,8 @@ static void check_allreduce(disco_session_t *s, int n, int groups, DLDataType t,
 {
     int64_t seed = count % 5 + op;
     disco_dref_t x = fill(s, count, t, seed), y;
-    disco_value_t a[3] = {dref(x), disco_str(disco_reduce_name(op)), disco_bool(groups > 1)};
+    disco_value_t a[3] = {dref(x), disco_value_str(disco_reduce_name(op)),
+                          disco_value_bool(groups > 1)};
     CK_OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y));
     for (int w = n - 1; w >= 0; w--)
         CK_OK(disco_session_sync(s, w));
@@ -231,8 +232,8 @@ static void check_allreduce(disco_session_t *s, int n, int groups, DLDataType t,
         if (w % gsize != 0)
             ck_assert_msg(checksum_on(s, y, w) == checksum_on(s, y, w / gsize * gsize),
                           "worker %d differs from its group leader", w);
-    CK_OK(disco_session_free(s, y));
-    CK_OK(disco_session_free(s, x));
+    CK_OK(disco_session_free_reg(s, y));
+    CK_OK(disco_session_free_reg(s, x));
 }
 
 /* Every dtype and op, sizes 0, 1 and odd, N = 2, 3, 4 (loop index). */
@@ -321,7 +322,7 @@ START_TEST(test_copy_round_trip)
         disco_value_t v;
         CK_OK(disco_session_debug_get(s, r, 1, &v)); /* the other workers hold null */
         ck_assert_int_eq(v.type, DISCO_T_NULL);
-        CK_OK(disco_session_free(s, r));
+        CK_OK(disco_session_free_reg(s, r));
         h.dtype = dtypes[d];
         CK_STATUS(disco_session_copy_from_worker0(s, r, &h), DISCO_E_BAD_REG);
         free(in);
@@ -346,7 +347,7 @@ START_TEST(test_copy_round_trip)
     CK_STATUS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_BAD_TYPE);
     /* A register that holds no tensor. */
     disco_dref_t i;
-    disco_value_t one = disco_int(1);
+    disco_value_t one = disco_value_int(1);
     CK_OK(disco_session_call_by_name(s, "test.echo", &one, 1, &i));
     h.dtype = (DLDataType){kDLFloat, 32, 1};
     CK_STATUS(disco_session_copy_from_worker0(s, i, &h), DISCO_E_BAD_TYPE);
@@ -363,13 +364,13 @@ START_TEST(test_data_movement)
     DLDataType f32 = {kDLFloat, 32, 1};
     int64_t count = 12 * n;
     disco_dref_t x = fill(s, count, f32, 1), y;
-    disco_value_t a[2] = {dref(x), disco_bool(false)};
+    disco_value_t a[2] = {dref(x), disco_value_bool(false)};
     /* broadcast */
     CK_OK(disco_session_call_by_name(s, "disco.broadcast_from_worker0", a, 2, &y));
     int64_t c0 = checksum_on(s, x, 0);
     for (int w = 0; w < n; w++)
         ck_assert_msg(checksum_on(s, y, w) == c0, "broadcast: worker %d", w);
-    CK_OK(disco_session_free(s, x)); /* the broadcast copies keep the bytes alive */
+    CK_OK(disco_session_free_reg(s, x)); /* the broadcast copies keep the bytes alive */
     for (int w = 0; w < n; w++)
         ck_assert_msg(checksum_on(s, y, w) == c0, "broadcast after free: worker %d", w);
     /* scatter: worker w gets rows [12w, 12w+12) of worker 0's y */
@@ -406,7 +407,7 @@ START_TEST(test_data_movement)
         disco_value_clear(&v);
     }
     /* send_recv: the last worker gets worker 1's part; the rest null */
-    disco_value_t sr[3] = {dref(p), disco_int(1), disco_int(n - 1)};
+    disco_value_t sr[3] = {dref(p), disco_value_int(1), disco_value_int(n - 1)};
     disco_dref_t got;
     CK_OK(disco_session_call_by_name(s, "disco.send_recv", sr, 3, &got));
     CK_OK(disco_session_debug_get(s, got, n - 1, &v));
@@ -434,7 +435,7 @@ START_TEST(test_copy_then_broadcast)
     for (int i = 0; i < 40; i++) /* push the id past what the workers have seen */
         CK_OK(disco_session_alloc_reg(s, &pad[i]));
     CK_OK(disco_session_copy_to_worker0(s, &h, &x));
-    disco_value_t a[2] = {dref(x), disco_bool(false)};
+    disco_value_t a[2] = {dref(x), disco_value_bool(false)};
     CK_OK(disco_session_call_by_name(s, "disco.broadcast_from_worker0", a, 2, &y));
     for (int w = 0; w < 3; w++) {
         disco_value_t v;
@@ -461,15 +462,17 @@ START_TEST(test_mismatches)
         const char *says;
     } cases[] = {{i32, 0, "int32"}, {f32, 1, "worker 2 has"}};
     for (int k = 0; k < 2; k++) {
-        disco_value_t fa[5] = {disco_shape(shape, 1), disco_dtype(f32), disco_int(2),
-                               disco_dtype(cases[k].odd), disco_int(cases[k].extra)};
+        disco_value_t fa[5] = {disco_value_shape(shape, 1), disco_value_dtype(f32),
+                               disco_value_int(2), disco_value_dtype(cases[k].odd),
+                               disco_value_int(cases[k].extra)};
         disco_dref_t x, y;
         CK_OK(disco_session_call_by_name(s, "test.fill_odd", fa, 5, &x));
         static const char *const ops[] = {"disco.allreduce", "disco.allgather",
                                           "disco.gather_to_worker0"};
         for (int o = 0; o < 3; o++) {
-            disco_value_t a[3] = {dref(x), o == 0 ? disco_str("sum") : disco_bool(false),
-                                  disco_bool(false)};
+            disco_value_t a[3] = {dref(x),
+                                  o == 0 ? disco_value_str("sum") : disco_value_bool(false),
+                                  disco_value_bool(false)};
             CK_OK(disco_session_call_by_name(s, ops[o], a, o == 0 ? 3 : 2, &y));
             CK_STATUS(disco_session_sync(s, 0), DISCO_E_MISMATCH);
             CK_HAS(cases[k].says);
@@ -477,27 +480,27 @@ START_TEST(test_mismatches)
                 disco_status_t st = disco_session_sync(s, w);
                 ck_assert_msg(st == DISCO_OK || st == DISCO_E_MISMATCH, "%s", disco_err_name(st));
             }
-            CK_OK(disco_session_free(s, y));
+            CK_OK(disco_session_free_reg(s, y));
         }
-        CK_OK(disco_session_free(s, x));
+        CK_OK(disco_session_free_reg(s, x));
     }
     disco_dref_t x = fill(s, 10, f32, 0), bad;
     /* non-tensor argument */
-    disco_value_t nt[3] = {disco_int(3), disco_str("sum"), disco_bool(false)};
+    disco_value_t nt[3] = {disco_value_int(3), disco_value_str("sum"), disco_value_bool(false)};
     CK_OK(disco_session_call_by_name(s, "disco.allreduce", nt, 3, &bad));
     CK_STATUS(disco_session_sync(s, 0), DISCO_E_BAD_TYPE);
     CK_HAS("expected a tensor");
     for (int w = 1; w < 3; w++)
         (void)disco_session_sync(s, w);
     /* bad op */
-    disco_value_t a[3] = {dref(x), disco_str("median"), disco_bool(false)};
+    disco_value_t a[3] = {dref(x), disco_value_str("median"), disco_value_bool(false)};
     CK_OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &bad));
     CK_STATUS(disco_session_sync(s, 0), DISCO_E_INVAL);
     CK_HAS("op must be");
     for (int w = 1; w < 3; w++)
         (void)disco_session_sync(s, w);
     /* scatter of 10 rows over 3 workers */
-    disco_value_t sc[2] = {dref(x), disco_bool(false)};
+    disco_value_t sc[2] = {dref(x), disco_value_bool(false)};
     CK_OK(disco_session_call_by_name(s, "disco.scatter_from_worker0", sc, 2, &bad));
     CK_STATUS(disco_session_sync(s, 0), DISCO_E_MISMATCH);
     CK_HAS("not a multiple of 3");
@@ -513,11 +516,11 @@ START_TEST(test_mismatches)
     float host[2] = {1, 2};
     int64_t two[1] = {2};
     DLTensor h = {.data = host, .device = {kDLCPU, 0}, .ndim = 1, .dtype = f32, .shape = two};
-    disco_value_t tv = disco_tensor_value(&h);
+    disco_value_t tv = disco_value_tensor(&h);
     CK_STATUS(disco_session_call_by_name(s, "test.echo", &tv, 1, &bad), DISCO_E_BAD_TYPE);
     CK_HAS("tensors travel by register");
     /* still usable: a good allreduce */
-    a[1] = disco_str("max");
+    a[1] = disco_value_str("max");
     disco_dref_t y;
     CK_OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y));
     for (int w = 0; w < 3; w++)
@@ -558,7 +561,7 @@ START_TEST(test_collective_dead_member)
     disco_dref_t x = fill(s, 100, (DLDataType){kDLFloat, 32, 1}, 0), y;
     CK_OK(disco_session_sync(s, 2));
     kill(disco_session_worker_pid(s, 2), SIGKILL);
-    disco_value_t a[3] = {dref(x), disco_str("sum"), disco_bool(false)};
+    disco_value_t a[3] = {dref(x), disco_value_str("sum"), disco_value_bool(false)};
     CK_STATUS(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y), DISCO_E_WORKER_DIED);
     CK_HAS("worker 2");
     CK_HAS("signal 9");

@@ -183,7 +183,7 @@ START_TEST(test_straggler)
 {
     disco_session_config_t cfg = disco_session_config_default(WORLD);
     disco_session_t *s = tu_open_with_testlib(&cfg);
-    disco_value_t a[2] = {disco_int(2), disco_int(100)};
+    disco_value_t a[2] = {disco_value_int(2), disco_value_int(100)};
     disco_dref_t r;
     CK_OK(disco_session_call_by_name(s, "test.spin_on", a, 2, &r));
     for (int w = 0; w < WORLD; w++)
@@ -241,7 +241,7 @@ START_TEST(test_wrap_around)
     CK_OK(disco_session_get_func(s, "disco.noop", &noop));
     for (int i = 0; i < 9000; i++) {
         CK_OK(disco_session_call(s, noop, NULL, 0, &r));
-        CK_OK(disco_session_free(s, r));
+        CK_OK(disco_session_free_reg(s, r));
     }
     CK_OK(disco_session_sync(s, 1));
     disco_trace_t *t;

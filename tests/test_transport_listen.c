@@ -32,10 +32,10 @@ START_TEST(test_accept_timeout)
     char addr[128];
     listen_address(_i, addr, sizeof addr);
     disco_listener_t *l;
-    CK_OK(disco_listen(addr, &l));
+    CK_OK(disco_listener_open(addr, &l));
     disco_transport_t *t = (disco_transport_t *)&l; /* must stay untouched */
     int64_t deadline = in_ms(150);
-    CK_STATUS(disco_accept(l, deadline, &t), DISCO_E_TIMEOUT);
+    CK_STATUS(disco_listener_accept(l, deadline, &t), DISCO_E_TIMEOUT);
     int64_t t1 = disco_now_ns();
     ck_assert_msg(t1 >= deadline && t1 < deadline + 1000 * MS, "%s: accept returned %.1f ms off",
                   kinds[_i], (double)(t1 - deadline) / 1e6);
@@ -68,18 +68,18 @@ START_TEST(test_bad_addresses)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         disco_listener_t *l = sentinel;
         disco_transport_t *t = sentinel;
-        CK_STATUS(disco_listen(bad[i], &l), DISCO_E_INVAL);
+        CK_STATUS(disco_listener_open(bad[i], &l), DISCO_E_INVAL);
         ck_assert_msg(strstr(disco_last_error(), bad[i]) != NULL, "listen(%s): detail \"%s\"",
                       bad[i], disco_last_error());
-        CK_STATUS(disco_connect(bad[i], in_ms(1000), &t), DISCO_E_INVAL);
+        CK_STATUS(disco_transport_connect(bad[i], in_ms(1000), &t), DISCO_E_INVAL);
         ck_assert_msg(strstr(disco_last_error(), bad[i]) != NULL, "connect(%s): detail \"%s\"",
                       bad[i], disco_last_error());
         ck_assert(l == sentinel && t == sentinel);
     }
     disco_transport_t *t = sentinel;
     disco_listener_t *l = sentinel;
-    CK_STATUS(disco_listen(NULL, &l), DISCO_E_INVAL);
-    CK_STATUS(disco_connect("tcp:127.0.0.1:0", 0, &t), DISCO_E_INVAL);
+    CK_STATUS(disco_listener_open(NULL, &l), DISCO_E_INVAL);
+    CK_STATUS(disco_transport_connect("tcp:127.0.0.1:0", 0, &t), DISCO_E_INVAL);
     CK_STATUS(disco_transport_from_fds(-1, 1, &t), DISCO_E_INVAL);
     ck_assert(t == sentinel && l == sentinel);
 }
@@ -93,7 +93,7 @@ START_TEST(test_connect_refused)
     sock_path(path, sizeof path);
     snprintf(addr, sizeof addr, "unix:%s", path);
     disco_transport_t *t;
-    CK_STATUS(disco_connect(addr, in_ms(1000), &t), DISCO_E_CLOSED);
+    CK_STATUS(disco_transport_connect(addr, in_ms(1000), &t), DISCO_E_CLOSED);
     ck_assert_msg(strstr(disco_last_error(), addr) && strstr(disco_last_error(), strerror(ENOENT)),
                   "detail \"%s\"", disco_last_error());
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -102,7 +102,7 @@ START_TEST(test_connect_refused)
     ck_assert(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
     ck_assert(getsockname(fd, (struct sockaddr *)&sa, &sl) == 0);
     snprintf(addr, sizeof addr, "tcp:127.0.0.1:%u", ntohs(sa.sin_port));
-    CK_STATUS(disco_connect(addr, in_ms(1000), &t), DISCO_E_CLOSED);
+    CK_STATUS(disco_transport_connect(addr, in_ms(1000), &t), DISCO_E_CLOSED);
     ck_assert_msg(strstr(disco_last_error(), addr) &&
                       strstr(disco_last_error(), strerror(ECONNREFUSED)),
                   "detail \"%s\"", disco_last_error());
@@ -119,7 +119,7 @@ START_TEST(test_socket_mode)
         char addr[128];
         listen_address(k, addr, sizeof addr);
         disco_listener_t *l;
-        CK_OK(disco_listen(addr, &l));
+        CK_OK(disco_listener_open(addr, &l));
         ck_assert_str_eq(disco_listener_address(l), addr);
         const char *path = strchr(addr, ':') + 1;
         struct stat sb;
@@ -144,8 +144,8 @@ START_TEST(test_stale_socket)
     ck_assert(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
     close(fd); /* the file stays, nobody behind it */
     disco_listener_t *l, *l2;
-    CK_OK(disco_listen(addr, &l));
-    CK_STATUS(disco_listen(addr, &l2), DISCO_E_SYS);
+    CK_OK(disco_listener_open(addr, &l));
+    CK_STATUS(disco_listener_open(addr, &l2), DISCO_E_SYS);
     disco_listener_close(l);
 }
 END_TEST
@@ -157,7 +157,7 @@ START_TEST(test_tcp_loopback)
     const char *addrs[] = {"tcp::0", "tcp:localhost:0", "tcp:127.0.0.1:0"};
     for (size_t i = 0; i < 3; i++) {
         disco_listener_t *l;
-        CK_OK(disco_listen(addrs[i], &l));
+        CK_OK(disco_listener_open(addrs[i], &l));
         struct sockaddr_in sa;
         socklen_t sl = sizeof sa;
         ck_assert(getsockname(disco_listener_fd(l), (struct sockaddr *)&sa, &sl) == 0);
@@ -169,8 +169,8 @@ START_TEST(test_tcp_loopback)
         snprintf(want, sizeof want, "tcp:127.0.0.1:%u", ntohs(sa.sin_port));
         ck_assert_str_eq(disco_listener_address(l), want);
         disco_transport_t *c, *s;
-        CK_OK(disco_connect(want, in_ms(2000), &c));
-        CK_OK(disco_accept(l, in_ms(2000), &s));
+        CK_OK(disco_transport_connect(want, in_ms(2000), &c));
+        CK_OK(disco_listener_accept(l, in_ms(2000), &s));
         char b = 'q';
         CK_OK(disco_transport_send(c, &b, 1, in_ms(2000)));
         b = 0;
@@ -193,24 +193,24 @@ START_TEST(test_shm_bad_server)
     snprintf(uaddr, sizeof uaddr, "unix:%s", path);
     snprintf(saddr, sizeof saddr, "shm:%s", path);
     disco_listener_t *l;
-    CK_OK(disco_listen(uaddr, &l));
+    CK_OK(disco_listener_open(uaddr, &l));
     pid_t pid = tu_fork();
     if (pid == 0) {
         disco_transport_t *t;
-        disco_status_t st = disco_connect(saddr, in_ms(5000), &t);
+        disco_status_t st = disco_transport_connect(saddr, in_ms(5000), &t);
         if (st != DISCO_E_BAD_MAGIC)
             tu_child_fail("connect 1: %s (%s)", disco_err_name(st), disco_last_error());
-        st = disco_connect(saddr, in_ms(5000), &t);
+        st = disco_transport_connect(saddr, in_ms(5000), &t);
         if (st != DISCO_E_CLOSED)
             tu_child_fail("connect 2: %s (%s)", disco_err_name(st), disco_last_error());
         _exit(0);
     }
     disco_transport_t *s;
-    CK_OK(disco_accept(l, in_ms(5000), &s));
+    CK_OK(disco_listener_accept(l, in_ms(5000), &s));
     char junk[16] = "not a hello....";
     CK_OK(disco_transport_send(s, junk, sizeof junk, in_ms(5000)));
     disco_transport_close(s);
-    CK_OK(disco_accept(l, in_ms(5000), &s)); /* and close without a word */
+    CK_OK(disco_listener_accept(l, in_ms(5000), &s)); /* and close without a word */
     disco_transport_close(s);
     tu_wait_ok(pid, "shm client");
     disco_listener_close(l);
@@ -239,11 +239,11 @@ START_TEST(test_no_fd_leaks)
         char addr[128];
         listen_address(_i, addr, sizeof addr);
         disco_listener_t *l;
-        CK_OK(disco_listen(addr, &l));
-        CK_STATUS(disco_accept(l, in_ms(20), &t), DISCO_E_TIMEOUT);
+        CK_OK(disco_listener_open(addr, &l));
+        CK_STATUS(disco_listener_accept(l, in_ms(20), &t), DISCO_E_TIMEOUT);
         disco_listener_close(l);
         if (_i != K_TCP) /* the file is gone now: refused */
-            CK_STATUS(disco_connect(addr, in_ms(1000), &t), DISCO_E_CLOSED);
+            CK_STATUS(disco_transport_connect(addr, in_ms(1000), &t), DISCO_E_CLOSED);
     }
     ck_assert_int_eq(tu_open_fds(), before);
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "scheduler/session/session_impl.h"
+#include "shm/ring_internal.h"
 #include "shm/text.h"
 #include "workers/rpc/rpc_proto.h"
 #include "disco/rpc.h"
@@ -33,7 +34,7 @@ static disco_session_t *open_small(int n)
 /* The session still answers a call on every worker. */
 static void still_usable(disco_session_t *s)
 {
-    disco_value_t a[2] = {disco_int(40), disco_int(2)};
+    disco_value_t a[2] = {disco_value_int(40), disco_value_int(2)};
     disco_dref_t r;
     CK_OK(disco_session_call_by_name(s, "test.add", a, 2, &r));
     for (int w = 0; w < disco_session_num_workers(s); w++) {
@@ -41,7 +42,7 @@ static void still_usable(disco_session_t *s)
         CK_OK(disco_session_debug_get(s, r, w, &v));
         ck_assert_int_eq(v.v.i, 42);
     }
-    CK_OK(disco_session_free(s, r));
+    CK_OK(disco_session_free_reg(s, r));
 }
 
 /* Whether every byte of s is printable ASCII. */
@@ -145,7 +146,8 @@ static disco_status_t forged_reply(disco_session_t *s, int64_t code, const char 
     /* It may have stopped after publishing its last reply but before
      * storing the ring's head: this writer starts where the reader is. */
     disco__ring_writer_takeover(&s->reply_rings[1]);
-    disco_value_t v[3] = {disco_int(s->token + 1), disco_int(code), disco_str(msg)};
+    disco_value_t v[3] = {disco_value_int(s->token + 1), disco_value_int(code),
+                          disco_value_str(msg)};
     static _Alignas(8) unsigned char frame[8192];
     size_t len;
     CK_OK(disco_frame_encode(DISCO_REPLY_ERROR, 1, v, 3, frame, sizeof frame, &len));
@@ -201,11 +203,12 @@ static void fake_server(int rfd, int wfd)
     CH_OK(disco__rpc_buf_init(&b));
     CH_OK(disco__rpc_recv(t, &b, &h, v, 8, dl));
     static const uint8_t nonce[32];
-    disco_value_t hello[3] = {disco_int(DISCO_RPC_VERSION), disco_bytes(nonce, sizeof nonce),
-                              disco_int(0)}; /* A2, mode 0: no authentication */
+    disco_value_t hello[3] = {disco_value_int(DISCO_RPC_VERSION),
+                              disco_value_bytes(nonce, sizeof nonce),
+                              disco_value_int(0)}; /* A2, mode 0: no authentication */
     CH_OK(disco__rpc_send(t, &b, DISCO_RPC_RETURN, h.seq, hello, 3, dl));
     CH_OK(disco__rpc_recv(t, &b, &h, v, 8, dl));
-    disco_value_t e[2] = {disco_int(0), disco_str("evil\x1b]0;owned\x07")};
+    disco_value_t e[2] = {disco_value_int(0), disco_value_str("evil\x1b]0;owned\x07")};
     CH_OK(disco__rpc_send(t, &b, DISCO_RPC_EXCEPTION, h.seq, e, 2, dl));
     disco__rpc_recv(t, &b, &h, v, 8, dl); /* the shutdown, or the end */
     _exit(0);

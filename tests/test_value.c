@@ -14,24 +14,24 @@ static const unsigned char raw[3] = {0, 255, 0};
 static void sample(disco_value_t *v, size_t *n)
 {
     size_t k = 0;
-    v[k++] = disco_null();
-    v[k++] = disco_bool(false);
-    v[k++] = disco_bool(true);
-    v[k++] = disco_int(-1);
-    v[k++] = disco_float(NAN);
-    v[k++] = disco_float(-0.0);
-    v[k++] = disco_str("");
-    v[k++] = disco_str("seven77");
-    v[k++] = disco_str("eight888");
-    v[k++] = disco_bytes(raw, 3);
-    v[k++] = disco_bytes(NULL, 0);
-    v[k++] = disco_shape(dims, 3);
-    v[k++] = disco_shape(NULL, 0);
-    v[k++] = disco_dtype((DLDataType){kDLFloat, 16, 4});
-    v[k++] = disco_device((DLDevice){kDLCUDAHost, -7});
+    v[k++] = disco_value_null();
+    v[k++] = disco_value_bool(false);
+    v[k++] = disco_value_bool(true);
+    v[k++] = disco_value_int(-1);
+    v[k++] = disco_value_float(NAN);
+    v[k++] = disco_value_float(-0.0);
+    v[k++] = disco_value_str("");
+    v[k++] = disco_value_str("seven77");
+    v[k++] = disco_value_str("eight888");
+    v[k++] = disco_value_bytes(raw, 3);
+    v[k++] = disco_value_bytes(NULL, 0);
+    v[k++] = disco_value_shape(dims, 3);
+    v[k++] = disco_value_shape(NULL, 0);
+    v[k++] = disco_value_dtype((DLDataType){kDLFloat, 16, 4});
+    v[k++] = disco_value_device((DLDevice){kDLCUDAHost, -7});
     v[k++] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = UINT64_MAX};
     v[k++] = (disco_value_t){.type = DISCO_T_FUNC, .v.handle = 12};
-    v[k++] = disco_opaque(0x0123456789abcdefULL);
+    v[k++] = disco_value_opaque(0x0123456789abcdefULL);
     *n = k;
 }
 
@@ -109,7 +109,7 @@ START_TEST(test_malformed)
 {
     static uint64_t buf[64];
     size_t len;
-    disco_value_t out[4], one = disco_str("abc");
+    disco_value_t out[4], one = disco_value_str("abc");
     disco_frame_hdr_t h;
     CK_OK(disco_frame_encode(1, 0, &one, 1, buf, sizeof buf, &len));
     unsigned char *b = (unsigned char *)buf;
@@ -123,7 +123,7 @@ START_TEST(test_malformed)
     CK_OK(disco_frame_decode(buf, len, &h, out, 4));
     CK_STATUS(disco_frame_decode(buf, len + 8, &h, out, 4), DISCO_E_PROTOCOL); /* trailing */
     CK_STATUS(disco_frame_decode(buf, len, &h, out, 0), DISCO_E_ARG_COUNT);
-    disco_value_t i = disco_int(5);
+    disco_value_t i = disco_value_int(5);
     CK_OK(disco_frame_encode(1, 0, &i, 1, buf, sizeof buf, &len));
     b[DISCO_FRAME_HDR + 4] = 4; /* an int claiming 4 payload bytes */
     CK_STATUS(disco_frame_decode(buf, len, &h, out, 4), DISCO_E_BAD_TYPE);

@@ -7,10 +7,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "disco/segment.h"
-#include "disco/wait.h"
+#include "disco/shm/segment.h"
+#include "disco/shm/wait.h"
 #include "tests/testutil.h"
 #include "shm/ticks.h"
+#include "shm/wait_internal.h"
 
 #define MS 1000000LL
 
@@ -127,8 +128,8 @@ static void *park_thread(void *arg)
     /* Park slices of 5 s: only a wake can end this wait sooner. */
     disco_wait_t w = {.park_slice_ms = 5000,
                       .abort_word = p->abort_word,
-                      .deadline_ns = disco_now_ns() + 20000 * MS,
-                      .found_at = &p->found_at};
+                      .deadline_ns = disco_now_ns() + 20000 * MS};
+    disco__wait_set_found_at(&w, &p->found_at);
     int64_t t0 = disco_now_ns();
     p->st = p->f != NULL ? disco_wait_until(p->q, flag_set, p->f, &w)
                          : disco_wait_until(p->q, never, NULL, &w);
@@ -255,7 +256,8 @@ START_TEST(test_found_at)
                   (unsigned long long)t_set, (unsigned long long)p.t_after);
 
     uint64_t untouched = 7;
-    disco_wait_t w = {.found_at = &untouched};
+    disco_wait_t w = {0};
+    disco__wait_set_found_at(&w, &untouched);
     CK_OK(disco_wait_until(&f.q, flag_set, &f, &w));
     ck_assert_uint_eq(untouched, 7);
 }

@@ -9,14 +9,14 @@
 #include "disco/dtype.h"
 #include "disco/func.h"
 #include "disco/tensor.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 /* test.add(a, b) = a + b */
 static disco_status_t add(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)ctx;
     (void)n;
-    *ret = disco_int(a[0].v.i + a[1].v.i);
+    *ret = disco_value_int(a[0].v.i + a[1].v.i);
     return DISCO_OK;
 }
 DISCO_FUNC("test.add", "ii", add)
@@ -40,7 +40,7 @@ static disco_status_t concat(disco_ctx_t *ctx, const disco_value_t *a, int n, di
         return disco_ctx_fail(ctx, "out of memory");
     memcpy(p, a[0].v.str, a[0].len);
     memcpy(p + a[0].len, a[1].v.str, a[1].len + 1);
-    *ret = disco_str(p);
+    *ret = disco_value_str(p);
     return DISCO_OK;
 }
 DISCO_FUNC("test.concat", "ss", concat)
@@ -50,7 +50,7 @@ static disco_status_t worker_id(disco_ctx_t *ctx, const disco_value_t *a, int n,
 {
     (void)a;
     (void)n;
-    *ret = disco_int(disco_ctx_worker_id(ctx));
+    *ret = disco_value_int(disco_ctx_worker_id(ctx));
     return DISCO_OK;
 }
 DISCO_FUNC("test.worker_id", "", worker_id)
@@ -153,7 +153,7 @@ static disco_status_t fill(disco_ctx_t *ctx, const disco_value_t *a, int n, disc
     int64_t count = disco_tensor_numel(t), w = disco_ctx_worker_id(ctx);
     for (int64_t i = 0; i < count; i++)
         store(t, i, pattern(a[2].v.i, w, i));
-    *ret = disco_tensor_value(t);
+    *ret = disco_value_tensor(t);
     return DISCO_OK;
 }
 DISCO_FUNC("test.fill", "Sti", fill)
@@ -172,7 +172,7 @@ static disco_status_t checksum(disco_ctx_t *ctx, const disco_value_t *a, int n, 
     } else {
         h = 0;
     }
-    *ret = disco_int((int64_t)h);
+    *ret = disco_value_int((int64_t)h);
     return DISCO_OK;
 }
 DISCO_FUNC("test.checksum", "?", checksum)
@@ -187,7 +187,7 @@ static disco_status_t foreign(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     static float data[4];
     static DLTensor t = {
         .data = data, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = shape};
-    *ret = disco_tensor_value(&t);
+    *ret = disco_value_tensor(&t);
     return DISCO_OK;
 }
 DISCO_FUNC("test.tensor_return_foreign", "", foreign)
@@ -205,7 +205,8 @@ static disco_status_t fill_odd(disco_ctx_t *ctx, const disco_value_t *a, int n, 
         t = a[3].v.dtype;
         shape[0] += a[4].v.i;
     }
-    disco_value_t args[3] = {disco_shape(shape, a[0].len), disco_dtype(t), disco_int(0)};
+    disco_value_t args[3] = {disco_value_shape(shape, a[0].len), disco_value_dtype(t),
+                             disco_value_int(0)};
     return fill(ctx, args, 3, ret);
 }
 DISCO_FUNC("test.fill_odd", "Stiti", fill_odd)
@@ -218,7 +219,7 @@ static disco_status_t spin_ms(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     int64_t end = disco_now_ns() + a[0].v.i * 1000000;
     while (disco_now_ns() < end)
         ;
-    *ret = disco_int(a[0].v.i);
+    *ret = disco_value_int(a[0].v.i);
     return DISCO_OK;
 }
 DISCO_FUNC("test.spin_ms", "i", spin_ms)
@@ -233,7 +234,7 @@ static disco_status_t spin_on(disco_ctx_t *ctx, const disco_value_t *a, int n, d
         while (disco_now_ns() < end)
             ;
     }
-    *ret = disco_null();
+    *ret = disco_value_null();
     return DISCO_OK;
 }
 DISCO_FUNC("test.spin_on", "ii", spin_on)

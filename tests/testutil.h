@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "disco/status.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 /* Asserts that `call` returns `want`; the message names the call, the code
  * it got, the code it wanted and the thread's error detail. */

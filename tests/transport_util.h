@@ -75,17 +75,17 @@ static inline pid_t pair_fork(int kind, disco_transport_t **t_out)
     char addr[128];
     listen_address(kind, addr, sizeof addr);
     disco_listener_t *l;
-    CK_OK(disco_listen(addr, &l));
+    CK_OK(disco_listener_open(addr, &l));
     pid_t pid = tu_fork();
     if (pid == 0) {
-        disco_status_t st = disco_connect(disco_listener_address(l), in_ms(5000), t_out);
+        disco_status_t st = disco_transport_connect(disco_listener_address(l), in_ms(5000), t_out);
         disco_listener_close(l); /* a child's close leaves the socket file */
         if (st != DISCO_OK)
-            tu_child_fail("disco_connect(%s): %s (%s)", addr, disco_err_name(st),
+            tu_child_fail("disco_transport_connect(%s): %s (%s)", addr, disco_err_name(st),
                           disco_last_error());
         return 0;
     }
-    disco_status_t st = disco_accept(l, in_ms(5000), t_out);
+    disco_status_t st = disco_listener_accept(l, in_ms(5000), t_out);
     disco_listener_close(l);
     if (st != DISCO_OK)
         tu_kill_all(&pid, 1);

@@ -34,7 +34,7 @@ typedef struct disco_ctx disco_ctx_t;
  * *ret (it starts as null); str/bytes/shape in *ret must stay valid until the
  * function returns: point into args, static data or disco_ctx_alloc(). */
 typedef disco_status_t (*disco_func_t)(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
-                                       disco_value_t *ret);
+                                       disco_value_t *ret_out);
 
 /** This worker's id, 0 .. world size - 1. */
 int disco_ctx_worker_id(const disco_ctx_t *ctx);

@@ -95,7 +95,7 @@ void disco_plan_free(disco_plan_t *plan);
 
 /** Prints the plan, as a table or as JSON. Returns DISCO_OK, DISCO_E_SYS
  *  (write failed). */
-disco_status_t disco_plan_print(const disco_plan_t *plan, FILE *out, bool json);
+disco_status_t disco_plan_print(const disco_plan_t *plan, FILE *stream, bool json);
 
 /** "none", "spread", "compact", "gpu", "list" ("default" for DEFAULT). */
 const char *disco_place_policy_name(disco_place_policy_t p);

@@ -160,7 +160,7 @@ typedef struct disco_rpc_client_config {
     const char *token_file;
 } disco_rpc_client_config_t;
 
-/** A client session to the endpoint at address (see disco_connect), with a
+/** A client session to the endpoint at address (see disco_transport_connect), with a
  *  per-call deadline (0 = none) and the token from $DISCO_TOKEN_FILE: as
  *  disco_rpc_connect_with. */
 disco_status_t disco_rpc_connect(const char *address, uint32_t call_timeout_ms,

@@ -48,7 +48,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "disco/heap.h"
+#include "disco/heap_stats.h"
 #include "disco/placement.h"
 #include "disco/status.h"
 #include "disco/value.h"
@@ -173,7 +173,7 @@ disco_status_t disco_session_alloc_reg(disco_session_t *sess, disco_dref_t *reg_
 /** Frees register reg on every worker; its id is reused (last freed, first
  *  reused). Returns DISCO_OK, DISCO_E_BAD_REG, DISCO_E_BROKEN,
  *  DISCO_E_SHUTDOWN. */
-disco_status_t disco_session_free(disco_session_t *sess, disco_dref_t reg);
+disco_status_t disco_session_free_reg(disco_session_t *sess, disco_dref_t reg);
 
 /** Process id of worker (the controller's own pid for worker 0), or -1. */
 int disco_session_worker_pid(const disco_session_t *sess, int worker);
@@ -188,11 +188,11 @@ disco_status_t disco_session_health(const disco_session_t *sess);
 /** The shared tensor heap's statistics (live blocks, bytes used and free,
  *  recoveries from a process that died holding its lock). Works on a broken
  *  session too, until close: after a worker death it shows what the dead
- *  worker left and that the heap is still consistent. *out is zeroed first.
+ *  worker left and that the heap is still consistent. *stats_out is zeroed first.
  *  Returns DISCO_OK; DISCO_E_INVAL (the session has no heap); DISCO_E_BROKEN
  *  when the heap's metadata is corrupt; or another code of
  *  disco_heap_stats (its lock could not be had). */
-disco_status_t disco_session_heap_stats(const disco_session_t *sess, disco_heap_stats_t *out);
+disco_status_t disco_session_heap_stats(const disco_session_t *sess, disco_heap_stats_t *stats_out);
 
 /** Convenience: get_func + call + free of the function register. */
 disco_status_t disco_session_call_by_name(disco_session_t *sess, const char *name,

@@ -49,16 +49,14 @@ extern "C" {
  * never overflow 64 bits. */
 #define DISCO_TENSOR_MAX_BYTES (UINT64_C(1) << 62)
 
-/** A value holding a tensor (borrowed). */
-static inline disco_value_t disco_tensor_value(DLTensor *t)
+/** A value holding a tensor (borrowed). Inline, and exported under the
+ *  same name for FFIs, as the constructors in value.h. Thread-safe. */
+DISCO__CTOR disco_value_t disco_value_tensor(DLTensor *t)
 {
     disco_value_t x = disco__value_make(DISCO_T_TENSOR, 0);
     x.v.tensor = t;
     return x;
 }
-
-/** disco_tensor_value out of line, for FFIs (see value.h). Thread-safe. */
-disco_value_t disco_value_tensor(DLTensor *t);
 
 /** Elements of t (product of the shape; 1 for a scalar; 0 when a dimension
  *  is 0). INT64_MAX when the product overflows or a dimension is negative:
@@ -94,7 +92,7 @@ bool disco_tensor_is_compact(const DLTensor *t);
  *  DISCO_E_HEAP_EXHAUSTED (no room, or no session heap here). Nothing is
  *  allocated on failure. */
 disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim, DLDataType dtype,
-                               DLTensor **out);
+                               DLTensor **tensor_out);
 
 /** A new tensor register: on every worker, or on worker 0 only (the others
  *  hold null). Contents are unspecified. The shape and dtype are checked

@@ -78,7 +78,7 @@ disco_status_t disco_session_trace(disco_session_t *sess, disco_trace_t **trace_
 
 /** Writes the trace as Chrome Trace Event JSON. Returns DISCO_OK,
  *  DISCO_E_SYS (write failed), DISCO_E_NOMEM. */
-disco_status_t disco_trace_write_json(const disco_trace_t *trace, FILE *out);
+disco_status_t disco_trace_write_json(const disco_trace_t *trace, FILE *stream);
 
 /** Reads a trace written by disco_trace_write_json (parsed with jansson).
  *  Returns DISCO_OK, DISCO_E_SYS (cannot open), DISCO_E_PROTOCOL (not
@@ -117,7 +117,7 @@ typedef struct disco_trace_summary {
 disco_status_t disco_trace_summarize(const disco_trace_t *trace, disco_trace_summary_t **sum_out);
 
 /** Prints a summary as a table or as JSON. Returns DISCO_OK, DISCO_E_SYS. */
-disco_status_t disco_trace_summary_print(const disco_trace_summary_t *sum, FILE *out, bool json);
+disco_status_t disco_trace_summary_print(const disco_trace_summary_t *sum, FILE *stream, bool json);
 
 void disco_trace_summary_free(disco_trace_summary_t *sum);
 

@@ -17,12 +17,12 @@
  *                         user may connect) and removed by
  *                         disco_listener_close; accept also checks the
  *                         peer's uid (SO_PEERCRED): this user only, unless
- *                         disco_listen_with allows others;
+ *                         disco_listener_open_with allows others;
  *   "tcp:HOST:PORT"       HOST an IPv4 address, "[IPv6]" or a name. To
  *                         listen, an empty HOST or "localhost" binds
  *                         127.0.0.1; an address that is not loopback
  *                         ("0.0.0.0", "[::]", a LAN address) is refused
- *                         unless disco_listen_with allows it; PORT 0 picks
+ *                         unless disco_listener_open_with allows it; PORT 0 picks
  *                         a free port (disco_listener_address tells
  *                         which). To connect, empty or "localhost" means
  *                         127.0.0.1;
@@ -84,6 +84,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "disco/clock.h"
 #include "disco/status.h"
 
 #ifdef __cplusplus
@@ -99,16 +100,16 @@ typedef struct disco_listener disco_listener_t;   /* a listening address */
  *  socket file at the path (nobody listening behind it) is replaced; a live
  *  one is not. Thread-safe.
  *  @param address   see the top of this header
- *  @param out       the new listener, on success
+ *  @param listener_out the new listener, on success
  *  @return DISCO_OK; DISCO_E_INVAL (malformed address, path too long);
  *          DISCO_E_NOMEM; DISCO_E_SYS (socket/bind/listen failed, e.g. the
  *          address is in use: errno's text in the context). */
-disco_status_t disco_listen(const char *address, disco_listener_t **out);
+disco_status_t disco_listener_open(const char *address, disco_listener_t **listener_out);
 
 #define DISCO_LISTEN_MAX_UIDS 16
 
-/* Options of a listener (disco_listen uses all zeros). */
-typedef struct disco_listen_config {
+/* Options of a listener (disco_listener_open uses all zeros). */
+typedef struct disco_listener_config {
     int allow_remote; /* nonzero: a tcp address that is not loopback may be bound */
     /* unix, shm: peer uids accepted besides this process's effective uid
      * (at most DISCO_LISTEN_MAX_UIDS). With any, the socket file is made
@@ -117,27 +118,27 @@ typedef struct disco_listen_config {
     const uint32_t *allow_uids;
     int n_allow_uids;
     /* unix: called with the connection of a peer whose uid is refused,
-     * before disco_accept closes it, so that the layer above can tell the
+     * before disco_listener_accept closes it, so that the layer above can tell the
      * peer why in its own protocol (the RPC server answers DISCO_E_AUTH). It
      * must not keep t. NULL: the connection is just closed. (shm listeners
      * tell a refused peer in their own hello; tcp has no uid check.) */
     void (*on_refused)(disco_transport_t *t, disco_status_t status, const char *why, void *arg);
     void *on_refused_arg;
-} disco_listen_config_t;
+} disco_listener_config_t;
 
-/** disco_listen with options (cfg NULL: the defaults). Thread-safe.
- *  @return as disco_listen; DISCO_E_INVAL also for a non-loopback tcp
+/** disco_listener_open with options (cfg NULL: the defaults). Thread-safe.
+ *  @return as disco_listener_open; DISCO_E_INVAL also for a non-loopback tcp
  *          address without allow_remote (the reason named) and for more
  *          than DISCO_LISTEN_MAX_UIDS uids. */
-disco_status_t disco_listen_with(const char *address, const disco_listen_config_t *cfg,
-                                 disco_listener_t **out);
+disco_status_t disco_listener_open_with(const char *address, const disco_listener_config_t *cfg,
+                                        disco_listener_t **listener_out);
 
 /** The address the listener really has, with the chosen port for "tcp:...:0"
  *  ("tcp:127.0.0.1:40123"); valid until disco_listener_close. Thread-safe. */
 const char *disco_listener_address(const disco_listener_t *l);
 
 /** The listening socket, to poll(2) for POLLIN (a client is waiting) beside
- *  other fds; accept with disco_accept. Owned by the listener. Thread-safe. */
+ *  other fds; accept with disco_listener_accept. Owned by the listener. Thread-safe. */
 int disco_listener_fd(const disco_listener_t *l);
 
 /** Accepts the next client, waiting until deadline_ns (absolute; 0 = no
@@ -149,8 +150,9 @@ int disco_listener_fd(const disco_listener_t *l);
  *          hung up on, an shm peer told so; uid and pid in the context);
  *          DISCO_E_CLOSED (shm: the client left during the handshake);
  *          DISCO_E_NOSPACE (shm: no memory for the segment); DISCO_E_NOMEM;
- *          DISCO_E_INVAL (NULL listener or out); DISCO_E_SYS. */
-disco_status_t disco_accept(disco_listener_t *l, int64_t deadline_ns, disco_transport_t **out);
+ *          DISCO_E_INVAL (NULL listener or conn_out); DISCO_E_SYS. */
+disco_status_t disco_listener_accept(disco_listener_t *l, int64_t deadline_ns,
+                                     disco_transport_t **conn_out);
 
 /** Closes the listener and removes its Unix socket file (only in the process
  *  that created it, and only if the path still names that socket: a forked
@@ -169,7 +171,8 @@ void disco_listener_close(disco_listener_t *l);
  *          segment is not sealed or shorter than it says);
  *          DISCO_E_AUTH (shm: the server refused this user);
  *          DISCO_E_NOMEM; DISCO_E_SYS (e.g. a name that does not resolve). */
-disco_status_t disco_connect(const char *address, int64_t deadline_ns, disco_transport_t **out);
+disco_status_t disco_transport_connect(const char *address, int64_t deadline_ns,
+                                       disco_transport_t **conn_out);
 
 /** Makes a "pipe" transport that reads in_fd and writes out_fd (they may be
  *  the same fd, e.g. one end of a socketpair). The transport takes both fds
@@ -177,9 +180,9 @@ disco_status_t disco_connect(const char *address, int64_t deadline_ns, disco_tra
  *  non-blocking for its lifetime, restoring their flags at close (the flags
  *  belong to the open file, shared with whoever else holds it). On any
  *  error the fds stay the caller's, flags unchanged. Thread-safe.
- *  @return DISCO_OK; DISCO_E_INVAL (a negative or closed fd, out NULL);
+ *  @return DISCO_OK; DISCO_E_INVAL (a negative or closed fd, conn_out NULL);
  *          DISCO_E_NOMEM; DISCO_E_SYS (fcntl failed). */
-disco_status_t disco_transport_from_fds(int in_fd, int out_fd, disco_transport_t **out);
+disco_status_t disco_transport_from_fds(int in_fd, int out_fd, disco_transport_t **conn_out);
 
 /* ---- the stream ------------------------------------------------------- */
 

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <dlpack/dlpack.h>
 
@@ -69,16 +70,22 @@ typedef struct disco_value {
     } v;
 } disco_value_t;
 
-/* Constructors (borrowing: no copies are made). They fill the value member
- * by member, not with designated initializers, so that this header compiles
- * as C++ too.
- *
- * Two spellings, one scheme: disco_<kind>() is the static inline form for C
- * and C++ callers (disco_int, disco_str, ...); disco_value_<kind>() is the
- * same constructor as an exported out-of-line function, for callers that
- * cannot expand a static inline: ctypes, cffi, other FFIs, dlsym
- * (disco_value_int, disco_value_str, ...; disco_value_tensor in tensor.h).
- * Each pair returns identical values, all 8 payload bytes included. */
+/* Constructors (borrowing: no copies are made). One name per kind:
+ * disco_value_<kind>(). C and C++ callers get the static inline
+ * definitions below; the library also exports every one of them under the
+ * same name as an out-of-line function, for callers that cannot expand a
+ * static inline (ctypes, cffi's ABI mode, other FFIs, dlsym). The two forms
+ * never meet in one translation unit: workers/value/value_ctor.c defines
+ * DISCO_VALUE_OUT_OF_LINE before its first include, which turns the
+ * definitions below into the exported ones. Both return identical values,
+ * all 8 payload bytes included (test_bind compares them). They fill the
+ * value member by member, not with designated initializers, so that this
+ * header compiles as C++ too. Thread-safe; they cannot fail. */
+#ifdef DISCO_VALUE_OUT_OF_LINE
+#define DISCO__CTOR
+#else
+#define DISCO__CTOR static inline
+#endif
 
 /* Internal: a value of the given type and len with all 8 payload bytes zero. */
 static inline disco_value_t disco__value_make(uint32_t type, uint32_t len)
@@ -89,71 +96,65 @@ static inline disco_value_t disco__value_make(uint32_t type, uint32_t len)
     x.v.handle = 0;
     return x;
 }
-static inline disco_value_t disco_null(void)
+DISCO__CTOR disco_value_t disco_value_null(void)
 {
     return disco__value_make(DISCO_T_NULL, 0);
 }
-static inline disco_value_t disco_bool(bool b)
+DISCO__CTOR disco_value_t disco_value_bool(bool b)
 {
     disco_value_t x = disco__value_make(DISCO_T_BOOL, 0);
     x.v.b = b;
     return x;
 }
-static inline disco_value_t disco_int(int64_t i)
+DISCO__CTOR disco_value_t disco_value_int(int64_t i)
 {
     disco_value_t x = disco__value_make(DISCO_T_INT, 0);
     x.v.i = i;
     return x;
 }
-static inline disco_value_t disco_float(double f)
+DISCO__CTOR disco_value_t disco_value_float(double f)
 {
     disco_value_t x = disco__value_make(DISCO_T_FLOAT, 0);
     x.v.f = f;
     return x;
 }
-disco_value_t disco_str(const char *s); /* len = strlen(s) */
-static inline disco_value_t disco_bytes(const void *p, uint32_t len)
+/* len = strlen(s), cut to 32 bits (the frame codec refuses such a string) */
+DISCO__CTOR disco_value_t disco_value_str(const char *s)
+{
+    disco_value_t x = disco__value_make(DISCO_T_STR, (uint32_t)strlen(s));
+    x.v.str = s;
+    return x;
+}
+DISCO__CTOR disco_value_t disco_value_bytes(const void *p, uint32_t len)
 {
     disco_value_t x = disco__value_make(DISCO_T_BYTES, len);
     x.v.bytes = p;
     return x;
 }
-static inline disco_value_t disco_shape(const int64_t *dims, uint32_t ndim)
+DISCO__CTOR disco_value_t disco_value_shape(const int64_t *dims, uint32_t ndim)
 {
     disco_value_t x = disco__value_make(DISCO_T_SHAPE, ndim);
     x.v.shape = dims;
     return x;
 }
-static inline disco_value_t disco_dtype(DLDataType t)
+DISCO__CTOR disco_value_t disco_value_dtype(DLDataType t)
 {
     disco_value_t x = disco__value_make(DISCO_T_DTYPE, 0);
     x.v.dtype = t;
     return x;
 }
-static inline disco_value_t disco_device(DLDevice d)
+DISCO__CTOR disco_value_t disco_value_device(DLDevice d)
 {
     disco_value_t x = disco__value_make(DISCO_T_DEVICE, 0);
     x.v.device = d;
     return x;
 }
-static inline disco_value_t disco_opaque(uint64_t h)
+DISCO__CTOR disco_value_t disco_value_opaque(uint64_t h)
 {
     disco_value_t x = disco__value_make(DISCO_T_OPAQUE, 0);
     x.v.handle = h;
     return x;
 }
-
-/* The out-of-line constructors (see above). Thread-safe; they cannot fail. */
-disco_value_t disco_value_null(void);
-disco_value_t disco_value_bool(bool b);
-disco_value_t disco_value_int(int64_t i);
-disco_value_t disco_value_float(double f);
-disco_value_t disco_value_str(const char *s); /* len = strlen(s) */
-disco_value_t disco_value_bytes(const void *p, uint32_t len);
-disco_value_t disco_value_shape(const int64_t *dims, uint32_t ndim);
-disco_value_t disco_value_dtype(DLDataType t);
-disco_value_t disco_value_device(DLDevice d);
-disco_value_t disco_value_opaque(uint64_t h);
 
 /** Name of a type code ("int", "str", ...; "unknown" otherwise). Thread-safe. */
 const char *disco_type_name(uint32_t type);

@@ -17,7 +17,7 @@
 
 #include "shm/text.h"
 #include "workers/rpc/rpc_proto.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "scheduler/rpc/rpc_client.h"
 #include "scheduler/rpc/rpc_impl.h"
 
@@ -122,7 +122,7 @@ static disco_status_t complete_oldest(struct disco__rpc_client *c)
     if (c->op_st == DISCO_OK)
         c->op_st = st;
     if (p.last) {
-        disco_value_t none = disco_null();
+        disco_value_t none = disco_value_null();
         disco_status_t op = c->op_st;
         c->op_st = DISCO_OK;
         if (p.done != NULL)
@@ -183,7 +183,7 @@ static disco_status_t request(struct disco__rpc_client *c, uint32_t code, const 
 static disco_status_t c_get_func(disco_rpc_t *s, const char *name, disco_rpc_handle_t *out)
 {
     struct disco__rpc_client *c = (struct disco__rpc_client *)s;
-    disco_value_t a = disco_str(name);
+    disco_value_t a = disco_value_str(name);
     disco_status_t st = request(c, DISCO_RPC_GET_FUNC, &a, 1);
     if (st == DISCO_OK && (c->h.nargs != 1 || c->args[0].type != DISCO_T_FUNC))
         st = die(c, disco_set_error(DISCO_E_PROTOCOL, "get function: no handle in the answer"));
@@ -267,7 +267,7 @@ static disco_status_t c_copy_to_async(disco_rpc_t *s, const void *src, disco_rpc
     uint64_t sent = 0;
     do {
         uint64_t k = n - sent < DISCO_RPC_CHUNK ? n - sent : DISCO_RPC_CHUNK;
-        disco_value_t a[2] = {disco_opaque(dst), disco_int((int64_t)(off + sent))};
+        disco_value_t a[2] = {disco_value_opaque(dst), disco_value_int((int64_t)(off + sent))};
         uint64_t seq;
         disco_status_t st = make_room(c, k + 64);
         if (st == DISCO_OK)
@@ -297,8 +297,8 @@ static disco_status_t c_copy_from_async(disco_rpc_t *s, disco_rpc_handle_t src, 
     uint64_t got = 0;
     do {
         uint64_t k = n - got < DISCO_RPC_CHUNK ? n - got : DISCO_RPC_CHUNK;
-        disco_value_t a[3] = {disco_opaque(src), disco_int((int64_t)(off + got)),
-                              disco_int((int64_t)k)};
+        disco_value_t a[3] = {disco_value_opaque(src), disco_value_int((int64_t)(off + got)),
+                              disco_value_int((int64_t)k)};
         uint64_t seq;
         disco_status_t st = make_room(c, 128);
         if (st == DISCO_OK)
@@ -360,7 +360,8 @@ static disco_status_t c_dev_alloc(disco_rpc_t *s, DLDevice dev, uint64_t n, uint
                                   disco_rpc_handle_t *out)
 {
     struct disco__rpc_client *c = (struct disco__rpc_client *)s;
-    disco_value_t a[3] = {disco_device(dev), disco_int((int64_t)n), disco_int((int64_t)align)};
+    disco_value_t a[3] = {disco_value_device(dev), disco_value_int((int64_t)n),
+                          disco_value_int((int64_t)align)};
     disco_status_t st = request(c, DISCO_RPC_DEV_ALLOC, a, 3);
     if (st == DISCO_OK && (c->h.nargs != 1 || c->args[0].type != DISCO_T_OPAQUE))
         st = die(c, disco_set_error(DISCO_E_PROTOCOL, "device alloc: no handle in the answer"));
@@ -374,13 +375,13 @@ static disco_status_t c_dev_free(disco_rpc_t *s, DLDevice dev, disco_rpc_handle_
     struct disco__rpc_client *c = (struct disco__rpc_client *)s;
     if (c->dead != DISCO_OK)
         return DISCO_OK;
-    disco_value_t a[2] = {disco_device(dev), disco_opaque(h)};
+    disco_value_t a[2] = {disco_value_device(dev), disco_value_opaque(h)};
     return request(c, DISCO_RPC_DEV_FREE, a, 2);
 }
 
 static disco_status_t c_sync(disco_rpc_t *s, DLDevice dev)
 {
-    disco_value_t a = disco_device(dev);
+    disco_value_t a = disco_value_device(dev);
     return request((struct disco__rpc_client *)s, DISCO_RPC_STREAM_SYNC, &a, 1);
 }
 

@@ -10,7 +10,7 @@
 #include "shm/text.h"
 #include "workers/rpc/rpc_auth.h"
 #include "workers/rpc/rpc_proto.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "scheduler/rpc/rpc_client.h"
 
 /* Sends one handshake packet and reads its answer. If the send fails
@@ -49,8 +49,8 @@ static disco_status_t handshake(struct disco__rpc_client *c, const uint8_t *toke
     disco_status_t st = disco__rpc_random(cn, sizeof cn);
     if (st != DISCO_OK)
         return st;
-    disco_value_t hello[3] = {disco_str(DISCO_RPC_MAGIC), disco_int(DISCO_RPC_VERSION),
-                              disco_bytes(cn, sizeof cn)};
+    disco_value_t hello[3] = {disco_value_str(DISCO_RPC_MAGIC), disco_value_int(DISCO_RPC_VERSION),
+                              disco_value_bytes(cn, sizeof cn)};
     if ((st = hs_request(c, DISCO_RPC_INIT, hello, 3)) != DISCO_OK)
         return st;
     if (c->h.nargs != 3 || c->args[0].type != DISCO_T_INT || c->args[1].type != DISCO_T_BYTES ||
@@ -78,7 +78,7 @@ static disco_status_t handshake(struct disco__rpc_client *c, const uint8_t *toke
                                DISCO_RPC_TOKEN_ENV);
     uint8_t proof[DISCO__RPC_PROOF_BYTES];
     disco__rpc_proof(token, DISCO__RPC_CLIENT, cn, sn, proof);
-    disco_value_t a = disco_bytes(proof, sizeof proof);
+    disco_value_t a = disco_value_bytes(proof, sizeof proof);
     st = hs_request(c, DISCO_RPC_AUTH, &a, 1);
     sodium_memzero(proof, sizeof proof);
     if (st != DISCO_OK)
@@ -171,7 +171,7 @@ disco_status_t disco_rpc_connect_with(const char *address, const disco_rpc_clien
     uint32_t ms = cfg != NULL ? cfg->call_timeout_ms : 0;
     int64_t dl = ms ? disco_now_ns() + (int64_t)ms * 1000000 : 0;
     disco_transport_t *t;
-    if ((st = disco_connect(address, dl, &t)) == DISCO_OK)
+    if ((st = disco_transport_connect(address, dl, &t)) == DISCO_OK)
         st = client_start(t, cfg, tok, out);
     sodium_memzero(tok, sizeof tok);
     return st;

@@ -13,7 +13,7 @@
 #include "workers/core/registry.h"
 #include "workers/core/worker.h"
 #include "disco/rpc.h"
-#include "disco/segment.h"
+#include "disco/shm/segment.h"
 #include "scheduler/rpc/rpc_impl.h"
 
 #define TAG_FUNC (1ULL << 62)
@@ -64,7 +64,7 @@ static disco_status_t l_call(disco_rpc_t *s, disco_rpc_handle_t f, const disco_v
                                     sizeof real);
         if (st != DISCO_OK)
             return st;
-        disco_value_t checked = disco_str(real);
+        disco_value_t checked = disco_value_str(real);
         return disco__func_run(fn, NULL, &checked, 1, ret);
     }
     return disco__func_run(fn, NULL, args, nargs, ret);
@@ -182,7 +182,7 @@ static disco_status_t l_sync(disco_rpc_t *s, DLDevice dev)
 static disco_status_t l_call_async(disco_rpc_t *s, disco_rpc_handle_t f, const disco_value_t *a,
                                    int n, disco_rpc_done_fn done, void *ctx)
 {
-    disco_value_t ret = disco_null();
+    disco_value_t ret = disco_value_null();
     disco_status_t st = l_call(s, f, a, n, &ret);
     done(ctx, st, &ret);
     disco_value_clear(&ret);

@@ -59,7 +59,7 @@ static disco_status_t w_call(disco_rpc_t *r, disco_rpc_handle_t f, const disco_v
             snprintf(why, sizeof why, "%s", disco_last_error());
         }
     }
-    disco_status_t fst = disco_session_free(v->s, res);
+    disco_status_t fst = disco_session_free_reg(v->s, res);
     if (st != DISCO_OK) {
         if (ret->type != DISCO_T_NULL)
             disco_value_clear(ret);
@@ -88,7 +88,7 @@ static disco_status_t locate(struct wview *v, disco_rpc_handle_t h, uint64_t off
         if (st != DISCO_OK)
             return st;
         st = disco_session_debug_get(v->s, res, v->worker, &got);
-        disco_session_free(v->s, res);
+        disco_session_free_reg(v->s, res);
         if (st != DISCO_OK)
             return st;
         /* The worker's answer is checked before it is used as an address:
@@ -148,7 +148,7 @@ static disco_status_t w_free(disco_rpc_t *r, disco_rpc_handle_t h)
             v->spans[i] = v->spans[--v->nspans];
             break;
         }
-    return disco_session_free(v->s, h);
+    return disco_session_free_reg(v->s, h);
 }
 
 static disco_status_t w_alloc(disco_rpc_t *r, DLDevice dev, uint64_t n, uint64_t align,
@@ -177,14 +177,14 @@ static disco_status_t w_alloc(disco_rpc_t *r, DLDevice dev, uint64_t n, uint64_t
         snprintf(why, sizeof why, "%s", disco_last_error());
         for (int w = 0; w < disco_session_num_workers(v->s); w++)
             disco_session_sync(v->s, w);
-        disco_session_free(v->s, reg);
+        disco_session_free_reg(v->s, reg);
         return disco_set_error(st, "%s", why);
     }
     if (st != DISCO_OK)
         return st;
     struct span *grown = realloc(v->spans, (v->nspans + 1) * sizeof *grown);
     if (grown == NULL) {
-        disco_session_free(v->s, reg);
+        disco_session_free_reg(v->s, reg);
         return disco_set_error(DISCO_E_NOMEM, "span table");
     }
     v->spans = grown;
@@ -208,7 +208,7 @@ static disco_status_t w_sync(disco_rpc_t *r, DLDevice dev)
 static disco_status_t w_call_async(disco_rpc_t *r, disco_rpc_handle_t f, const disco_value_t *a,
                                    int n, disco_rpc_done_fn done, void *ctx)
 {
-    disco_value_t ret = disco_null();
+    disco_value_t ret = disco_value_null();
     disco_status_t st = w_call(r, f, a, n, &ret);
     done(ctx, st, &ret); /* the result needs the worker's answer: completes here */
     disco_value_clear(&ret);

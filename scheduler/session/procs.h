@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "disco/segment.h"
+#include "disco/shm/segment.h"
 #include "disco/session.h"
 
 /* Entries 1..n-1; entry 0 (the controller's own thread) is never used. */

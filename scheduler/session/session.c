@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "shm/text.h"
+#include "shm/wait_internal.h"
 #include "workers/data/tensor_impl.h"
 #include "disco/dtype.h"
 #include "scheduler/session/session_impl.h"
@@ -283,10 +284,10 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
     uint64_t seen = 0; /* with tracing: when the wait found the reply (0: it did not wait) */
     if (worker != 0) {
         const disco_wait_t *w = call_wait(s);
-        s->wait.found_at = disco__trace_slot(&s->trace, &seen);
+        disco__wait_set_found_at(&s->wait, disco__trace_slot(&s->trace, &seen));
         disco_status_t st =
             disco__chan_recv_reply(&s->chan, worker, s->reply, DISCO_REPLY_MAX, &len, w);
-        s->wait.found_at = NULL;
+        disco__wait_set_found_at(&s->wait, NULL);
         if (st != DISCO_OK)
             return reply_failed(s, worker, st, what);
     }
@@ -347,7 +348,7 @@ static disco_status_t api_sync(disco_session_t *s, int worker)
     if (st != DISCO_OK)
         return st;
     int64_t token = ++s->token;
-    disco_value_t args[2] = {disco_int(worker), disco_int(token)};
+    disco_value_t args[2] = {disco_value_int(worker), disco_value_int(token)};
     size_t w0_len;
     if ((st = issue(s, DISCO_CMD_SYNC, args, 2, &w0_len)) != DISCO_OK)
         return st;
@@ -366,7 +367,7 @@ static disco_status_t api_get_func(disco_session_t *s, const char *name, disco_d
         return disco_set_error(DISCO_E_NO_FUNC, "worker 0: no function named \"%s\"", name);
     if ((st = disco__regs_alloc(&s->regs, &reg)) != DISCO_OK)
         return st;
-    disco_value_t args[2] = {{.type = DISCO_T_DREF, .v.reg = reg}, disco_str(name)};
+    disco_value_t args[2] = {{.type = DISCO_T_DREF, .v.reg = reg}, disco_value_str(name)};
     if ((st = issue(s, DISCO_CMD_GET_FUNC, args, 2, NULL)) != DISCO_OK) {
         disco__regs_release(&s->regs, reg);
         return st;
@@ -452,7 +453,7 @@ static disco_status_t api_debug_get(disco_session_t *s, disco_dref_t reg, int wo
         return st;
     int64_t token = ++s->token;
     disco_value_t args[3] = {
-        {.type = DISCO_T_DREF, .v.reg = reg}, disco_int(worker), disco_int(token)};
+        {.type = DISCO_T_DREF, .v.reg = reg}, disco_value_int(worker), disco_value_int(token)};
     size_t w0_len;
     if ((st = issue(s, DISCO_CMD_DEBUG_GET, args, 3, &w0_len)) != DISCO_OK)
         return st;
@@ -477,8 +478,10 @@ static disco_status_t api_debug_set(disco_session_t *s, disco_dref_t reg, int wo
         return disco_set_error(DISCO_E_BAD_TYPE, "debug set: a %s cannot be stored directly",
                                disco_type_name(value->type));
     int64_t token = ++s->token;
-    disco_value_t args[4] = {
-        {.type = DISCO_T_DREF, .v.reg = reg}, disco_int(worker), disco_int(token), *value};
+    disco_value_t args[4] = {{.type = DISCO_T_DREF, .v.reg = reg},
+                             disco_value_int(worker),
+                             disco_value_int(token),
+                             *value};
     size_t w0_len;
     if ((st = issue(s, DISCO_CMD_DEBUG_SET, args, 4, &w0_len)) != DISCO_OK)
         return st;
@@ -531,7 +534,7 @@ disco_status_t disco_session_call_by_name(disco_session_t *s, const char *name,
     return tell(s, api_call_by_name(s, name, args, nargs, result_out));
 }
 
-disco_status_t disco_session_free(disco_session_t *s, disco_dref_t reg)
+disco_status_t disco_session_free_reg(disco_session_t *s, disco_dref_t reg)
 {
     return tell(s, api_free(s, reg));
 }

@@ -12,7 +12,7 @@
 #include "workers/core/protocol.h"
 #include "workers/core/registry.h"
 #include "workers/core/worker.h"
-#include "disco/segment.h"
+#include "disco/shm/segment.h"
 #include "disco/session.h"
 #include "scheduler/session/procs.h"
 #include "scheduler/session/regs.h"
@@ -85,8 +85,8 @@ disco_status_t disco__session_get_func(struct disco_session *s, const char *name
 disco_status_t disco__session_call(struct disco_session *s, disco_dref_t func,
                                    const disco_value_t *args, int nargs, disco_dref_t *result_out);
 
-/** disco_session_free without disco__session_tell. Returns as
- *  disco_session_free. */
+/** disco_session_free_reg without disco__session_tell. Returns as
+ *  disco_session_free_reg. */
 disco_status_t disco__session_free_reg(struct disco_session *s, disco_dref_t reg);
 
 /** Marks the session broken with status and a message; the first cause wins.

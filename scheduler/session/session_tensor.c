@@ -38,7 +38,7 @@ static disco_status_t api_copy_to_worker0(disco_session_t *s, const DLTensor *ho
     /* The other workers' copy of a fresh register is already null (new ids
      * are, and freeing clears them), so no command needs to go out. */
     uint64_t reg;
-    disco_value_t v = disco_tensor_value(t);
+    disco_value_t v = disco_value_tensor(t);
     if ((st = disco__regs_alloc(&s->regs, &reg)) == DISCO_OK &&
         (st = disco__worker_set_reg(&s->w0, reg, &v)) != DISCO_OK)
         disco__regs_release(&s->regs, reg);
@@ -133,8 +133,9 @@ static disco_status_t api_empty(disco_session_t *s, const int64_t *shape, int nd
     if (st != DISCO_OK || (st = disco__session_usable(s)) != DISCO_OK ||
         (st = fits_heap(s, nbytes, worker0_only ? 1 : s->world)) != DISCO_OK)
         return st;
-    disco_value_t args[4] = {disco_shape(shape, (uint32_t)ndim), disco_dtype(dtype),
-                             disco_device((DLDevice){kDLCPU, 0}), disco_bool(worker0_only)};
+    disco_value_t args[4] = {disco_value_shape(shape, (uint32_t)ndim), disco_value_dtype(dtype),
+                             disco_value_device((DLDevice){kDLCPU, 0}),
+                             disco_value_bool(worker0_only)};
     disco_dref_t f, reg;
     if ((st = disco__session_get_func(s, "disco.empty", &f)) != DISCO_OK)
         return st;

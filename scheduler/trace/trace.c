@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "disco/trace.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "workers/core/worker.h"
 #include "scheduler/trace/trace_data.h"
 #include "scheduler/trace/trace_impl.h"

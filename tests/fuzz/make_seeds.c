@@ -33,16 +33,16 @@ int main(int argc, char **argv)
     }
     const int64_t dims[3] = {2, 3, -1};
     const char bin[5] = {1, 0, 2, 0, 3};
-    disco_value_t vals[] = {disco_null(),
-                            disco_bool(true),
-                            disco_int(-42),
-                            disco_float(2.5),
-                            disco_str("hello"),
-                            disco_bytes(bin, 5),
-                            disco_shape(dims, 3),
-                            disco_dtype((DLDataType){kDLBfloat, 16, 1}),
-                            disco_device((DLDevice){kDLCUDA, 1}),
-                            disco_opaque(7)};
+    disco_value_t vals[] = {disco_value_null(),
+                            disco_value_bool(true),
+                            disco_value_int(-42),
+                            disco_value_float(2.5),
+                            disco_value_str("hello"),
+                            disco_value_bytes(bin, 5),
+                            disco_value_shape(dims, 3),
+                            disco_value_dtype((DLDataType){kDLBfloat, 16, 1}),
+                            disco_value_device((DLDevice){kDLCUDA, 1}),
+                            disco_value_opaque(7)};
     size_t nv = sizeof vals / sizeof vals[0];
     static uint64_t buf[4096];
     size_t len;
@@ -68,15 +68,17 @@ int main(int argc, char **argv)
         disco__rpc_buf_init(&b) != DISCO_OK)
         return 1;
     static const uint8_t nonce[32] = {1, 2, 3, 4};
-    disco_value_t hello[3] = {disco_str(DISCO_RPC_MAGIC), disco_int(DISCO_RPC_VERSION),
-                              disco_bytes(nonce, sizeof nonce)};
-    disco_value_t name = disco_str("disco.echo");
-    disco_value_t call[3] = {(disco_value_t){.type = DISCO_T_FUNC, .v.handle = 1}, disco_int(5),
-                             disco_str("x")};
-    disco_value_t alloc[3] = {disco_device((DLDevice){kDLCPU, 0}), disco_int(64), disco_int(8)};
-    disco_value_t copy_to[3] = {disco_opaque(2), disco_int(0), disco_bytes(bin, 5)};
-    disco_value_t copy_from[3] = {disco_opaque(2), disco_int(1), disco_int(4)};
-    disco_value_t free_h = disco_opaque(2);
+    disco_value_t hello[3] = {disco_value_str(DISCO_RPC_MAGIC), disco_value_int(DISCO_RPC_VERSION),
+                              disco_value_bytes(nonce, sizeof nonce)};
+    disco_value_t name = disco_value_str("disco.echo");
+    disco_value_t call[3] = {(disco_value_t){.type = DISCO_T_FUNC, .v.handle = 1},
+                             disco_value_int(5), disco_value_str("x")};
+    disco_value_t alloc[3] = {disco_value_device((DLDevice){kDLCPU, 0}), disco_value_int(64),
+                              disco_value_int(8)};
+    disco_value_t copy_to[3] = {disco_value_opaque(2), disco_value_int(0),
+                                disco_value_bytes(bin, 5)};
+    disco_value_t copy_from[3] = {disco_value_opaque(2), disco_value_int(1), disco_value_int(4)};
+    disco_value_t free_h = disco_value_opaque(2);
     struct {
         uint32_t code;
         const disco_value_t *a;
@@ -99,7 +101,7 @@ int main(int argc, char **argv)
         if (fd < 0 || none < 0 || disco_transport_from_fds(none, fd, &t) != DISCO_OK)
             return 1;
         uint8_t proof[32] = {5};
-        disco_value_t p = disco_bytes(proof, sizeof proof);
+        disco_value_t p = disco_value_bytes(proof, sizeof proof);
         rc |= disco__rpc_send(t, &b, DISCO_RPC_INIT, 1, hello, 3, 0);
         if (k >= 1)
             rc |= disco__rpc_send(t, &b, DISCO_RPC_AUTH, 2, &p, 1, 0);

@@ -82,8 +82,9 @@ static int server_child(void *p)
     disco_transport_t *t;
     bu_pin(1);
     if (c->l != NULL) {
-        bu_child_check(disco_accept(c->l, disco_now_ns() + (int64_t)RPC_TIMEOUT_MS * 1000000, &t),
-                       "disco_accept");
+        bu_child_check(
+            disco_listener_accept(c->l, disco_now_ns() + (int64_t)RPC_TIMEOUT_MS * 1000000, &t),
+            "disco_listener_accept");
         disco_listener_close(c->l); /* the child's copy: leaves the file to the parent */
     } else {
         close(c->close_fds[0]);
@@ -133,7 +134,7 @@ static disco_rpc_t *open_pair(const char *kind, pid_t *pid_out)
         }
         if (getrandom(bench_token, sizeof bench_token, 0) != (ssize_t)sizeof bench_token)
             bu_die("getrandom: %s", strerror(errno));
-        bu_check(disco_listen(addr, &c.l), "disco_listen");
+        bu_check(disco_listener_open(addr, &c.l), "disco_listener_open");
         *pid_out = bu_spawn(server_child, &c);
         disco_rpc_client_config_t cc = {.call_timeout_ms = RPC_TIMEOUT_MS, .token = bench_token};
         disco_status_t st = disco_rpc_connect_with(disco_listener_address(c.l), &cc, &s);

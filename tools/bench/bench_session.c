@@ -36,7 +36,7 @@ static int64_t call_rounds(void *p, uint64_t iters)
         }
         total += disco_now_ns() - t0;
         for (uint64_t i = 0; i < n; i++)
-            bu_check(disco_session_free(c->s, res[i]), "free");
+            bu_check(disco_session_free_reg(c->s, res[i]), "free");
         iters -= n;
     }
     return total;
@@ -113,7 +113,7 @@ static double call_sync_p99(void)
             lat[done + i] = disco_now_ns() - t0;
         }
         for (size_t i = 0; i < k; i++)
-            bu_check(disco_session_free(c.s, res[i]), "free");
+            bu_check(disco_session_free_reg(c.s, res[i]), "free");
         done += k;
     }
     disco_session_close(c.s);

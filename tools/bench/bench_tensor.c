@@ -120,13 +120,13 @@ static disco_dref_t make_input(disco_session_t *s, size_t bytes)
     DLTensor t = host_tensor(h, &half);
     disco_dref_t r0, r1, x;
     bu_check(disco_session_copy_to_worker0(s, &t, &r0), "copy_to_worker0 (input)");
-    disco_value_t a[2] = {dref(r0), disco_bool(false)};
+    disco_value_t a[2] = {dref(r0), disco_value_bool(false)};
     bu_check(disco_session_call_by_name(s, "disco.broadcast_from_worker0", a, 2, &r1),
              "broadcast_from_worker0 (input)");
     a[0] = dref(r1);
     bu_check(disco_session_call_by_name(s, "disco.allgather", a, 2, &x), "allgather (input)");
-    bu_check(disco_session_free(s, r1), "free");
-    bu_check(disco_session_free(s, r0), "free");
+    bu_check(disco_session_free_reg(s, r1), "free");
+    bu_check(disco_session_free_reg(s, r0), "free");
     bu_check(disco_session_sync(s, 1), "sync (input)");
     free(h);
     return x;
@@ -147,7 +147,7 @@ static void check_allreduce(data_ctx_t *c, size_t bytes)
         if (h[i] != 2.0f * (float)(i % (n / 2) % 1024))
             bu_die("allreduce of %zu bytes: element %lld is %g, want %g", bytes, (long long)i,
                    (double)h[i], 2.0 * (double)(i % (n / 2) % 1024));
-    bu_check(disco_session_free(c->s, y), "free");
+    bu_check(disco_session_free_reg(c->s, y), "free");
     bu_check(disco_session_sync(c->s, 1), "sync");
     free(h);
 }
@@ -166,7 +166,7 @@ static int64_t coll_rounds(void *p, uint64_t iters)
         bu_check(disco_session_call(c->s, c->func, c->args, c->nargs, &res), c->what);
         bu_check(disco_session_sync(c->s, 1), "sync");
         total += disco_now_ns() - t0;
-        bu_check(disco_session_free(c->s, res), "free");
+        bu_check(disco_session_free_reg(c->s, res), "free");
         bu_check(disco_session_sync(c->s, 1), "sync");
     }
     return total;
@@ -182,7 +182,7 @@ static int64_t copy_rounds(void *p, uint64_t iters)
     for (uint64_t i = 0; i < iters; i++) {
         disco_dref_t r;
         bu_check(disco_session_copy_to_worker0(c->s, &c->host, &r), "copy_to_worker0");
-        bu_check(disco_session_free(c->s, r), "free");
+        bu_check(disco_session_free_reg(c->s, r), "free");
     }
     return disco_now_ns() - t0;
 }
@@ -203,15 +203,15 @@ static void bench_allreduce(data_ctx_t *c, disco_dref_t x, size_t bytes, const c
 {
     bu_check(disco_session_get_func(c->s, "disco.allreduce", &c->func), "get disco.allreduce");
     c->args[0] = dref(x);
-    c->args[1] = disco_str("sum");
-    c->args[2] = disco_bool(false); /* in_group */
+    c->args[1] = disco_value_str("sum");
+    c->args[2] = disco_value_bool(false); /* in_group */
     c->nargs = 3;
     c->what = "allreduce";
     check_allreduce(c, bytes);
     double ns = bytes >= BIG ? median_single(coll_rounds, c, WARM_BIG, bench_reps())
                              : median_single(coll_rounds, c, WARM_SMALL, 10 * bench_reps());
     record(key, ns / 1000, "us");
-    bu_check(disco_session_free(c->s, c->func), "free");
+    bu_check(disco_session_free_reg(c->s, c->func), "free");
 }
 
 static void bench_broadcast(data_ctx_t *c, disco_dref_t x, const char *key)
@@ -219,11 +219,11 @@ static void bench_broadcast(data_ctx_t *c, disco_dref_t x, const char *key)
     bu_check(disco_session_get_func(c->s, "disco.broadcast_from_worker0", &c->func),
              "get disco.broadcast_from_worker0");
     c->args[0] = dref(x);
-    c->args[1] = disco_bool(false); /* in_group */
+    c->args[1] = disco_value_bool(false); /* in_group */
     c->nargs = 2;
     c->what = "broadcast_from_worker0";
     record(key, measure(coll_rounds, c) / 1000, "us");
-    bu_check(disco_session_free(c->s, c->func), "free");
+    bu_check(disco_session_free_reg(c->s, c->func), "free");
 }
 
 /* copy_to_worker0 and memcpy of 64 MiB from the same warm host buffer, one

@@ -19,10 +19,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "disco/ring.h"
-#include "disco/segment.h"
+#include "disco/shm/ring.h"
+#include "disco/shm/segment.h"
 #include "disco/status.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 #define BU_DEADLINE_NS  (10LL * 1000000000LL) /* no single wait may take longer */
 #define BU_MAX_CHILDREN 64

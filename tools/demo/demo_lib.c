@@ -17,7 +17,7 @@ static disco_status_t partial_sum(disco_ctx_t *ctx, const disco_value_t *args, i
     int64_t lo = k * w / n + 1, hi = k * (w + 1) / n, sum = 0;
     for (int64_t i = lo; i <= hi; i++)
         sum += i;
-    *ret = disco_int(sum);
+    *ret = disco_value_int(sum);
     return DISCO_OK;
 }
 DISCO_FUNC("demo.partial_sum", "i", partial_sum)
@@ -46,7 +46,7 @@ static disco_status_t mlp_weights(disco_ctx_t *ctx, const disco_value_t *a, int 
             else
                 w[(j - lo) * dm + i] = demo_mlp_w2(seed, dm, dff, j, i);
         }
-    *ret = disco_tensor_value(t);
+    *ret = disco_value_tensor(t);
     return DISCO_OK;
 }
 DISCO_FUNC("demo.mlp_weights", "iiii", mlp_weights)
@@ -82,7 +82,7 @@ static disco_status_t mlp_partial(disco_ctx_t *ctx, const disco_value_t *a, int 
                 ys[r * dm + i] += g * w2s[j * dm + i];
         }
     }
-    *ret = disco_tensor_value(y);
+    *ret = disco_value_tensor(y);
     return DISCO_OK;
 }
 DISCO_FUNC("demo.mlp_partial", "TTT", mlp_partial)

@@ -13,7 +13,7 @@
 #include "disco/placement.h"
 #include "disco/tensor.h"
 #include "disco/trace.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 #define CHECK(call)                                                                                \
     do {                                                                                           \
@@ -86,17 +86,17 @@ static disco_status_t step(disco_session_t *s, disco_dref_t f_part, disco_dref_t
     disco_value_t p[3] = {disco_dref(xb), disco_dref(w1), disco_dref(w2)};
     if ((st = disco_session_call(s, f_part, p, 3, &part)) != DISCO_OK)
         return st;
-    disco_value_t r[2] = {disco_dref(part), disco_str("sum")};
+    disco_value_t r[2] = {disco_dref(part), disco_value_str("sum")};
     if ((st = disco_session_call_by_name(s, "disco.allreduce", r, 2, &y)) != DISCO_OK)
         return st;
     /* worker 0 finished the allreduce, so y is complete; sync worker 0 to
      * hear of any worker's failure */
     if ((st = disco_session_copy_from_worker0(s, y, hy)) == DISCO_OK)
         st = disco_session_sync(s, 0);
-    disco_session_free(s, xr);
-    disco_session_free(s, xb);
-    disco_session_free(s, part);
-    disco_session_free(s, y);
+    disco_session_free_reg(s, xr);
+    disco_session_free_reg(s, xb);
+    disco_session_free_reg(s, part);
+    disco_session_free_reg(s, y);
     return st;
 }
 
@@ -139,13 +139,13 @@ bool demo_mlp(const demo_mlp_opts_t *o, const char *lib)
     CHECK(disco_session_open(&cfg, &s));
     disco_plan_print(disco_session_plan(s), stdout, false);
     disco_dref_t r, w1, w2, f_part;
-    disco_value_t path = disco_str(lib);
+    disco_value_t path = disco_value_str(lib);
     CHECK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
-    CHECK(disco_session_free(s, r));
-    disco_value_t wa[4] = {disco_int((int64_t)o->seed), disco_int(dm), disco_int(o->d_ff),
-                           disco_int(1)};
+    CHECK(disco_session_free_reg(s, r));
+    disco_value_t wa[4] = {disco_value_int((int64_t)o->seed), disco_value_int(dm),
+                           disco_value_int(o->d_ff), disco_value_int(1)};
     CHECK(disco_session_call_by_name(s, "demo.mlp_weights", wa, 4, &w1));
-    wa[3] = disco_int(2);
+    wa[3] = disco_value_int(2);
     CHECK(disco_session_call_by_name(s, "demo.mlp_weights", wa, 4, &w2));
     CHECK(disco_session_get_func(s, "demo.mlp_partial", &f_part));
     for (int w = 0; w < n; w++)

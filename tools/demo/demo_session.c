@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "disco/session.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "tools/bench/bench_util.h"
 #include "tools/demo/demo.h"
 
@@ -33,7 +33,7 @@ void demo_library_path(char *out, size_t cap)
 static bool sum_on_all(disco_session_t *s, int n, int64_t k)
 {
     disco_dref_t f, r;
-    disco_value_t arg = disco_int(k);
+    disco_value_t arg = disco_value_int(k);
     CHECK(disco_session_get_func(s, "demo.partial_sum", &f));
     CHECK(disco_session_call(s, f, &arg, 1, &r));
     int64_t total = 0;
@@ -46,8 +46,8 @@ static bool sum_on_all(disco_session_t *s, int n, int64_t k)
     }
     int64_t want = k * (k + 1) / 2;
     printf("  total %lld %s\n", (long long)total, total == want ? "(correct)" : "(WRONG)");
-    CHECK(disco_session_free(s, r));
-    CHECK(disco_session_free(s, f));
+    CHECK(disco_session_free_reg(s, r));
+    CHECK(disco_session_free_reg(s, f));
     return total == want;
 }
 
@@ -66,7 +66,7 @@ static double call_sync_ns(disco_session_t *s, int n)
                 return -1;
         v[rep] = (double)(disco_now_ns() - t0) / 200;
         for (int i = 0; i < 200; i++)
-            disco_session_free(s, r[i]);
+            disco_session_free_reg(s, r[i]);
     }
     return bu_median(v, 11);
 }
@@ -86,14 +86,14 @@ bool demo_session(int n)
     printf("\n");
 
     disco_dref_t r;
-    disco_value_t path = disco_str(lib);
+    disco_value_t path = disco_value_str(lib);
     CHECK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
     CHECK(disco_session_sync(s, n - 1));
-    CHECK(disco_session_free(s, r));
+    CHECK(disco_session_free_reg(s, r));
     bool ok = sum_on_all(s, n, 1000) && sum_on_all(s, n, 10000000);
 
     /* An error on every worker, caught at the next sync, named per worker. */
-    disco_value_t bad = disco_int(-5);
+    disco_value_t bad = disco_value_int(-5);
     CHECK(disco_session_call_by_name(s, "demo.partial_sum", &bad, 1, &r));
     disco_status_t st = DISCO_OK;
     for (int w = n - 1; w >= 0; w--) { /* syncing every worker collects every report */

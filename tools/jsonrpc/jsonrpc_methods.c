@@ -42,7 +42,7 @@ static int m_call(struct server *sv, json_t *params, json_t **res, struct err *e
     if (args != NULL && (!json_is_array(args) || json_array_size(args) > INT32_MAX))
         return jr_fail(e, INVALID_PARAMS, "Invalid params: \"args\" must be an array of values");
     size_t n = args != NULL ? json_array_size(args) : 0;
-    disco_value_t *vals = calloc(n + 1, sizeof *vals), ret = disco_null();
+    disco_value_t *vals = calloc(n + 1, sizeof *vals), ret = disco_value_null();
     struct arena a = {0};
     int rc = vals == NULL ? jr_fail(e, INTERNAL_ERROR, "Internal error: no memory") : 0;
     for (size_t i = 0; rc == 0 && i < n; i++) {

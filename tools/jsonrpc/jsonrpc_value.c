@@ -47,28 +47,28 @@ static int typed_value(json_t *j, const char *w, struct arena *a, disco_value_t 
     if (strcmp(type, "null") == 0) {
         if (KEYS(NULL))
             return -1;
-        *out = disco_null();
+        *out = disco_value_null();
     } else if (strcmp(type, "bool") == 0) {
         if (KEYS("value"))
             return -1;
         if (!json_is_boolean(val))
             return BAD_VALUE("%s: bool needs \"value\": true or false", w);
-        *out = disco_bool(json_is_true(val));
+        *out = disco_value_bool(json_is_true(val));
     } else if (strcmp(type, "int") == 0) {
         if (KEYS("value"))
             return -1;
         if (jr_json_i64(val, INT64_MIN, INT64_MAX, &i) != 0)
             return BAD_VALUE("%s: int needs \"value\": a 64-bit integer or decimal string", w);
-        *out = disco_int(i);
+        *out = disco_value_int(i);
     } else if (strcmp(type, "float") == 0) {
         const char *s = json_string_value(val);
         if (KEYS("value"))
             return -1;
         if (json_is_number(val))
-            *out = disco_float(json_number_value(val));
+            *out = disco_value_float(json_number_value(val));
         else if (s != NULL &&
                  (strcmp(s, "nan") == 0 || strcmp(s, "inf") == 0 || strcmp(s, "-inf") == 0))
-            *out = disco_float(s[0] == 'n' ? NAN : s[0] == '-' ? -INFINITY : INFINITY);
+            *out = disco_value_float(s[0] == 'n' ? NAN : s[0] == '-' ? -INFINITY : INFINITY);
         else
             return BAD_VALUE("%s: float needs \"value\": a number, \"nan\", \"inf\" or \"-inf\"",
                              w);
@@ -97,7 +97,7 @@ static int typed_value(json_t *j, const char *w, struct arena *a, disco_value_t 
             return BAD_VALUE("%s: %zu bytes, more than a value holds (2^32 - 1)", w, len);
         if (is_str && strlen((char *)buf) != len)
             return BAD_VALUE("%s: a str cannot hold a NUL byte (use bytes)", w);
-        *out = is_str ? disco_str((char *)buf) : disco_bytes(buf, (uint32_t)len);
+        *out = is_str ? disco_value_str((char *)buf) : disco_value_bytes(buf, (uint32_t)len);
     } else if (strcmp(type, "shape") == 0) {
         json_t *dims = json_object_get(j, "dims");
         if (KEYS("dims"))
@@ -111,7 +111,7 @@ static int typed_value(json_t *j, const char *w, struct arena *a, disco_value_t 
         for (size_t k = 0; k < n; k++)
             if (jr_json_i64(json_array_get(dims, k), INT64_MIN, INT64_MAX, &d[k]) != 0)
                 return BAD_VALUE("%s: shape dims[%zu] is not a 64-bit integer", w, k);
-        *out = disco_shape(d, (uint32_t)n);
+        *out = disco_value_shape(d, (uint32_t)n);
     } else if (strcmp(type, "dtype") == 0) {
         json_t *name = json_object_get(j, "name");
         int64_t code, bits, lanes;
@@ -128,12 +128,12 @@ static int typed_value(json_t *j, const char *w, struct arena *a, disco_value_t 
         } else {
             return BAD_VALUE("%s: dtype needs \"name\", or \"code\", \"bits\" and \"lanes\"", w);
         }
-        *out = disco_dtype(t);
+        *out = disco_value_dtype(t);
     } else if (strcmp(type, "device") == 0) {
         DLDevice d;
         if (jr_device_of(j, w, &d, e) != 0)
             return -1;
-        *out = disco_device(d);
+        *out = disco_value_device(d);
     } else if (strcmp(type, "dref") == 0) {
         if (KEYS("reg"))
             return -1;
@@ -159,22 +159,22 @@ int jr_decode_value(json_t *j, const char *w, struct arena *a, disco_value_t *ou
 {
     switch (json_typeof(j)) {
     case JSON_NULL:
-        *out = disco_null();
+        *out = disco_value_null();
         return 0;
     case JSON_TRUE:
     case JSON_FALSE:
-        *out = disco_bool(json_is_true(j));
+        *out = disco_value_bool(json_is_true(j));
         return 0;
     case JSON_INTEGER:
-        *out = disco_int(json_integer_value(j));
+        *out = disco_value_int(json_integer_value(j));
         return 0;
     case JSON_REAL:
-        *out = disco_float(json_real_value(j));
+        *out = disco_value_float(json_real_value(j));
         return 0;
     case JSON_STRING:
         if (strlen(json_string_value(j)) != json_string_length(j))
             return BAD_VALUE("%s: a str cannot hold a NUL character (use bytes)", w);
-        *out = disco_str(json_string_value(j));
+        *out = disco_value_str(json_string_value(j));
         return 0;
     case JSON_OBJECT:
         return typed_value(j, w, a, out, e);

@@ -44,7 +44,7 @@
 #include <unistd.h>
 
 #include "disco/rpc.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 #define MAX_CHILDREN 256
 
@@ -264,7 +264,7 @@ static int serve_listen(disco_listener_t *l)
         if (!(pf[0].revents & POLLIN))
             continue;
         disco_transport_t *t;
-        disco_status_t st = disco_accept(l, now + 1000000000LL, &t);
+        disco_status_t st = disco_listener_accept(l, now + 1000000000LL, &t);
         if (st == DISCO_E_AUTH)
             log_refusal("refused a client", st, disco_last_error());
         if (st != DISCO_OK)
@@ -423,11 +423,11 @@ int main(int argc, char **argv)
         return serve_one(t);
     }
     disco_listener_t *l;
-    disco_listen_config_t lc = {.allow_remote = opt.allow_remote,
-                                .allow_uids = opt.uids,
-                                .n_allow_uids = opt.nuids,
-                                .on_refused = tell_refused};
-    disco_status_t st = disco_listen_with(opt.listen, &lc, &l);
+    disco_listener_config_t lc = {.allow_remote = opt.allow_remote,
+                                  .allow_uids = opt.uids,
+                                  .n_allow_uids = opt.nuids,
+                                  .on_refused = tell_refused};
+    disco_status_t st = disco_listener_open_with(opt.listen, &lc, &l);
     if (st != DISCO_OK) {
         fprintf(stderr, "disco-rpc-server: %s (%s)\n", disco_err_name(st), disco_last_error());
         if (made)

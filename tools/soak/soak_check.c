@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "tools/soak/soak_round.h"
 
 static int count_dir(const char *path)

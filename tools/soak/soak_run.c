@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "disco/session.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 #include "tools/soak/soak_round.h"
 
 #define MAX_DELAY_US  3000  /* kills land 0..3 ms after the workload starts */
@@ -64,8 +64,9 @@ static disco_value_t dref_value(disco_dref_t r)
 
 static disco_status_t empty_on_all(work_t *w, int64_t floats, disco_dref_t *out)
 {
-    disco_value_t a[4] = {disco_shape(&floats, 1), disco_dtype((DLDataType){kDLFloat, 32, 1}),
-                          disco_device((DLDevice){kDLCPU, 0}), disco_bool(false)};
+    disco_value_t a[4] = {disco_value_shape(&floats, 1),
+                          disco_value_dtype((DLDataType){kDLFloat, 32, 1}),
+                          disco_value_device((DLDevice){kDLCPU, 0}), disco_value_bool(false)};
     return disco_session_call(w->s, w->f_empty, a, 4, out);
 }
 
@@ -87,25 +88,25 @@ static disco_status_t step(work_t *w, int kind)
     disco_status_t st;
     disco_dref_t a, b;
     if (kind == 0) {
-        disco_value_t args[2] = {dref_value(w->x), disco_str("sum")};
+        disco_value_t args[2] = {dref_value(w->x), disco_value_str("sum")};
         if ((st = disco_session_call(w->s, w->f_allreduce, args, 2, &a)) != DISCO_OK)
             return st;
-        return disco_session_free(w->s, a);
+        return disco_session_free_reg(w->s, a);
     }
     if (kind == 1) {
         if ((st = empty_on_all(w, 1 + pick(&w->rng, X_FLOATS), &a)) != DISCO_OK)
             return st;
-        return disco_session_free(w->s, a);
+        return disco_session_free_reg(w->s, a);
     }
-    disco_value_t args[2] = {dref_value(w->x), disco_bool(false)};
+    disco_value_t args[2] = {dref_value(w->x), disco_value_bool(false)};
     if ((st = disco_session_call(w->s, w->f_bcast, args, 2, &a)) != DISCO_OK)
         return st;
     args[0] = dref_value(a);
     if ((st = disco_session_call(w->s, w->f_allgather, args, 2, &b)) != DISCO_OK)
         return st;
-    if ((st = disco_session_free(w->s, a)) != DISCO_OK)
+    if ((st = disco_session_free_reg(w->s, a)) != DISCO_OK)
         return st;
-    return disco_session_free(w->s, b);
+    return disco_session_free_reg(w->s, b);
 }
 
 static disco_status_t sync_all(work_t *w)
@@ -174,7 +175,7 @@ static void check_heap_steady(round_t *rd, work_t *w, int kind)
     if (st == DISCO_OK)
         st = sync_all(w);
     /* A call that fails on every worker: the session stays usable. */
-    disco_value_t bad[2] = {dref_value(w->x), disco_str("no-such-op")};
+    disco_value_t bad[2] = {dref_value(w->x), disco_value_str("no-such-op")};
     disco_dref_t r;
     if (st == DISCO_OK && (st = disco_session_call(w->s, w->f_allreduce, bad, 2, &r)) == DISCO_OK) {
         /* The failure comes back from the syncs (a sync reports the
@@ -190,7 +191,7 @@ static void check_heap_steady(round_t *rd, work_t *w, int kind)
         }
         if (told == 0)
             soak_fail(rd, "allreduce with op \"no-such-op\" succeeded");
-        st = disco_session_free(w->s, r);
+        st = disco_session_free_reg(w->s, r);
         if (st == DISCO_OK)
             st = sync_all(w);
     }

@@ -3,7 +3,7 @@
 
 #include <dlfcn.h>
 
-#include "disco/heap.h"
+#include "disco/shm/heap.h"
 #include "disco/placement.h"
 #include "disco/tensor.h"
 #include "workers/core/registry.h"
@@ -28,7 +28,7 @@ static disco_status_t worker_id(disco_ctx_t *ctx, const disco_value_t *args, int
 {
     (void)args;
     (void)nargs;
-    *ret = disco_int(disco_ctx_worker_id(ctx));
+    *ret = disco_value_int(disco_ctx_worker_id(ctx));
     return DISCO_OK;
 }
 
@@ -37,7 +37,7 @@ static disco_status_t world_size(disco_ctx_t *ctx, const disco_value_t *args, in
 {
     (void)args;
     (void)nargs;
-    *ret = disco_int(disco_ctx_world_size(ctx));
+    *ret = disco_value_int(disco_ctx_world_size(ctx));
     return DISCO_OK;
 }
 
@@ -46,7 +46,7 @@ static disco_status_t echo(disco_ctx_t *ctx, const disco_value_t *args, int narg
                            disco_value_t *ret)
 {
     (void)ctx;
-    *ret = nargs > 0 ? args[0] : disco_null();
+    *ret = nargs > 0 ? args[0] : disco_value_null();
     return DISCO_OK;
 }
 
@@ -76,7 +76,7 @@ static disco_status_t cpu_affinity(disco_ctx_t *ctx, const disco_value_t *args, 
         return disco_ctx_fail(ctx, "out of memory");
     if (disco_place_current_cpus(buf, 4096) != DISCO_OK)
         return disco_ctx_fail(ctx, "%s", disco_last_error());
-    *ret = disco_str(buf);
+    *ret = disco_value_str(buf);
     return DISCO_OK;
 }
 
@@ -106,6 +106,6 @@ static disco_status_t tensor_span(disco_ctx_t *ctx, const disco_value_t *args, i
         return disco_ctx_fail(ctx, "out of memory");
     span[0] = (int64_t)disco_heap_offset(ctx->worker->heap, t->data);
     span[1] = (int64_t)disco_tensor_nbytes(t);
-    *ret = disco_shape(span, 2);
+    *ret = disco_value_shape(span, 2);
     return DISCO_OK;
 }

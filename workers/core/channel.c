@@ -1,6 +1,8 @@
 /* channel.c - rings or pipes under the same four calls (see channel.h). */
 #include "workers/core/channel.h"
 
+#include "shm/ring_internal.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>

@@ -13,9 +13,9 @@
 
 #include <stdint.h>
 
-#include "disco/ring.h"
+#include "disco/shm/ring.h"
 #include "disco/session.h" /* disco_chan_t.kind: DISCO_TRANSPORT_RING or _PIPE */
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 typedef struct disco_chan {
     int kind;

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "disco/heap.h"
+#include "disco/shm/heap.h"
 #include "disco/session.h"
 #include "workers/data/collective.h"
 #include "workers/core/trace_ring.h"

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "disco/ring.h"
+#include "disco/shm/ring.h"
 #include "disco/status.h"
 #include "workers/core/protocol.h"
 

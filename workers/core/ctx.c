@@ -95,7 +95,7 @@ disco_status_t disco__func_run(const struct disco__func *f, struct disco_worker 
     ctx.nscratch = 0;
     ctx.tensors = NULL;
     ctx.ntensors = 0;
-    disco_value_t ret = disco_null();
+    disco_value_t ret = disco_value_null();
     /* Acquire: pairs with the release in register_entry (registry.c); fn
      * and user come from one binding, never rewritten once published. */
     const struct disco__binding *b = atomic_load_explicit(&f->bound, memory_order_acquire);

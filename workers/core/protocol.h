@@ -23,7 +23,7 @@
  *                    workers 1..W-1 (trace_ring.h)
  *   collective area  struct disco__coll_area, barriers, next line       disco__coll_footprint
  *                    slots, marks (collective.h)
- *   heap             the shared heap (disco/heap.h)     next page (3)   heap_size
+ *   heap             the shared heap (disco/shm/heap.h) next page (3)   heap_size
  *
  * (1) Only with the ring transport and W > 1; else size 0 at the same place.
  * (2) Only with tracing on; else offset 0 (trace_off 0 says tracing is off).
@@ -35,7 +35,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "disco/ring.h"
+#include "disco/shm/ring.h"
 
 /* Commands, numbered as TVM Disco's actions. Codes 5 and 6 (TVM's copies
  * to and from worker 0) are not commands here: copies go through the shared

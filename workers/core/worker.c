@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shm/wait_internal.h"
 #include "workers/core/registry.h"
 #include "workers/data/tensor_impl.h"
 
@@ -147,7 +148,7 @@ static disco_status_t resolve_args(disco_worker_t *w, const disco_value_t *in, i
          * worker never wrote (say, one copied to worker 0 only) holds null
          * here. Refusing it would make this worker skip a collective the
          * others wait in. */
-        out[i] = r < w->nregs ? w->regs[r] : disco_null();
+        out[i] = r < w->nregs ? w->regs[r] : disco_value_null();
     }
     return DISCO_OK;
 }
@@ -183,7 +184,7 @@ static void exec_call(disco_worker_t *w, const disco_value_t *args, int nargs)
 static disco_status_t reply_ok(disco_worker_t *w, int64_t token, const disco_value_t *v,
                                void *reply, size_t cap, size_t *len)
 {
-    disco_value_t out[2] = {disco_int(token), v != NULL ? *v : disco_null()};
+    disco_value_t out[2] = {disco_value_int(token), v != NULL ? *v : disco_value_null()};
     disco_status_t st =
         disco_frame_encode(DISCO_REPLY_OK, w->seq, out, v != NULL ? 2 : 1, reply, cap, len);
     if (st == DISCO_OK)
@@ -191,14 +192,15 @@ static disco_status_t reply_ok(disco_worker_t *w, int64_t token, const disco_val
     /* The value does not fit in a reply: say so instead. */
     char msg[160];
     snprintf(msg, sizeof msg, "value too large for a reply: %s", disco_last_error());
-    disco_value_t err[3] = {disco_int(token), disco_int(st), disco_str(msg)};
+    disco_value_t err[3] = {disco_value_int(token), disco_value_int(st), disco_value_str(msg)};
     return disco_frame_encode(DISCO_REPLY_ERROR, w->seq, err, 3, reply, cap, len);
 }
 
 static disco_status_t reply_error(disco_worker_t *w, int64_t token, disco_status_t code,
                                   void *reply, size_t cap, size_t *len)
 {
-    disco_value_t err[3] = {disco_int(token), disco_int(code), disco_str(disco_last_error())};
+    disco_value_t err[3] = {disco_value_int(token), disco_value_int(code),
+                            disco_value_str(disco_last_error())};
     return disco_frame_encode(DISCO_REPLY_ERROR, w->seq, err, 3, reply, cap, len);
 }
 
@@ -340,7 +342,7 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
                      .stamped = *wait};
     struct disco__trace_writer tr = {.ring = w->trace};
     l.poll.no_wait = true;
-    l.stamped.found_at = &l.found;
+    disco__wait_set_found_at(&l.stamped, &l.found);
     int rc = 1;
     if (l.buf == NULL || l.reply == NULL)
         goto out;

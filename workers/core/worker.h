@@ -15,7 +15,7 @@
 #include "workers/core/channel.h"
 #include "workers/core/ctx.h"
 #include "workers/core/lookup.h"
-#include "disco/heap.h"
+#include "disco/shm/heap.h"
 #include "disco/func.h"
 #include "disco/value.h"
 #include "workers/core/protocol.h"

@@ -7,7 +7,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "disco/segment.h"
+#include "disco/shm/segment.h"
 #include "disco/session.h"
 #include "disco/worker.h"
 #include "workers/data/bind.h"

@@ -51,7 +51,7 @@
 #include <stdint.h>
 
 #include "disco/tensor.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 struct disco__barrier {
     _Alignas(64) _Atomic uint64_t state; /* generation << 32 | members arrived */

@@ -50,7 +50,7 @@ static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
     DLTensor *t;
     disco_status_t st = disco_ctx_empty(ctx, a[0].v.shape, (int)a[0].len, a[1].v.dtype, &t);
     if (st == DISCO_OK)
-        *ret = disco_tensor_value(t);
+        *ret = disco_value_tensor(t);
     return st;
 }
 
@@ -105,7 +105,7 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
         st = bst;
     if (st != DISCO_OK)
         return st; /* same verdict, same barriers on every member */
-    *ret = disco_tensor_value(out);
+    *ret = disco_value_tensor(out);
     return DISCO_OK;
 }
 
@@ -157,7 +157,7 @@ static disco_status_t take(disco_ctx_t *ctx, struct disco__coll_call *c, int ran
     disco_status_t st =
         disco__tensor_from_block(c->w->heap, l->in_block, at, shape, l->ndim, l->dtype, adopt, &t);
     if (st == DISCO_OK && (st = disco__ctx_own(ctx, t)) == DISCO_OK)
-        *ret = disco_tensor_value(t);
+        *ret = disco_value_tensor(t);
     return st;
 }
 
@@ -253,7 +253,7 @@ static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, di
     if ((st = disco__coll_barrier(&c)) != DISCO_OK)
         return st;
     if (out != NULL)
-        *ret = disco_tensor_value(out);
+        *ret = disco_value_tensor(out);
     return DISCO_OK;
 }
 
@@ -280,7 +280,7 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
     /* Nobody may free an input while another member still reads it. */
     if ((st = disco__coll_barrier(&c)) != DISCO_OK)
         return st;
-    *ret = disco_tensor_value(out);
+    *ret = disco_value_tensor(out);
     return DISCO_OK;
 }
 

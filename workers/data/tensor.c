@@ -342,6 +342,6 @@ disco_status_t disco__tensor_bytes_value(const DLTensor *t, disco_value_t *out)
                                "a tensor of %zu bytes cannot travel as a bytes value (at most "
                                "%u bytes); copy it with copy_from_worker0 or in slices",
                                n, UINT32_MAX);
-    *out = disco_bytes((const char *)t->data + t->byte_offset, (uint32_t)n);
+    *out = disco_value_bytes((const char *)t->data + t->byte_offset, (uint32_t)n);
     return DISCO_OK;
 }

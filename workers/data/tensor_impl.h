@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "disco/heap.h"
+#include "disco/shm/heap.h"
 #include "disco/tensor.h"
 
 #define DISCO_TENSOR_BLOCK_HDR 64u /* header before the data, keeps data 64-aligned */

@@ -7,7 +7,7 @@
 
 #include <sodium.h>
 
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 #include "workers/rpc/rpc_auth.h"
 #include "workers/rpc/rpc_proto.h"
@@ -103,8 +103,8 @@ static disco_status_t on_hello(struct endpoint *e, const disco_frame_hdr_t *h,
     disco_status_t st = disco__rpc_random(e->sn, sizeof e->sn);
     if (st != DISCO_OK)
         return refuse(e, h->seq, st);
-    disco_value_t v[3] = {disco_int(mine), disco_bytes(e->sn, sizeof e->sn),
-                          disco_int(e->cfg->token != NULL)};
+    disco_value_t v[3] = {disco_value_int(mine), disco_value_bytes(e->sn, sizeof e->sn),
+                          disco_value_int(e->cfg->token != NULL)};
     e->stage = e->cfg->token != NULL ? WANT_AUTH : SERVING;
     return disco__rpc_send(e->t, &e->out, DISCO_RPC_RETURN, h->seq, v, 3, 0);
 }
@@ -122,7 +122,7 @@ static disco_status_t on_auth(struct endpoint *e, const disco_frame_hdr_t *h,
     }
     uint8_t proof[DISCO__RPC_PROOF_BYTES];
     disco__rpc_proof(e->cfg->token, DISCO__RPC_SERVER, e->cn, e->sn, proof);
-    disco_value_t v = disco_bytes(proof, sizeof proof);
+    disco_value_t v = disco_value_bytes(proof, sizeof proof);
     e->stage = SERVING;
     disco_status_t st = disco__rpc_send(e->t, &e->out, DISCO_RPC_RETURN, h->seq, &v, 1, 0);
     sodium_memzero(proof, sizeof proof);
@@ -183,7 +183,7 @@ static disco_status_t handle(struct endpoint *e, const disco_frame_hdr_t *h, dis
             return reply(e, h->seq, &v, 1);
         }
     case DISCO_RPC_CALL: {
-        disco_value_t ret = disco_null();
+        disco_value_t ret = disco_value_null();
         if ((st = ops->call(s, a[0].v.handle, a + 1, (int)h->nargs - 1, &ret)) != DISCO_OK)
             return fail(e, h->seq, st);
         st = reply(e, h->seq, &ret, 1);
@@ -208,7 +208,7 @@ static disco_status_t handle(struct endpoint *e, const disco_frame_hdr_t *h, dis
         if ((st = ops->copy_from_remote(s, a[0].v.handle, (uint64_t)off, e->scratch,
                                         (uint64_t)n)) != DISCO_OK)
             return fail(e, h->seq, st);
-        disco_value_t v = disco_bytes(e->scratch, (uint32_t)n);
+        disco_value_t v = disco_value_bytes(e->scratch, (uint32_t)n);
         return reply(e, h->seq, &v, 1);
     }
     case DISCO_RPC_FREE_HANDLE:
@@ -224,7 +224,7 @@ static disco_status_t handle(struct endpoint *e, const disco_frame_hdr_t *h, dis
             DISCO_OK)
             return fail(e, h->seq, st);
         {
-            disco_value_t v = disco_opaque(hd);
+            disco_value_t v = disco_value_opaque(hd);
             return reply(e, h->seq, &v, 1);
         }
     case DISCO_RPC_DEV_FREE:

@@ -78,6 +78,6 @@ disco_status_t disco__rpc_send_error(disco_transport_t *t, disco__rpc_buf_t *b, 
 {
     char copy[512];
     snprintf(copy, sizeof copy, "%s", msg); /* msg may be the error detail itself */
-    disco_value_t e[2] = {disco_int(code), disco_str(copy)};
+    disco_value_t e[2] = {disco_value_int(code), disco_value_str(copy)};
     return disco__rpc_send(t, b, DISCO_RPC_EXCEPTION, seq, e, 2, deadline_ns);
 }

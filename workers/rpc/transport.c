@@ -3,7 +3,7 @@
  * disco/transport.h, transport_ops.h). Nothing here knows a kind's fields. */
 #include "workers/rpc/transport_ops.h"
 
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -244,15 +244,15 @@ static disco_status_t listen_tcp(disco_listener_t *l, const struct addr *a, cons
     return tcp_name(l->fd, l->address, sizeof l->address);
 }
 
-disco_status_t disco_listen(const char *address, disco_listener_t **out)
+disco_status_t disco_listener_open(const char *address, disco_listener_t **out)
 {
-    return disco_listen_with(address, NULL, out);
+    return disco_listener_open_with(address, NULL, out);
 }
 
-disco_status_t disco_listen_with(const char *address, const disco_listen_config_t *cfg,
-                                 disco_listener_t **out)
+disco_status_t disco_listener_open_with(const char *address, const disco_listener_config_t *cfg,
+                                        disco_listener_t **out)
 {
-    static const disco_listen_config_t defaults = {0};
+    static const disco_listener_config_t defaults = {0};
     struct addr a;
     disco_status_t st = parse_address(address, true, &a);
     if (st != DISCO_OK)
@@ -316,7 +316,8 @@ static disco_status_t peer_allowed(const disco_listener_t *l, int fd)
                            l->address, (unsigned)cr.uid, (int)cr.pid, (unsigned)geteuid());
 }
 
-disco_status_t disco_accept(disco_listener_t *l, int64_t deadline_ns, disco_transport_t **out)
+disco_status_t disco_listener_accept(disco_listener_t *l, int64_t deadline_ns,
+                                     disco_transport_t **out)
 {
     if (l == NULL || out == NULL)
         return disco_set_error(DISCO_E_INVAL, "accept: NULL listener or out");
@@ -466,7 +467,8 @@ static disco_status_t connect_tcp(const struct addr *a, const char *address, int
     return st == DISCO_E_SYS ? refused(err, address) : st;
 }
 
-disco_status_t disco_connect(const char *address, int64_t deadline_ns, disco_transport_t **out)
+disco_status_t disco_transport_connect(const char *address, int64_t deadline_ns,
+                                       disco_transport_t **out)
 {
     struct addr a;
     disco_status_t st = parse_address(address, false, &a);

@@ -8,7 +8,7 @@
  * the transport's lifetime. */
 #include "workers/rpc/transport_ops.h"
 
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

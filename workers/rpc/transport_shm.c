@@ -27,8 +27,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "disco/ring.h"
-#include "disco/segment.h"
+#include "disco/shm/ring.h"
+#include "disco/shm/segment.h"
 
 /* Geometry: 64 slots of 16 KiB, 1 MiB per direction. The ring fits in the
  * L2 cache (2 MiB here) of the writer's core, where the reader's copy finds

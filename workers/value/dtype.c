@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "workers/value/half.h"
+
 /* On x86-64 with GCC and glibc (ifunc), each kernel is compiled twice, for
  * the baseline (SSE2) and for AVX2, and the loader picks one per machine:
  * the same C code, auto-vectorized twice over (AVX2 about doubles fp16/bf16
@@ -162,28 +164,48 @@ bool disco_reduce_parse(const char *s, disco_reduce_op_t *op_out)
 
 /* ---- bulk conversions ---------------------------------------------------- */
 
+float disco_fp16_to_fp32(uint16_t h)
+{
+    return disco__fp16_to_fp32(h);
+}
+
+uint16_t disco_fp32_to_fp16(float f)
+{
+    return disco__fp32_to_fp16(f);
+}
+
+float disco_bf16_to_fp32(uint16_t b)
+{
+    return disco__bf16_to_fp32(b);
+}
+
+uint16_t disco_fp32_to_bf16(float f)
+{
+    return disco__fp32_to_bf16(f);
+}
+
 CLONES void disco_fp16_to_fp32_n(float *restrict dst, const uint16_t *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = disco_fp16_to_fp32(src[i]);
+        dst[i] = disco__fp16_to_fp32(src[i]);
 }
 
 CLONES void disco_fp32_to_fp16_n(uint16_t *restrict dst, const float *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = disco_fp32_to_fp16(src[i]);
+        dst[i] = disco__fp32_to_fp16(src[i]);
 }
 
 CLONES void disco_bf16_to_fp32_n(float *restrict dst, const uint16_t *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = disco_bf16_to_fp32(src[i]);
+        dst[i] = disco__bf16_to_fp32(src[i]);
 }
 
 CLONES void disco_fp32_to_bf16_n(uint16_t *restrict dst, const float *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = disco_fp32_to_bf16(src[i]);
+        dst[i] = disco__fp32_to_bf16(src[i]);
 }
 
 /* ---- reduction kernels ----------------------------------------------------
@@ -293,10 +315,10 @@ FLOAT_KERNELS(f32, float)
 FLOAT_KERNELS(f64, double)
 
 /* float16 and bfloat16: accumulate in float32, round once. */
-#define F16_FIN(a, n)  disco_fp32_to_fp16(a)
-#define F16_AVG(a, n)  disco_fp32_to_fp16((a) / (float)(n))
-#define BF16_FIN(a, n) disco_fp32_to_bf16(a)
-#define BF16_AVG(a, n) disco_fp32_to_bf16((a) / (float)(n))
+#define F16_FIN(a, n)  disco__fp32_to_fp16(a)
+#define F16_AVG(a, n)  disco__fp32_to_fp16((a) / (float)(n))
+#define BF16_FIN(a, n) disco__fp32_to_bf16(a)
+#define BF16_AVG(a, n) disco__fp32_to_bf16((a) / (float)(n))
 #define HALF_KERNELS(tag, LD, FIN, AVG)                                                            \
     KERNEL(tag##_sum, uint16_t, float, LD, ADD, FIN)                                               \
     KERNEL(tag##_prod, uint16_t, float, LD, MUL, FIN)                                              \
@@ -304,8 +326,8 @@ FLOAT_KERNELS(f64, double)
     KERNEL(tag##_max, uint16_t, float, LD, FMAX, FIN)                                              \
     KERNEL(tag##_avg, uint16_t, float, LD, ADD, AVG)
 
-HALF_KERNELS(f16, disco_fp16_to_fp32, F16_FIN, F16_AVG)
-HALF_KERNELS(bf16, disco_bf16_to_fp32, BF16_FIN, BF16_AVG)
+HALF_KERNELS(f16, disco__fp16_to_fp32, F16_FIN, F16_AVG)
+HALF_KERNELS(bf16, disco__bf16_to_fp32, BF16_FIN, BF16_AVG)
 
 /* Integer sum and prod wrap: computed on the unsigned type of the same
  * width, which shares the two's complement bits of int8..int64 and uint8. */

@@ -16,69 +16,6 @@ const char *disco_type_name(uint32_t type)
     return type < DISCO_T_COUNT ? type_names[type] : "unknown";
 }
 
-disco_value_t disco_str(const char *s)
-{
-    disco_value_t x = {.type = DISCO_T_STR, .len = (uint32_t)strlen(s), .v.str = s};
-    return x;
-}
-
-/* The out-of-line constructors: each calls its inline twin, so the two
- * spellings cannot drift apart. */
-disco_value_t disco_value_null(void)
-{
-    return disco_null();
-}
-
-disco_value_t disco_value_bool(bool b)
-{
-    return disco_bool(b);
-}
-
-disco_value_t disco_value_int(int64_t i)
-{
-    return disco_int(i);
-}
-
-disco_value_t disco_value_float(double f)
-{
-    return disco_float(f);
-}
-
-disco_value_t disco_value_str(const char *s)
-{
-    return disco_str(s);
-}
-
-disco_value_t disco_value_bytes(const void *p, uint32_t len)
-{
-    return disco_bytes(p, len);
-}
-
-disco_value_t disco_value_shape(const int64_t *dims, uint32_t ndim)
-{
-    return disco_shape(dims, ndim);
-}
-
-disco_value_t disco_value_dtype(DLDataType t)
-{
-    return disco_dtype(t);
-}
-
-disco_value_t disco_value_device(DLDevice d)
-{
-    return disco_device(d);
-}
-
-disco_value_t disco_value_opaque(uint64_t h)
-{
-    return disco_opaque(h);
-}
-
-disco_value_t disco_value_tensor(DLTensor *t)
-{
-    return disco_tensor_value(t);
-}
-
 /* Payload bytes of a variable-size value, or 0 for fixed-size types. */
 static size_t var_bytes(const disco_value_t *v)
 {
@@ -146,7 +83,7 @@ void disco_value_clear(disco_value_t *v)
         disco__tensor_release(v->v.tensor);
     else if (var_bytes(v) != 0)
         free((void *)v->v.bytes);
-    *v = disco_null();
+    *v = disco_value_null();
 }
 
 bool disco_value_equal(const disco_value_t *a, const disco_value_t *b)

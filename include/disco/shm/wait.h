@@ -1,5 +1,5 @@
 /*
- * disco/wait.h - spin, then park: waiting on shared memory across processes.
+ * disco/shm/wait.h - spin, then park: waiting on shared memory across processes.
  *
  * A waiter first spins on its condition: a short phase of pause instructions,
  * then sched_yield() between checks so that a peer sharing the core gets to
@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "disco/clock.h"
 #include "disco/status.h"
 
 /* The atomics are C11's; C++ (which has no _Atomic before C++23) sees them
@@ -100,24 +101,13 @@ typedef struct disco_wait {
      * a non-OK return ends the wait with it. NULL: none. */
     disco_status_t (*check)(void *ctx);
     void *check_ctx;
-    /* Internal (tracing): non-NULL makes a wait that had to wait store the
-     * trace clock's ticks (shm/ticks.h) read just before the check that
-     * found the condition true. The read rides the wait loop, so the moment
-     * of arrival is stamped without a clock read after it. Left untouched
-     * when the condition held at the first check. NULL: no stamp. */
-    uint64_t *found_at;
+    void *internal; /* disco's own use (shm/wait_internal.h); leave NULL */
 } disco_wait_t;
 
 #define DISCO_WAIT_DEFAULT_PAUSE_NS                                                                \
     2000u /* 2 us of pause, then yield: a peer sharing our core must run */
 #define DISCO_WAIT_DEFAULT_SPIN_NS  200000u /* 0.2 ms, then park */
 #define DISCO_WAIT_DEFAULT_SLICE_MS 10u
-
-/** CLOCK_MONOTONIC in nanoseconds: one time base for every process. Out of
- *  line, so this header builds under plain -std=c11 (no POSIX feature
- *  macros needed by users); the call costs ~2 ns beside the clock's ~20.
- *  Thread-safe. */
-int64_t disco_now_ns(void);
 
 /** One spin-loop hint (pause on x86). */
 static inline void disco_cpu_relax(void)

@@ -1,9 +1,9 @@
 /*
- * disco/heap.h - a heap in shared memory for tensor data, used by many
+ * disco/shm/heap.h - a heap in shared memory for tensor data, used by many
  * processes at once.
  *
  * The heap lives in a caller-provided block of memory inside a segment
- * (disco/segment.h) that every worker maps: inherited across fork, or
+ * (disco/shm/segment.h) that every worker maps: inherited across fork, or
  * attached by fd in an exec'd worker, where the mapping lands at a different
  * address. Nothing in the heap holds a pointer: blocks are named by their
  * offset from the start of the heap's memory, and disco_heap_ptr() turns an
@@ -84,8 +84,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "disco/heap_stats.h"
 #include "disco/status.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -106,16 +107,6 @@ typedef struct disco_heap {
     uint64_t arena_end;           /* end of the last block */
     const disco_wait_t *wait;     /* how a taken lock is waited for; NULL: no limit */
 } disco_heap_t;
-
-typedef struct disco_heap_stats {
-    size_t capacity;     /* bytes of blocks, headers included (used + free) */
-    size_t used_bytes;   /* bytes in live blocks, headers included */
-    size_t free_bytes;   /* bytes in free blocks, headers included */
-    size_t largest_free; /* the largest size an alloc (align <= 64) gets now */
-    size_t live_blocks;  /* blocks allocated and not freed */
-    size_t free_blocks;  /* free blocks (1 on an empty heap) */
-    uint64_t recoveries; /* times a dead lock holder's state was recovered */
-} disco_heap_stats_t;
 
 /* --- Setting up ------------------------------------------------------- */
 

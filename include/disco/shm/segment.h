@@ -1,5 +1,5 @@
 /*
- * disco/segment.h - shared-memory segments.
+ * disco/shm/segment.h - shared-memory segments.
  *
  * A segment is an anonymous memfd mapped MAP_SHARED. It is shared with forked
  * children by inheritance and with exec'd workers by passing the fd (created

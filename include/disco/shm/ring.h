@@ -1,5 +1,5 @@
 /*
- * disco/ring.h - lock-free message rings in shared memory.
+ * disco/shm/ring.h - lock-free message rings in shared memory.
  *
  * One writer, N readers (N = 1 is the single-producer/single-consumer reply
  * ring; see the disco_spsc_* names below). Every reader sees every message,
@@ -45,7 +45,7 @@
 #include <sys/types.h>
 
 #include "disco/status.h"
-#include "disco/wait.h"
+#include "disco/shm/wait.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -105,19 +105,6 @@ disco_status_t disco_ring_attach(void *mem, size_t mem_size, disco_ring_t *ring_
  *  waits), so the caller treats it as fatal. */
 disco_status_t disco_ring_write(disco_ring_t *r, const void *msg, uint32_t len,
                                 const disco_wait_t *w);
-
-/** disco_ring_write that also reads the trace clock (internal: shm/ticks.h)
- *  into *published_at right after the message's first slot is published,
- *  while the publishing stores drain (the read then adds little to the
- *  write). *published_at is untouched when the write fails before that. */
-disco_status_t disco__ring_write_stamped(disco_ring_t *r, const void *msg, uint32_t len,
-                                         const disco_wait_t *w, uint64_t *published_at);
-
-/** Tests only (internal): a second writer taking over a ring whose writer
- *  is stopped moves head up to the furthest reader cursor, since the
- *  stopped writer may have published its last message's slots without yet
- *  storing head. Never for a ring whose writer may still run. */
-void disco__ring_writer_takeover(disco_ring_t *r);
 
 /** Starts taking the cache line of the slot the next write begins in, so
  *  that the write's stores do not wait for it (call it before other work
