@@ -215,7 +215,7 @@ disco_status_t disco__ring_write_stamped(disco_ring_t *r, const void *msg, uint3
         /* no_wait: start only when the whole message fits now (one longer
          * than the ring: when the ring is empty), so DISCO_E_AGAIN always
          * means nothing written; the remaining slots then wait per the rest
-         * of w. Partial writes used to tear the message (tests/test_ring.c
+         * of w. A partial write would tear the message (tests/test_ring.c
          * test_no_wait_write_is_all_or_nothing). */
         uint64_t need = nslots <= r->mask + 1 ? nslots : r->mask + 1;
         disco_status_t st = wait_space(r, head + need - 1, w);
@@ -323,7 +323,7 @@ disco_status_t disco_ring_read(disco_ring_t *r, uint32_t reader, void *buf, uint
         /* no_wait: take a spanning message only once all of it is published
          * (one longer than the ring: once it has begun), so DISCO_E_AGAIN
          * always means nothing consumed; the remaining slots then wait per
-         * the rest of w. Half-read messages used to be torn
+         * the rest of w. A half-read message would be torn
          * (tests/test_ring.c test_no_wait_read_whole). */
         uint32_t n = msg_slots(r, len);
         struct data_arg last = {slot_at(r, pos + n - 1), pos + n - 1};

@@ -224,9 +224,9 @@ START_TEST(test_empty_w0_error_from_call)
 END_TEST
 
 /* A debug get of a tensor of 4 GiB or more is refused with
- * DISCO_E_OVERFLOW (its byte count used to be cut to 32 bits: 4 GiB + 16
- * answered 16 bytes). White-box: a 16-byte tensor's shape claims 4 GiB +
- * 16 on worker 0, so no test needs 4 GiB. */
+ * DISCO_E_OVERFLOW: its byte count does not fit the reply's 32-bit
+ * length (cut, 4 GiB + 16 would answer 16 bytes). White-box: a 16-byte tensor's shape claims 4 GiB
+ * + 16 on worker 0, so no test needs 4 GiB. */
 START_TEST(test_debug_get_4gib)
 {
     disco_session_t *s = open_small(2, 1u << 20);

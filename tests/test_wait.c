@@ -184,11 +184,11 @@ START_TEST(test_check_callback_ends_wait)
 }
 END_TEST
 
-/* Regression: a callback that acts on what it found (marks a dead reader, so
- * the condition turns true) and reports it must still end the wait with its
- * status; the wait used to re-check the condition and return DISCO_OK,
- * losing the news (a reaped child's death) for good. Parks first (tiny spin
- * budget), where the swallowing happened. */
+/* A callback that acts on what it found (marks a dead reader, so the
+ * condition turns true) and reports it still ends the wait with its status:
+ * a wait that re-checked the condition and returned DISCO_OK would lose the
+ * news (a reaped child's death) for good. Parks first (tiny spin budget),
+ * where that could happen. */
 START_TEST(test_check_status_not_swallowed)
 {
     struct flag f = {0};
