@@ -502,7 +502,7 @@ START_TEST(test_gather_dim0_overflow)
 }
 END_TEST
 
-/* A string value whose len is short of its strlen (what disco_str makes of
+/* A string value whose len is short of its strlen (what disco_value_str makes of
  * a string of 4 GiB or more) is copied and encoded as ending at len: the
  * copy keeps a terminator, the frame decodes (it used to lose its NUL). */
 START_TEST(test_str_len_rules)

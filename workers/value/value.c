@@ -229,7 +229,7 @@ disco_status_t disco_frame_encode(uint32_t code, uint64_t seq, const disco_value
             if (n != 0)
                 memcpy(p, var_ptr(v), n);
             /* len rules: a string whose len is short of its strlen (one of
-             * 4 GiB or more, its length cut to 32 bits by disco_str) ends
+             * 4 GiB or more, its length cut to 32 bits by disco_value_str) ends
              * at len, instead of losing its terminator. */
             if (v->type == DISCO_T_STR)
                 p[v->len] = '\0';
