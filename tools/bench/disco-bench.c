@@ -59,9 +59,9 @@
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
 
-    /* ---- options ---- */
+/* ---- options ---- */
 
-    static struct {
+static struct {
     bool quick;
     int reps;         /* repetitions per figure */
     int64_t rep_ns;   /* target duration of one repetition */
