@@ -233,7 +233,7 @@ disco_status_t disco_device_ipc_init(void *mem, size_t bytes, uint32_t max_expor
  *  DISCO_E_BAD_MAGIC (not a table of this layout version). */
 disco_status_t disco_device_ipc_attach(void *mem, size_t bytes);
 
-/** Exports ptr (inside memory from disco_device_alloc on a CUDA device).
+/** Exports ptr (inside memory from disco_device_alloc on a CUDA or sim device).
  *  Thread-safe. Returns DISCO_OK, DISCO_E_INVAL (not inside an allocation of
  *  this process; no table attached), DISCO_E_NOMEM (table full),
  *  DISCO_E_NO_DEVICE, DISCO_E_SYS (cudaIpcGetMemHandle failed). */

@@ -66,6 +66,10 @@ disco_status_t disco__sim_close_handle(void *ctx, void *base);
  *  /proc/<pid>/fd/<fd> when that is refused. what and device_id name the
  *  object in errors. Returns DISCO_OK, DISCO_E_INVAL (another file is there
  *  now), DISCO_E_SYS (neither way worked; the detail gives both errnos). */
+/* Tests only: when set, disco__sim_take_fd skips pidfd_getfd (as if
+ * refused) and takes the /proc path. Set before any import. */
+extern bool disco__sim_no_pidfd_getfd;
+
 disco_status_t disco__sim_take_fd(int32_t pid, int32_t fd, uint64_t ino, const char *what,
                                   int device_id, int *fd_out);
 

@@ -74,11 +74,14 @@ disco_status_t disco__sim_check_device(int device_id, const char *fn)
     return DISCO_OK;
 }
 
+bool disco__sim_no_pidfd_getfd;
+
 disco_status_t disco__sim_take_fd(int32_t pid, int32_t fd, uint64_t ino, const char *what,
                                   int device_id, int *fd_out)
 {
     int got = -1, e1 = 0, e2 = 0;
-    int pfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    int pfd = disco__sim_no_pidfd_getfd ? (errno = EPERM, -1)
+                                        : (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
     if (pfd >= 0) {
         got = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0);
         e1 = errno;
