@@ -59,11 +59,11 @@ static char get(int fd)
 
 /* In the test process: the next step byte must be want, else the children
  * are ended and the test fails naming what. */
-static void expect(int fd, char want, const pid_t *pids, const char *what)
+static void expect(int fd, char want, const pid_t *pids, unsigned npids, const char *what)
 {
     char c = 0;
     if (read(fd, &c, 1) != 1 || c != want) {
-        tu_kill_all(pids, 2);
+        tu_kill_all(pids, npids);
         ck_abort_msg("%s", what);
     }
 }
@@ -143,13 +143,13 @@ START_TEST(test_sibling_import)
         _exit(0);
     }
     pid_t both[2] = {pa, pb};
-    expect(a_out[0], 'e', both, "exporter failed");
+    expect(a_out[0], 'e', both, 2, "exporter failed");
     put(b_in[1], 'i');
-    expect(b_out[0], 'h', both, "importer failed");
+    expect(b_out[0], 'h', both, 2, "importer failed");
     put(a_in[1], 'f');
-    expect(a_out[0], 'a', both, "exporter failed after the refused free");
+    expect(a_out[0], 'a', both, 2, "exporter failed after the refused free");
     put(b_in[1], 'r');
-    expect(b_out[0], 'r', both, "importer failed to release");
+    expect(b_out[0], 'r', both, 2, "importer failed to release");
     put(a_in[1], 'F');
     tu_wait_ok(pa, "exporter");
     tu_wait_ok(pb, "importer");
@@ -236,6 +236,137 @@ START_TEST(test_proc_fallback)
 }
 END_TEST
 
+/* An IPC event orders a read after another process's copy: the importer's
+ * stream waits for the exporter's record; before the exporter syncs its
+ * stream nothing has run (query: not yet; the reader's buffer untouched),
+ * and once it has, the read sees every byte. */
+START_TEST(test_event_orders_across_processes)
+{
+    enum { N = 1 << 20 };
+    static unsigned char h[N];
+    for (size_t i = 0; i < N; i++)
+        h[i] = (unsigned char)(i * 13 + 3);
+    char *b;
+    disco_event_t *ev;
+    disco_stream_t s;
+    CK_OK(disco_device_alloc(sim0, N, (void **)&b));
+    CK_OK(disco_device_ipc_export(b, &sh->ref));
+    CK_OK(disco_device_event_create(sim0, &ev));
+    CK_OK(disco_device_event_export(ev, &sh->ev));
+    CK_OK(disco_device_stream_create(sim0, &s));
+    int p2c[2], c2p[2];
+    ck_assert(pipe(p2c) == 0 && pipe(c2p) == 0);
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        static unsigned char back[N];
+        void *q;
+        disco_event_t *iev;
+        disco_stream_t s2;
+        CH_OK(disco_device_ipc_import(&sh->ref, &q));
+        CH_OK(disco_device_event_import(sim1, &sh->ev, &iev));
+        CH_OK(disco_device_stream_create(sim1, &s2));
+        CH_TRUE(get(p2c[0]) == 'r'); /* recorded, not synced */
+        CH_STATUS(disco_device_event_query(iev), DISCO_E_AGAIN);
+        CH_OK(disco_device_stream_wait_event(s2, iev));
+        CH_OK(disco_device_copy(back, cpu, q, sim1, N, s2));
+        CH_TRUE(back[0] == 0 && back[N - 1] == 0); /* queued only */
+        put(c2p[1], 'w');
+        CH_OK(disco_device_stream_sync(sim1, s2)); /* returns after the exporter's sync */
+        CH_TRUE(has(back, N, 3));
+        CH_OK(disco_device_event_query(iev));
+        CH_OK(disco_device_event_sync(iev));
+        CH_OK(disco_device_stream_free(sim1, s2));
+        disco_device_event_free(iev);
+        CH_OK(disco_device_ipc_release(&sh->ref));
+        _exit(0);
+    }
+    CK_OK(disco_device_copy(b, sim0, h, cpu, N, s));
+    CK_OK(disco_device_event_record(ev, s));
+    CK_STATUS(disco_device_event_query(ev), DISCO_E_AGAIN);
+    put(p2c[1], 'r');
+    expect(c2p[0], 'w', &pid, 1, "reader failed before waiting");
+    CK_OK(disco_device_stream_sync(sim0, s));
+    CK_OK(disco_device_event_query(ev));
+    tu_wait_ok(pid, "reader");
+    CK_OK(disco_device_stream_free(sim0, s));
+    disco_device_event_free(ev);
+    CK_OK(disco_device_free(sim0, b));
+}
+END_TEST
+
+/* In one process a wait on another stream's record runs that stream up to
+ * the record (and not the work queued after it); an event never recorded is
+ * complete; events exist on sim and cuda only, on existing devices. */
+START_TEST(test_event_in_process)
+{
+    enum { N = 4096 };
+    unsigned char h[N], back[N], after[8] = {0};
+    for (size_t i = 0; i < N; i++)
+        h[i] = (unsigned char)(i * 13 + 5);
+    char *a;
+    disco_event_t *ev;
+    disco_stream_t s1, s2;
+    CK_OK(disco_device_alloc(sim0, N, (void **)&a));
+    CK_OK(disco_device_event_create(sim0, &ev));
+    CK_OK(disco_device_event_query(ev)); /* never recorded */
+    CK_OK(disco_device_event_sync(ev));
+    CK_OK(disco_device_stream_create(sim0, &s1));
+    CK_OK(disco_device_stream_create(sim0, &s2));
+    CK_OK(disco_device_copy(a, sim0, h, cpu, N, s1));
+    CK_OK(disco_device_event_record(ev, s1));
+    CK_OK(disco_device_copy(after, cpu, a, sim0, 8, s1)); /* after the record */
+    CK_OK(disco_device_stream_wait_event(s2, ev));
+    CK_OK(disco_device_copy(back, cpu, a, sim0, N, s2));
+    CK_STATUS(disco_device_event_query(ev), DISCO_E_AGAIN);
+    CK_OK(disco_device_stream_sync(sim0, s2));
+    ck_assert(has(back, N, 5));
+    CK_OK(disco_device_event_query(ev));
+    ck_assert_int_eq(after[0], 0); /* s1 ran up to the record only */
+    CK_OK(disco_device_stream_sync(sim0, s1));
+    ck_assert_int_eq(after[1], h[1]);
+    /* event_sync also runs the recording stream. */
+    CK_OK(disco_device_copy(a, sim0, "x", cpu, 1, s1));
+    CK_OK(disco_device_event_record(ev, s1));
+    CK_OK(disco_device_event_sync(ev));
+    CK_OK(disco_device_stream_free(sim0, s1));
+    CK_OK(disco_device_stream_free(sim0, s2));
+    disco_device_event_free(ev);
+    CK_OK(disco_device_free(sim0, a));
+    CK_STATUS(disco_device_event_create(cpu, &ev), DISCO_E_NO_DEVICE);
+    CK_STATUS(disco_device_event_create((DLDevice){kDLExtDev, 7}, &ev), DISCO_E_NO_DEVICE);
+    CK_HAS("sim:7");
+    disco_ipc_handle_t junk = {{0}};
+    CK_STATUS(disco_device_event_import(sim0, &junk, &ev), DISCO_E_SYS);
+}
+END_TEST
+
+/* A process waiting for a record whose recorder died before running it gets
+ * DISCO_E_SYS naming the pid, instead of waiting forever. */
+START_TEST(test_event_recorder_died)
+{
+    int c2p[2];
+    ck_assert(pipe(c2p) == 0);
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        disco_event_t *ev;
+        CH_OK(disco_device_event_create(sim0, &ev));
+        CH_OK(disco_device_event_export(ev, &sh->ev));
+        CH_OK(disco_device_event_record(ev, NULL)); /* queued, never synced */
+        put(c2p[1], 'r');
+        pause();
+        _exit(1);
+    }
+    expect(c2p[0], 'r', &pid, 1, "recorder failed");
+    disco_event_t *ev;
+    CK_OK(disco_device_event_import(sim1, &sh->ev, &ev));
+    CK_STATUS(disco_device_event_query(ev), DISCO_E_AGAIN);
+    tu_kill_all(&pid, 1);
+    CK_STATUS(disco_device_event_sync(ev), DISCO_E_SYS);
+    CK_HAS("died");
+    disco_device_event_free(ev);
+}
+END_TEST
+
 Suite *suite_sim_ipc(void)
 {
     Suite *s = suite_create("sim_ipc");
@@ -246,6 +377,14 @@ Suite *suite_sim_ipc(void)
     tcase_add_test(tc, test_own_import);
     tcase_add_test(tc, test_importer_death);
     tcase_add_test(tc, test_proc_fallback);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("events");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_event_orders_across_processes);
+    tcase_add_test(tc, test_event_in_process);
+    tcase_add_test(tc, test_event_recorder_died);
     suite_add_tcase(s, tc);
     return s;
 }
