@@ -96,9 +96,9 @@ typedef struct disco_device_api {
 disco_status_t disco_device_api_get(DLDeviceType type, const disco_device_api_t **api_out);
 
 /** Sets the number of sim devices (0..64), instead of DISCO_SIM_GPUS. Call
- *  it before any sim call and before forking workers (each process reads
- *  the count it has; a forked child inherits it). Thread-safe. Returns
- *  DISCO_OK or DISCO_E_INVAL (n out of range). */
+ *  it before any sim call and before forking workers (a forked child
+ *  inherits the count; a spawned, exec'd process reads DISCO_SIM_GPUS).
+ *  Thread-safe. Returns DISCO_OK or DISCO_E_INVAL (n out of range). */
 disco_status_t disco_device_sim_set_count(int n);
 
 /** Whether this build has CUDA support (the toolkit was found at build
