@@ -227,15 +227,18 @@ START_TEST(test_bad_pointers)
 END_TEST
 
 /* A forked child has none of its parent's sim memory (as a CUDA child has no
- * context): the parent's pointer is not sim memory there, and the child
- * allocates its own. */
+ * context): the parent's memfd is closed in it, the parent's pointer is not
+ * sim memory there, and the child allocates its own. */
 START_TEST(test_child_starts_empty)
 {
     char *a;
+    int fds0 = tu_open_fds();
     CK_OK(disco_device_alloc(sim0, 4096, (void **)&a));
+    ck_assert_int_eq(tu_open_fds(), fds0 + 1);
     pid_t pid = tu_fork();
     if (pid == 0) {
         char buf[16], *b;
+        CH_TRUE(tu_open_fds() == fds0); /* the inherited memfd is closed at fork */
         CH_STATUS(disco_device_copy(buf, cpu, a, sim0, 16, NULL), DISCO_E_INVAL);
         CH_OK(disco_device_alloc(sim0, 4096, (void **)&b));
         CH_OK(disco_device_copy(b, sim0, "child", cpu, 6, NULL));
