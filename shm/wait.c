@@ -102,9 +102,10 @@ static void park(disco_waitq_t *q, disco_cond_fn cond, void *arg, const disco_wa
     atomic_fetch_sub_explicit(&q->waiters, 1, memory_order_relaxed);
 }
 
-/* A check of the condition after the wait began: stamps the wait's found_at
- * (shm/wait_internal.h) when it holds. The clock is read before the check, so the read overlaps the
- * wait for the data instead of following its arrival. */
+/* A check of the condition after the wait began: stamps the wait's
+ * found_at (shm/wait_internal.h) when it holds. The clock is read before the
+ * check, so the read overlaps the wait for the data instead of following its
+ * arrival (the overlap rule: workers/core/trace_ring.h). */
 static inline bool found(disco_cond_fn cond, void *arg, const disco_wait_t *w)
 {
     uint64_t *found_at = disco__wait_found_at(w);

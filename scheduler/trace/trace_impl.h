@@ -8,7 +8,8 @@
  * broadcast and worker 0 has run it, disco__trace_cmd_replied when a
  * worker's reply is in. The enqueue and reply times themselves are read
  * inside the broadcast and the wait (disco__trace_slot), where the clock
- * read overlaps a store's wait for its cache line. */
+ * read overlaps a store's wait for its cache line: the overlap rule, argued
+ * once in workers/core/trace_ring.h. */
 #ifndef DISCO_SCHEDULER_TRACE_IMPL_H
 #define DISCO_SCHEDULER_TRACE_IMPL_H
 
