@@ -213,85 +213,23 @@ static disco_status_t sim_free(int device_id, void *ptr)
     return ipc_free(&disco__sim_api, device_id, ptr);
 }
 
-/* The rest pass straight to cuda.c. */
-static disco_status_t cuda_count(int *count_out)
-{
-    return disco__cuda_api.count(count_out);
-}
-static disco_status_t cuda_set_device(int device_id)
-{
-    return disco__cuda_api.set_device(device_id);
-}
-static disco_status_t cuda_copy(void *dst, DLDevice dst_dev, const void *src, DLDevice src_dev,
-                                size_t nbytes, disco_stream_t stream)
-{
-    return disco__cuda_api.copy(dst, dst_dev, src, src_dev, nbytes, stream);
-}
-static disco_status_t cuda_stream_create(int device_id, disco_stream_t *stream_out)
-{
-    return disco__cuda_api.stream_create(device_id, stream_out);
-}
-static disco_status_t cuda_stream_free(int device_id, disco_stream_t stream)
-{
-    return disco__cuda_api.stream_free(device_id, stream);
-}
-static disco_status_t cuda_stream_sync(int device_id, disco_stream_t stream)
-{
-    return disco__cuda_api.stream_sync(device_id, stream);
-}
+/* The CUDA and sim tables as callers see them: the device's own table with
+ * alloc and free wrapped by the IPC bookkeeping; the rest pass straight
+ * through. Built once (pthread_once, in disco_device_api_get: reach them
+ * only through it), since a static initializer cannot copy another
+ * translation unit's table. */
+static disco_device_api_t cuda_ipc_api, sim_ipc_api;
+static pthread_once_t ipc_api_once = PTHREAD_ONCE_INIT;
 
-static const disco_device_api_t cuda_ipc_api = {
-    .type = kDLCUDA,
-    .name = "cuda",
-    .count = cuda_count,
-    .set_device = cuda_set_device,
-    .alloc = cuda_alloc,
-    .free = cuda_free,
-    .copy = cuda_copy,
-    .stream_create = cuda_stream_create,
-    .stream_free = cuda_stream_free,
-    .stream_sync = cuda_stream_sync,
-};
-
-/* The sim table: sim.c's, with the IPC bookkeeping in alloc and free. */
-static disco_status_t sim_count(int *count_out)
+static void make_ipc_apis(void)
 {
-    return disco__sim_api.count(count_out);
+    cuda_ipc_api = disco__cuda_api;
+    cuda_ipc_api.alloc = cuda_alloc;
+    cuda_ipc_api.free = cuda_free;
+    sim_ipc_api = disco__sim_api;
+    sim_ipc_api.alloc = sim_alloc;
+    sim_ipc_api.free = sim_free;
 }
-static disco_status_t sim_set_device(int device_id)
-{
-    return disco__sim_api.set_device(device_id);
-}
-static disco_status_t sim_copy(void *dst, DLDevice dst_dev, const void *src, DLDevice src_dev,
-                               size_t nbytes, disco_stream_t stream)
-{
-    return disco__sim_api.copy(dst, dst_dev, src, src_dev, nbytes, stream);
-}
-static disco_status_t sim_stream_create(int device_id, disco_stream_t *stream_out)
-{
-    return disco__sim_api.stream_create(device_id, stream_out);
-}
-static disco_status_t sim_stream_free(int device_id, disco_stream_t stream)
-{
-    return disco__sim_api.stream_free(device_id, stream);
-}
-static disco_status_t sim_stream_sync(int device_id, disco_stream_t stream)
-{
-    return disco__sim_api.stream_sync(device_id, stream);
-}
-
-static const disco_device_api_t sim_ipc_api = {
-    .type = kDLExtDev,
-    .name = "sim",
-    .count = sim_count,
-    .set_device = sim_set_device,
-    .alloc = sim_alloc,
-    .free = sim_free,
-    .copy = sim_copy,
-    .stream_create = sim_stream_create,
-    .stream_free = sim_stream_free,
-    .stream_sync = sim_stream_sync,
-};
 
 /* ---- dispatch -------------------------------------------------------------- */
 
@@ -302,9 +240,11 @@ disco_status_t disco_device_api_get(DLDeviceType type, const disco_device_api_t 
         *api_out = &cpu_api;
         return DISCO_OK;
     case kDLCUDA:
+        pthread_once(&ipc_api_once, make_ipc_apis);
         *api_out = &cuda_ipc_api;
         return DISCO_OK;
     case kDLExtDev:
+        pthread_once(&ipc_api_once, make_ipc_apis);
         *api_out = &sim_ipc_api;
         return DISCO_OK;
     default:
@@ -378,10 +318,12 @@ disco_status_t disco_device_copy(void *dst, DLDevice dst_dev, const void *src, D
     if (dst == NULL || src == NULL)
         return disco_set_error(DISCO_E_INVAL, "disco_device_copy: %zu bytes from %p to %p", nbytes,
                                src, dst);
-    const disco_device_api_t *api = dt == kDLCUDA || sty == kDLCUDA       ? &cuda_ipc_api
-                                    : dt == kDLExtDev || sty == kDLExtDev ? &sim_ipc_api
-                                                                          : &cpu_api;
-    return api->copy(dst, dst_dev, src, src_dev, nbytes, stream);
+    DLDeviceType type = dt == kDLCUDA || sty == kDLCUDA       ? kDLCUDA
+                        : dt == kDLExtDev || sty == kDLExtDev ? kDLExtDev
+                                                              : kDLCPU;
+    const disco_device_api_t *api;
+    disco_status_t st = disco_device_api_get(type, &api); /* builds the tables once */
+    return st != DISCO_OK ? st : api->copy(dst, dst_dev, src, src_dev, nbytes, stream);
 }
 
 disco_status_t disco_device_stream_create(DLDevice dev, disco_stream_t *stream_out)
