@@ -71,27 +71,31 @@ typedef struct disco_session_config {
     int num_workers;       /* >= 1; worker 0 is the controller */
     disco_launch_t launch; /* default fork */
     disco_session_transport_t transport;
-    uint32_t call_timeout_ms;   /* deadline of each wait (sync, debug get); 0 = 60 s */
-    uint64_t spin_ns;           /* spin before parking; 0 = default (shorter when
-                                   processes outnumber cores) */
-    uint64_t pause_ns;          /* pause-only part of the spin; 0 = default */
-    const char *worker_path;    /* spawn: the disco-worker program; NULL = $DISCO_WORKER,
-                                   else "disco-worker" beside the running program */
-    uint32_t max_msg;           /* largest command frame; 0 = 64 KiB */
-    uint64_t heap_bytes;        /* shared heap for tensors, allocated (and backed) at
-                                   open; 0 = 16 MiB */
-    int num_groups;             /* worker groups for in-group collectives; must divide
-                                   num_workers; 0 = 1 */
-    bool trace_off;             /* no command stamps (see trace.h); default on */
-    disco_place_config_t place; /* where workers run (see placement.h); default:
-                                   $DISCO_PLACE, else spread (none when
-                                   workers outnumber PUs). Workers 1..N-1 bind
-                                   themselves at start; worker 0, the caller's
-                                   thread, is bound by open to its entry too
-                                   (unless place.leave_controller), so that the
-                                   kernel cannot put it on a worker's CPU;
-                                   close gives the thread back its CPUs and
-                                   memory policy */
+    uint32_t call_timeout_ms;    /* deadline of each wait (sync, debug get); 0 = 60 s */
+    uint64_t spin_ns;            /* spin before parking; 0 = default (shorter when
+                                    processes outnumber cores) */
+    uint64_t pause_ns;           /* pause-only part of the spin; 0 = default */
+    const char *worker_path;     /* spawn: the disco-worker program; NULL = $DISCO_WORKER,
+                                    else "disco-worker" beside the running program */
+    uint32_t max_msg;            /* largest command frame; 0 = 64 KiB */
+    uint64_t heap_bytes;         /* shared heap for tensors, allocated (and backed) at
+                                    open; 0 = 16 MiB */
+    int num_groups;              /* worker groups for in-group collectives; must divide
+                                    num_workers; 0 = 1 */
+    bool trace_off;              /* no command stamps (see trace.h); default on */
+    disco_place_config_t place;  /* where workers run (see placement.h); default:
+                                    $DISCO_PLACE, else spread (none when
+                                    workers outnumber PUs). Workers 1..N-1 bind
+                                    themselves at start; worker 0, the caller's
+                                    thread, is bound by open to its entry too
+                                    (unless place.leave_controller), so that the
+                                    kernel cannot put it on a worker's CPU;
+                                    close gives the thread back its CPUs and
+                                    memory policy */
+    uint64_t device_arena_bytes; /* each worker's device arena, from which
+                                    its sim or CUDA tensors are made
+                                    (allocated at its first device tensor);
+                                    0 = 64 MiB, at most 2^40 */
 } disco_session_config_t;
 
 typedef struct disco_session disco_session_t;

@@ -8,14 +8,29 @@
 
 #include "shm/text.h"
 #include "disco/dtype.h"
+#include "workers/data/arena.h"
 #include "workers/data/coll_call.h"
 #include "workers/data/tensor_impl.h"
 #include "workers/core/worker.h"
 
+/* Bytes from the area's start to the device area (64-aligned). */
+static size_t dev_area_at(uint32_t world, uint32_t num_groups)
+{
+    size_t at = sizeof(struct disco__coll_area) + num_groups * sizeof(struct disco__barrier) +
+                2 * world * sizeof(struct disco__coll_slot) +
+                world * sizeof(struct disco__coll_mark);
+    return (at + 63) / 64 * 64;
+}
+
 size_t disco__coll_footprint(uint32_t world, uint32_t num_groups)
 {
-    return sizeof(struct disco__coll_area) + num_groups * sizeof(struct disco__barrier) +
-           2 * world * sizeof(struct disco__coll_slot) + world * sizeof(struct disco__coll_mark);
+    return dev_area_at(world, num_groups) + disco__dev_area_footprint(world);
+}
+
+struct disco__dev_area *disco__coll_dev_area(struct disco__coll_area *a, uint32_t world,
+                                             uint32_t num_groups)
+{
+    return (struct disco__dev_area *)((char *)a + dev_area_at(world, num_groups));
 }
 
 void disco__coll_init(struct disco__coll_area *a, uint32_t world, uint32_t num_groups)

@@ -20,6 +20,11 @@ static disco_status_t tensor_arg(const disco_value_t *v, const char *what, DLTen
         return disco_set_error(DISCO_E_BAD_TYPE, "%s: expected a tensor, got %s", what,
                                disco_type_name(v->type));
     DLTensor *t = v->v.tensor;
+    if (disco__tensor_is_ours(t) && t->device.device_type != kDLCPU)
+        return disco_set_error(DISCO_E_MISMATCH,
+                               "%s: the tensor is on device type %d: collectives take CPU tensors "
+                               "(the shared heap) only so far",
+                               what, (int)t->device.device_type);
     if (!disco__tensor_is_ours(t) || t->device.device_type != kDLCPU)
         return disco_set_error(DISCO_E_MISMATCH,
                                "%s: the tensor is not in this session's shared heap", what);
@@ -38,17 +43,22 @@ static bool flag(const disco_value_t *args, int nargs, int i)
 /* ---- builtins ---- */
 
 /* disco.empty(shape, dtype, device, worker0_only): a new tensor (contents
- * unspecified); with worker0_only, null on the other workers. */
+ * unspecified); with worker0_only, null on the other workers. A CPU device
+ * makes it in the shared heap; a sim or CUDA device in each worker's device
+ * arena, on the worker's own device (worker i -> device i mod count: the
+ * device's id is not used). */
 static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     if (flag(a, n, 3) && ctx->worker_id != 0)
         return DISCO_OK;
     DLDevice dev = a[2].v.device;
-    if (dev.device_type != kDLCPU)
-        return disco_ctx_fail(ctx, "device type %d: only CPU tensors (kDLCPU) are supported",
-                              (int)dev.device_type);
     DLTensor *t;
-    disco_status_t st = disco_ctx_empty(ctx, a[0].v.shape, (int)a[0].len, a[1].v.dtype, &t);
+    disco_status_t st;
+    if (dev.device_type == kDLCPU) /* the shared heap */
+        st = disco_ctx_empty(ctx, a[0].v.shape, (int)a[0].len, a[1].v.dtype, &t);
+    else /* the worker's device arena, on its own device (device_id: i mod count) */
+        st = disco__ctx_empty_device(ctx, a[0].v.shape, (int)a[0].len, a[1].v.dtype,
+                                     dev.device_type, &t);
     if (st == DISCO_OK)
         *ret = disco_value_tensor(t);
     return st;
