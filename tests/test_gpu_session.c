@@ -544,6 +544,70 @@ START_TEST(test_collective_refuses_device)
 }
 END_TEST
 
+/* Calls collective name(x, false) and returns its result register. */
+static disco_dref_t coll(disco_session_t *s, const char *name, disco_dref_t x)
+{
+    disco_value_t args[2] = {{.type = DISCO_T_DREF, .v.reg = x}, disco_value_bool(false)};
+    disco_dref_t r;
+    CK_OK(disco_session_call_by_name(s, name, args, 2, &r));
+    return r;
+}
+
+/* broadcast_from_worker0, gather_to_worker0 and allgather of device
+ * tensors: each member's result is on its own device with the right bytes
+ * (device-to-device copies through the peers' arenas, each arena imported
+ * once per process: the import counts do not grow with more calls). */
+START_TEST(test_device_collectives)
+{
+    DLDeviceType type = type_of(_i, 6);
+    NEED_DEVICE(type);
+    disco_session_t *s = open_for(type, _i % 6);
+    int world = disco_session_num_workers(s);
+    enum { N = 64 };
+    int64_t shape[1] = {N};
+    disco_dref_t x;
+    CK_OK(disco_session_empty_device(s, shape, 1, F32, (DLDevice){type, 0}, false, &x));
+    static float p[N], all[4 * N];
+    for (int w = 0; w < world; w++) {
+        pattern(p, N, w);
+        memcpy(all + w * N, p, sizeof p);
+        disco_value_t b = disco_value_bytes((const char *)p, sizeof p);
+        CK_OK(disco_session_debug_set(s, x, w, &b));
+    }
+    for (int round = 0; round < 2; round++) {
+        disco_dref_t bc = coll(s, "disco.broadcast_from_worker0", x);
+        disco_dref_t ga = coll(s, "disco.gather_to_worker0", x);
+        disco_dref_t ag = coll(s, "disco.allgather", x);
+        pattern(p, N, 0);
+        for (int w = 0; w < world; w++) {
+            CK_OK(disco_session_sync(s, w));
+            disco_value_t v;
+            CK_OK(disco_session_debug_get(s, bc, w, &v));
+            ck_assert_uint_eq(v.len, sizeof p);
+            ck_assert_msg(memcmp(v.v.bytes, p, sizeof p) == 0, "broadcast on worker %d", w);
+            disco_value_clear(&v);
+            CK_OK(disco_session_debug_get(s, ag, w, &v));
+            ck_assert_uint_eq(v.len, (size_t)world * sizeof p);
+            ck_assert_msg(memcmp(v.v.bytes, all, v.len) == 0, "allgather on worker %d", w);
+            disco_value_clear(&v);
+            int64_t st[6];
+            arena_stats(s, w, st);
+            ck_assert_int_eq(st[3], world - 1); /* every peer's arena, opened once */
+        }
+        disco_value_t v;
+        CK_OK(disco_session_debug_get(s, ga, 0, &v));
+        ck_assert_uint_eq(v.len, (size_t)world * sizeof p);
+        ck_assert_int_eq(memcmp(v.v.bytes, all, v.len), 0);
+        disco_value_clear(&v);
+        CK_OK(disco_session_free_reg(s, bc));
+        CK_OK(disco_session_free_reg(s, ga));
+        CK_OK(disco_session_free_reg(s, ag));
+    }
+    CK_OK(disco_session_free_reg(s, x));
+    disco_session_close(s);
+}
+END_TEST
+
 Suite *suite_gpu_session(void)
 {
     Suite *s = suite_create("gpu_session");
@@ -562,6 +626,7 @@ Suite *suite_gpu_session(void)
     tcase_add_test(tc, test_arena_alloc_fails);
     tcase_add_test(tc, test_wrong_device);
     tcase_add_test(tc, test_collective_refuses_device);
+    tcase_add_loop_test(tc, test_device_collectives, 0, 12);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -34,6 +34,7 @@ struct disco__arena {
     void *peer[DISCO_MAX_WORKERS]; /* imported bases, NULL: not yet */
     disco_ipc_ref_t peer_ref[DISCO_MAX_WORKERS];
     uint64_t peer_bytes[DISCO_MAX_WORKERS];
+    DLDevice peer_dev[DISCO_MAX_WORKERS];
 };
 
 static uint64_t table_at(uint32_t world)
@@ -337,7 +338,7 @@ disco_stream_t disco__arena_stream(const struct disco__arena *a)
 /* ---- peers ---- */
 
 disco_status_t disco__arena_peer(struct disco__arena *a, int peer, uint64_t off, uint64_t len,
-                                 void **ptr_out)
+                                 void **ptr_out, DLDevice *dev_out)
 {
     if (peer < 0 || (uint32_t)peer >= a->world)
         return disco_set_error(DISCO_E_INVAL, "worker %d: no worker %d among %u", a->worker, peer,
@@ -359,7 +360,11 @@ disco_status_t disco__arena_peer(struct disco__arena *a, int peer, uint64_t off,
         disco_ipc_ref_t ref = p->ref; /* one copy: the shared fields may change under us */
         uint64_t bytes = p->bytes;
         void *base;
-        if (ref.offset != 0 || ref.alloc_bytes != bytes || bytes == 0) {
+        if (p->device_type != (int32_t)a->dev.device_type) {
+            st = disco_set_error(DISCO_E_MISMATCH,
+                                 "worker %d: its arena is on %s, worker %d's on device type %d",
+                                 a->worker, a->dev_name, peer, (int)p->device_type);
+        } else if (ref.offset != 0 || ref.alloc_bytes != bytes || bytes == 0) {
             st = disco_set_error(DISCO_E_INVAL, "worker %d: worker %d's arena ref is corrupt",
                                  a->worker, peer);
         } else if ((st = disco_device_ipc_import(&ref, &base)) != DISCO_OK) {
@@ -372,6 +377,7 @@ disco_status_t disco__arena_peer(struct disco__arena *a, int peer, uint64_t off,
             a->peer[peer] = base;
             a->peer_ref[peer] = ref;
             a->peer_bytes[peer] = bytes;
+            a->peer_dev[peer] = (DLDevice){a->dev.device_type, ref.device_id};
         }
     }
     if (st == DISCO_OK && (__builtin_add_overflow(off, len, &end) || end > a->peer_bytes[peer]))
@@ -379,9 +385,12 @@ disco_status_t disco__arena_peer(struct disco__arena *a, int peer, uint64_t off,
                              "worker %d: bytes [%llu, +%llu) lie outside worker %d's arena",
                              a->worker, (unsigned long long)off, (unsigned long long)len, peer);
     char *base = peer == a->worker ? a->base : a->peer[peer];
+    DLDevice dev = peer == a->worker ? a->dev : a->peer_dev[peer];
     pthread_mutex_unlock(&a->lock);
-    if (st == DISCO_OK)
+    if (st == DISCO_OK) {
         *ptr_out = base + off;
+        *dev_out = dev;
+    }
     return st;
 }
 

@@ -138,11 +138,12 @@ disco_stream_t disco__arena_stream(const struct disco__arena *a);
 
 /** The address, in this process, of bytes [off, off + len) of worker
  *  peer's arena: peer's own pointer for this worker, else the peer's
- *  arena is imported at its first use and cached. Returns DISCO_OK;
+ *  arena is imported at its first use and cached; *dev_out is the device
+ *  the bytes are on. Returns DISCO_OK;
  *  DISCO_E_INVAL (peer out of range, its arena not published yet, or the
  *  span outside it); what disco_device_ipc_import returns. */
 disco_status_t disco__arena_peer(struct disco__arena *a, int peer, uint64_t off, uint64_t len,
-                                 void **ptr_out);
+                                 void **ptr_out, DLDevice *dev_out);
 
 typedef struct disco__arena_stats {
     uint64_t bytes;  /* the arena's size */

@@ -69,8 +69,8 @@ struct disco__coll_slot {
     int32_t status;            /* this member's own verdict before the exchange */
     int32_t ndim;
     DLDataType dtype;
-    uint32_t reserved;
-    uint64_t in_block, in_off;   /* input tensor (heap offsets), 0 if none */
+    uint32_t dev_type;           /* 0: heap tensors; else their device type (arena.h) */
+    uint64_t in_block, in_off;   /* input tensor (heap offsets; device: arena offset, 0) */
     uint64_t out_block, out_off; /* output tensor, 0 if none */
     int64_t shape[DISCO_MAX_NDIM];
     char msg[160];

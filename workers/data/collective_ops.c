@@ -13,19 +13,23 @@
 
 #define CHUNK_BYTES (256u * 1024u) /* reduce, then copy out, a cache-sized piece at a time */
 
-/* Validates a tensor argument: ours, CPU, compact, supported dtype. */
-static disco_status_t tensor_arg(const disco_value_t *v, const char *what, DLTensor **out)
+/* Validates a tensor argument: ours, CPU (or, with device, in a worker's
+ * device arena), compact, supported dtype. */
+static disco_status_t tensor_arg_on(const disco_value_t *v, const char *what, bool device,
+                                    DLTensor **out)
 {
     if (v->type != DISCO_T_TENSOR)
         return disco_set_error(DISCO_E_BAD_TYPE, "%s: expected a tensor, got %s", what,
                                disco_type_name(v->type));
     DLTensor *t = v->v.tensor;
-    if (disco__tensor_is_ours(t) && t->device.device_type != kDLCPU)
+    bool ours = disco__tensor_is_ours(t);
+    if (ours && t->device.device_type != kDLCPU && !device)
         return disco_set_error(DISCO_E_MISMATCH,
-                               "%s: the tensor is on device type %d: collectives take CPU tensors "
-                               "(the shared heap) only so far",
+                               "%s: the tensor is on device type %d: this collective takes CPU "
+                               "tensors (the shared heap) only so far (device tensors: broadcast, "
+                               "gather, allgather)",
                                what, (int)t->device.device_type);
-    if (!disco__tensor_is_ours(t) || t->device.device_type != kDLCPU)
+    if (!ours || (t->device.device_type != kDLCPU && !disco__tensor_is_device(t)))
         return disco_set_error(DISCO_E_MISMATCH,
                                "%s: the tensor is not in this session's shared heap", what);
     disco_status_t st = disco_dtype_check(t->dtype);
@@ -33,6 +37,11 @@ static disco_status_t tensor_arg(const disco_value_t *v, const char *what, DLTen
         return st;
     *out = t;
     return DISCO_OK;
+}
+
+static disco_status_t tensor_arg(const disco_value_t *v, const char *what, DLTensor **out)
+{
+    return tensor_arg_on(v, what, false, out);
 }
 
 static bool flag(const disco_value_t *args, int nargs, int i)
@@ -135,11 +144,11 @@ static disco_status_t end_barrier(struct disco__coll_call *c, disco_status_t st)
 
 /* The tensor a leader shares: validated, with refs added for the others. */
 static DLTensor *lead_share(struct disco__coll_call *c, const disco_value_t *a, int n,
-                            const char *what)
+                            const char *what, bool device)
 {
     DLTensor *x = NULL;
     disco_status_t st = n < 1 ? disco_set_error(DISCO_E_ARG_COUNT, "%s(x, in_group)", what)
-                              : tensor_arg(&a[0], what, &x);
+                              : tensor_arg_on(&a[0], what, device, &x);
     if (st != DISCO_OK) {
         disco__coll_fail(c, st, disco_last_error());
         return NULL;
@@ -178,11 +187,13 @@ static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n,
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "broadcast_from_worker0", &c);
-    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "broadcast_from_worker0") : NULL;
-    if (x != NULL)
+    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "broadcast_from_worker0", true) : NULL;
+    if (x != NULL && x->device.device_type == kDLCPU)
         disco__tensor_add_refs(x, (uint32_t)c.size - 1);
     disco_status_t st = disco__coll_meet(&c);
-    if (st == DISCO_OK)
+    if (st == DISCO_OK && c.post[0].dev_type != 0) /* a copy each, device to device */
+        st = disco__coll_dev_broadcast(ctx, &c, x, ret);
+    else if (st == DISCO_OK)
         st = take(ctx, &c, 0, 0, -1, c.rank != 0, ret);
     return end_barrier(&c, st);
 }
@@ -193,7 +204,7 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "scatter_from_worker0", &c);
-    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "scatter_from_worker0") : NULL;
+    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "scatter_from_worker0", false) : NULL;
     if (x != NULL && (x->ndim == 0 || x->shape[0] % c.size != 0)) {
         disco_set_error(DISCO_E_MISMATCH, "scatter: dimension 0 (%lld) is not a multiple of %d",
                         x->ndim ? (long long)x->shape[0] : 0LL, c.size);
@@ -218,7 +229,7 @@ static DLTensor *gather_prep(disco_ctx_t *ctx, struct disco__coll_call *c, const
 {
     DLTensor *x = NULL, *out = NULL;
     disco_status_t st = n < 1 ? disco_set_error(DISCO_E_ARG_COUNT, "%s(x, in_group)", what)
-                              : tensor_arg(&a[0], what, &x);
+                              : tensor_arg_on(&a[0], what, true, &x);
     if (st == DISCO_OK && x->ndim == 0)
         st = disco_set_error(DISCO_E_MISMATCH, "%s: a scalar has no dimension 0", what);
     if (st == DISCO_OK && want_out) {
@@ -228,8 +239,11 @@ static DLTensor *gather_prep(disco_ctx_t *ctx, struct disco__coll_call *c, const
         if (__builtin_mul_overflow(shape[0], (int64_t)c->size, &shape[0]))
             st = disco_set_error(DISCO_E_OVERFLOW, "%s: dimension 0 (%lld) times %d overflows",
                                  what, (long long)x->shape[0], c->size);
-        else
+        else if (x->device.device_type == kDLCPU)
             st = disco_ctx_empty(ctx, shape, x->ndim, x->dtype, &out);
+        else /* on this worker's device, as x */
+            st =
+                disco__ctx_empty_device(ctx, shape, x->ndim, x->dtype, x->device.device_type, &out);
     }
     if (st != DISCO_OK) {
         disco__coll_fail(c, st, disco_last_error());
@@ -256,6 +270,12 @@ static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, di
     if (st != DISCO_OK)
         return st;
     size_t nb = disco_tensor_nbytes(x);
+    if (c.post[0].dev_type != 0) { /* into worker 0's arena, device to device */
+        st = disco__coll_dev_gather(&c, x, nb);
+        if (st == DISCO_OK && out != NULL)
+            *ret = disco_value_tensor(out);
+        return st;
+    }
     char *dst;
     if ((st = disco__coll_span_check(&c, 0, true, 0, nb * (size_t)c.size, &dst)) != DISCO_OK)
         return st; /* a verdict on the leader's slot: the same on every member */
@@ -281,6 +301,12 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
     if (st != DISCO_OK)
         return st;
     size_t nb = disco_tensor_nbytes(x);
+    if (c.post[0].dev_type != 0) { /* from every member's arena, device to device */
+        st = disco__coll_dev_allgather(&c, out, nb);
+        if (st == DISCO_OK)
+            *ret = disco_value_tensor(out);
+        return st;
+    }
     char *ins[DISCO_MAX_WORKERS];
     for (int r = 0; r < c.size; r++)
         if ((st = disco__coll_span_check(&c, r, false, 0, nb, &ins[r])) != DISCO_OK)
@@ -307,7 +333,7 @@ static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n,
                         dst, c.size);
         disco__coll_fail(&c, DISCO_E_INVAL, disco_last_error());
     } else if (c.rank == src) {
-        DLTensor *x = lead_share(&c, a, n, "send_recv");
+        DLTensor *x = lead_share(&c, a, n, "send_recv", false);
         if (x != NULL)
             disco__tensor_add_refs(x, 1);
     }
