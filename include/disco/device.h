@@ -13,7 +13,33 @@
  * CUDA call with DISCO_E_NO_DEVICE and a detail that starts with
  * "no CUDA device: " ("...this build has no CUDA support", or
  * "...cudaGetDeviceCount: no CUDA-capable device is detected"); the CPU path
- * is unaffected. Other device types give DISCO_E_NO_DEVICE.
+ * is unaffected. kDLExtDev is the simulated GPU, "sim" (below). Other device
+ * types give DISCO_E_NO_DEVICE.
+ *
+ * The simulated GPU (kDLExtDev, "sim"). A test and development device, not
+ * a GPU: it follows CUDA's rules where a program's logic depends on them, so
+ * code that runs on sim has its syncs and IPC lifetimes right. No
+ * performance figure means anything on it. DISCO_SIM_GPUS=N (read once, at
+ * first use) or disco_device_sim_set_count(N) gives N devices sim:0..N-1;
+ * with none, every sim call gives DISCO_E_NO_DEVICE ("no sim device: set
+ * DISCO_SIM_GPUS"), and a device id out of range DISCO_E_NO_DEVICE
+ * ("sim:<id>: no such device"). Each allocation is a memfd mapped PROT_NONE
+ * at the address handed out: host code that dereferences it faults (as with
+ * a GPU pointer); ptr + k names byte k; only copies reach the bytes. A
+ * process may allocate DISCO_SIM_MEM_MB MiB (default 4096, page-rounded
+ * allocations) per sim device; past that DISCO_E_NOMEM ("sim:<id>: out of
+ * memory"). Streams are queues: nothing queued (copies, event records and
+ * waits) runs until disco_device_stream_sync of its stream, or an event
+ * wait of this process that needs a record queued on it; so a read that
+ * misses its sync sees the old bytes. The NULL stream is each device's
+ * default stream in the process, asynchronous like the others (disco's CUDA
+ * copy also queues on the default stream); it is not ordered with created
+ * streams. disco_device_free, disco_device_ipc_release of the last import
+ * and disco_device_event_free first run every queued stream of the process
+ * (cudaFree synchronizes too). IPC follows the CUDA rules below; importing
+ * takes the exporter's memfd with pidfd_getfd, or through
+ * /proc/<pid>/fd/<n> where that is refused (same user). State is per
+ * process: a forked child starts with no sim memory, streams or events.
  *
  * Workers and GPUs. Worker i uses GPU i mod (number of GPUs), so several
  * workers may share one GPU (disco_device_for_worker). Processes that use
@@ -51,7 +77,7 @@ typedef void *disco_stream_t;
  * disco_device_* wrappers below document. */
 typedef struct disco_device_api {
     DLDeviceType type;
-    const char *name; /* "cpu", "cuda" */
+    const char *name; /* "cpu", "cuda", "sim" */
     disco_status_t (*count)(int *count_out);
     disco_status_t (*set_device)(int device_id);
     disco_status_t (*alloc)(int device_id, size_t nbytes, void **ptr_out);
@@ -69,11 +95,18 @@ typedef struct disco_device_api {
  *  every build; without CUDA its functions return DISCO_E_NO_DEVICE. */
 disco_status_t disco_device_api_get(DLDeviceType type, const disco_device_api_t **api_out);
 
+/** Sets the number of sim devices (0..64), instead of DISCO_SIM_GPUS. Call
+ *  it before any sim call and before forking workers (a forked child
+ *  inherits the count; a spawned, exec'd process reads DISCO_SIM_GPUS).
+ *  Thread-safe. Returns DISCO_OK or DISCO_E_INVAL (n out of range). */
+disco_status_t disco_device_sim_set_count(int n);
+
 /** Whether this build has CUDA support (the toolkit was found at build
  *  time). Says nothing about a GPU being there. Thread-safe. */
 bool disco_device_has_cuda(void);
 
-/** Number of devices of a type: 1 for kDLCPU, the number of GPUs for kDLCUDA.
+/** Number of devices of a type: 1 for kDLCPU, the number of GPUs for kDLCUDA,
+ *  the configured count for kDLExtDev (sim; none: DISCO_E_NO_DEVICE).
  *  Thread-safe. Returns DISCO_OK (count >= 1), DISCO_E_NO_DEVICE (no CUDA
  *  build, no driver, no GPU; the detail says which), DISCO_E_SYS (CUDA
  *  failed otherwise, e.g. in a child forked after CUDA was initialized). */
@@ -112,10 +145,13 @@ disco_status_t disco_device_alloc(DLDevice dev, size_t nbytes, void **ptr_out);
 disco_status_t disco_device_free(DLDevice dev, void *ptr);
 
 /** Copies nbytes from src on src_dev to dst on dst_dev: host<->device and
- *  device<->device (across GPUs too). With a CUDA side the copy is queued on
- *  stream (any device's; NULL: the default stream of dst's device, of src's
- *  when dst is CPU) and is complete after disco_device_stream_sync of that
- *  stream; CPU to CPU finishes before it returns.
+ *  device<->device (across GPUs too; sim with sim or cpu, cuda with cuda or
+ *  cpu). With a CUDA or sim side the copy is queued on stream (any device's
+ *  of that type; NULL: the default stream of dst's device, of src's when dst
+ *  is CPU) and is complete after disco_device_stream_sync of that stream
+ *  (sim: and not before); CPU to CPU finishes before it returns. Sim
+ *  pointers must lie, with all nbytes, in sim memory of this process (an
+ *  allocation or an import; else DISCO_E_INVAL).
  *  Thread-safe. Returns DISCO_OK, DISCO_E_INVAL (NULL pointer with
  *  nbytes > 0), DISCO_E_NO_DEVICE (unsupported pair, no CUDA), DISCO_E_SYS. */
 disco_status_t disco_device_copy(void *dst, DLDevice dst_dev, const void *src, DLDevice src_dev,
@@ -135,7 +171,10 @@ disco_status_t disco_device_stream_free(DLDevice dev, disco_stream_t stream);
 disco_status_t disco_device_stream_sync(DLDevice dev, disco_stream_t stream);
 
 /* ---------------------------------------------------------------------------
- * Sharing CUDA memory between processes (CUDA IPC)
+ * Sharing CUDA (and sim) memory between processes (CUDA IPC)
+ *
+ * Sim memory follows the same protocol and rules with the same calls: its
+ * handle names the exporter's pid and memfd; the import maps that memfd.
  *
  * Protocol:
  *   1. Before forking (or before spawning, in memory every worker maps), one
@@ -194,7 +233,7 @@ disco_status_t disco_device_ipc_init(void *mem, size_t bytes, uint32_t max_expor
  *  DISCO_E_BAD_MAGIC (not a table of this layout version). */
 disco_status_t disco_device_ipc_attach(void *mem, size_t bytes);
 
-/** Exports ptr (inside memory from disco_device_alloc on a CUDA device).
+/** Exports ptr (inside memory from disco_device_alloc on a CUDA or sim device).
  *  Thread-safe. Returns DISCO_OK, DISCO_E_INVAL (not inside an allocation of
  *  this process; no table attached), DISCO_E_NOMEM (table full),
  *  DISCO_E_NO_DEVICE, DISCO_E_SYS (cudaIpcGetMemHandle failed). */
@@ -213,7 +252,13 @@ disco_status_t disco_device_ipc_import(const disco_ipc_ref_t *ref, void **ptr_ou
 disco_status_t disco_device_ipc_release(const disco_ipc_ref_t *ref);
 
 /* ---------------------------------------------------------------------------
- * CUDA IPC events: ordering work across processes
+ * IPC events (CUDA and sim): ordering work across processes
+ *
+ * Sim events are a counter pair in a memfd. A sim stream runs only when its
+ * process syncs it, so a record another process waits for completes once
+ * the recording process has synced the stream it recorded on (a GPU would
+ * not need that sync); a waiter whose recorder died gets DISCO_E_SYS.
+ * disco_device_event_query never runs a stream.
  *
  * Events are made with cudaEventInterprocess | cudaEventDisableTiming. The
  * owner records on its stream and tells the other process (by any host
@@ -225,7 +270,7 @@ disco_status_t disco_device_ipc_release(const disco_ipc_ref_t *ref);
 
 typedef struct disco_event disco_event_t;
 
-/** A new interprocess event on dev (kDLCUDA). Returns DISCO_OK,
+/** A new interprocess event on dev (kDLCUDA or kDLExtDev). Returns DISCO_OK,
  *  DISCO_E_NO_DEVICE, DISCO_E_NOMEM, DISCO_E_SYS. */
 disco_status_t disco_device_event_create(DLDevice dev, disco_event_t **event_out);
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "disco/device.h"
+#include "workers/device/event.h"
 #include "workers/device/ipc.h"
 
 #ifdef DISCO_HAVE_CUDA
@@ -20,11 +21,6 @@
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == DISCO_IPC_HANDLE_BYTES, "IPC memory handle size");
 _Static_assert(sizeof(cudaIpcEventHandle_t) == DISCO_IPC_HANDLE_BYTES, "IPC event handle size");
-
-struct disco_event {
-    cudaEvent_t ev;
-    int device_id;
-};
 
 /* Records a failed CUDA call and returns its status. "No GPU" errors map to
  * DISCO_E_NO_DEVICE with a detail starting "no CUDA device: ". */
@@ -169,112 +165,70 @@ static disco_status_t ipc_close_handle(void *ctx, void *base)
 
 /* ---- events ------------------------------------------------------------- */
 
-static disco_status_t event_new(int device_id, disco_event_t **event_out, bool import,
-                                const disco_ipc_handle_t *handle)
+/* An event's impl is its cudaEvent_t. */
+static disco_status_t event_create(int dev, void **impl_out)
 {
-    disco_event_t *ev = malloc(sizeof *ev);
-    if (ev == NULL)
-        return disco_set_error(DISCO_E_NOMEM, "disco_device_event: malloc");
-    cudaError_t e = cudaSetDevice(device_id);
-    const char *call = "cudaSetDevice";
-    if (e == cudaSuccess && import) {
-        cudaIpcEventHandle_t h;
-        memcpy(&h, handle->bytes, sizeof h);
-        call = "cudaIpcOpenEventHandle";
-        e = cudaIpcOpenEventHandle(&ev->ev, h);
-    } else if (e == cudaSuccess) {
-        call = "cudaEventCreateWithFlags(cudaEventInterprocess | cudaEventDisableTiming)";
-        e = cudaEventCreateWithFlags(&ev->ev, cudaEventInterprocess | cudaEventDisableTiming);
-    }
-    if (e != cudaSuccess) {
-        free(ev);
-        return fail(e, call, device_id);
-    }
-    ev->device_id = device_id;
-    *event_out = ev;
+    cudaEvent_t e;
+    CU(cudaSetDevice(dev), dev);
+    CU(cudaEventCreateWithFlags(&e, cudaEventInterprocess | cudaEventDisableTiming), dev);
+    *impl_out = (void *)e;
     return DISCO_OK;
 }
 
-static disco_status_t not_cuda(DLDevice dev, const char *fn)
+static disco_status_t event_import(int dev, const disco_ipc_handle_t *handle, void **impl_out)
 {
-    return disco_set_error(DISCO_E_NO_DEVICE, "%s: device type %d: IPC events are CUDA only", fn,
-                           (int)dev.device_type);
-}
-
-disco_status_t disco_device_event_create(DLDevice dev, disco_event_t **event_out)
-{
-    if (dev.device_type != kDLCUDA)
-        return not_cuda(dev, "disco_device_event_create");
-    return event_new(dev.device_id, event_out, false, NULL);
-}
-
-disco_status_t disco_device_event_import(DLDevice dev, const disco_ipc_handle_t *handle,
-                                         disco_event_t **event_out)
-{
-    if (dev.device_type != kDLCUDA)
-        return not_cuda(dev, "disco_device_event_import");
-    if (handle == NULL)
-        return disco_set_error(DISCO_E_INVAL, "disco_device_event_import: NULL handle");
-    return event_new(dev.device_id, event_out, true, handle);
-}
-
-#define EV_CHECK(ev, fn)                                                                           \
-    do {                                                                                           \
-        if ((ev) == NULL)                                                                          \
-            return disco_set_error(DISCO_E_INVAL, "%s: NULL event", fn);                           \
-    } while (0)
-
-disco_status_t disco_device_event_export(disco_event_t *ev, disco_ipc_handle_t *handle_out)
-{
-    EV_CHECK(ev, "disco_device_event_export");
     cudaIpcEventHandle_t h;
-    CU(cudaIpcGetEventHandle(&h, ev->ev), ev->device_id);
+    cudaEvent_t e;
+    memcpy(&h, handle->bytes, sizeof h);
+    CU(cudaSetDevice(dev), dev);
+    CU(cudaIpcOpenEventHandle(&e, h), dev);
+    *impl_out = (void *)e;
+    return DISCO_OK;
+}
+
+static disco_status_t event_export(int dev, void *impl, disco_ipc_handle_t *handle_out)
+{
+    cudaIpcEventHandle_t h;
+    CU(cudaIpcGetEventHandle(&h, (cudaEvent_t)impl), dev);
     memcpy(handle_out->bytes, &h, sizeof h);
     return DISCO_OK;
 }
 
-disco_status_t disco_device_event_record(disco_event_t *ev, disco_stream_t stream)
+static disco_status_t event_record(int dev, void *impl, disco_stream_t stream)
 {
-    EV_CHECK(ev, "disco_device_event_record");
-    CU(cudaSetDevice(ev->device_id), ev->device_id);
-    CU(cudaEventRecord(ev->ev, (cudaStream_t)stream), ev->device_id);
+    CU(cudaSetDevice(dev), dev);
+    CU(cudaEventRecord((cudaEvent_t)impl, (cudaStream_t)stream), dev);
     return DISCO_OK;
 }
 
-disco_status_t disco_device_stream_wait_event(disco_stream_t stream, disco_event_t *ev)
+static disco_status_t event_wait(int dev, disco_stream_t stream, void *impl)
 {
-    EV_CHECK(ev, "disco_device_stream_wait_event");
-    CU(cudaSetDevice(ev->device_id), ev->device_id);
-    CU(cudaStreamWaitEvent((cudaStream_t)stream, ev->ev, 0), ev->device_id);
+    CU(cudaSetDevice(dev), dev);
+    CU(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)impl, 0), dev);
     return DISCO_OK;
 }
 
-disco_status_t disco_device_event_sync(disco_event_t *ev)
+static disco_status_t event_sync(int dev, void *impl)
 {
-    EV_CHECK(ev, "disco_device_event_sync");
-    CU(cudaEventSynchronize(ev->ev), ev->device_id);
+    CU(cudaEventSynchronize((cudaEvent_t)impl), dev);
     return DISCO_OK;
 }
 
-disco_status_t disco_device_event_query(disco_event_t *ev)
+static disco_status_t event_query(int dev, void *impl)
 {
-    EV_CHECK(ev, "disco_device_event_query");
-    cudaError_t e = cudaEventQuery(ev->ev);
+    cudaError_t e = cudaEventQuery((cudaEvent_t)impl);
     if (e == cudaErrorNotReady) {
         (void)cudaGetLastError();
         return DISCO_E_AGAIN;
     }
-    CU(e, ev->device_id);
+    CU(e, dev);
     return DISCO_OK;
 }
 
-void disco_device_event_free(disco_event_t *ev)
+static void event_free(int dev, void *impl)
 {
-    if (ev == NULL)
-        return;
-    (void)cudaSetDevice(ev->device_id);
-    (void)cudaEventDestroy(ev->ev);
-    free(ev);
+    (void)cudaSetDevice(dev);
+    (void)cudaEventDestroy((cudaEvent_t)impl);
 }
 
 #else /* !DISCO_HAVE_CUDA */
@@ -359,52 +313,51 @@ static disco_status_t ipc_close_handle(void *ctx, void *base)
     return no_cuda("cudaIpcCloseMemHandle");
 }
 
-disco_status_t disco_device_event_create(DLDevice dev, disco_event_t **event_out)
+static disco_status_t event_create(int dev, void **impl_out)
 {
-    (void)dev, (void)event_out;
+    (void)dev, (void)impl_out;
     return no_cuda("disco_device_event_create");
 }
 
-disco_status_t disco_device_event_import(DLDevice dev, const disco_ipc_handle_t *handle,
-                                         disco_event_t **event_out)
+static disco_status_t event_import(int dev, const disco_ipc_handle_t *handle, void **impl_out)
 {
-    (void)dev, (void)handle, (void)event_out;
+    (void)dev, (void)handle, (void)impl_out;
     return no_cuda("disco_device_event_import");
 }
 
-disco_status_t disco_device_event_export(disco_event_t *ev, disco_ipc_handle_t *handle_out)
+static disco_status_t event_export(int dev, void *impl, disco_ipc_handle_t *handle_out)
 {
-    (void)ev, (void)handle_out;
+    (void)dev, (void)impl, (void)handle_out;
     return no_cuda("disco_device_event_export");
 }
 
-disco_status_t disco_device_event_record(disco_event_t *ev, disco_stream_t stream)
+static disco_status_t event_record(int dev, void *impl, disco_stream_t stream)
 {
-    (void)ev, (void)stream;
+    (void)dev, (void)impl, (void)stream;
     return no_cuda("disco_device_event_record");
 }
 
-disco_status_t disco_device_stream_wait_event(disco_stream_t stream, disco_event_t *ev)
+static disco_status_t event_wait(int dev, disco_stream_t stream, void *impl)
 {
-    (void)stream, (void)ev;
+    (void)dev, (void)stream, (void)impl;
     return no_cuda("disco_device_stream_wait_event");
 }
 
-disco_status_t disco_device_event_sync(disco_event_t *ev)
+static disco_status_t event_sync(int dev, void *impl)
 {
-    (void)ev;
+    (void)dev, (void)impl;
     return no_cuda("disco_device_event_sync");
 }
 
-disco_status_t disco_device_event_query(disco_event_t *ev)
+static disco_status_t event_query(int dev, void *impl)
 {
-    (void)ev;
+    (void)dev, (void)impl;
     return no_cuda("disco_device_event_query");
 }
 
-void disco_device_event_free(disco_event_t *ev)
+static void event_free(int dev, void *impl)
 {
-    (void)ev;
+    (void)dev, (void)impl;
 }
 
 #endif /* DISCO_HAVE_CUDA */
@@ -427,4 +380,15 @@ const disco_ipc_backend_t disco__cuda_ipc_backend = {
     .get_handle = ipc_get_handle,
     .open_handle = ipc_open_handle,
     .close_handle = ipc_close_handle,
+};
+
+const disco__event_ops_t disco__cuda_event_ops = {
+    .create = event_create,
+    .import = event_import,
+    .export = event_export,
+    .record = event_record,
+    .wait = event_wait,
+    .sync = event_sync,
+    .query = event_query,
+    .free = event_free,
 };

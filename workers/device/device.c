@@ -1,5 +1,6 @@
 /* device.c - the device API: dispatch by device type, the CPU device, and
- * the process's CUDA IPC context (ipc.c over the CUDA backend of cuda.c). */
+ * the process's IPC context (ipc.c over a backend that sends each call to
+ * the device type of the memory: sim memory to sim.c, the rest to cuda.c). */
 #include "disco/device.h"
 
 #include <pthread.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "workers/device/ipc.h"
+#include "workers/device/sim.h"
 
 /* ---- CPU ------------------------------------------------------------------ */
 
@@ -76,7 +78,39 @@ static const disco_device_api_t cpu_api = {
     .stream_sync = cpu_stream_nop,
 };
 
-/* ---- the process's CUDA IPC context -------------------------------------- */
+/* ---- the IPC backend, per device type --------------------------------------- */
+
+/* Sim memory and sim handles are known to sim.c (its region table, its
+ * handle magic); everything else is CUDA's. */
+static disco_status_t any_get_handle(void *ctx, void *base, disco_ipc_handle_t *handle_out)
+{
+    if (disco__sim_owns(base))
+        return disco__sim_get_handle(ctx, base, handle_out);
+    return disco__cuda_ipc_backend.get_handle(disco__cuda_ipc_backend.ctx, base, handle_out);
+}
+
+static disco_status_t any_open_handle(void *ctx, const disco_ipc_handle_t *handle, void **base_out)
+{
+    if (disco__sim_is_handle(handle))
+        return disco__sim_open_handle(ctx, handle, base_out);
+    return disco__cuda_ipc_backend.open_handle(disco__cuda_ipc_backend.ctx, handle, base_out);
+}
+
+static disco_status_t any_close_handle(void *ctx, void *base)
+{
+    if (disco__sim_owns(base))
+        return disco__sim_close_handle(ctx, base);
+    return disco__cuda_ipc_backend.close_handle(disco__cuda_ipc_backend.ctx, base);
+}
+
+static const disco_ipc_backend_t any_backend = {
+    .ctx = NULL,
+    .get_handle = any_get_handle,
+    .open_handle = any_open_handle,
+    .close_handle = any_close_handle,
+};
+
+/* ---- the process's IPC context ------------------------------------------------ */
 
 /* One context per process. A child forked from a process that had one
  * discards the inherited copy (its handles are the parent's) and makes its
@@ -96,7 +130,7 @@ static disco_status_t ipc_ctx(disco_ipc_t **ipc_out)
         g_ipc = NULL;
     }
     if (g_ipc == NULL) {
-        st = disco__ipc_create(&disco__cuda_ipc_backend, g_table, &g_ipc);
+        st = disco__ipc_create(&any_backend, g_table, &g_ipc);
         g_pid = me;
     }
     if (st == DISCO_OK)
@@ -121,33 +155,62 @@ static disco_status_t set_table(disco_ipc_table_t *t)
 
 /* ---- CUDA, with the IPC bookkeeping ---------------------------------------- */
 
-static disco_status_t cuda_alloc(int device_id, size_t nbytes, void **ptr_out)
+/* Allocates with api and records the allocation in the IPC context. */
+static disco_status_t ipc_alloc(const disco_device_api_t *api, int device_id, size_t nbytes,
+                                void **ptr_out)
 {
     disco_ipc_t *ipc;
     disco_status_t st = ipc_ctx(&ipc);
     void *p = NULL;
     if (st == DISCO_OK)
-        st = disco__cuda_api.alloc(device_id, nbytes, &p);
+        st = api->alloc(device_id, nbytes, &p);
     if (st != DISCO_OK)
         return st;
     st = disco__ipc_add(ipc, p, nbytes, device_id);
     if (st != DISCO_OK) {
-        disco__cuda_api.free(device_id, p);
+        api->free(device_id, p);
         return st;
     }
     *ptr_out = p;
     return DISCO_OK;
 }
 
-static disco_status_t cuda_free(int device_id, void *ptr)
+/* Forgets the allocation (refused while imported elsewhere), then frees. */
+static disco_status_t ipc_free(const disco_device_api_t *api, int device_id, void *ptr)
 {
     disco_ipc_t *ipc;
     disco_status_t st = ipc_ctx(&ipc);
+    int dev = -1;
+    if (st == DISCO_OK)
+        st = disco__ipc_find(ipc, ptr, NULL, NULL, &dev);
+    if (st == DISCO_OK && dev != device_id)
+        st = disco_set_error(DISCO_E_INVAL, "disco_device_free: %s:%d: %p was allocated on %s:%d",
+                             api->name, device_id, ptr, api->name, dev);
     if (st == DISCO_OK)
         st = disco__ipc_remove(ipc, ptr); /* refuses while imported elsewhere */
     if (st != DISCO_OK)
         return st;
-    return disco__cuda_api.free(device_id, ptr);
+    return api->free(device_id, ptr);
+}
+
+static disco_status_t cuda_alloc(int device_id, size_t nbytes, void **ptr_out)
+{
+    return ipc_alloc(&disco__cuda_api, device_id, nbytes, ptr_out);
+}
+
+static disco_status_t cuda_free(int device_id, void *ptr)
+{
+    return ipc_free(&disco__cuda_api, device_id, ptr);
+}
+
+static disco_status_t sim_alloc(int device_id, size_t nbytes, void **ptr_out)
+{
+    return ipc_alloc(&disco__sim_api, device_id, nbytes, ptr_out);
+}
+
+static disco_status_t sim_free(int device_id, void *ptr)
+{
+    return ipc_free(&disco__sim_api, device_id, ptr);
 }
 
 /* The rest pass straight to cuda.c. */
@@ -190,6 +253,46 @@ static const disco_device_api_t cuda_ipc_api = {
     .stream_sync = cuda_stream_sync,
 };
 
+/* The sim table: sim.c's, with the IPC bookkeeping in alloc and free. */
+static disco_status_t sim_count(int *count_out)
+{
+    return disco__sim_api.count(count_out);
+}
+static disco_status_t sim_set_device(int device_id)
+{
+    return disco__sim_api.set_device(device_id);
+}
+static disco_status_t sim_copy(void *dst, DLDevice dst_dev, const void *src, DLDevice src_dev,
+                               size_t nbytes, disco_stream_t stream)
+{
+    return disco__sim_api.copy(dst, dst_dev, src, src_dev, nbytes, stream);
+}
+static disco_status_t sim_stream_create(int device_id, disco_stream_t *stream_out)
+{
+    return disco__sim_api.stream_create(device_id, stream_out);
+}
+static disco_status_t sim_stream_free(int device_id, disco_stream_t stream)
+{
+    return disco__sim_api.stream_free(device_id, stream);
+}
+static disco_status_t sim_stream_sync(int device_id, disco_stream_t stream)
+{
+    return disco__sim_api.stream_sync(device_id, stream);
+}
+
+static const disco_device_api_t sim_ipc_api = {
+    .type = kDLExtDev,
+    .name = "sim",
+    .count = sim_count,
+    .set_device = sim_set_device,
+    .alloc = sim_alloc,
+    .free = sim_free,
+    .copy = sim_copy,
+    .stream_create = sim_stream_create,
+    .stream_free = sim_stream_free,
+    .stream_sync = sim_stream_sync,
+};
+
 /* ---- dispatch -------------------------------------------------------------- */
 
 disco_status_t disco_device_api_get(DLDeviceType type, const disco_device_api_t **api_out)
@@ -201,8 +304,12 @@ disco_status_t disco_device_api_get(DLDeviceType type, const disco_device_api_t 
     case kDLCUDA:
         *api_out = &cuda_ipc_api;
         return DISCO_OK;
+    case kDLExtDev:
+        *api_out = &sim_ipc_api;
+        return DISCO_OK;
     default:
-        return disco_set_error(DISCO_E_NO_DEVICE, "device type %d is not supported (cpu, cuda)",
+        return disco_set_error(DISCO_E_NO_DEVICE,
+                               "device type %d is not supported (cpu, cuda, sim = ext_dev)",
                                (int)type);
     }
 }
@@ -258,17 +365,22 @@ disco_status_t disco_device_copy(void *dst, DLDevice dst_dev, const void *src, D
                                  size_t nbytes, disco_stream_t stream)
 {
     DLDeviceType dt = dst_dev.device_type, sty = src_dev.device_type;
-    bool dst_ok = dt == kDLCPU || dt == kDLCUDA, src_ok = sty == kDLCPU || sty == kDLCUDA;
-    if (!dst_ok || !src_ok)
+    bool dst_ok = dt == kDLCPU || dt == kDLCUDA || dt == kDLExtDev;
+    bool src_ok = sty == kDLCPU || sty == kDLCUDA || sty == kDLExtDev;
+    bool mixed = (dt == kDLCUDA && sty == kDLExtDev) || (dt == kDLExtDev && sty == kDLCUDA);
+    if (!dst_ok || !src_ok || mixed)
         return disco_set_error(DISCO_E_NO_DEVICE,
-                               "disco_device_copy: device types %d -> %d: only cpu and cuda",
+                               "disco_device_copy: device types %d -> %d: cpu, cuda and sim, not "
+                               "cuda with sim",
                                (int)sty, (int)dt);
     if (nbytes == 0)
         return DISCO_OK;
     if (dst == NULL || src == NULL)
         return disco_set_error(DISCO_E_INVAL, "disco_device_copy: %zu bytes from %p to %p", nbytes,
                                src, dst);
-    const disco_device_api_t *api = dt == kDLCUDA || sty == kDLCUDA ? &cuda_ipc_api : &cpu_api;
+    const disco_device_api_t *api = dt == kDLCUDA || sty == kDLCUDA       ? &cuda_ipc_api
+                                    : dt == kDLExtDev || sty == kDLExtDev ? &sim_ipc_api
+                                                                          : &cpu_api;
     return api->copy(dst, dst_dev, src, src_dev, nbytes, stream);
 }
 

@@ -1,0 +1,390 @@
+/* test_sim_ipc.c - the simulated GPU's IPC through the public
+ * disco_device_ipc_* and disco_device_event_* calls, across forked
+ * processes: a sibling imports what another exported and sees its bytes,
+ * a handle opens once per process (one fd), the exporter gets its own
+ * pointer back, a free is refused while held and allowed after the release
+ * or the importer's death, stale refs fail; IPC events order a read after
+ * another process's copy, in one process a wait runs the recording stream,
+ * and a waiter whose recorder died gets an error. */
+#include <check.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "disco/device.h"
+#include "tests/testutil.h"
+#include "workers/device/sim.h"
+
+#define NSLOTS 16
+
+static const DLDevice cpu = {kDLCPU, 0};
+static const DLDevice sim0 = {kDLExtDev, 0}, sim1 = {kDLExtDev, 1};
+
+/* What the processes of a test share. */
+struct shared {
+    disco_ipc_ref_t ref;
+    disco_ipc_handle_t ev;
+    int32_t holder;
+};
+
+static void *table_mem;
+static struct shared *sh;
+
+static void setup(void)
+{
+    CK_OK(disco_device_sim_set_count(2));
+    size_t fp = disco_device_ipc_footprint(NSLOTS);
+    table_mem = mmap(NULL, fp, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(table_mem != MAP_FAILED && sh != MAP_FAILED);
+    CK_OK(disco_device_ipc_init(table_mem, fp, NSLOTS));
+}
+
+/* One byte over a pipe: the steps between the processes. */
+static void put(int fd, char c)
+{
+    if (write(fd, &c, 1) != 1)
+        _exit(2);
+}
+static char get(int fd)
+{
+    char c = 0;
+    if (read(fd, &c, 1) != 1)
+        _exit(2);
+    return c;
+}
+
+/* In the test process: the next step byte must be want, else the children
+ * are ended and the test fails naming what. */
+static void expect(int fd, char want, const pid_t *pids, unsigned npids, const char *what)
+{
+    char c = 0;
+    if (read(fd, &c, 1) != 1 || c != want) {
+        tu_kill_all(pids, npids);
+        ck_abort_msg("%s", what);
+    }
+}
+
+/* Fills n sim bytes at p with pattern(i) = i * 13 + seed, synced. */
+static disco_status_t fill(char *p, DLDevice d, size_t n, int seed)
+{
+    unsigned char buf[4096];
+    for (size_t i = 0; i < n && i < sizeof buf; i++)
+        buf[i] = (unsigned char)(i * 13 + (size_t)seed);
+    disco_status_t st = disco_device_copy(p, d, buf, cpu, n, NULL);
+    return st != DISCO_OK ? st : disco_device_stream_sync(d, NULL);
+}
+
+static bool has(const unsigned char *b, size_t n, int seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != (unsigned char)(i * 13 + (size_t)seed))
+            return false;
+    return true;
+}
+
+/* Export in one child, import in a sibling: the bytes are seen there and
+ * its writes back here; a second import is the same mapping (one more fd in
+ * all, none after the last release); the exporter's free is refused while
+ * the sibling holds it (its pid in the detail) and succeeds after. */
+START_TEST(test_sibling_import)
+{
+    int a_in[2], a_out[2], b_in[2], b_out[2];
+    ck_assert(pipe(a_in) == 0 && pipe(a_out) == 0 && pipe(b_in) == 0 && pipe(b_out) == 0);
+    pid_t pa = tu_fork();
+    if (pa == 0) { /* exporter */
+        char *p;
+        unsigned char back[8];
+        CH_OK(disco_device_alloc(sim0, 8192, (void **)&p));
+        CH_OK(fill(p, sim0, 4096, 1));
+        CH_OK(disco_device_ipc_export(p + 100, &sh->ref));
+        CH_TRUE(sh->ref.offset == 100 && sh->ref.alloc_bytes == 8192);
+        put(a_out[1], 'e');
+        CH_TRUE(get(a_in[0]) == 'f'); /* the sibling holds it */
+        CH_STATUS(disco_device_free(sim0, p), DISCO_E_AGAIN);
+        char pid[16];
+        snprintf(pid, sizeof pid, "%d", (int)sh->holder);
+        CH_TRUE(strstr(disco_last_error(), pid) != NULL);
+        CH_OK(disco_device_copy(back, cpu, p + 5000, sim0, 8, NULL));
+        CH_OK(disco_device_stream_sync(sim0, NULL));
+        CH_TRUE(memcmp(back, "sibling", 8) == 0); /* its write */
+        put(a_out[1], 'a');
+        CH_TRUE(get(a_in[0]) == 'F'); /* released */
+        CH_OK(disco_device_free(sim0, p));
+        _exit(0);
+    }
+    pid_t pb = tu_fork();
+    if (pb == 0) { /* importer, on the other device */
+        int fds0 = tu_open_fds();
+        char *q, *q2;
+        unsigned char back[4096];
+        CH_TRUE(get(b_in[0]) == 'i');
+        CH_OK(disco_device_ipc_import(&sh->ref, (void **)&q));
+        CH_OK(disco_device_copy(back, cpu, q - 100, sim1, 4096, NULL));
+        CH_OK(disco_device_stream_sync(sim1, NULL));
+        CH_TRUE(has(back, 4096, 1));
+        CH_OK(disco_device_ipc_import(&sh->ref, (void **)&q2));
+        CH_TRUE(q2 == q);
+        CH_TRUE(tu_open_fds() == fds0 + 1); /* opened once */
+        CH_OK(disco_device_copy(q + 4900, sim1, "sibling", cpu, 8, NULL));
+        CH_OK(disco_device_stream_sync(sim1, NULL));
+        sh->holder = (int32_t)getpid();
+        put(b_out[1], 'h');
+        CH_TRUE(get(b_in[0]) == 'r');
+        CH_OK(disco_device_ipc_release(&sh->ref));
+        CH_TRUE(tu_open_fds() == fds0 + 1);
+        CH_OK(disco_device_ipc_release(&sh->ref));
+        CH_TRUE(tu_open_fds() == fds0); /* closed */
+        CH_STATUS(disco_device_ipc_release(&sh->ref), DISCO_E_INVAL);
+        put(b_out[1], 'r');
+        _exit(0);
+    }
+    pid_t both[2] = {pa, pb};
+    expect(a_out[0], 'e', both, 2, "exporter failed");
+    put(b_in[1], 'i');
+    expect(b_out[0], 'h', both, 2, "importer failed");
+    put(a_in[1], 'f');
+    expect(a_out[0], 'a', both, 2, "exporter failed after the refused free");
+    put(b_in[1], 'r');
+    expect(b_out[0], 'r', both, 2, "importer failed to release");
+    put(a_in[1], 'F');
+    tu_wait_ok(pa, "exporter");
+    tu_wait_ok(pb, "importer");
+}
+END_TEST
+
+/* The exporter importing its own ref gets its own pointer (nothing opened,
+ * no fd); while it holds that import its free is refused. */
+START_TEST(test_own_import)
+{
+    char *p, *q;
+    disco_ipc_ref_t r;
+    CK_OK(disco_device_alloc(sim0, 4096, (void **)&p));
+    CK_OK(disco_device_ipc_export(p + 64, &r));
+    int fds0 = tu_open_fds();
+    CK_OK(disco_device_ipc_import(&r, (void **)&q));
+    ck_assert_ptr_eq(q, p + 64);
+    ck_assert_int_eq(tu_open_fds(), fds0);
+    CK_STATUS(disco_device_free(sim0, p), DISCO_E_AGAIN);
+    CK_OK(disco_device_ipc_release(&r));
+    CK_STATUS(disco_device_ipc_release(&r), DISCO_E_INVAL);
+    CK_OK(disco_device_free(sim0, p));
+    /* The freed allocation's ref is stale. */
+    CK_STATUS(disco_device_ipc_import(&r, (void **)&q), DISCO_E_INVAL);
+    /* Host memory is not exportable. */
+    char host[8];
+    CK_STATUS(disco_device_ipc_export(host, &r), DISCO_E_INVAL);
+}
+END_TEST
+
+/* An importer that dies holding an import does not block the free; a ref
+ * to the freed allocation fails in a later importer. */
+START_TEST(test_importer_death)
+{
+    char *p;
+    CK_OK(disco_device_alloc(sim1, 4096, (void **)&p));
+    CK_OK(disco_device_ipc_export(p, &sh->ref));
+    int c2p[2];
+    ck_assert(pipe(c2p) == 0);
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        void *q;
+        CH_OK(disco_device_ipc_import(&sh->ref, &q));
+        put(c2p[1], 'h');
+        pause(); /* killed here, holding it */
+        _exit(1);
+    }
+    ck_assert_int_eq(get(c2p[0]), 'h');
+    CK_STATUS(disco_device_free(sim1, p), DISCO_E_AGAIN);
+    tu_kill_all(&pid, 1);
+    CK_OK(disco_device_free(sim1, p));
+    pid = tu_fork();
+    if (pid == 0) {
+        void *q;
+        CH_STATUS(disco_device_ipc_import(&sh->ref, &q), DISCO_E_INVAL);
+        _exit(0);
+    }
+    tu_wait_ok(pid, "late importer");
+}
+END_TEST
+
+/* Where pidfd_getfd is refused (Yama ptrace_scope=1 between siblings), the
+ * import opens /proc/<pid>/fd/<n> instead and works the same. */
+START_TEST(test_proc_fallback)
+{
+    char *p;
+    CK_OK(disco_device_alloc(sim0, 4096, (void **)&p));
+    CK_OK(fill(p, sim0, 4096, 7));
+    CK_OK(disco_device_ipc_export(p, &sh->ref));
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        unsigned char back[4096];
+        void *q;
+        disco__sim_no_pidfd_getfd = true;
+        CH_OK(disco_device_ipc_import(&sh->ref, &q));
+        CH_OK(disco_device_copy(back, cpu, q, sim0, 4096, NULL));
+        CH_OK(disco_device_stream_sync(sim0, NULL));
+        CH_TRUE(has(back, 4096, 7));
+        CH_OK(disco_device_ipc_release(&sh->ref));
+        _exit(0);
+    }
+    tu_wait_ok(pid, "importer through /proc");
+    CK_OK(disco_device_free(sim0, p));
+}
+END_TEST
+
+/* An IPC event orders a read after another process's copy: the importer's
+ * stream waits for the exporter's record; before the exporter syncs its
+ * stream nothing has run (query: not yet; the reader's buffer untouched),
+ * and once it has, the read sees every byte. */
+START_TEST(test_event_orders_across_processes)
+{
+    enum { N = 1 << 20 };
+    static unsigned char h[N];
+    for (size_t i = 0; i < N; i++)
+        h[i] = (unsigned char)(i * 13 + 3);
+    char *b;
+    disco_event_t *ev;
+    disco_stream_t s;
+    CK_OK(disco_device_alloc(sim0, N, (void **)&b));
+    CK_OK(disco_device_ipc_export(b, &sh->ref));
+    CK_OK(disco_device_event_create(sim0, &ev));
+    CK_OK(disco_device_event_export(ev, &sh->ev));
+    CK_OK(disco_device_stream_create(sim0, &s));
+    int p2c[2], c2p[2];
+    ck_assert(pipe(p2c) == 0 && pipe(c2p) == 0);
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        static unsigned char back[N];
+        void *q;
+        disco_event_t *iev;
+        disco_stream_t s2;
+        CH_OK(disco_device_ipc_import(&sh->ref, &q));
+        CH_OK(disco_device_event_import(sim1, &sh->ev, &iev));
+        CH_OK(disco_device_stream_create(sim1, &s2));
+        CH_TRUE(get(p2c[0]) == 'r'); /* recorded, not synced */
+        CH_STATUS(disco_device_event_query(iev), DISCO_E_AGAIN);
+        CH_OK(disco_device_stream_wait_event(s2, iev));
+        CH_OK(disco_device_copy(back, cpu, q, sim1, N, s2));
+        CH_TRUE(back[0] == 0 && back[N - 1] == 0); /* queued only */
+        put(c2p[1], 'w');
+        CH_OK(disco_device_stream_sync(sim1, s2)); /* returns after the exporter's sync */
+        CH_TRUE(has(back, N, 3));
+        CH_OK(disco_device_event_query(iev));
+        CH_OK(disco_device_event_sync(iev));
+        CH_OK(disco_device_stream_free(sim1, s2));
+        disco_device_event_free(iev);
+        CH_OK(disco_device_ipc_release(&sh->ref));
+        _exit(0);
+    }
+    CK_OK(disco_device_copy(b, sim0, h, cpu, N, s));
+    CK_OK(disco_device_event_record(ev, s));
+    CK_STATUS(disco_device_event_query(ev), DISCO_E_AGAIN);
+    put(p2c[1], 'r');
+    expect(c2p[0], 'w', &pid, 1, "reader failed before waiting");
+    CK_OK(disco_device_stream_sync(sim0, s));
+    CK_OK(disco_device_event_query(ev));
+    tu_wait_ok(pid, "reader");
+    CK_OK(disco_device_stream_free(sim0, s));
+    disco_device_event_free(ev);
+    CK_OK(disco_device_free(sim0, b));
+}
+END_TEST
+
+/* In one process a wait on another stream's record runs that stream up to
+ * the record (and not the work queued after it); an event never recorded is
+ * complete; events exist on sim and cuda only, on existing devices. */
+START_TEST(test_event_in_process)
+{
+    enum { N = 4096 };
+    unsigned char h[N], back[N], after[8] = {0};
+    for (size_t i = 0; i < N; i++)
+        h[i] = (unsigned char)(i * 13 + 5);
+    char *a;
+    disco_event_t *ev;
+    disco_stream_t s1, s2;
+    CK_OK(disco_device_alloc(sim0, N, (void **)&a));
+    CK_OK(disco_device_event_create(sim0, &ev));
+    CK_OK(disco_device_event_query(ev)); /* never recorded */
+    CK_OK(disco_device_event_sync(ev));
+    CK_OK(disco_device_stream_create(sim0, &s1));
+    CK_OK(disco_device_stream_create(sim0, &s2));
+    CK_OK(disco_device_copy(a, sim0, h, cpu, N, s1));
+    CK_OK(disco_device_event_record(ev, s1));
+    CK_OK(disco_device_copy(after, cpu, a, sim0, 8, s1)); /* after the record */
+    CK_OK(disco_device_stream_wait_event(s2, ev));
+    CK_OK(disco_device_copy(back, cpu, a, sim0, N, s2));
+    CK_STATUS(disco_device_event_query(ev), DISCO_E_AGAIN);
+    CK_OK(disco_device_stream_sync(sim0, s2));
+    ck_assert(has(back, N, 5));
+    CK_OK(disco_device_event_query(ev));
+    ck_assert_int_eq(after[0], 0); /* s1 ran up to the record only */
+    CK_OK(disco_device_stream_sync(sim0, s1));
+    ck_assert_int_eq(after[1], h[1]);
+    /* event_sync also runs the recording stream. */
+    CK_OK(disco_device_copy(a, sim0, "x", cpu, 1, s1));
+    CK_OK(disco_device_event_record(ev, s1));
+    CK_OK(disco_device_event_sync(ev));
+    CK_OK(disco_device_stream_free(sim0, s1));
+    CK_OK(disco_device_stream_free(sim0, s2));
+    disco_device_event_free(ev);
+    CK_OK(disco_device_free(sim0, a));
+    CK_STATUS(disco_device_event_create(cpu, &ev), DISCO_E_NO_DEVICE);
+    CK_STATUS(disco_device_event_create((DLDevice){kDLExtDev, 7}, &ev), DISCO_E_NO_DEVICE);
+    CK_HAS("sim:7");
+    disco_ipc_handle_t junk = {{0}};
+    CK_STATUS(disco_device_event_import(sim0, &junk, &ev), DISCO_E_SYS);
+}
+END_TEST
+
+/* A process waiting for a record whose recorder died before running it gets
+ * DISCO_E_SYS naming the pid, instead of waiting forever. */
+START_TEST(test_event_recorder_died)
+{
+    int c2p[2];
+    ck_assert(pipe(c2p) == 0);
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        disco_event_t *ev;
+        CH_OK(disco_device_event_create(sim0, &ev));
+        CH_OK(disco_device_event_export(ev, &sh->ev));
+        CH_OK(disco_device_event_record(ev, NULL)); /* queued, never synced */
+        put(c2p[1], 'r');
+        pause();
+        _exit(1);
+    }
+    expect(c2p[0], 'r', &pid, 1, "recorder failed");
+    disco_event_t *ev;
+    CK_OK(disco_device_event_import(sim1, &sh->ev, &ev));
+    CK_STATUS(disco_device_event_query(ev), DISCO_E_AGAIN);
+    tu_kill_all(&pid, 1);
+    CK_STATUS(disco_device_event_sync(ev), DISCO_E_SYS);
+    CK_HAS("died");
+    disco_device_event_free(ev);
+}
+END_TEST
+
+Suite *suite_sim_ipc(void)
+{
+    Suite *s = suite_create("sim_ipc");
+    TCase *tc = tcase_create("memory");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_sibling_import);
+    tcase_add_test(tc, test_own_import);
+    tcase_add_test(tc, test_importer_death);
+    tcase_add_test(tc, test_proc_fallback);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("events");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_event_orders_across_processes);
+    tcase_add_test(tc, test_event_in_process);
+    tcase_add_test(tc, test_event_recorder_died);
+    suite_add_tcase(s, tc);
+    return s;
+}

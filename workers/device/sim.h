@@ -1,0 +1,98 @@
+/* sim.h - the simulated GPU (kDLExtDev, named "sim"), internal.
+ *
+ * sim_dev.c: the device count and memory limit, taking another process's fd.
+ * sim.c: memory (one memfd per allocation, mapped
+ * PROT_NONE at its "device" address so a host dereference faults, and a
+ * second, private read-write mapping the copies use), copies, and the IPC
+ * backend (handles name the exporter's pid and memfd; import takes the fd
+ * with pidfd_getfd, or opens /proc/<pid>/fd/<n> when that is refused).
+ * sim_stream.c: streams (queues run when synced), with the record and wait
+ * operations of events. sim_event.c: interprocess events (a counter pair in
+ * a memfd). Arrows: sim_dev <- sim_stream <- sim_event; sim.c uses
+ * sim_dev and sim_stream.
+ *
+ * State is per process; a forked child drops what it inherited (its
+ * mappings are not inherited: MADV_DONTFORK) and starts empty, as a CUDA
+ * child must not use its parent's context.
+ */
+#ifndef DISCO_WORKERS_DEVICE_SIM_H
+#define DISCO_WORKERS_DEVICE_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "disco/device.h"
+#include "disco/status.h"
+
+/** The device table of kDLExtDev (without the IPC bookkeeping, which
+ *  device.c adds as for CUDA). Thread-safe. */
+extern const disco_device_api_t disco__sim_api;
+
+#define DISCO_SIM_MAX_DEVICES 64
+
+/** The number of sim devices: disco_device_sim_set_count's, else
+ *  DISCO_SIM_GPUS (read once; unset or not a count: 0). Thread-safe. */
+int disco__sim_count(void);
+
+/** Bytes a process may allocate per sim device: DISCO_SIM_MEM_MB MiB (read
+ *  once; default 4096). Thread-safe. */
+size_t disco__sim_mem_limit(void);
+
+/** DISCO_OK if device_id names a sim device; else DISCO_E_NO_DEVICE with
+ *  "no sim device: set DISCO_SIM_GPUS" (none configured) or "sim:<id>: no
+ *  such device". fn names the caller in the detail. Thread-safe. */
+disco_status_t disco__sim_check_device(int device_id, const char *fn);
+
+/** Whether ptr lies inside sim memory of this process (an allocation or an
+ *  opened import). Thread-safe. */
+bool disco__sim_owns(const void *ptr);
+
+/** Whether handle is a sim memory handle (by its magic). Pure. */
+bool disco__sim_is_handle(const disco_ipc_handle_t *handle);
+
+/** The IPC backend calls (see ipc.h) for sim memory. ctx is unused.
+ *  get_handle: DISCO_OK or DISCO_E_INVAL (not a sim allocation's base).
+ *  open_handle: DISCO_OK; DISCO_E_INVAL (not a sim handle, the memfd is not
+ *  the one exported); DISCO_E_SYS (own handle, already open here, the fd
+ *  cannot be taken, mmap failed). close_handle: DISCO_OK, DISCO_E_INVAL
+ *  (not an open import's base). Thread-safe. */
+disco_status_t disco__sim_get_handle(void *ctx, void *base, disco_ipc_handle_t *handle_out);
+disco_status_t disco__sim_open_handle(void *ctx, const disco_ipc_handle_t *handle, void **base_out);
+disco_status_t disco__sim_close_handle(void *ctx, void *base);
+
+/** A file descriptor of this process for fd of process pid, checked to be
+ *  the file with inode ino: pidfd_open + pidfd_getfd, or open of
+ *  /proc/<pid>/fd/<fd> when that is refused. what and device_id name the
+ *  object in errors. Returns DISCO_OK, DISCO_E_INVAL (another file is there
+ *  now), DISCO_E_SYS (neither way worked; the detail gives both errnos). */
+/* Tests only: when set, disco__sim_take_fd skips pidfd_getfd (as if
+ * refused) and takes the /proc path. Set before any import. */
+extern bool disco__sim_no_pidfd_getfd;
+
+disco_status_t disco__sim_take_fd(int32_t pid, int32_t fd, uint64_t ino, const char *what,
+                                  int device_id, int *fd_out);
+
+/* ---- streams (sim_stream.c) ------------------------------------------- */
+
+/** Queues memmove(dst, src, n) on stream (NULL: the default stream of
+ *  device_id); dst and src are host addresses (sim memory through its
+ *  private mapping). Runs at the stream's sync, not before. Returns
+ *  DISCO_OK, DISCO_E_INVAL (not a stream of this process), DISCO_E_NOMEM. */
+disco_status_t disco__sim_enqueue_copy(int device_id, disco_stream_t stream, void *dst,
+                                       const void *src, size_t n);
+
+/** Runs every stream of this process to its end (before memory is unmapped:
+ *  cudaFree and cudaIpcCloseMemHandle synchronize too). Returns DISCO_OK or
+ *  the first failed operation's status. */
+disco_status_t disco__sim_flush_all(void);
+
+/** The stream calls of the sim device table (disco_device_stream_*). */
+disco_status_t disco__sim_stream_create(int device_id, disco_stream_t *stream_out);
+disco_status_t disco__sim_stream_free(int device_id, disco_stream_t stream);
+disco_status_t disco__sim_stream_sync(int device_id, disco_stream_t stream);
+
+/** Forgets the streams inherited from a parent (in a forked child). */
+void disco__sim_streams_reset(void);
+
+#endif

@@ -1,0 +1,116 @@
+/* sim_dev.c - the simulated GPU's configuration (device count, memory
+ * limit) and taking another process's file descriptor (see sim.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "workers/device/sim.h"
+
+#define SIM_DEFAULT_MB 4096
+
+/* Configuration: -1 until read. S0: relaxed is enough, a count is a plain
+ * value read once per process; racing first readers read the same
+ * environment and store the same number (CAS keeps the first). */
+static _Atomic int g_count = -1;
+static _Atomic long g_limit_mb = -1;
+
+disco_status_t disco_device_sim_set_count(int n)
+{
+    if (n < 0 || n > DISCO_SIM_MAX_DEVICES)
+        return disco_set_error(DISCO_E_INVAL, "disco_device_sim_set_count: %d (0..%d)", n,
+                               DISCO_SIM_MAX_DEVICES);
+    atomic_store_explicit(&g_count, n, memory_order_relaxed); /* S0 */
+    return DISCO_OK;
+}
+
+int disco__sim_count(void)
+{
+    int n = atomic_load_explicit(&g_count, memory_order_relaxed); /* S0 */
+    if (n >= 0)
+        return n;
+    const char *s = getenv("DISCO_SIM_GPUS");
+    char *end = NULL;
+    long v = s != NULL ? strtol(s, &end, 10) : 0;
+    if (s == NULL || end == s || *end != '\0' || v < 0)
+        v = 0;
+    if (v > DISCO_SIM_MAX_DEVICES)
+        v = DISCO_SIM_MAX_DEVICES;
+    int want = -1;
+    atomic_compare_exchange_strong_explicit(&g_count, &want, (int)v, memory_order_relaxed,
+                                            memory_order_relaxed); /* S0 */
+    return atomic_load_explicit(&g_count, memory_order_relaxed);   /* S0 */
+}
+
+size_t disco__sim_mem_limit(void)
+{
+    long mb = atomic_load_explicit(&g_limit_mb, memory_order_relaxed); /* S0 */
+    if (mb < 0) {
+        const char *s = getenv("DISCO_SIM_MEM_MB");
+        char *end = NULL;
+        mb = s != NULL ? strtol(s, &end, 10) : 0;
+        if (s == NULL || end == s || *end != '\0' || mb <= 0)
+            mb = SIM_DEFAULT_MB;
+        atomic_store_explicit(&g_limit_mb, mb, memory_order_relaxed); /* S0 */
+    }
+    return (size_t)mb << 20;
+}
+
+disco_status_t disco__sim_check_device(int device_id, const char *fn)
+{
+    int n = disco__sim_count();
+    if (n == 0)
+        return disco_set_error(DISCO_E_NO_DEVICE, "%s: sim:%d: no sim device: set DISCO_SIM_GPUS",
+                               fn, device_id);
+    if (device_id < 0 || device_id >= n)
+        return disco_set_error(DISCO_E_NO_DEVICE,
+                               "%s: sim:%d: no such device (DISCO_SIM_GPUS=%d: sim:0..sim:%d)", fn,
+                               device_id, n, n - 1);
+    return DISCO_OK;
+}
+
+bool disco__sim_no_pidfd_getfd;
+
+disco_status_t disco__sim_take_fd(int32_t pid, int32_t fd, uint64_t ino, const char *what,
+                                  int device_id, int *fd_out)
+{
+    int got = -1, e1 = 0, e2 = 0;
+    int pfd = disco__sim_no_pidfd_getfd ? (errno = EPERM, -1)
+                                        : (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (pfd >= 0) {
+        got = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0);
+        e1 = errno;
+        close(pfd);
+    } else {
+        e1 = errno;
+    }
+    if (got < 0) {
+        /* Yama ptrace_scope=1 refuses pidfd_getfd between siblings but
+         * not reopening through /proc (same uid). */
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, (int)fd);
+        got = open(path, O_RDWR | O_CLOEXEC);
+        e2 = errno;
+    }
+    if (got < 0)
+        return disco_set_error(DISCO_E_SYS,
+                               "sim:%d: import of %s of pid %d: pidfd_getfd(fd %d): %s; open of "
+                               "/proc/%d/fd/%d: %s",
+                               device_id, what, (int)pid, (int)fd, strerror(e1), (int)pid, (int)fd,
+                               strerror(e2));
+    struct stat sb;
+    if (fstat(got, &sb) != 0 || (uint64_t)sb.st_ino != ino) {
+        close(got);
+        return disco_set_error(DISCO_E_INVAL,
+                               "sim:%d: import of %s of pid %d: fd %d is no longer the exported "
+                               "memfd (stale handle)",
+                               device_id, what, (int)pid, (int)fd);
+    }
+    *fd_out = got;
+    return DISCO_OK;
+}

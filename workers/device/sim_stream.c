@@ -1,0 +1,343 @@
+/* sim_stream.c - the simulated GPU's streams (see sim.h).
+ *
+ * A stream is a queue of operations of this process. Nothing runs when it
+ * is queued: a stream runs, in order, when it is synced (stream_sync, or
+ * an event wait that needs a record queued on it, see sim_event.c), so a
+ * reader that forgot the sync sees the old bytes, as on a GPU that has not
+ * got there yet. The NULL stream is each device's default stream in this
+ * process; it is asynchronous like the others (disco's CUDA copy queues
+ * with cudaMemcpyAsync on the default stream too) and has no implicit
+ * ordering with them (disco's CUDA streams are non-blocking).
+ *
+ * One thread runs operations at a time in a process (g_exec), the
+ * simulated engine; queues are guarded by g_lock, which is never held while
+ * an operation runs, so other threads queue work while a sync waits. */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "workers/device/sim.h"
+#include "workers/device/sim_event.h"
+
+#define MAX_DEFAULT 64
+
+struct stream {
+    uint64_t id; /* unique in the process; events name the stream of a record by it */
+    int device_id;
+    struct disco__sim_op *ops;
+    size_t head, n, cap; /* ops[head..n) are queued */
+    uint64_t queued;     /* operations ever queued (the last one's sequence number) */
+    uint64_t done;       /* operations run */
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_exec = PTHREAD_MUTEX_INITIALIZER;
+static pid_t g_pid;
+static struct stream **g_streams;
+static size_t g_nstreams, g_capstreams;
+static struct stream *g_default[MAX_DEFAULT];
+static uint64_t g_next_id;
+
+static void forget_all(void)
+{
+    for (size_t i = 0; i < g_nstreams; i++) {
+        free(g_streams[i]->ops);
+        free(g_streams[i]);
+    }
+    g_nstreams = 0;
+    memset(g_default, 0, sizeof g_default);
+}
+
+/* Locks the queues; a forked child first forgets the parent's streams. */
+static void lock_queues(void)
+{
+    pthread_mutex_lock(&g_lock);
+    pid_t me = getpid();
+    if (g_pid != me) {
+        forget_all();
+        g_pid = me;
+    }
+}
+
+void disco__sim_streams_reset(void)
+{
+    lock_queues();
+    forget_all();
+    pthread_mutex_unlock(&g_lock);
+}
+
+static struct stream *new_stream(int device_id)
+{
+    if (g_nstreams == g_capstreams) {
+        size_t cap = g_capstreams ? 2 * g_capstreams : 8;
+        struct stream **n = realloc(g_streams, cap * sizeof *n);
+        if (n == NULL)
+            return NULL;
+        g_streams = n, g_capstreams = cap;
+    }
+    struct stream *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return NULL;
+    s->id = ++g_next_id;
+    s->device_id = device_id;
+    g_streams[g_nstreams++] = s;
+    return s;
+}
+
+/* The stream a handle names (locked): NULL is device_id's default stream,
+ * made at first use. Sets *s, or returns the error. */
+static disco_status_t get_stream(int device_id, disco_stream_t h, const char *fn, struct stream **s)
+{
+    if (h == NULL) {
+        disco_status_t st = disco__sim_check_device(device_id, fn);
+        if (st != DISCO_OK)
+            return st;
+        if (device_id >= MAX_DEFAULT)
+            return disco_set_error(DISCO_E_NO_DEVICE, "%s: sim:%d: no default stream", fn,
+                                   device_id);
+        if (g_default[device_id] == NULL && (g_default[device_id] = new_stream(device_id)) == NULL)
+            return disco_set_error(DISCO_E_NOMEM, "%s: sim:%d: default stream", fn, device_id);
+        *s = g_default[device_id];
+        return DISCO_OK;
+    }
+    for (size_t i = 0; i < g_nstreams; i++) {
+        if (g_streams[i] == h) {
+            *s = g_streams[i];
+            return DISCO_OK;
+        }
+    }
+    return disco_set_error(DISCO_E_INVAL, "%s: sim:%d: %p is not a sim stream of this process", fn,
+                           device_id, h);
+}
+
+/* Appends op to s (locked); its sequence number in *seq_out if wanted. */
+static disco_status_t push_op(struct stream *s, const struct disco__sim_op *op, uint64_t *seq_out)
+{
+    if (s->n == s->cap) {
+        if (s->head > 0) {
+            memmove(s->ops, s->ops + s->head, (s->n - s->head) * sizeof *s->ops);
+            s->n -= s->head;
+            s->head = 0;
+        }
+        if (s->n == s->cap) {
+            size_t cap = s->cap ? 2 * s->cap : 16;
+            struct disco__sim_op *n = realloc(s->ops, cap * sizeof *n);
+            if (n == NULL)
+                return disco_set_error(DISCO_E_NOMEM, "sim:%d: stream queue", s->device_id);
+            s->ops = n, s->cap = cap;
+        }
+    }
+    s->ops[s->n++] = *op;
+    s->queued++;
+    if (seq_out != NULL)
+        *seq_out = s->queued;
+    return DISCO_OK;
+}
+
+disco_status_t disco__sim_enqueue(int device_id, disco_stream_t stream,
+                                  const struct disco__sim_op *op, const char *fn,
+                                  uint64_t *stream_id_out, uint64_t *seq_out)
+{
+    struct stream *s;
+    lock_queues();
+    disco_status_t st = get_stream(device_id, stream, fn, &s);
+    if (st == DISCO_OK)
+        st = push_op(s, op, seq_out);
+    if (st == DISCO_OK && stream_id_out != NULL)
+        *stream_id_out = s->id;
+    pthread_mutex_unlock(&g_lock);
+    return st;
+}
+
+disco_status_t disco__sim_enqueue_copy(int device_id, disco_stream_t stream, void *dst,
+                                       const void *src, size_t n)
+{
+    struct disco__sim_op op = {.kind = DISCO_SIM_OP_COPY, .dst = dst, .src = src, .n = n};
+    return disco__sim_enqueue(device_id, stream, &op, "disco_device_copy", NULL, NULL);
+}
+
+static disco_status_t run_until(uint64_t stream_id, uint64_t seq);
+
+/* ---- event operations ---------------------------------------------------- */
+
+static bool alive(int32_t pid)
+{
+    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+/* Blocks until m->completed reaches want (engine lock held). */
+disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want)
+{
+    for (;;) {
+        /* E4: acquire, pairs with E3: what the recording stream wrote before
+         * the record is visible after. */
+        uint32_t c = atomic_load_explicit(&m->completed, memory_order_acquire);
+        if (disco__sim_reached(c, want))
+            return DISCO_OK;
+        int32_t pid = atomic_load_explicit(&m->rec_pid, memory_order_relaxed); /* E2 */
+        if (pid == (int32_t)getpid()) {
+            uint64_t sid = atomic_load_explicit(&m->rec_stream, memory_order_relaxed); /* E2 */
+            uint64_t seq = atomic_load_explicit(&m->rec_seq, memory_order_relaxed);    /* E2 */
+            disco_status_t st = run_until(sid, seq);
+            if (st != DISCO_OK)
+                return st;
+            c = atomic_load_explicit(&m->completed, memory_order_acquire); /* E4 */
+            if (!disco__sim_reached(c, want))
+                return disco_set_error(DISCO_E_SYS,
+                                       "sim: event record %u of this process never "
+                                       "ran (its stream is gone)",
+                                       want);
+            continue;
+        }
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        /* Not FUTEX_PRIVATE: the word is shared between processes. */
+        syscall(SYS_futex, &m->completed, FUTEX_WAIT, c, &ts, NULL, 0);
+        if (pid > 0 && !alive(pid) &&
+            !disco__sim_reached(atomic_load_explicit(&m->completed, memory_order_acquire),
+                                want)) /* E4 */
+            return disco_set_error(DISCO_E_SYS,
+                                   "sim: event recorder pid %d died before its "
+                                   "record %u ran",
+                                   (int)pid, want);
+    }
+}
+
+static disco_status_t event_run(const struct disco__sim_op *op)
+{
+    struct disco__sim_event_shm *m = op->ev;
+    if (op->kind == DISCO_SIM_OP_WAIT)
+        return disco__sim_wait_for(m, op->value);
+    /* E3: release (CAS to the max: records of several streams may run out
+     * of order); pairs with E4 in every waiter of any process. */
+    uint32_t c = atomic_load_explicit(&m->completed, memory_order_relaxed);
+    while (!disco__sim_reached(c, op->value) &&
+           !atomic_compare_exchange_weak_explicit(&m->completed, &c, op->value,
+                                                  memory_order_release, memory_order_relaxed))
+        ;
+    syscall(SYS_futex, &m->completed, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    return DISCO_OK;
+}
+
+/* Runs s's operations up to sequence number upto (g_exec held). Returns
+ * the first failure; later operations still run. */
+static disco_status_t run_stream(struct stream *s, uint64_t upto)
+{
+    disco_status_t first = DISCO_OK;
+    for (;;) {
+        pthread_mutex_lock(&g_lock);
+        if (s->done >= upto || s->head == s->n) {
+            pthread_mutex_unlock(&g_lock);
+            return first;
+        }
+        struct disco__sim_op op = s->ops[s->head++];
+        pthread_mutex_unlock(&g_lock);
+        disco_status_t st = DISCO_OK;
+        if (op.kind == DISCO_SIM_OP_COPY)
+            memmove(op.dst, op.src, op.n);
+        else
+            st = event_run(&op);
+        if (st != DISCO_OK && first == DISCO_OK)
+            first = st;
+        pthread_mutex_lock(&g_lock);
+        s->done++;
+        pthread_mutex_unlock(&g_lock);
+    }
+}
+
+static disco_status_t run_until(uint64_t stream_id, uint64_t seq)
+{
+    struct stream *s = NULL;
+    lock_queues();
+    for (size_t i = 0; i < g_nstreams && s == NULL; i++)
+        if (g_streams[i]->id == stream_id)
+            s = g_streams[i];
+    pthread_mutex_unlock(&g_lock);
+    if (s == NULL)
+        return disco_set_error(DISCO_E_INVAL, "sim: the stream of an event's record was freed "
+                                              "before it ran");
+    return run_stream(s, seq);
+}
+
+void disco__sim_exec_lock(void)
+{
+    pthread_mutex_lock(&g_exec);
+}
+
+void disco__sim_exec_unlock(void)
+{
+    pthread_mutex_unlock(&g_exec);
+}
+
+disco_status_t disco__sim_flush_all(void)
+{
+    disco_status_t first = DISCO_OK;
+    pthread_mutex_lock(&g_exec);
+    for (size_t i = 0;; i++) {
+        lock_queues();
+        struct stream *s = i < g_nstreams ? g_streams[i] : NULL;
+        pthread_mutex_unlock(&g_lock);
+        if (s == NULL)
+            break;
+        disco_status_t st = run_stream(s, UINT64_MAX);
+        if (st != DISCO_OK && first == DISCO_OK)
+            first = st;
+    }
+    pthread_mutex_unlock(&g_exec);
+    return first;
+}
+
+disco_status_t disco__sim_stream_create(int device_id, disco_stream_t *stream_out)
+{
+    disco_status_t st = disco__sim_check_device(device_id, "disco_device_stream_create");
+    if (st != DISCO_OK)
+        return st;
+    lock_queues();
+    struct stream *s = new_stream(device_id);
+    pthread_mutex_unlock(&g_lock);
+    if (s == NULL)
+        return disco_set_error(DISCO_E_NOMEM, "disco_device_stream_create: sim:%d", device_id);
+    *stream_out = s;
+    return DISCO_OK;
+}
+
+disco_status_t disco__sim_stream_sync(int device_id, disco_stream_t stream)
+{
+    struct stream *s;
+    pthread_mutex_lock(&g_exec);
+    lock_queues();
+    disco_status_t st = get_stream(device_id, stream, "disco_device_stream_sync", &s);
+    pthread_mutex_unlock(&g_lock);
+    if (st == DISCO_OK)
+        st = run_stream(s, UINT64_MAX);
+    pthread_mutex_unlock(&g_exec);
+    return st;
+}
+
+disco_status_t disco__sim_stream_free(int device_id, disco_stream_t stream)
+{
+    if (stream == NULL)
+        return DISCO_OK;
+    /* As cudaStreamDestroy, queued work still completes. */
+    disco_status_t st = disco__sim_stream_sync(device_id, stream);
+    if (st == DISCO_E_INVAL)
+        return st;
+    lock_queues();
+    for (size_t i = 0; i < g_nstreams; i++) {
+        if (g_streams[i] == stream) {
+            free(g_streams[i]->ops);
+            free(g_streams[i]);
+            g_streams[i] = g_streams[--g_nstreams];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return st;
+}
