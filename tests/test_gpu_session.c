@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -608,6 +609,42 @@ START_TEST(test_device_collectives)
 }
 END_TEST
 
+/* A worker that dies while the others hold its arena open (imported by an
+ * allgather) breaks the session with DISCO_E_WORKER_DIED naming it, as on
+ * the CPU path; close still releases every import and arena of the
+ * controller (fds and memfd mappings as before). */
+START_TEST(test_death_with_imports)
+{
+    NEED_DEVICE(kDLExtDev);
+    void *warm;
+    CK_OK(disco_device_alloc((DLDevice){kDLExtDev, 0}, 4096, &warm));
+    CK_OK(disco_device_stream_sync((DLDevice){kDLExtDev, 0}, NULL));
+    CK_OK(disco_device_free((DLDevice){kDLExtDev, 0}, warm));
+    int fds = count_fds(), maps = count_memfd_maps();
+    disco_session_t *s = open_for(kDLExtDev, _i);
+    int world = disco_session_num_workers(s), victim = world - 1;
+    int64_t shape[1] = {32};
+    disco_dref_t x;
+    CK_OK(disco_session_empty_device(s, shape, 1, F32, (DLDevice){kDLExtDev, 0}, false, &x));
+    disco_dref_t ag = coll(s, "disco.allgather", x);
+    for (int w = 0; w < world; w++)
+        CK_OK(disco_session_sync(s, w));
+    int64_t st[6];
+    arena_stats(s, 0, st);
+    ck_assert_int_eq(st[3], world - 1);
+    ck_assert_int_eq(kill(disco_session_worker_pid(s, victim), SIGKILL), 0);
+    CK_STATUS(disco_session_sync(s, victim), DISCO_E_WORKER_DIED);
+    char want[32];
+    snprintf(want, sizeof want, "worker %d", victim);
+    CK_HAS(want);
+    CK_STATUS(disco_session_sync(s, 0), DISCO_E_BROKEN);
+    disco_session_close(s);
+    ck_assert_int_eq(count_fds(), fds);
+    ck_assert_int_eq(count_memfd_maps(), maps);
+    (void)ag;
+}
+END_TEST
+
 Suite *suite_gpu_session(void)
 {
     Suite *s = suite_create("gpu_session");
@@ -627,6 +664,7 @@ Suite *suite_gpu_session(void)
     tcase_add_test(tc, test_wrong_device);
     tcase_add_test(tc, test_collective_refuses_device);
     tcase_add_loop_test(tc, test_device_collectives, 0, 12);
+    tcase_add_loop_test(tc, test_death_with_imports, 0, 6);
     suite_add_tcase(s, tc);
     return s;
 }
