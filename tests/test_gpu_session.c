@@ -645,6 +645,30 @@ START_TEST(test_death_with_imports)
 }
 END_TEST
 
+/* A process has one IPC lifetime table: while one session holds device
+ * tensors, another session's first device tensor fails on worker 0 with
+ * DISCO_E_INVAL saying so (that session stays usable); once the first
+ * session is closed, the second can make them. */
+START_TEST(test_two_sessions)
+{
+    NEED_DEVICE(kDLExtDev);
+    disco_session_t *a = open_for(kDLExtDev, 0), *b = open_for(kDLExtDev, 0);
+    int64_t shape[1] = {8};
+    DLDevice sim = {kDLExtDev, 0};
+    disco_dref_t ra, rb;
+    CK_OK(disco_session_empty_device(a, shape, 1, F32, sim, false, &ra));
+    CK_STATUS(disco_session_empty_device(b, shape, 1, F32, sim, false, &rb), DISCO_E_INVAL);
+    CK_HAS("worker 0");
+    CK_HAS("another session");
+    CK_OK(disco_session_sync(b, 1)); /* worker 1 of b is another process: it made one */
+    ck_assert_int_eq(disco_session_health(b), DISCO_OK);
+    disco_session_close(a);
+    CK_OK(disco_session_empty_device(b, shape, 1, F32, sim, false, &rb));
+    CK_OK(disco_session_sync(b, 1));
+    disco_session_close(b);
+}
+END_TEST
+
 Suite *suite_gpu_session(void)
 {
     Suite *s = suite_create("gpu_session");
@@ -665,6 +689,7 @@ Suite *suite_gpu_session(void)
     tcase_add_test(tc, test_collective_refuses_device);
     tcase_add_loop_test(tc, test_device_collectives, 0, 12);
     tcase_add_loop_test(tc, test_death_with_imports, 0, 6);
+    tcase_add_test(tc, test_two_sessions);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -159,14 +159,18 @@ disco_status_t disco_session_sync(disco_session_t *sess, int worker);
 
 /** Fetches the value of register reg on worker (synchronous). The value
  *  owns its memory: disco_value_clear() it. A tensor comes back as the
- *  bytes of its data. Returns as sync, plus DISCO_E_BAD_REG,
+ *  bytes of its data (a device tensor's are copied to the host and synced
+ *  first). Returns as sync, plus DISCO_E_BAD_REG,
  *  DISCO_E_OVERFLOW (a tensor of 4 GiB or more: a bytes value cannot say
  *  its length) and DISCO_E_MSG_TOO_BIG (a value larger than a reply). */
 disco_status_t disco_session_debug_get(disco_session_t *sess, disco_dref_t reg, int worker,
                                        disco_value_t *value_out);
 
 /** Sets register reg on worker to a copy of value (synchronous). reg may be
- *  a fresh register from disco_session_alloc_reg. Returns as debug get. */
+ *  a fresh register from disco_session_alloc_reg. A register that holds a
+ *  device tensor (tensor.h) is filled instead when value is bytes: they
+ *  must be the tensor's size (else DISCO_E_MISMATCH naming the worker);
+ *  the copy is synced before the call returns. Returns as debug get. */
 disco_status_t disco_session_debug_set(disco_session_t *sess, disco_dref_t reg, int worker,
                                        const disco_value_t *value);
 

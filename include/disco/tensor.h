@@ -25,9 +25,15 @@
  * the worker and the device: DISCO_E_NO_DEVICE (no such device type, or no
  * device of it, as sim without DISCO_SIM_GPUS), DISCO_E_NOMEM (the arena
  * cannot be allocated, or is full), DISCO_E_MISMATCH (the worker's arena is
- * on another device type). A failing device call fails that call and the
+ * on another device type); DISCO_E_INVAL when another session of this
+ * process holds device tensors (the process has one IPC lifetime table:
+ * one session with device tensors at a time). A failing device call fails
+ * that call and the
  * session stays usable; a worker's death breaks it, as for CPU tensors.
- * Collectives take CPU tensors only so far (a device tensor: DISCO_E_MISMATCH).
+ * Collectives: disco.broadcast_from_worker0, disco.gather_to_worker0 and
+ * disco.allgather take device tensors (device-to-device copies between the
+ * arenas, synced before the members meet again); the others take CPU
+ * tensors only so far (a device tensor: DISCO_E_MISMATCH).
  *
  * Ordering. Worker 0 runs each command in the controller's thread before the
  * call returns, so:
