@@ -526,8 +526,8 @@ START_TEST(test_wrong_device)
 }
 END_TEST
 
-/* A device tensor is refused by the collectives (not supported yet) with a
- * clear error, not read as host memory. */
+/* A device tensor is refused by send_recv (not supported yet) with a clear
+ * error, not read as host memory. */
 START_TEST(test_collective_refuses_device)
 {
     NEED_DEVICE(kDLExtDev);
@@ -536,8 +536,8 @@ START_TEST(test_collective_refuses_device)
     disco_dref_t r, out;
     CK_OK(disco_session_empty_device(s, shape, 1, F32, (DLDevice){kDLExtDev, 0}, false, &r));
     disco_value_t args[3] = {
-        {.type = DISCO_T_DREF, .v.reg = r}, disco_value_str("sum"), disco_value_bool(false)};
-    CK_OK(disco_session_call_by_name(s, "disco.allreduce", args, 3, &out));
+        {.type = DISCO_T_DREF, .v.reg = r}, disco_value_int(0), disco_value_int(1)};
+    CK_OK(disco_session_call_by_name(s, "disco.send_recv", args, 3, &out));
     CK_STATUS(disco_session_sync(s, 1), DISCO_E_MISMATCH);
     CK_HAS("device");
     ck_assert_int_eq(disco_session_health(s), DISCO_OK);
@@ -554,10 +554,10 @@ static disco_dref_t coll(disco_session_t *s, const char *name, disco_dref_t x)
     return r;
 }
 
-/* broadcast_from_worker0, gather_to_worker0 and allgather of device
- * tensors: each member's result is on its own device with the right bytes
- * (device-to-device copies through the peers' arenas, each arena imported
- * once per process: the import counts do not grow with more calls). */
+/* broadcast_from_worker0, gather_to_worker0, allgather, scatter_from_worker0
+ * and allreduce (sum) of device tensors: each member's result is on its own device with the right
+ * bytes (device-to-device copies through the peers' arenas, each arena imported once per process:
+ * the import counts do not grow with more calls). */
 START_TEST(test_device_collectives)
 {
     DLDeviceType type = type_of(_i, 6);
@@ -579,6 +579,11 @@ START_TEST(test_device_collectives)
         disco_dref_t bc = coll(s, "disco.broadcast_from_worker0", x);
         disco_dref_t ga = coll(s, "disco.gather_to_worker0", x);
         disco_dref_t ag = coll(s, "disco.allgather", x);
+        disco_dref_t sc = coll(s, "disco.scatter_from_worker0", ag);
+        disco_value_t rargs[3] = {
+            {.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("sum"), disco_value_bool(false)};
+        disco_dref_t ar;
+        CK_OK(disco_session_call_by_name(s, "disco.allreduce", rargs, 3, &ar));
         pattern(p, N, 0);
         for (int w = 0; w < world; w++) {
             CK_OK(disco_session_sync(s, w));
@@ -590,6 +595,20 @@ START_TEST(test_device_collectives)
             CK_OK(disco_session_debug_get(s, ag, w, &v));
             ck_assert_uint_eq(v.len, (size_t)world * sizeof p);
             ck_assert_msg(memcmp(v.v.bytes, all, v.len) == 0, "allgather on worker %d", w);
+            disco_value_clear(&v);
+            /* scatter of worker 0's allgather: member w gets member w's x */
+            CK_OK(disco_session_debug_get(s, sc, w, &v));
+            ck_assert_uint_eq(v.len, sizeof p);
+            ck_assert_msg(memcmp(v.v.bytes, all + w * N, sizeof p) == 0, "scatter on %d", w);
+            disco_value_clear(&v);
+            CK_OK(disco_session_debug_get(s, ar, w, &v));
+            ck_assert_uint_eq(v.len, sizeof p);
+            for (int i = 0; i < N; i++) {
+                float want = 0;
+                for (int q = 0; q < world; q++)
+                    want += all[q * N + i];
+                ck_assert_msg(((const float *)v.v.bytes)[i] == want, "allreduce on %d [%d]", w, i);
+            }
             disco_value_clear(&v);
             int64_t st[6];
             arena_stats(s, w, st);
@@ -603,6 +622,8 @@ START_TEST(test_device_collectives)
         CK_OK(disco_session_free_reg(s, bc));
         CK_OK(disco_session_free_reg(s, ga));
         CK_OK(disco_session_free_reg(s, ag));
+        CK_OK(disco_session_free_reg(s, sc));
+        CK_OK(disco_session_free_reg(s, ar));
     }
     CK_OK(disco_session_free_reg(s, x));
     disco_session_close(s);

@@ -30,10 +30,13 @@
  * one session with device tensors at a time). A failing device call fails
  * that call and the
  * session stays usable; a worker's death breaks it, as for CPU tensors.
- * Collectives: disco.broadcast_from_worker0, disco.gather_to_worker0 and
- * disco.allgather take device tensors (device-to-device copies between the
- * arenas, synced before the members meet again); the others take CPU
- * tensors only so far (a device tensor: DISCO_E_MISMATCH).
+ * Collectives: disco.broadcast_from_worker0, scatter_from_worker0,
+ * gather_to_worker0, allgather and allreduce take device tensors
+ * (device-to-device copies between the arenas, allreduce staged through
+ * host memory; each member's copies are synced before the members meet
+ * again); disco.send_recv takes CPU tensors only so far (a device tensor:
+ * DISCO_E_MISMATCH). Each result is a new tensor on the member's own device
+ * (worker 0's broadcast result is its x).
  *
  * Ordering. Worker 0 runs each command in the controller's thread before the
  * call returns, so:

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "disco/dtype.h"
 #include "disco/func.h"
 #include "disco/tensor.h"
 #include "workers/core/worker.h"
@@ -113,5 +114,18 @@ disco_status_t disco__coll_dev_gather(struct disco__coll_call *c, const DLTensor
  *  bytes each) into out at rank * nb, then passes the barrier. Returns as
  *  disco__coll_dev_gather. */
 disco_status_t disco__coll_dev_allgather(struct disco__coll_call *c, DLTensor *out, size_t nb);
+
+/** After a meeting where worker 0 posted a device tensor of size rows
+ *  (dimension 0 per member) and chunk bytes per member: a copy of this
+ *  member's rows on its own device. Returns as disco__coll_dev_broadcast. */
+disco_status_t disco__coll_dev_scatter(disco_ctx_t *ctx, struct disco__coll_call *c, int64_t rows,
+                                       uint64_t chunk, disco_value_t *ret);
+
+/** After a meeting with same inputs: this member reduces its slice of
+ *  every member's x (staged through host memory, a chunk at a time), then
+ *  writes the result into every member's posted output, then passes the
+ *  barrier. Returns as disco__coll_dev_gather. */
+disco_status_t disco__coll_dev_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
+                                         const DLTensor *x, DLTensor *out);
 
 #endif

@@ -26,8 +26,7 @@ static disco_status_t tensor_arg_on(const disco_value_t *v, const char *what, bo
     if (ours && t->device.device_type != kDLCPU && !device)
         return disco_set_error(DISCO_E_MISMATCH,
                                "%s: the tensor is on device type %d: this collective takes CPU "
-                               "tensors (the shared heap) only so far (device tensors: broadcast, "
-                               "gather, allgather)",
+                               "tensors (the shared heap) only so far",
                                what, (int)t->device.device_type);
     if (!ours || (t->device.device_type != kDLCPU && !disco__tensor_is_device(t)))
         return disco_set_error(DISCO_E_MISMATCH,
@@ -37,11 +36,6 @@ static disco_status_t tensor_arg_on(const disco_value_t *v, const char *what, bo
         return st;
     *out = t;
     return DISCO_OK;
-}
-
-static disco_status_t tensor_arg(const disco_value_t *v, const char *what, DLTensor **out)
-{
-    return tensor_arg_on(v, what, false, out);
 }
 
 static bool flag(const disco_value_t *args, int nargs, int i)
@@ -83,11 +77,13 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
     DLTensor *x = NULL, *out = NULL;
     disco_reduce_op_t op = DISCO_REDUCE_SUM;
     disco_status_t st = n < 2 ? disco_set_error(DISCO_E_ARG_COUNT, "allreduce(x, op, in_group)")
-                              : tensor_arg(&a[0], "allreduce", &x);
+                              : tensor_arg_on(&a[0], "allreduce", true, &x);
     if (st == DISCO_OK && (a[1].type != DISCO_T_STR || !disco_reduce_parse(a[1].v.str, &op)))
         st = disco_set_error(DISCO_E_INVAL, "allreduce: op must be sum, prod, min, max or avg");
-    if (st == DISCO_OK)
+    if (st == DISCO_OK && x->device.device_type == kDLCPU)
         st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &out);
+    else if (st == DISCO_OK) /* on this worker's device, as x */
+        st = disco__ctx_empty_device(ctx, x->shape, x->ndim, x->dtype, x->device.device_type, &out);
     if (st == DISCO_OK) {
         disco__coll_post_tensor(&c, x, false);
         disco__coll_post_tensor(&c, out, true);
@@ -96,7 +92,13 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
     }
     if ((st = disco__coll_meet(&c)) != DISCO_OK ||
         (st = disco__coll_same_inputs(&c, false)) != DISCO_OK)
-        return st; /* same verdict, same barriers on every member */
+        return st;                 /* same verdict, same barriers on every member */
+    if (c.post[0].dev_type != 0) { /* staged through host memory, device to device */
+        st = disco__coll_dev_allreduce(&c, op, x, out);
+        if (st == DISCO_OK)
+            *ret = disco_value_tensor(out);
+        return st;
+    }
 
     size_t esz = disco_dtype_bytes(x->dtype), count = (size_t)disco_tensor_numel(x);
     char *ins[DISCO_MAX_WORKERS], *outs[DISCO_MAX_WORKERS];
@@ -204,12 +206,12 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "scatter_from_worker0", &c);
-    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "scatter_from_worker0", false) : NULL;
+    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "scatter_from_worker0", true) : NULL;
     if (x != NULL && (x->ndim == 0 || x->shape[0] % c.size != 0)) {
         disco_set_error(DISCO_E_MISMATCH, "scatter: dimension 0 (%lld) is not a multiple of %d",
                         x->ndim ? (long long)x->shape[0] : 0LL, c.size);
         disco__coll_fail(&c, DISCO_E_MISMATCH, disco_last_error());
-    } else if (x != NULL) {
+    } else if (x != NULL && x->device.device_type == kDLCPU) {
         disco__tensor_add_refs(x, (uint32_t)c.size - 1);
     }
     disco_status_t st = disco__coll_meet(&c);
@@ -218,7 +220,10 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     const struct disco__coll_posted *l = &c.post[0];
     int64_t rows = l->ndim > 0 ? l->shape[0] / c.size : 0;
     uint64_t chunk = l->nbytes / (uint64_t)c.size;
-    st = take(ctx, &c, 0, chunk * (uint64_t)c.rank, rows, c.rank != 0, ret);
+    if (l->dev_type != 0) /* a copy of its rows on each member's device */
+        st = disco__coll_dev_scatter(ctx, &c, rows, chunk, ret);
+    else
+        st = take(ctx, &c, 0, chunk * (uint64_t)c.rank, rows, c.rank != 0, ret);
     return end_barrier(&c, st);
 }
 
