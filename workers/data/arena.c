@@ -120,8 +120,11 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
         return disco_set_error(st, "worker %d: no %s device: %s", worker, type_name(type), why);
     }
     const char *name = type_name(type);
-    if ((st = disco_device_ipc_attach((char *)area + area->table_off, (size_t)area->table_bytes)) !=
-        DISCO_OK) {
+    /* Our own offset and size (area_check compared the offset), never the
+     * shared header's size: a process may have rewritten it. */
+    if ((st = disco_device_ipc_attach(
+             (char *)area + table_at(world),
+             disco_device_ipc_footprint(world * TABLE_SLOTS_PER_WORKER))) != DISCO_OK) {
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());
         return disco_set_error(st,
