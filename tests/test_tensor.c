@@ -340,7 +340,9 @@ START_TEST(test_copy_round_trip)
     disco_dref_t r;
     CK_STATUS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_INVAL);
     h.strides = NULL;
-    h.device.device_type = kDLCUDA;
+    /* A device type no session tensor can be on (cuda and sim tensors are
+     * copied device to device: suite gpu_session). */
+    h.device.device_type = kDLVulkan;
     CK_STATUS(disco_session_copy_to_worker0(s, &h, &r), DISCO_E_INVAL);
     h.device.device_type = kDLCPU;
     h.dtype = (DLDataType){kDLFloat, 8, 1};

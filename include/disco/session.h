@@ -71,27 +71,31 @@ typedef struct disco_session_config {
     int num_workers;       /* >= 1; worker 0 is the controller */
     disco_launch_t launch; /* default fork */
     disco_session_transport_t transport;
-    uint32_t call_timeout_ms;   /* deadline of each wait (sync, debug get); 0 = 60 s */
-    uint64_t spin_ns;           /* spin before parking; 0 = default (shorter when
-                                   processes outnumber cores) */
-    uint64_t pause_ns;          /* pause-only part of the spin; 0 = default */
-    const char *worker_path;    /* spawn: the disco-worker program; NULL = $DISCO_WORKER,
-                                   else "disco-worker" beside the running program */
-    uint32_t max_msg;           /* largest command frame; 0 = 64 KiB */
-    uint64_t heap_bytes;        /* shared heap for tensors, allocated (and backed) at
-                                   open; 0 = 16 MiB */
-    int num_groups;             /* worker groups for in-group collectives; must divide
-                                   num_workers; 0 = 1 */
-    bool trace_off;             /* no command stamps (see trace.h); default on */
-    disco_place_config_t place; /* where workers run (see placement.h); default:
-                                   $DISCO_PLACE, else spread (none when
-                                   workers outnumber PUs). Workers 1..N-1 bind
-                                   themselves at start; worker 0, the caller's
-                                   thread, is bound by open to its entry too
-                                   (unless place.leave_controller), so that the
-                                   kernel cannot put it on a worker's CPU;
-                                   close gives the thread back its CPUs and
-                                   memory policy */
+    uint32_t call_timeout_ms;    /* deadline of each wait (sync, debug get); 0 = 60 s */
+    uint64_t spin_ns;            /* spin before parking; 0 = default (shorter when
+                                    processes outnumber cores) */
+    uint64_t pause_ns;           /* pause-only part of the spin; 0 = default */
+    const char *worker_path;     /* spawn: the disco-worker program; NULL = $DISCO_WORKER,
+                                    else "disco-worker" beside the running program */
+    uint32_t max_msg;            /* largest command frame; 0 = 64 KiB */
+    uint64_t heap_bytes;         /* shared heap for tensors, allocated (and backed) at
+                                    open; 0 = 16 MiB */
+    int num_groups;              /* worker groups for in-group collectives; must divide
+                                    num_workers; 0 = 1 */
+    bool trace_off;              /* no command stamps (see trace.h); default on */
+    disco_place_config_t place;  /* where workers run (see placement.h); default:
+                                    $DISCO_PLACE, else spread (none when
+                                    workers outnumber PUs). Workers 1..N-1 bind
+                                    themselves at start; worker 0, the caller's
+                                    thread, is bound by open to its entry too
+                                    (unless place.leave_controller), so that the
+                                    kernel cannot put it on a worker's CPU;
+                                    close gives the thread back its CPUs and
+                                    memory policy */
+    uint64_t device_arena_bytes; /* each worker's device arena, from which
+                                    its sim or CUDA tensors are made
+                                    (allocated at its first device tensor);
+                                    0 = 64 MiB, at most 2^40 */
 } disco_session_config_t;
 
 typedef struct disco_session disco_session_t;
@@ -155,14 +159,18 @@ disco_status_t disco_session_sync(disco_session_t *sess, int worker);
 
 /** Fetches the value of register reg on worker (synchronous). The value
  *  owns its memory: disco_value_clear() it. A tensor comes back as the
- *  bytes of its data. Returns as sync, plus DISCO_E_BAD_REG,
+ *  bytes of its data (a device tensor's are copied to the host and synced
+ *  first). Returns as sync, plus DISCO_E_BAD_REG,
  *  DISCO_E_OVERFLOW (a tensor of 4 GiB or more: a bytes value cannot say
  *  its length) and DISCO_E_MSG_TOO_BIG (a value larger than a reply). */
 disco_status_t disco_session_debug_get(disco_session_t *sess, disco_dref_t reg, int worker,
                                        disco_value_t *value_out);
 
 /** Sets register reg on worker to a copy of value (synchronous). reg may be
- *  a fresh register from disco_session_alloc_reg. Returns as debug get. */
+ *  a fresh register from disco_session_alloc_reg. A register that holds a
+ *  device tensor (tensor.h) is filled instead when value is bytes: they
+ *  must be the tensor's size (else DISCO_E_MISMATCH naming the worker);
+ *  the copy is synced before the call returns. Returns as debug get. */
 disco_status_t disco_session_debug_set(disco_session_t *sess, disco_dref_t reg, int worker,
                                        const disco_value_t *value);
 

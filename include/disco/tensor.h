@@ -12,13 +12,44 @@
  * Tensors never travel inside command frames: they move by register (DRef)
  * and by the copies to and from worker 0 below, as in TVM's Disco.
  *
+ * Device tensors (kDLCUDA, and kDLExtDev: "sim", the simulated GPU that
+ * DISCO_SIM_GPUS=N enables, a test and development device). A register
+ * may hold a tensor on a worker's device: worker i uses device
+ * i mod (number of devices) of the type asked for, whatever device id is
+ * given. Each worker makes its device tensors in ONE device arena
+ * (cfg.device_arena_bytes, default 64 MiB), allocated on its device at its
+ * first device tensor and exported once for the other workers' processes;
+ * a tensor is a piece of it, named across processes by (worker, arena
+ * offset, shape, dtype). One session uses one device type. Closing the
+ * session frees every arena and closes every imported handle. Errors name
+ * the worker and the device: DISCO_E_NO_DEVICE (no such device type, or no
+ * device of it, as sim without DISCO_SIM_GPUS), DISCO_E_NOMEM (the arena
+ * cannot be allocated, or is full), DISCO_E_MISMATCH (the worker's arena is
+ * on another device type); DISCO_E_INVAL when another session of this
+ * process holds device tensors (the process has one IPC lifetime table:
+ * one session with device tensors at a time). A failing device call fails
+ * that call and the
+ * session stays usable; a worker's death breaks it, as for CPU tensors.
+ * Collectives: disco.broadcast_from_worker0, scatter_from_worker0,
+ * gather_to_worker0, allgather and allreduce take device tensors
+ * (device-to-device copies between the arenas, allreduce staged through
+ * host memory; each member's copies are synced before the members meet
+ * again); disco.send_recv takes CPU tensors only so far (a device tensor:
+ * DISCO_E_MISMATCH). Each result is a new tensor on the member's own device
+ * (worker 0's broadcast result is its x).
+ *
  * Ordering. Worker 0 runs each command in the controller's thread before the
  * call returns, so:
- *  - disco_session_copy_to_worker0 has copied the host bytes into the heap
- *    when it returns; the host buffer may be reused at once.
+ *  - disco_session_copy_to_worker0 (and _copy_into_worker0) has copied the
+ *    bytes into the heap or onto worker 0's device when it returns (a device
+ *    copy is synced before the call returns); the source may be reused at
+ *    once.
  *  - disco_session_copy_from_worker0 reads worker 0's register as it is after
  *    every command sent before it; no sync is needed first (TVM's Disco needs
- *    one; disco does not).
+ *    one; disco does not). A device copy is complete (synced) when it
+ *    returns. A function that queues device work on a stream of its own must
+ *    sync it before it returns for this to hold: disco syncs only the
+ *    streams it copies on.
  *
  * Supported dtypes: float16, bfloat16, float32, float64, int8/16/32/64,
  * uint8, bool (lanes 1); shapes up to DISCO_MAX_NDIM dimensions, compact
@@ -107,21 +138,47 @@ disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim,
 disco_status_t disco_session_empty(disco_session_t *sess, const int64_t *shape, int ndim,
                                    DLDataType dtype, bool worker0_only, disco_dref_t *reg_out);
 
+/** As disco_session_empty, on device: kDLCPU is disco_session_empty; kDLCUDA
+ *  or kDLExtDev (sim) makes each worker's tensor on its own device of that
+ *  type, from its device arena (see the top of this file; device.device_id
+ *  is not used). Returns as disco_session_empty, plus, before anything is
+ *  sent, DISCO_E_NO_DEVICE (another device type) and DISCO_E_NOMEM (larger
+ *  than a whole arena); from the call itself, worker 0's failure:
+ *  DISCO_E_NO_DEVICE (no device: the detail names the worker and the
+ *  device), DISCO_E_NOMEM (its arena cannot be allocated or is full),
+ *  DISCO_E_MISMATCH (its arena is on another device type); at the next
+ *  sync another worker's. */
+disco_status_t disco_session_empty_device(disco_session_t *sess, const int64_t *shape, int ndim,
+                                          DLDataType dtype, DLDevice device, bool worker0_only,
+                                          disco_dref_t *reg_out);
+
 /** Copies a host tensor (compact, CPU memory) into a new register on worker
- *  0 (null on the others). Returns DISCO_OK, DISCO_E_INVAL (not compact, not
- *  CPU, negative dimension), DISCO_E_BAD_TYPE, DISCO_E_OVERFLOW (the size
- *  overflows: see disco_shape_nbytes), DISCO_E_HEAP_EXHAUSTED (naming the
- *  size), DISCO_E_BROKEN, DISCO_E_SHUTDOWN; nothing is allocated on
+ *  0 (null on the others). A tensor on a cuda or sim device instead is
+ *  copied device to device into a new tensor on worker 0's device of that
+ *  type (its arena). Returns DISCO_OK, DISCO_E_INVAL (not compact, not
+ *  CPU, cuda or sim, negative dimension), DISCO_E_BAD_TYPE,
+ *  DISCO_E_OVERFLOW (the size overflows: see disco_shape_nbytes),
+ *  DISCO_E_HEAP_EXHAUSTED (naming the size), the device errors at the top
+ *  of this file, DISCO_E_BROKEN, DISCO_E_SHUTDOWN; nothing is allocated on
  *  failure. */
 disco_status_t disco_session_copy_to_worker0(disco_session_t *sess, const DLTensor *host,
                                              disco_dref_t *reg_out);
 
-/** Copies worker 0's tensor register into host (compact CPU memory of the
- *  same dtype and shape). Returns DISCO_OK, DISCO_E_BAD_REG (not a live
- *  register), DISCO_E_BAD_TYPE (the register holds no tensor),
- *  DISCO_E_MISMATCH (dtype or shape differ, naming both), DISCO_E_INVAL. */
+/** Copies worker 0's tensor register into host (compact, of the same dtype
+ *  and shape, in CPU memory or on a device: host <-> device and device to
+ *  device copies, synced before the call returns). Returns DISCO_OK,
+ *  DISCO_E_BAD_REG (not a live register), DISCO_E_BAD_TYPE (the register
+ *  holds no tensor), DISCO_E_MISMATCH (dtype or shape differ, naming both;
+ *  or two different device types), DISCO_E_INVAL, the device copy's error
+ *  (DISCO_E_NO_DEVICE, DISCO_E_SYS). */
 disco_status_t disco_session_copy_from_worker0(disco_session_t *sess, disco_dref_t reg,
                                                DLTensor *host);
+
+/** Copies src (as host of disco_session_copy_from_worker0) into worker 0's
+ *  existing tensor register reg (on the heap or a device), synced before the
+ *  call returns. Returns as disco_session_copy_from_worker0. */
+disco_status_t disco_session_copy_into_worker0(disco_session_t *sess, const DLTensor *src,
+                                               disco_dref_t reg);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "workers/data/arena.h"
 #include "workers/data/bind.h"
 #include "workers/data/collective.h"
 #include "workers/core/ctl_layout.h"
@@ -39,6 +40,10 @@ static disco_status_t check_config(const disco_session_config_t *c)
     if (c->heap_bytes > MAX_HEAP)
         return disco_set_error(DISCO_E_INVAL, "cfg.heap_bytes %llu: at most %llu (2^46)",
                                (unsigned long long)c->heap_bytes, (unsigned long long)MAX_HEAP);
+    if (c->device_arena_bytes > DISCO_ARENA_MAX_BYTES)
+        return disco_set_error(DISCO_E_INVAL, "cfg.device_arena_bytes %llu: at most %llu (2^40)",
+                               (unsigned long long)c->device_arena_bytes,
+                               (unsigned long long)DISCO_ARENA_MAX_BYTES);
     if (c->spin_ns > MAX_SPIN_NS || c->pause_ns > MAX_SPIN_NS)
         return disco_set_error(DISCO_E_INVAL,
                                "cfg.spin_ns %llu, cfg.pause_ns %llu: each at most %llu (1 s)",
@@ -109,8 +114,13 @@ static disco_status_t make_segment(struct disco_session *s)
     }
     s->ctl = ctl;
     s->errbox = (struct disco__errbox *)(base + lay.r[DISCO_CTL_ERRBOX].off);
-    disco__coll_init((struct disco__coll_area *)(base + lay.r[DISCO_CTL_COLL].off), (uint32_t)world,
-                     (uint32_t)s->cfg.num_groups);
+    struct disco__coll_area *coll = (struct disco__coll_area *)(base + lay.r[DISCO_CTL_COLL].off);
+    disco__coll_init(coll, (uint32_t)world, (uint32_t)s->cfg.num_groups);
+    st = disco__dev_area_init(
+        disco__coll_dev_area(coll, (uint32_t)world, (uint32_t)s->cfg.num_groups), (uint32_t)world,
+        s->cfg.device_arena_bytes);
+    if (st != DISCO_OK)
+        return st;
     st = disco_heap_init(base + lay.r[DISCO_CTL_HEAP].off, (size_t)geom.heap_size, &s->heap);
     if (st != DISCO_OK)
         return st;
@@ -179,6 +189,8 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         s->cfg.heap_bytes = DEFAULT_HEAP;
     if (s->cfg.num_groups == 0)
         s->cfg.num_groups = 1;
+    if (s->cfg.device_arena_bytes == 0)
+        s->cfg.device_arena_bytes = DISCO_ARENA_DEFAULT_BYTES;
     s->world = cfg->num_workers;
     if ((st = disco_plan_make(&cfg->place, s->world, &s->plan)) != DISCO_OK) {
         free(s);
@@ -221,6 +233,7 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off),
         &s->w0_wait);
     s->w0.ngroups = (uint32_t)s->cfg.num_groups;
+    s->w0.dev_area = disco__coll_dev_area(s->w0.coll, (uint32_t)s->world, s->w0.ngroups);
     s->w0.abandon = disco__session_abandon;
     s->w0.abandon_ctx = s;
     /* Worker 0 has no trace ring (disco__worker_init leaves w0.trace NULL):

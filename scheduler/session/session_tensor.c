@@ -5,14 +5,23 @@
 #include <string.h>
 
 #include "shm/text.h"
+#include "workers/data/arena.h"
 #include "workers/data/tensor_impl.h"
 #include "disco/dtype.h"
 #include "scheduler/session/session_impl.h"
 
+/* Device types a session tensor may be on besides the CPU. */
+static bool is_gpu(DLDeviceType type)
+{
+    return type == kDLCUDA || type == kDLExtDev;
+}
+
 static disco_status_t check_host(const DLTensor *t, const char *what)
 {
-    if (t == NULL || t->device.device_type != kDLCPU)
-        return disco_set_error(DISCO_E_INVAL, "%s: host tensor must be in CPU memory", what);
+    if (t == NULL || (t->device.device_type != kDLCPU && !is_gpu(t->device.device_type)))
+        return disco_set_error(DISCO_E_INVAL,
+                               "%s: host tensor must be in CPU memory or on a cuda or sim device",
+                               what);
     size_t nbytes; /* the size first: a compactness check multiplies the shape too */
     disco_status_t st = disco_shape_nbytes(t->shape, t->ndim, t->dtype, &nbytes);
     if (st != DISCO_OK) {
@@ -32,9 +41,19 @@ static disco_status_t api_copy_to_worker0(disco_session_t *s, const DLTensor *ho
     if (st != DISCO_OK || (st = check_host(host, "copy to worker 0")) != DISCO_OK)
         return st;
     DLTensor *t;
-    if ((st = disco__tensor_new(&s->heap, 0, host->shape, host->ndim, host->dtype, &t)) != DISCO_OK)
+    DLDeviceType type = host->device.device_type;
+    if (type == kDLCPU)
+        st = disco__tensor_new(&s->heap, 0, host->shape, host->ndim, host->dtype, &t);
+    else if ((st = disco__arena_ensure(&s->w0.arena, s->w0.dev_area, 0, type)) == DISCO_OK)
+        st = disco__tensor_new_device(s->w0.arena, host->shape, host->ndim, host->dtype, &t);
+    if (st != DISCO_OK)
         return st;
-    memcpy(t->data, (const char *)host->data + host->byte_offset, disco_tensor_nbytes(t));
+    if ((st = disco__tensor_copy_in(t, host)) != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        disco__tensor_release(t);
+        return disco_set_error(st, "copy to worker 0: %s", why);
+    }
     /* The other workers' copy of a fresh register is already null (new ids
      * are, and freeing clears them), so no command needs to go out. */
     uint64_t reg;
@@ -48,10 +67,13 @@ static disco_status_t api_copy_to_worker0(disco_session_t *s, const DLTensor *ho
     return st;
 }
 
-static disco_status_t api_copy_from_worker0(disco_session_t *s, disco_dref_t reg, DLTensor *host)
+/* Worker 0's tensor in register reg, checked against host's layout; what
+ * names the call. */
+static disco_status_t w0_tensor(disco_session_t *s, disco_dref_t reg, const DLTensor *host,
+                                const char *what, DLTensor **t_out)
 {
     disco_status_t st = disco__session_usable(s);
-    if (st != DISCO_OK || (st = check_host(host, "copy from worker 0")) != DISCO_OK)
+    if (st != DISCO_OK || (st = check_host(host, what)) != DISCO_OK)
         return st;
     if (!disco__regs_ok(&s->regs, reg))
         return disco__regs_bad(reg);
@@ -59,19 +81,53 @@ static disco_status_t api_copy_from_worker0(disco_session_t *s, disco_dref_t reg
     if (v == NULL || v->type != DISCO_T_TENSOR)
         return disco_set_error(DISCO_E_BAD_TYPE, "register %llu on worker 0 holds %s, not a tensor",
                                (unsigned long long)reg, disco_type_name(v ? v->type : 0));
-    const DLTensor *t = v->v.tensor;
+    DLTensor *t = v->v.tensor;
     if (!disco_tensor_same_layout(t, host)) {
         char a[32], b[32];
         return disco_set_error(DISCO_E_MISMATCH,
-                               "copy from worker 0: register holds %s with %d dims (%lld...), host "
+                               "%s: register holds %s with %d dims (%lld...), host "
                                "tensor is %s with %d dims (%lld...)",
-                               disco_dtype_str(t->dtype, a, sizeof a), t->ndim,
+                               what, disco_dtype_str(t->dtype, a, sizeof a), t->ndim,
                                t->ndim ? (long long)t->shape[0] : 0LL,
                                disco_dtype_str(host->dtype, b, sizeof b), host->ndim,
                                host->ndim ? (long long)host->shape[0] : 0LL);
     }
-    memcpy((char *)host->data + host->byte_offset, t->data, disco_tensor_nbytes(t));
+    DLDeviceType rt = t->device.device_type, ht = host->device.device_type;
+    if (rt != ht && rt != kDLCPU && ht != kDLCPU)
+        return disco_set_error(DISCO_E_MISMATCH,
+                               "%s: register %llu is on worker 0's device (type %d, id %d), the "
+                               "tensor on device type %d: no copy joins them",
+                               what, (unsigned long long)reg, (int)rt, t->device.device_id,
+                               (int)ht);
+    *t_out = t;
     return DISCO_OK;
+}
+
+/* The copy's own failure, named for the caller. */
+static disco_status_t copy_failed(disco_status_t st, const char *what)
+{
+    char why[DISCO_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", disco_last_error());
+    return disco_set_error(st, "%s: worker 0: %s", what, why);
+}
+
+static disco_status_t api_copy_from_worker0(disco_session_t *s, disco_dref_t reg, DLTensor *host)
+{
+    DLTensor *t;
+    disco_status_t st = w0_tensor(s, reg, host, "copy from worker 0", &t);
+    if (st == DISCO_OK && (st = disco__tensor_copy_out(t, host)) != DISCO_OK)
+        st = copy_failed(st, "copy from worker 0");
+    return st;
+}
+
+static disco_status_t api_copy_into_worker0(disco_session_t *s, const DLTensor *src,
+                                            disco_dref_t reg)
+{
+    DLTensor *t;
+    disco_status_t st = w0_tensor(s, reg, src, "copy into worker 0", &t);
+    if (st == DISCO_OK && (st = disco__tensor_copy_in(t, src)) != DISCO_OK)
+        st = copy_failed(st, "copy into worker 0");
+    return st;
 }
 
 /* Refuses, before anything is sent, count tensors of nbytes that the heap
@@ -123,19 +179,39 @@ static disco_status_t w0_outcome(struct disco_session *s, disco_dref_t reg)
     return disco_set_error(st, "worker 0: disco.empty: %s", msg);
 }
 
+/* Refuses, before anything is sent, a device tensor larger than a
+ * worker's whole arena. */
+static disco_status_t fits_arena(const struct disco_session *s, size_t nbytes, DLDevice dev)
+{
+    if (!is_gpu(dev.device_type))
+        return disco_set_error(DISCO_E_NO_DEVICE,
+                               "disco.empty: device type %d: tensors are made on cpu, cuda or sim "
+                               "(kDLExtDev) only",
+                               (int)dev.device_type);
+    if ((uint64_t)nbytes <= s->cfg.device_arena_bytes)
+        return DISCO_OK;
+    return disco_set_error(DISCO_E_NOMEM,
+                           "disco.empty: a tensor of %zu bytes cannot fit in a worker's device "
+                           "arena of %llu bytes (cfg.device_arena_bytes)",
+                           nbytes, (unsigned long long)s->cfg.device_arena_bytes);
+}
+
 static disco_status_t api_empty(disco_session_t *s, const int64_t *shape, int ndim,
-                                DLDataType dtype, bool worker0_only, disco_dref_t *reg_out)
+                                DLDataType dtype, DLDevice dev, bool worker0_only,
+                                disco_dref_t *reg_out)
 {
     /* Every size is checked here, before a command goes out, so that an
      * overflowing shape never wraps to a few bytes (test_bounds). */
     size_t nbytes;
     disco_status_t st = disco_shape_nbytes(shape, ndim, dtype, &nbytes);
-    if (st != DISCO_OK || (st = disco__session_usable(s)) != DISCO_OK ||
-        (st = fits_heap(s, nbytes, worker0_only ? 1 : s->world)) != DISCO_OK)
+    if (st != DISCO_OK || (st = disco__session_usable(s)) != DISCO_OK)
+        return st;
+    st = dev.device_type == kDLCPU ? fits_heap(s, nbytes, worker0_only ? 1 : s->world)
+                                   : fits_arena(s, nbytes, dev);
+    if (st != DISCO_OK)
         return st;
     disco_value_t args[4] = {disco_value_shape(shape, (uint32_t)ndim), disco_value_dtype(dtype),
-                             disco_value_device((DLDevice){kDLCPU, 0}),
-                             disco_value_bool(worker0_only)};
+                             disco_value_device(dev), disco_value_bool(worker0_only)};
     disco_dref_t f, reg;
     if ((st = disco__session_get_func(s, "disco.empty", &f)) != DISCO_OK)
         return st;
@@ -166,5 +242,19 @@ disco_status_t disco_session_copy_from_worker0(disco_session_t *s, disco_dref_t 
 disco_status_t disco_session_empty(disco_session_t *s, const int64_t *shape, int ndim,
                                    DLDataType dtype, bool worker0_only, disco_dref_t *reg_out)
 {
-    return disco__session_tell(s, api_empty(s, shape, ndim, dtype, worker0_only, reg_out));
+    return disco__session_tell(
+        s, api_empty(s, shape, ndim, dtype, (DLDevice){kDLCPU, 0}, worker0_only, reg_out));
+}
+
+disco_status_t disco_session_empty_device(disco_session_t *s, const int64_t *shape, int ndim,
+                                          DLDataType dtype, DLDevice device, bool worker0_only,
+                                          disco_dref_t *reg_out)
+{
+    return disco__session_tell(s, api_empty(s, shape, ndim, dtype, device, worker0_only, reg_out));
+}
+
+disco_status_t disco_session_copy_into_worker0(disco_session_t *s, const DLTensor *src,
+                                               disco_dref_t reg)
+{
+    return disco__session_tell(s, api_copy_into_worker0(s, src, reg));
 }

@@ -8,6 +8,7 @@
 #include "disco/tensor.h"
 #include "workers/core/registry.h"
 #include "workers/core/worker.h"
+#include "workers/data/arena.h"
 
 /* disco.load_library(path): dlopen the library in this worker; its
  * DISCO_FUNC constructors register its functions. Libraries stay loaded. */
@@ -80,6 +81,29 @@ static disco_status_t cpu_affinity(disco_ctx_t *ctx, const disco_value_t *args, 
     return DISCO_OK;
 }
 
+/* disco.arena_stats(): this worker's device arena as a shape [bytes, used,
+ * blocks, peers imported, device type, device id]; all 0 (device type -1)
+ * before its first device tensor. For tests and debugging. */
+static disco_status_t arena_stats(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                  disco_value_t *ret)
+{
+    (void)args;
+    (void)nargs;
+    disco__arena_stats_t st;
+    disco__arena_stats(ctx->worker != NULL ? ctx->worker->arena : NULL, &st);
+    int64_t *v = disco_ctx_alloc(ctx, 6 * sizeof *v);
+    if (v == NULL)
+        return disco_ctx_fail(ctx, "out of memory");
+    v[0] = (int64_t)st.bytes;
+    v[1] = (int64_t)st.used;
+    v[2] = st.blocks;
+    v[3] = st.peers;
+    v[4] = st.bytes ? (int64_t)st.device.device_type : -1;
+    v[5] = st.device.device_id;
+    *ret = disco_value_shape(v, 6);
+    return DISCO_OK;
+}
+
 void disco__builtins_register(void)
 {
     disco_register_func("disco.load_library", "s", load_library);
@@ -89,6 +113,7 @@ void disco__builtins_register(void)
     disco_register_func("disco.noop", NULL, noop);
     disco__register_session_func("disco.tensor_span", "T", tensor_span);
     disco_register_func("disco.cpu_affinity", "", cpu_affinity);
+    disco__register_session_func("disco.arena_stats", "", arena_stats);
 }
 
 /* disco.tensor_span(x): where x's bytes are in the shared heap, as a shape

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "workers/core/worker.h"
+#include "workers/data/arena.h"
 #include "workers/data/tensor_impl.h"
 
 int disco_ctx_worker_id(const disco_ctx_t *ctx)
@@ -67,6 +68,25 @@ disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim,
     DLTensor *t;
     disco_status_t st =
         disco__tensor_new(ctx->worker->heap, (uint32_t)ctx->worker_id, shape, ndim, dtype, &t);
+    if (st == DISCO_OK && (st = disco__ctx_own(ctx, t)) == DISCO_OK)
+        *out = t;
+    return st;
+}
+
+disco_status_t disco__ctx_empty_device(disco_ctx_t *ctx, const int64_t *shape, int ndim,
+                                       DLDataType dtype, DLDeviceType type, DLTensor **out)
+{
+    struct disco_worker *w = ctx->worker;
+    if (w == NULL || w->dev_area == NULL)
+        return disco_set_error(DISCO_E_INVAL,
+                               "no device arena here: device tensors are made inside a session");
+    size_t nbytes;
+    DLTensor *t;
+    disco_status_t st = disco_shape_nbytes(shape, ndim, dtype, &nbytes);
+    if (st == DISCO_OK)
+        st = disco__arena_ensure(&w->arena, w->dev_area, w->id, type);
+    if (st == DISCO_OK)
+        st = disco__tensor_new_device(w->arena, shape, ndim, dtype, &t);
     if (st == DISCO_OK && (st = disco__ctx_own(ctx, t)) == DISCO_OK)
         *out = t;
     return st;

@@ -7,6 +7,7 @@
 
 #include "shm/wait_internal.h"
 #include "workers/core/registry.h"
+#include "workers/data/arena.h"
 #include "workers/data/tensor_impl.h"
 
 static const char *const cmd_names[DISCO_CMD_COUNT] = {
@@ -45,6 +46,8 @@ void disco__worker_fini(disco_worker_t *w)
     free(w->regs);
     w->regs = NULL;
     w->nregs = 0;
+    disco__arena_destroy(w->arena); /* after the registers: they held its blocks */
+    w->arena = NULL;
 }
 
 void disco__worker_post_error(disco_worker_t *w, int code, const char *func, const char *msg)
@@ -204,6 +207,54 @@ static disco_status_t reply_error(disco_worker_t *w, int64_t token, disco_status
     return disco_frame_encode(DISCO_REPLY_ERROR, w->seq, err, 3, reply, cap, len);
 }
 
+/* Copies device tensor t's bytes into a new host buffer (*staged_out, the
+ * caller frees it) and points raw (t's bytes value) at it. */
+static disco_status_t stage_device(disco_worker_t *w, const DLTensor *t, disco_value_t *raw,
+                                   void **staged_out)
+{
+    void *buf = malloc(raw->len ? raw->len : 1);
+    if (buf == NULL)
+        return disco_set_error(DISCO_E_NOMEM, "worker %d: %u bytes to stage a device tensor", w->id,
+                               raw->len);
+    disco_status_t st = disco__tensor_to_host(t, buf);
+    if (st != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        free(buf);
+        return disco_set_error(st, "worker %d: reading a tensor on device type %d, id %d: %s",
+                               w->id, (int)t->device.device_type, t->device.device_id, why);
+    }
+    raw->v.bytes = buf;
+    *staged_out = buf;
+    return DISCO_OK;
+}
+
+/* debug_set of a register holding a device tensor with a bytes value of
+ * the tensor's size fills the tensor (its bytes cannot be set any other
+ * way from the host). DISCO_E_AGAIN: not that case, set the register. */
+static disco_status_t fill_device(disco_worker_t *w, uint64_t reg, const disco_value_t *v)
+{
+    const disco_value_t *cur = disco__worker_get_reg(w, reg);
+    if (cur == NULL || cur->type != DISCO_T_TENSOR || !disco__tensor_is_device(cur->v.tensor) ||
+        v->type != DISCO_T_BYTES)
+        return DISCO_E_AGAIN;
+    DLTensor *t = cur->v.tensor;
+    size_t n = disco_tensor_nbytes(t);
+    if (v->len != n)
+        return disco_set_error(DISCO_E_MISMATCH,
+                               "worker %d: register %llu holds a device tensor of %zu bytes; "
+                               "%u bytes cannot fill it",
+                               w->id, (unsigned long long)reg, n, v->len);
+    disco_status_t st = disco__tensor_from_host(t, v->v.bytes);
+    if (st != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        return disco_set_error(st, "worker %d: filling a tensor on device type %d, id %d: %s",
+                               w->id, (int)t->device.device_type, t->device.device_id, why);
+    }
+    return DISCO_OK;
+}
+
 /* Checks a command's fixed arguments: count and types. */
 static disco_status_t check_shape(const disco_frame_hdr_t *h, const disco_value_t *args)
 {
@@ -273,20 +324,29 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         }
         const disco_value_t *v = &w->regs[r];
         disco_value_t raw;
+        void *staged = NULL;
         if (v->type == DISCO_T_TENSOR) { /* a tensor answers with its bytes */
             /* Its size is checked, never cut to the 32 bits of a bytes
              * length: 4 GiB or more is DISCO_E_OVERFLOW
              * (test_bounds.c, test_debug_get_4gib). */
             if ((st = disco__tensor_bytes_value(v->v.tensor, &raw)) != DISCO_OK)
                 return reply_error(w, args[2].v.i, st, reply, reply_cap, reply_len);
+            /* A device tensor's bytes are staged in host memory first. */
+            if (disco__tensor_is_device(v->v.tensor) &&
+                (st = stage_device(w, v->v.tensor, &raw, &staged)) != DISCO_OK)
+                return reply_error(w, args[2].v.i, st, reply, reply_cap, reply_len);
             v = &raw;
         }
-        return reply_ok(w, args[2].v.i, v, reply, reply_cap, reply_len);
+        st = reply_ok(w, args[2].v.i, v, reply, reply_cap, reply_len);
+        free(staged);
+        return st;
     }
     case DISCO_CMD_DEBUG_SET:
         if (args[1].v.i != w->id)
             return DISCO_OK;
-        if ((st = reg_set(w, args[0].v.reg, &args[3])) != DISCO_OK)
+        if ((st = fill_device(w, args[0].v.reg, &args[3])) == DISCO_E_AGAIN)
+            st = reg_set(w, args[0].v.reg, &args[3]);
+        if (st != DISCO_OK)
             return reply_error(w, args[2].v.i, st, reply, reply_cap, reply_len);
         return reply_ok(w, args[2].v.i, NULL, reply, reply_cap, reply_len);
     default: /* check_shape refused every other code */

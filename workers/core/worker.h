@@ -43,6 +43,8 @@ typedef struct disco_worker {
     disco_status_t (*abandon)(void *ctx, disco_status_t st, const int *late, int nlate,
                               const char *what);
     void *abandon_ctx;
+    struct disco__dev_area *dev_area; /* the session's device area (arena.h), or NULL */
+    struct disco__arena *arena;       /* this worker's device arena, made at first use */
 } disco_worker_t;
 
 /** Sets up worker id of world with its mailbox, the session's heap (may be
@@ -51,7 +53,7 @@ disco_status_t disco__worker_init(disco_worker_t *w, int id, int world, struct d
                                   disco_heap_t *heap, struct disco__coll_area *coll,
                                   const disco_wait_t *wait);
 
-/** Frees every register. */
+/** Frees every register, then the worker's device arena (arena.h). */
 void disco__worker_fini(disco_worker_t *w);
 
 /** Executes one decoded command. When the command asks this worker for a

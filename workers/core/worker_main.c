@@ -11,6 +11,7 @@
 #include "disco/session.h"
 #include "disco/worker.h"
 #include "workers/data/bind.h"
+#include "workers/data/collective.h"
 #include "workers/core/ctl_layout.h"
 #include "workers/core/inherit.h"
 #include "workers/core/worker.h"
@@ -106,6 +107,7 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
                        (struct disco__coll_area *)(base + lay.r[DISCO_CTL_COLL].off), &wait);
     w.abandon = end_on_abandon;
     w.ngroups = lay.geom.num_groups; /* read once, at start, as the rest of the geometry */
+    w.dev_area = disco__coll_dev_area(w.coll, lay.geom.world, w.ngroups);
     if (lay.geom.trace)
         w.trace = (struct disco__trace_ring *)(base + lay.r[DISCO_CTL_TRACE].off) + (id - 1);
     int rc = disco__worker_loop(&w, &chan, &wait);

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "disco/dtype.h"
 #include "disco/func.h"
 #include "disco/tensor.h"
 #include "workers/core/worker.h"
@@ -31,7 +32,8 @@ struct disco__coll_posted {
     int32_t ndim;
     DLDataType dtype;
     int64_t shape[DISCO_MAX_NDIM];
-    uint64_t nbytes; /* of ndim, shape and dtype: checked not to overflow */
+    uint64_t nbytes;   /* of ndim, shape and dtype: checked not to overflow */
+    uint32_t dev_type; /* 0: heap tensors; else device tensors of this type */
 };
 
 struct disco__coll_call {
@@ -80,8 +82,50 @@ disco_status_t disco__coll_meet(struct disco__coll_call *c);
 disco_status_t disco__coll_span_check(struct disco__coll_call *c, int r, bool out, uint64_t off,
                                       uint64_t len, char **p_out);
 
+/** As disco__coll_span_check for device tensors: bytes [off, off + len) of
+ *  member r's posted input (or output) in its device arena, in this
+ *  process (the member's arena imported at its first use, arena.h), and
+ *  the device they are on. Returns DISCO_OK, DISCO_E_PROTOCOL (the member
+ *  posted no device tensor), DISCO_E_INVAL (outside the arena; no arena
+ *  here), or the import's error. */
+disco_status_t disco__coll_dev_span(struct disco__coll_call *c, int r, bool out, uint64_t off,
+                                    uint64_t len, char **p_out, DLDevice *dev_out);
+
 /** Checks that every member's input has this member's dtype and shape
  *  (shape[0] too unless any_dim0). Returns DISCO_OK or DISCO_E_MISMATCH. */
 disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0);
+
+/* ---- device tensors (collective_dev.c) ---- */
+
+/** After a meeting where worker 0 posted a device tensor x (NULL on the
+ *  others): the leader's result is x itself (a new reference), every other
+ *  member's a copy on its own device. Returns DISCO_OK, or this member's
+ *  own failure (allocation, import, copy); the caller passes the end
+ *  barrier either way. */
+disco_status_t disco__coll_dev_broadcast(disco_ctx_t *ctx, struct disco__coll_call *c,
+                                         const DLTensor *x, disco_value_t *ret);
+
+/** After a meeting with same inputs: copies this member's x (nb bytes)
+ *  into worker 0's posted output at rank * nb, then passes the barrier.
+ *  Returns DISCO_OK or this member's failure (after the barrier). */
+disco_status_t disco__coll_dev_gather(struct disco__coll_call *c, const DLTensor *x, size_t nb);
+
+/** After a meeting with same inputs: copies every member's input (nb
+ *  bytes each) into out at rank * nb, then passes the barrier. Returns as
+ *  disco__coll_dev_gather. */
+disco_status_t disco__coll_dev_allgather(struct disco__coll_call *c, DLTensor *out, size_t nb);
+
+/** After a meeting where worker 0 posted a device tensor of size rows
+ *  (dimension 0 per member) and chunk bytes per member: a copy of this
+ *  member's rows on its own device. Returns as disco__coll_dev_broadcast. */
+disco_status_t disco__coll_dev_scatter(disco_ctx_t *ctx, struct disco__coll_call *c, int64_t rows,
+                                       uint64_t chunk, disco_value_t *ret);
+
+/** After a meeting with same inputs: this member reduces its slice of
+ *  every member's x (staged through host memory, a chunk at a time), then
+ *  writes the result into every member's posted output, then passes the
+ *  barrier. Returns as disco__coll_dev_gather. */
+disco_status_t disco__coll_dev_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
+                                         const DLTensor *x, DLTensor *out);
 
 #endif

@@ -8,14 +8,29 @@
 
 #include "shm/text.h"
 #include "disco/dtype.h"
+#include "workers/data/arena.h"
 #include "workers/data/coll_call.h"
 #include "workers/data/tensor_impl.h"
 #include "workers/core/worker.h"
 
+/* Bytes from the area's start to the device area (64-aligned). */
+static size_t dev_area_at(uint32_t world, uint32_t num_groups)
+{
+    size_t at = sizeof(struct disco__coll_area) + num_groups * sizeof(struct disco__barrier) +
+                2 * world * sizeof(struct disco__coll_slot) +
+                world * sizeof(struct disco__coll_mark);
+    return (at + 63) / 64 * 64;
+}
+
 size_t disco__coll_footprint(uint32_t world, uint32_t num_groups)
 {
-    return sizeof(struct disco__coll_area) + num_groups * sizeof(struct disco__barrier) +
-           2 * world * sizeof(struct disco__coll_slot) + world * sizeof(struct disco__coll_mark);
+    return dev_area_at(world, num_groups) + disco__dev_area_footprint(world);
+}
+
+struct disco__dev_area *disco__coll_dev_area(struct disco__coll_area *a, uint32_t world,
+                                             uint32_t num_groups)
+{
+    return (struct disco__dev_area *)((char *)a + dev_area_at(world, num_groups));
 }
 
 void disco__coll_init(struct disco__coll_area *a, uint32_t world, uint32_t num_groups)
@@ -140,6 +155,7 @@ void disco__coll_post_tensor(struct disco__coll_call *c, const DLTensor *t, bool
     }
     c->me->in_block = disco__tensor_block(t);
     c->me->in_off = disco__tensor_byte_offset(t);
+    c->me->dev_type = t->device.device_type == kDLCPU ? 0 : (uint32_t)t->device.device_type;
     c->me->dtype = t->dtype;
     c->me->ndim = t->ndim;
     memcpy(c->me->shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
@@ -197,6 +213,7 @@ static disco_status_t take_post(struct disco__coll_call *c, int r)
     p->out_block = m->out_block, p->out_off = m->out_off;
     p->ndim = m->ndim;
     p->dtype = m->dtype;
+    p->dev_type = m->dev_type;
     memcpy(p->shape, m->shape, sizeof p->shape);
     bool ok = p->ndim >= 0 && p->ndim <= DISCO_MAX_NDIM;
     uint64_t n = disco_dtype_bytes(p->dtype);
@@ -266,22 +283,42 @@ disco_status_t disco__coll_span_check(struct disco__coll_call *c, int r, bool ou
     return DISCO_OK;
 }
 
+disco_status_t disco__coll_dev_span(struct disco__coll_call *c, int r, bool out, uint64_t off,
+                                    uint64_t len, char **p_out, DLDevice *dev_out)
+{
+    const struct disco__coll_posted *p = &c->post[r];
+    uint64_t at;
+    if (p->dev_type == 0 || c->w->arena == NULL ||
+        __builtin_add_overflow(out ? p->out_block : p->in_block, off, &at))
+        return disco_set_error(DISCO_E_PROTOCOL,
+                               "%s: worker %d posted no device tensor, or worker %d has no arena",
+                               c->what, c->base + r, c->w->id);
+    void *ptr;
+    disco_status_t st = disco__arena_peer(c->w->arena, c->base + r, at, len, &ptr, dev_out);
+    if (st == DISCO_OK)
+        *p_out = ptr;
+    return st;
+}
+
 /* Checks that every member's input has my dtype and shape (shape[0] too
  * unless any_dim0). */
 disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0)
 {
     for (int r = 0; r < c->size; r++) {
         const struct disco__coll_posted *m = &c->post[r];
-        bool same = m->ndim == c->me->ndim && m->dtype.code == c->me->dtype.code &&
-                    m->dtype.bits == c->me->dtype.bits && m->dtype.lanes == c->me->dtype.lanes;
+        bool same = m->dev_type == c->me->dev_type && m->ndim == c->me->ndim &&
+                    m->dtype.code == c->me->dtype.code && m->dtype.bits == c->me->dtype.bits &&
+                    m->dtype.lanes == c->me->dtype.lanes;
         for (int d = any_dim0 ? 1 : 0; same && d < m->ndim; d++)
             same = m->shape[d] == c->me->shape[d];
         if (!same) {
             char a[32], b[32];
             return disco_set_error(
-                DISCO_E_MISMATCH, "worker %d has a %s tensor of %d dims, worker %d a %s of %d",
-                c->base + r, disco_dtype_str(m->dtype, a, sizeof a), (int)m->ndim, c->w->id,
-                disco_dtype_str(c->me->dtype, b, sizeof b), c->me->ndim);
+                DISCO_E_MISMATCH,
+                "worker %d has a %s tensor of %d dims (device type %u), worker "
+                "%d a %s of %d (device type %u)",
+                c->base + r, disco_dtype_str(m->dtype, a, sizeof a), (int)m->ndim, m->dev_type,
+                c->w->id, disco_dtype_str(c->me->dtype, b, sizeof b), c->me->ndim, c->me->dev_type);
         }
     }
     return DISCO_OK;

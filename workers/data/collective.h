@@ -69,8 +69,8 @@ struct disco__coll_slot {
     int32_t status;            /* this member's own verdict before the exchange */
     int32_t ndim;
     DLDataType dtype;
-    uint32_t reserved;
-    uint64_t in_block, in_off;   /* input tensor (heap offsets), 0 if none */
+    uint32_t dev_type;           /* 0: heap tensors; else their device type (arena.h) */
+    uint64_t in_block, in_off;   /* input tensor (heap offsets; device: arena offset, 0) */
     uint64_t out_block, out_off; /* output tensor, 0 if none */
     int64_t shape[DISCO_MAX_NDIM];
     char msg[160];
@@ -78,7 +78,7 @@ struct disco__coll_slot {
 
 /* The area: one barrier for the whole world and one per group, then two
  * sets of one slot per worker (alternate collectives use alternate sets),
- * then one mark per worker. */
+ * then one mark per worker; then, 64-aligned, the device area (arena.h). */
 struct disco__coll_area {
     uint32_t world; /* as formatted; for people reading a dump, never used */
     uint32_t num_groups;
@@ -88,6 +88,13 @@ struct disco__coll_area {
 
 /** Bytes the area needs. */
 size_t disco__coll_footprint(uint32_t world, uint32_t num_groups);
+
+struct disco__dev_area;
+
+/** The device area (arena.h) that follows the area's marks; geometry as
+ *  disco__coll_mark. The footprint above includes it. */
+struct disco__dev_area *disco__coll_dev_area(struct disco__coll_area *a, uint32_t world,
+                                             uint32_t num_groups);
 
 /** Formats the area (zeroed memory). */
 void disco__coll_init(struct disco__coll_area *a, uint32_t world, uint32_t num_groups);

@@ -13,14 +13,22 @@
 
 #define CHUNK_BYTES (256u * 1024u) /* reduce, then copy out, a cache-sized piece at a time */
 
-/* Validates a tensor argument: ours, CPU, compact, supported dtype. */
-static disco_status_t tensor_arg(const disco_value_t *v, const char *what, DLTensor **out)
+/* Validates a tensor argument: ours, CPU (or, with device, in a worker's
+ * device arena), compact, supported dtype. */
+static disco_status_t tensor_arg_on(const disco_value_t *v, const char *what, bool device,
+                                    DLTensor **out)
 {
     if (v->type != DISCO_T_TENSOR)
         return disco_set_error(DISCO_E_BAD_TYPE, "%s: expected a tensor, got %s", what,
                                disco_type_name(v->type));
     DLTensor *t = v->v.tensor;
-    if (!disco__tensor_is_ours(t) || t->device.device_type != kDLCPU)
+    bool ours = disco__tensor_is_ours(t);
+    if (ours && t->device.device_type != kDLCPU && !device)
+        return disco_set_error(DISCO_E_MISMATCH,
+                               "%s: the tensor is on device type %d: this collective takes CPU "
+                               "tensors (the shared heap) only so far",
+                               what, (int)t->device.device_type);
+    if (!ours || (t->device.device_type != kDLCPU && !disco__tensor_is_device(t)))
         return disco_set_error(DISCO_E_MISMATCH,
                                "%s: the tensor is not in this session's shared heap", what);
     disco_status_t st = disco_dtype_check(t->dtype);
@@ -38,17 +46,22 @@ static bool flag(const disco_value_t *args, int nargs, int i)
 /* ---- builtins ---- */
 
 /* disco.empty(shape, dtype, device, worker0_only): a new tensor (contents
- * unspecified); with worker0_only, null on the other workers. */
+ * unspecified); with worker0_only, null on the other workers. A CPU device
+ * makes it in the shared heap; a sim or CUDA device in each worker's device
+ * arena, on the worker's own device (worker i -> device i mod count: the
+ * device's id is not used). */
 static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     if (flag(a, n, 3) && ctx->worker_id != 0)
         return DISCO_OK;
     DLDevice dev = a[2].v.device;
-    if (dev.device_type != kDLCPU)
-        return disco_ctx_fail(ctx, "device type %d: only CPU tensors (kDLCPU) are supported",
-                              (int)dev.device_type);
     DLTensor *t;
-    disco_status_t st = disco_ctx_empty(ctx, a[0].v.shape, (int)a[0].len, a[1].v.dtype, &t);
+    disco_status_t st;
+    if (dev.device_type == kDLCPU) /* the shared heap */
+        st = disco_ctx_empty(ctx, a[0].v.shape, (int)a[0].len, a[1].v.dtype, &t);
+    else /* the worker's device arena, on its own device (device_id: i mod count) */
+        st = disco__ctx_empty_device(ctx, a[0].v.shape, (int)a[0].len, a[1].v.dtype,
+                                     dev.device_type, &t);
     if (st == DISCO_OK)
         *ret = disco_value_tensor(t);
     return st;
@@ -64,11 +77,13 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
     DLTensor *x = NULL, *out = NULL;
     disco_reduce_op_t op = DISCO_REDUCE_SUM;
     disco_status_t st = n < 2 ? disco_set_error(DISCO_E_ARG_COUNT, "allreduce(x, op, in_group)")
-                              : tensor_arg(&a[0], "allreduce", &x);
+                              : tensor_arg_on(&a[0], "allreduce", true, &x);
     if (st == DISCO_OK && (a[1].type != DISCO_T_STR || !disco_reduce_parse(a[1].v.str, &op)))
         st = disco_set_error(DISCO_E_INVAL, "allreduce: op must be sum, prod, min, max or avg");
-    if (st == DISCO_OK)
+    if (st == DISCO_OK && x->device.device_type == kDLCPU)
         st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &out);
+    else if (st == DISCO_OK) /* on this worker's device, as x */
+        st = disco__ctx_empty_device(ctx, x->shape, x->ndim, x->dtype, x->device.device_type, &out);
     if (st == DISCO_OK) {
         disco__coll_post_tensor(&c, x, false);
         disco__coll_post_tensor(&c, out, true);
@@ -77,7 +92,13 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
     }
     if ((st = disco__coll_meet(&c)) != DISCO_OK ||
         (st = disco__coll_same_inputs(&c, false)) != DISCO_OK)
-        return st; /* same verdict, same barriers on every member */
+        return st;                 /* same verdict, same barriers on every member */
+    if (c.post[0].dev_type != 0) { /* staged through host memory, device to device */
+        st = disco__coll_dev_allreduce(&c, op, x, out);
+        if (st == DISCO_OK)
+            *ret = disco_value_tensor(out);
+        return st;
+    }
 
     size_t esz = disco_dtype_bytes(x->dtype), count = (size_t)disco_tensor_numel(x);
     char *ins[DISCO_MAX_WORKERS], *outs[DISCO_MAX_WORKERS];
@@ -125,11 +146,11 @@ static disco_status_t end_barrier(struct disco__coll_call *c, disco_status_t st)
 
 /* The tensor a leader shares: validated, with refs added for the others. */
 static DLTensor *lead_share(struct disco__coll_call *c, const disco_value_t *a, int n,
-                            const char *what)
+                            const char *what, bool device)
 {
     DLTensor *x = NULL;
     disco_status_t st = n < 1 ? disco_set_error(DISCO_E_ARG_COUNT, "%s(x, in_group)", what)
-                              : tensor_arg(&a[0], what, &x);
+                              : tensor_arg_on(&a[0], what, device, &x);
     if (st != DISCO_OK) {
         disco__coll_fail(c, st, disco_last_error());
         return NULL;
@@ -168,11 +189,13 @@ static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n,
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "broadcast_from_worker0", &c);
-    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "broadcast_from_worker0") : NULL;
-    if (x != NULL)
+    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "broadcast_from_worker0", true) : NULL;
+    if (x != NULL && x->device.device_type == kDLCPU)
         disco__tensor_add_refs(x, (uint32_t)c.size - 1);
     disco_status_t st = disco__coll_meet(&c);
-    if (st == DISCO_OK)
+    if (st == DISCO_OK && c.post[0].dev_type != 0) /* a copy each, device to device */
+        st = disco__coll_dev_broadcast(ctx, &c, x, ret);
+    else if (st == DISCO_OK)
         st = take(ctx, &c, 0, 0, -1, c.rank != 0, ret);
     return end_barrier(&c, st);
 }
@@ -183,12 +206,12 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "scatter_from_worker0", &c);
-    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "scatter_from_worker0") : NULL;
+    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "scatter_from_worker0", true) : NULL;
     if (x != NULL && (x->ndim == 0 || x->shape[0] % c.size != 0)) {
         disco_set_error(DISCO_E_MISMATCH, "scatter: dimension 0 (%lld) is not a multiple of %d",
                         x->ndim ? (long long)x->shape[0] : 0LL, c.size);
         disco__coll_fail(&c, DISCO_E_MISMATCH, disco_last_error());
-    } else if (x != NULL) {
+    } else if (x != NULL && x->device.device_type == kDLCPU) {
         disco__tensor_add_refs(x, (uint32_t)c.size - 1);
     }
     disco_status_t st = disco__coll_meet(&c);
@@ -197,7 +220,10 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     const struct disco__coll_posted *l = &c.post[0];
     int64_t rows = l->ndim > 0 ? l->shape[0] / c.size : 0;
     uint64_t chunk = l->nbytes / (uint64_t)c.size;
-    st = take(ctx, &c, 0, chunk * (uint64_t)c.rank, rows, c.rank != 0, ret);
+    if (l->dev_type != 0) /* a copy of its rows on each member's device */
+        st = disco__coll_dev_scatter(ctx, &c, rows, chunk, ret);
+    else
+        st = take(ctx, &c, 0, chunk * (uint64_t)c.rank, rows, c.rank != 0, ret);
     return end_barrier(&c, st);
 }
 
@@ -208,7 +234,7 @@ static DLTensor *gather_prep(disco_ctx_t *ctx, struct disco__coll_call *c, const
 {
     DLTensor *x = NULL, *out = NULL;
     disco_status_t st = n < 1 ? disco_set_error(DISCO_E_ARG_COUNT, "%s(x, in_group)", what)
-                              : tensor_arg(&a[0], what, &x);
+                              : tensor_arg_on(&a[0], what, true, &x);
     if (st == DISCO_OK && x->ndim == 0)
         st = disco_set_error(DISCO_E_MISMATCH, "%s: a scalar has no dimension 0", what);
     if (st == DISCO_OK && want_out) {
@@ -218,8 +244,11 @@ static DLTensor *gather_prep(disco_ctx_t *ctx, struct disco__coll_call *c, const
         if (__builtin_mul_overflow(shape[0], (int64_t)c->size, &shape[0]))
             st = disco_set_error(DISCO_E_OVERFLOW, "%s: dimension 0 (%lld) times %d overflows",
                                  what, (long long)x->shape[0], c->size);
-        else
+        else if (x->device.device_type == kDLCPU)
             st = disco_ctx_empty(ctx, shape, x->ndim, x->dtype, &out);
+        else /* on this worker's device, as x */
+            st =
+                disco__ctx_empty_device(ctx, shape, x->ndim, x->dtype, x->device.device_type, &out);
     }
     if (st != DISCO_OK) {
         disco__coll_fail(c, st, disco_last_error());
@@ -246,6 +275,12 @@ static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, di
     if (st != DISCO_OK)
         return st;
     size_t nb = disco_tensor_nbytes(x);
+    if (c.post[0].dev_type != 0) { /* into worker 0's arena, device to device */
+        st = disco__coll_dev_gather(&c, x, nb);
+        if (st == DISCO_OK && out != NULL)
+            *ret = disco_value_tensor(out);
+        return st;
+    }
     char *dst;
     if ((st = disco__coll_span_check(&c, 0, true, 0, nb * (size_t)c.size, &dst)) != DISCO_OK)
         return st; /* a verdict on the leader's slot: the same on every member */
@@ -271,6 +306,12 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
     if (st != DISCO_OK)
         return st;
     size_t nb = disco_tensor_nbytes(x);
+    if (c.post[0].dev_type != 0) { /* from every member's arena, device to device */
+        st = disco__coll_dev_allgather(&c, out, nb);
+        if (st == DISCO_OK)
+            *ret = disco_value_tensor(out);
+        return st;
+    }
     char *ins[DISCO_MAX_WORKERS];
     for (int r = 0; r < c.size; r++)
         if ((st = disco__coll_span_check(&c, r, false, 0, nb, &ins[r])) != DISCO_OK)
@@ -297,7 +338,7 @@ static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n,
                         dst, c.size);
         disco__coll_fail(&c, DISCO_E_INVAL, disco_last_error());
     } else if (c.rank == src) {
-        DLTensor *x = lead_share(&c, a, n, "send_recv");
+        DLTensor *x = lead_share(&c, a, n, "send_recv", false);
         if (x != NULL)
             disco__tensor_add_refs(x, 1);
     }

@@ -5,8 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "workers/data/bind.h"
 #include "disco/dtype.h"
+#include "workers/data/arena.h"
+#include "workers/data/bind.h"
 #include "workers/data/tensor_impl.h"
 
 #define BLOCK_MAGIC 0x4b4c42524e4554ULL /* "TENRBLK" */
@@ -22,9 +23,10 @@ _Static_assert(sizeof(struct block_hdr) == DISCO_TENSOR_BLOCK_HDR, "block header
 struct dtensor {
     DLTensor dl; /* first: a DLTensor* of ours is a struct dtensor* */
     int64_t shape[DISCO_MAX_NDIM];
-    disco_heap_t *heap;
-    uint64_t block;       /* heap offset of the block header */
-    uint64_t byte_offset; /* of dl.data within the block's data */
+    disco_heap_t *heap;              /* NULL for a device tensor */
+    struct disco__arena_blk *dblock; /* a device tensor's arena block, else NULL */
+    uint64_t block;                  /* heap offset of the block header */
+    uint64_t byte_offset;            /* of dl.data within the block's data */
 };
 
 /* The tensors this process holds, so that a DLTensor* handed to us can be
@@ -219,6 +221,89 @@ static disco_status_t wrap(disco_heap_t *heap, uint64_t block, uint64_t byte_off
     return DISCO_OK;
 }
 
+/* A device tensor over blk (taking a new reference to it). */
+static disco_status_t wrap_device(struct disco__arena_blk *blk, const int64_t *shape, int ndim,
+                                  DLDataType dtype, DLTensor **out)
+{
+    struct dtensor *t = calloc(1, sizeof *t);
+    if (t == NULL || !live_add(t)) {
+        free(t);
+        return disco_set_error(DISCO_E_NOMEM, "tensor handle");
+    }
+    disco__arena_blk_ref(blk);
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    t->dblock = blk;
+    t->block = blk->off;
+    t->dl.data = disco__arena_blk_ptr(blk);
+    t->dl.device = disco__arena_device(blk->arena);
+    t->dl.ndim = ndim;
+    t->dl.dtype = dtype;
+    t->dl.shape = t->shape;
+    *out = &t->dl;
+    return DISCO_OK;
+}
+
+disco_status_t disco__tensor_new_device(struct disco__arena *arena, const int64_t *shape, int ndim,
+                                        DLDataType dtype, DLTensor **out)
+{
+    size_t nbytes;
+    disco_status_t st = check_shape(shape, ndim, dtype, &nbytes);
+    struct disco__arena_blk *blk;
+    if (st != DISCO_OK || (st = disco__arena_alloc(arena, nbytes, &blk)) != DISCO_OK)
+        return st;
+    st = wrap_device(blk, shape, ndim, dtype, out);
+    disco__arena_blk_release(blk); /* the tensor holds its own reference, or none is left */
+    return st;
+}
+
+bool disco__tensor_is_device(const DLTensor *t)
+{
+    return ((const struct dtensor *)t)->dblock != NULL;
+}
+
+/* Copies the bytes of t (ours) to or from other, on other_dev: memcpy
+ * between host memory; else on t's arena's stream (or the default stream
+ * of the device side, for a heap tensor), synced before it returns. */
+static disco_status_t copy_with(const DLTensor *t, void *other, DLDevice other_dev, bool out)
+{
+    const struct dtensor *d = (const struct dtensor *)t;
+    size_t n = disco_tensor_nbytes(t);
+    char *p = (char *)t->data + t->byte_offset;
+    DLDevice dev = t->device;
+    if (dev.device_type == kDLCPU && other_dev.device_type == kDLCPU) {
+        if (n != 0)
+            memcpy(out ? other : p, out ? p : other, n);
+        return DISCO_OK;
+    }
+    disco_stream_t s = d->dblock != NULL ? disco__arena_stream(d->dblock->arena) : NULL;
+    DLDevice sync_dev = d->dblock != NULL ? dev : other_dev;
+    disco_status_t st = out ? disco_device_copy(other, other_dev, p, dev, n, s)
+                            : disco_device_copy(p, dev, other, other_dev, n, s);
+    if (st == DISCO_OK)
+        st = disco_device_stream_sync(sync_dev, s);
+    return st;
+}
+
+disco_status_t disco__tensor_to_host(const DLTensor *t, void *dst)
+{
+    return copy_with(t, dst, (DLDevice){kDLCPU, 0}, true);
+}
+
+disco_status_t disco__tensor_from_host(DLTensor *t, const void *src)
+{
+    return copy_with(t, (void *)src, (DLDevice){kDLCPU, 0}, false);
+}
+
+disco_status_t disco__tensor_copy_out(const DLTensor *t, DLTensor *dst)
+{
+    return copy_with(t, (char *)dst->data + dst->byte_offset, dst->device, true);
+}
+
+disco_status_t disco__tensor_copy_in(DLTensor *t, const DLTensor *src)
+{
+    return copy_with(t, (char *)src->data + src->byte_offset, src->device, false);
+}
+
 disco_status_t disco__tensor_new(disco_heap_t *heap, uint32_t owner, const int64_t *shape, int ndim,
                                  DLDataType dtype, DLTensor **out)
 {
@@ -293,6 +378,8 @@ disco_status_t disco__tensor_from_block(disco_heap_t *heap, uint64_t block, uint
 disco_status_t disco__tensor_ref(const DLTensor *t, DLTensor **out)
 {
     const struct dtensor *d = (const struct dtensor *)t;
+    if (d->dblock != NULL)
+        return wrap_device(d->dblock, d->shape, t->ndim, t->dtype, out);
     return disco__tensor_from_block(d->heap, d->block, d->byte_offset, d->shape, t->ndim, t->dtype,
                                     false, out);
 }
@@ -312,6 +399,11 @@ void disco__tensor_release(DLTensor *t)
     struct dtensor *d = (struct dtensor *)t;
     if (!live_remove(d))
         return; /* not ours: nothing to drop */
+    if (d->dblock != NULL) {
+        disco__arena_blk_release(d->dblock);
+        free(d);
+        return;
+    }
     struct block_hdr *h = block_at(d->heap, d->block);
     /* acq_rel: our uses of the bytes happen before whoever frees the block
      * (release), and the freeing process sees every other's uses (acquire). */

@@ -19,6 +19,37 @@
 disco_status_t disco__tensor_new(disco_heap_t *heap, uint32_t owner, const int64_t *shape, int ndim,
                                  DLDataType dtype, DLTensor **out);
 
+struct disco__arena;
+
+/** A new device tensor in arena (a worker's device arena, arena.h), refcount
+ *  1, contents unspecified. Returns DISCO_OK, the shape errors of
+ *  disco_shape_nbytes, DISCO_E_NOMEM (the arena is full: the detail names
+ *  the worker and the device). */
+disco_status_t disco__tensor_new_device(struct disco__arena *arena, const int64_t *shape, int ndim,
+                                        DLDataType dtype, DLTensor **out);
+
+/** Whether t (ours) is a device tensor (its bytes are in a device arena,
+ *  not host memory). */
+bool disco__tensor_is_device(const DLTensor *t);
+
+/** Copies a device tensor's bytes to host memory dst (nbytes of t), on the
+ *  arena's stream, synced before it returns. Returns DISCO_OK or what
+ *  disco_device_copy / disco_device_stream_sync return. */
+disco_status_t disco__tensor_to_host(const DLTensor *t, void *dst);
+
+/** Fills a device tensor from host memory src (nbytes of t), synced before
+ *  it returns. Returns as disco__tensor_to_host. */
+disco_status_t disco__tensor_from_host(DLTensor *t, const void *src);
+
+/** Copies t's bytes (ours: heap or device) into dst (same layout, compact,
+ *  in host memory or on a device), or src's into t: memcpy between host
+ *  memory, else disco_device_copy on t's arena's stream (a heap tensor: the
+ *  device side's default stream), synced before it returns. Returns
+ *  DISCO_OK or what disco_device_copy / disco_device_stream_sync return
+ *  (DISCO_E_NO_DEVICE for a pair of device types no copy joins). */
+disco_status_t disco__tensor_copy_out(const DLTensor *t, DLTensor *dst);
+disco_status_t disco__tensor_copy_in(DLTensor *t, const DLTensor *src);
+
 /** A tensor over existing heap bytes: block (a heap offset from
  *  disco__tensor_block), byte_offset into its data. adopt: take over a
  *  reference someone else added for us (see disco__tensor_add_refs);

@@ -1,0 +1,206 @@
+/* gpu_session_util.h - shared by the gpu_session suites (test_gpu_session.c,
+ * test_gpu_session_coll.c): which device a test runs on, session geometry,
+ * and small probes (arena stats, fds, memfd mappings). Header-only, static. */
+#ifndef DISCO_TESTS_GPU_SESSION_UTIL_H
+#define DISCO_TESTS_GPU_SESSION_UTIL_H
+
+#include <check.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "disco/device.h"
+#include "disco/session.h"
+#include "disco/tensor.h"
+#include "tests/testutil.h"
+
+#define SIM_GPUS "2"
+#define NSIM     2
+
+/* ---- which device a test runs on ---- */
+
+static inline int gpu_required(void)
+{
+    const char *v = getenv("DISCO_REQUIRE_GPU");
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
+/* Number of CUDA GPUs, probed in a forked child: a process that has
+ * initialized CUDA cannot fork workers that use it. 0 with why filled. */
+static inline int cuda_count(char *why, size_t cap)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(why, cap, "pipe failed");
+        return 0;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        int n = 0;
+        char msg[256] = "";
+        if (disco_device_count(kDLCUDA, &n) != DISCO_OK) {
+            n = 0;
+            snprintf(msg, sizeof msg, "%s", disco_last_error());
+        }
+        ssize_t wr = write(fds[1], &n, sizeof n);
+        wr += write(fds[1], msg, sizeof msg);
+        _exit(wr > 0 ? 0 : 1);
+    }
+    close(fds[1]);
+    int n = 0;
+    char msg[256] = "no answer from the probe";
+    if (read(fds[0], &n, sizeof n) != (ssize_t)sizeof n)
+        n = 0;
+    else if (read(fds[0], msg, sizeof msg) <= 0)
+        msg[0] = '\0';
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    snprintf(why, cap, "%s", msg);
+    return n;
+}
+
+/* The device type of loop index i (sim for the first half). */
+static inline DLDeviceType type_of(int i, int nsim)
+{
+    return i < nsim ? kDLExtDev : kDLCUDA;
+}
+
+/* Returns from the test, passing, when type cannot be tested here (a CUDA
+ * skip fails under DISCO_REQUIRE_GPU=1). Sets DISCO_SIM_GPUS for sim. */
+#define NEED_DEVICE(type)                                                                          \
+    do {                                                                                           \
+        if ((type) == kDLExtDev) {                                                                 \
+            setenv("DISCO_SIM_GPUS", SIM_GPUS, 1);                                                 \
+            const disco_device_api_t *api_;                                                        \
+            if (disco_device_api_get(kDLExtDev, &api_) != DISCO_OK) {                              \
+                printf("%s: skipped: this build has no sim device (%s)\n", __func__,               \
+                       disco_last_error());                                                        \
+                return;                                                                            \
+            }                                                                                      \
+        } else {                                                                                   \
+            char why_[256];                                                                        \
+            if (cuda_count(why_, sizeof why_) == 0) {                                              \
+                ck_assert_msg(!gpu_required(), "%s: DISCO_REQUIRE_GPU is set, no GPU: %s",         \
+                              __func__, why_);                                                     \
+                printf("%s: skipped: %s\n", __func__, why_);                                       \
+                return;                                                                            \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* The session geometry of loop index i within one device type: 2, 3, 4
+ * workers, forked then spawned. */
+static inline disco_session_config_t cfg_of(int i)
+{
+    disco_session_config_t c = disco_session_config_default(2 + i % 3);
+    if (i / 3 % 2 == 1) {
+        c.launch = DISCO_LAUNCH_SPAWN;
+        c.worker_path = DISCO_TEST_WORKER;
+    }
+    c.call_timeout_ms = 120000; /* generous: 4 workers on 2 shared cores */
+    c.device_arena_bytes = 4u << 20;
+    return c;
+}
+
+/* CUDA sessions spawn their workers: the probe ran in a child, but a
+ * controller that touches CUDA later must not fork again after it. */
+static inline disco_session_t *open_for(DLDeviceType type, int i)
+{
+    disco_session_config_t c = cfg_of(i);
+    if (type == kDLCUDA) {
+        c.launch = DISCO_LAUNCH_SPAWN;
+        c.worker_path = DISCO_TEST_WORKER;
+    }
+    disco_session_t *s;
+    CK_OK(disco_session_open(&c, &s));
+    return s;
+}
+
+static const DLDataType F32 = {kDLFloat, 32, 1};
+
+/* disco.arena_stats on worker w: [bytes, used, blocks, peers, type, id]. */
+static inline void arena_stats(disco_session_t *s, int w, int64_t out[6])
+{
+    disco_dref_t r;
+    CK_OK(disco_session_call_by_name(s, "disco.arena_stats", NULL, 0, &r));
+    disco_value_t v;
+    CK_OK(disco_session_debug_get(s, r, w, &v));
+    ck_assert_int_eq(v.type, DISCO_T_SHAPE);
+    ck_assert_uint_eq(v.len, 6);
+    memcpy(out, v.v.shape, 6 * sizeof *out);
+    disco_value_clear(&v);
+    CK_OK(disco_session_free_reg(s, r));
+}
+
+/* A test pattern for worker w: n floats. */
+static inline void pattern(float *p, size_t n, int w)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)(w * 1000 + (int)i) + 0.5f;
+}
+
+/* Syncs workers 1..N-1, each until it answers DISCO_OK, and gathers the
+ * failures reported on the way (a sync reports every worker's failure
+ * posted by then, so which sync reports which is timing): each returns
+ * want; their details go into all (cap bytes). Returns how many came. */
+static inline int sync_collect(disco_session_t *s, disco_status_t want, char *all, size_t cap)
+{
+    int n = 0;
+    size_t used = 0;
+    all[0] = '\0';
+    for (int w = 1; w < disco_session_num_workers(s); w++) {
+        disco_status_t st;
+        while ((st = disco_session_sync(s, w)) != DISCO_OK) {
+            ck_assert_msg(st == want && n < 64, "sync %d: %s (%s)", w, disco_err_name(st),
+                          disco_last_error());
+            int k = snprintf(all + used, cap - used, "%s; ", disco_last_error());
+            used += k > 0 && (size_t)k < cap - used ? (size_t)k : 0;
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Asserts that the gathered details mention text. */
+#define CK_ALL_HAS(all, text)                                                                      \
+    ck_assert_msg(strstr((all), (text)) != NULL, "\"%s\" lacks \"%s\"", (all), (text))
+
+/* Open file descriptors and shared mappings of this process. */
+static inline int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
+
+static inline int count_memfd_maps(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        n += strstr(line, "memfd:") != NULL;
+    fclose(f);
+    return n;
+}
+
+/* Calls collective name(x, false) and returns its result register. */
+static inline disco_dref_t coll(disco_session_t *s, const char *name, disco_dref_t x)
+{
+    disco_value_t args[2] = {{.type = DISCO_T_DREF, .v.reg = x}, disco_value_bool(false)};
+    disco_dref_t r;
+    CK_OK(disco_session_call_by_name(s, name, args, 2, &r));
+    return r;
+}
+
+#endif

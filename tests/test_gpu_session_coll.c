@@ -1,0 +1,153 @@
+/* test_gpu_session_coll.c - collectives of device tensors, deaths and
+ * sessions side by side (suite gpu_session_coll; the rest of the device
+ * session tests, and how they pick sim or CUDA, are in test_gpu_session.c). */
+#include "tests/gpu_session_util.h"
+
+/* broadcast_from_worker0, gather_to_worker0, allgather, scatter_from_worker0
+ * and allreduce (sum) of device tensors: each member's result is on its own device with the right
+ * bytes (device-to-device copies through the peers' arenas, each arena imported once per process:
+ * the import counts do not grow with more calls). */
+START_TEST(test_device_collectives)
+{
+    DLDeviceType type = type_of(_i, 6);
+    NEED_DEVICE(type);
+    disco_session_t *s = open_for(type, _i % 6);
+    int world = disco_session_num_workers(s);
+    enum { N = 64 };
+    int64_t shape[1] = {N};
+    disco_dref_t x;
+    CK_OK(disco_session_empty_device(s, shape, 1, F32, (DLDevice){type, 0}, false, &x));
+    static float p[N], all[4 * N];
+    for (int w = 0; w < world; w++) {
+        pattern(p, N, w);
+        memcpy(all + w * N, p, sizeof p);
+        disco_value_t b = disco_value_bytes((const char *)p, sizeof p);
+        CK_OK(disco_session_debug_set(s, x, w, &b));
+    }
+    for (int round = 0; round < 2; round++) {
+        disco_dref_t bc = coll(s, "disco.broadcast_from_worker0", x);
+        disco_dref_t ga = coll(s, "disco.gather_to_worker0", x);
+        disco_dref_t ag = coll(s, "disco.allgather", x);
+        disco_dref_t sc = coll(s, "disco.scatter_from_worker0", ag);
+        disco_value_t rargs[3] = {
+            {.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("sum"), disco_value_bool(false)};
+        disco_dref_t ar;
+        CK_OK(disco_session_call_by_name(s, "disco.allreduce", rargs, 3, &ar));
+        pattern(p, N, 0);
+        for (int w = 0; w < world; w++) {
+            CK_OK(disco_session_sync(s, w));
+            disco_value_t v;
+            CK_OK(disco_session_debug_get(s, bc, w, &v));
+            ck_assert_uint_eq(v.len, sizeof p);
+            ck_assert_msg(memcmp(v.v.bytes, p, sizeof p) == 0, "broadcast on worker %d", w);
+            disco_value_clear(&v);
+            CK_OK(disco_session_debug_get(s, ag, w, &v));
+            ck_assert_uint_eq(v.len, (size_t)world * sizeof p);
+            ck_assert_msg(memcmp(v.v.bytes, all, v.len) == 0, "allgather on worker %d", w);
+            disco_value_clear(&v);
+            /* scatter of worker 0's allgather: member w gets member w's x */
+            CK_OK(disco_session_debug_get(s, sc, w, &v));
+            ck_assert_uint_eq(v.len, sizeof p);
+            ck_assert_msg(memcmp(v.v.bytes, all + w * N, sizeof p) == 0, "scatter on %d", w);
+            disco_value_clear(&v);
+            CK_OK(disco_session_debug_get(s, ar, w, &v));
+            ck_assert_uint_eq(v.len, sizeof p);
+            for (int i = 0; i < N; i++) {
+                float want = 0;
+                for (int q = 0; q < world; q++)
+                    want += all[q * N + i];
+                ck_assert_msg(((const float *)v.v.bytes)[i] == want, "allreduce on %d [%d]", w, i);
+            }
+            disco_value_clear(&v);
+            int64_t st[6];
+            arena_stats(s, w, st);
+            ck_assert_int_eq(st[3], world - 1); /* every peer's arena, opened once */
+        }
+        disco_value_t v;
+        CK_OK(disco_session_debug_get(s, ga, 0, &v));
+        ck_assert_uint_eq(v.len, (size_t)world * sizeof p);
+        ck_assert_int_eq(memcmp(v.v.bytes, all, v.len), 0);
+        disco_value_clear(&v);
+        CK_OK(disco_session_free_reg(s, bc));
+        CK_OK(disco_session_free_reg(s, ga));
+        CK_OK(disco_session_free_reg(s, ag));
+        CK_OK(disco_session_free_reg(s, sc));
+        CK_OK(disco_session_free_reg(s, ar));
+    }
+    CK_OK(disco_session_free_reg(s, x));
+    disco_session_close(s);
+}
+END_TEST
+
+/* A worker that dies while the others hold its arena open (imported by an
+ * allgather) breaks the session with DISCO_E_WORKER_DIED naming it, as on
+ * the CPU path; close still releases every import and arena of the
+ * controller (fds and memfd mappings as before). */
+START_TEST(test_death_with_imports)
+{
+    NEED_DEVICE(kDLExtDev);
+    void *warm;
+    CK_OK(disco_device_alloc((DLDevice){kDLExtDev, 0}, 4096, &warm));
+    CK_OK(disco_device_stream_sync((DLDevice){kDLExtDev, 0}, NULL));
+    CK_OK(disco_device_free((DLDevice){kDLExtDev, 0}, warm));
+    int fds = count_fds(), maps = count_memfd_maps();
+    disco_session_t *s = open_for(kDLExtDev, _i);
+    int world = disco_session_num_workers(s), victim = world - 1;
+    int64_t shape[1] = {32};
+    disco_dref_t x;
+    CK_OK(disco_session_empty_device(s, shape, 1, F32, (DLDevice){kDLExtDev, 0}, false, &x));
+    disco_dref_t ag = coll(s, "disco.allgather", x);
+    for (int w = 0; w < world; w++)
+        CK_OK(disco_session_sync(s, w));
+    int64_t st[6];
+    arena_stats(s, 0, st);
+    ck_assert_int_eq(st[3], world - 1);
+    ck_assert_int_eq(kill(disco_session_worker_pid(s, victim), SIGKILL), 0);
+    CK_STATUS(disco_session_sync(s, victim), DISCO_E_WORKER_DIED);
+    char want[32];
+    snprintf(want, sizeof want, "worker %d", victim);
+    CK_HAS(want);
+    CK_STATUS(disco_session_sync(s, 0), DISCO_E_BROKEN);
+    disco_session_close(s);
+    ck_assert_int_eq(count_fds(), fds);
+    ck_assert_int_eq(count_memfd_maps(), maps);
+    (void)ag;
+}
+END_TEST
+
+/* A process has one IPC lifetime table: while one session holds device
+ * tensors, another session's first device tensor fails on worker 0 with
+ * DISCO_E_INVAL saying so (that session stays usable); once the first
+ * session is closed, the second can make them. */
+START_TEST(test_two_sessions)
+{
+    NEED_DEVICE(kDLExtDev);
+    disco_session_t *a = open_for(kDLExtDev, 0), *b = open_for(kDLExtDev, 0);
+    int64_t shape[1] = {8};
+    DLDevice sim = {kDLExtDev, 0};
+    disco_dref_t ra, rb;
+    CK_OK(disco_session_empty_device(a, shape, 1, F32, sim, false, &ra));
+    CK_STATUS(disco_session_empty_device(b, shape, 1, F32, sim, false, &rb), DISCO_E_INVAL);
+    CK_HAS("worker 0");
+    CK_HAS("another session");
+    CK_OK(disco_session_sync(b, 1)); /* worker 1 of b is another process: it made one */
+    ck_assert_int_eq(disco_session_health(b), DISCO_OK);
+    disco_session_close(a);
+    CK_OK(disco_session_empty_device(b, shape, 1, F32, sim, false, &rb));
+    CK_OK(disco_session_sync(b, 1));
+    disco_session_close(b);
+}
+END_TEST
+
+Suite *suite_gpu_session_coll(void)
+{
+    Suite *s = suite_create("gpu_session_coll");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 240);
+    /* Loop index: 0..5 sim (2, 3, 4 workers; fork, then spawn), 6..11 CUDA. */
+    tcase_add_loop_test(tc, test_device_collectives, 0, 12);
+    tcase_add_loop_test(tc, test_death_with_imports, 0, 6);
+    tcase_add_test(tc, test_two_sessions);
+    suite_add_tcase(s, tc);
+    return s;
+}

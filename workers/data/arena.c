@@ -1,0 +1,413 @@
+/* arena.c - each worker's device arena: publication, the sub-allocator and
+ * the cache of peers' arenas (see arena.h). */
+#include "workers/data/arena.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "workers/core/protocol.h"
+#include "workers/device/ipc.h"
+
+#define TABLE_SLOTS_PER_WORKER 2u /* one arena each, and room to reclaim a dead one's */
+
+/* A free piece of the arena: [off, off + len). */
+struct piece {
+    uint64_t off, len;
+};
+
+struct disco__arena {
+    pthread_mutex_t lock;
+    int worker;
+    DLDevice dev;
+    const char *dev_name;
+    char *base;
+    uint64_t bytes;
+    disco_stream_t stream;
+    struct disco__dev_area *area;
+    uint32_t world;
+    struct piece *free; /* sorted by off, never adjacent (merged) */
+    size_t nfree, capfree;
+    uint64_t used;
+    uint32_t blocks;
+    void *peer[DISCO_MAX_WORKERS]; /* imported bases, NULL: not yet */
+    disco_ipc_ref_t peer_ref[DISCO_MAX_WORKERS];
+    uint64_t peer_bytes[DISCO_MAX_WORKERS];
+    DLDevice peer_dev[DISCO_MAX_WORKERS];
+};
+
+static uint64_t table_at(uint32_t world)
+{
+    uint64_t at = sizeof(struct disco__dev_area) + (uint64_t)world * sizeof(struct disco__dev_pub);
+    return (at + 63) / 64 * 64;
+}
+
+size_t disco__dev_area_footprint(uint32_t world)
+{
+    return (size_t)table_at(world) + disco_device_ipc_footprint(world * TABLE_SLOTS_PER_WORKER);
+}
+
+disco_status_t disco__dev_area_init(struct disco__dev_area *a, uint32_t world, uint64_t arena_bytes)
+{
+    if (world < 1 || world > DISCO_MAX_WORKERS || arena_bytes == 0 ||
+        arena_bytes > DISCO_ARENA_MAX_BYTES)
+        return disco_set_error(DISCO_E_INVAL, "device area: %u workers, arenas of %llu bytes",
+                               world, (unsigned long long)arena_bytes);
+    a->magic = DISCO_DEV_AREA_MAGIC;
+    a->world = world;
+    a->arena_bytes = arena_bytes;
+    a->table_off = table_at(world);
+    a->table_bytes = disco_device_ipc_footprint(world * TABLE_SLOTS_PER_WORKER);
+    disco_ipc_table_t *t;
+    /* Formatted, not attached: a process attaches at its first device
+     * tensor (disco__arena_ensure), so that a session without device
+     * tensors never touches the process's one IPC table. */
+    return disco__ipc_table_init((char *)a + a->table_off, (size_t)a->table_bytes,
+                                 world * TABLE_SLOTS_PER_WORKER, &t);
+}
+
+static const char *type_name(DLDeviceType type)
+{
+    const disco_device_api_t *api;
+    if (disco_device_api_get(type, &api) == DISCO_OK)
+        return api->name;
+    return type == kDLExtDev ? "sim" : "unknown";
+}
+
+/* The area's fields this process relies on, read once and checked: the
+ * area is shared memory. */
+static disco_status_t area_check(const struct disco__dev_area *area, int worker,
+                                 uint32_t *world_out, uint64_t *bytes_out)
+{
+    uint32_t world = area != NULL ? area->world : 0;
+    uint64_t bytes = area != NULL ? area->arena_bytes : 0;
+    if (area == NULL || area->magic != DISCO_DEV_AREA_MAGIC || world < 1 ||
+        world > DISCO_MAX_WORKERS || worker < 0 || (uint32_t)worker >= world || bytes == 0 ||
+        bytes > DISCO_ARENA_MAX_BYTES || area->table_off != table_at(world))
+        return disco_set_error(DISCO_E_INVAL, "worker %d: the session's device area is corrupt",
+                               worker);
+    *world_out = world;
+    *bytes_out = bytes;
+    return DISCO_OK;
+}
+
+disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev_area *area,
+                                   int worker, DLDeviceType type)
+{
+    struct disco__arena *a = *slot;
+    if (a != NULL) {
+        if (a->dev.device_type == type)
+            return DISCO_OK;
+        return disco_set_error(DISCO_E_MISMATCH,
+                               "worker %d: its device arena is on %s:%d; a %s tensor cannot be "
+                               "made in the same session",
+                               worker, a->dev_name, a->dev.device_id, type_name(type));
+    }
+    if (type != kDLCUDA && type != kDLExtDev)
+        return disco_set_error(DISCO_E_NO_DEVICE,
+                               "worker %d: device type %d has no arena (cuda or sim only)", worker,
+                               (int)type);
+    uint32_t world = 0;
+    uint64_t bytes = 0;
+    disco_status_t st = area_check(area, worker, &world, &bytes);
+    if (st != DISCO_OK)
+        return st;
+    DLDevice dev;
+    if ((st = disco_device_of_worker(type, worker, &dev)) != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        return disco_set_error(st, "worker %d: no %s device: %s", worker, type_name(type), why);
+    }
+    const char *name = type_name(type);
+    /* Our own offset and size (area_check compared the offset), never the
+     * shared header's size: a process may have rewritten it. */
+    if ((st = disco_device_ipc_attach(
+             (char *)area + table_at(world),
+             disco_device_ipc_footprint(world * TABLE_SLOTS_PER_WORKER))) != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        return disco_set_error(st,
+                               "worker %d: %s:%d: cannot use this session's IPC table (is another "
+                               "session of this process holding device tensors?): %s",
+                               worker, name, dev.device_id, why);
+    }
+    a = calloc(1, sizeof *a);
+    struct piece *fr = malloc(16 * sizeof *fr);
+    if (a == NULL || fr == NULL) {
+        free(a);
+        free(fr);
+        return disco_set_error(DISCO_E_NOMEM, "worker %d: device arena context", worker);
+    }
+    pthread_mutex_init(&a->lock, NULL);
+    a->worker = worker;
+    a->dev = dev;
+    a->dev_name = name;
+    a->bytes = bytes;
+    a->area = area;
+    a->world = world;
+    a->free = fr;
+    a->capfree = 16;
+    void *base = NULL;
+    disco_ipc_ref_t ref;
+    if ((st = disco_device_alloc(dev, (size_t)bytes, &base)) != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        st = disco_set_error(st,
+                             "worker %d: a device arena of %llu bytes on %s:%d "
+                             "(cfg.device_arena_bytes): %s",
+                             worker, (unsigned long long)bytes, name, dev.device_id, why);
+        goto fail;
+    }
+    a->base = base;
+    if ((st = disco_device_stream_create(dev, &a->stream)) != DISCO_OK ||
+        (st = disco_device_ipc_export(base, &ref)) != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        st = disco_set_error(st, "worker %d: exporting its arena on %s:%d: %s", worker, name,
+                             dev.device_id, why);
+        goto fail;
+    }
+    a->free[0] = (struct piece){0, bytes};
+    a->nfree = 1;
+    struct disco__dev_pub *p = &area->pub[worker];
+    p->device_type = (int32_t)dev.device_type;
+    p->device_id = dev.device_id;
+    p->bytes = bytes;
+    p->ref = ref;
+    /* P1. Release: the fields above are written before a peer that sees
+     * READY (P2, acquire) reads them. */
+    atomic_store_explicit(&p->state, DISCO_ARENA_READY, memory_order_release);
+    *slot = a;
+    return DISCO_OK;
+fail:
+    if (a->stream != NULL)
+        (void)disco_device_stream_free(dev, a->stream);
+    if (base != NULL)
+        (void)disco_device_free(dev, base);
+    pthread_mutex_destroy(&a->lock);
+    free(a->free);
+    free(a);
+    return st;
+}
+
+void disco__arena_destroy(struct disco__arena *a)
+{
+    if (a == NULL)
+        return;
+    for (uint32_t i = 0; i < a->world; i++)
+        if (a->peer[i] != NULL)
+            (void)disco_device_ipc_release(&a->peer_ref[i]);
+    /* Relaxed: only this worker writes its own state word; peers that
+     * still read READY may still import: the IPC table refuses the free
+     * below while a live one holds it. */
+    atomic_store_explicit(&a->area->pub[a->worker].state, DISCO_ARENA_NONE, memory_order_relaxed);
+    if (a->stream != NULL)
+        (void)disco_device_stream_free(a->dev, a->stream);
+    /* DISCO_E_AGAIN: a live peer still holds the arena (a worker process
+     * ending before its peers); its memory goes with this process. */
+    (void)disco_device_free(a->dev, a->base);
+    pthread_mutex_destroy(&a->lock);
+    free(a->free);
+    free(a);
+}
+
+/* ---- the sub-allocator ---- */
+
+static bool grow_free(struct disco__arena *a)
+{
+    if (a->nfree < a->capfree)
+        return true;
+    struct piece *p = realloc(a->free, a->capfree * 2 * sizeof *p);
+    if (p == NULL)
+        return false;
+    a->free = p;
+    a->capfree *= 2;
+    return true;
+}
+
+disco_status_t disco__arena_alloc(struct disco__arena *a, uint64_t nbytes,
+                                  struct disco__arena_blk **blk_out)
+{
+    uint64_t want = nbytes == 0 ? DISCO_ARENA_ALIGN : nbytes;
+    if (want > a->bytes)
+        return disco_set_error(DISCO_E_NOMEM,
+                               "worker %d: a tensor of %llu bytes is larger than its device arena "
+                               "on %s:%d (%llu bytes, cfg.device_arena_bytes)",
+                               a->worker, (unsigned long long)nbytes, a->dev_name, a->dev.device_id,
+                               (unsigned long long)a->bytes);
+    want = (want + DISCO_ARENA_ALIGN - 1) / DISCO_ARENA_ALIGN * DISCO_ARENA_ALIGN;
+    struct disco__arena_blk *b = malloc(sizeof *b);
+    if (b == NULL)
+        return disco_set_error(DISCO_E_NOMEM, "worker %d: arena block", a->worker);
+    pthread_mutex_lock(&a->lock);
+    uint64_t largest = 0;
+    for (size_t i = 0; i < a->nfree; i++) {
+        struct piece *p = &a->free[i];
+        if (p->len < want) {
+            largest = p->len > largest ? p->len : largest;
+            continue;
+        }
+        *b = (struct disco__arena_blk){
+            .arena = a, .off = p->off, .bytes = nbytes, .reserved = want, .refs = 1};
+        p->off += want;
+        p->len -= want;
+        if (p->len == 0) {
+            memmove(p, p + 1, (a->nfree - i - 1) * sizeof *p);
+            a->nfree--;
+        }
+        a->used += want;
+        a->blocks++;
+        pthread_mutex_unlock(&a->lock);
+        *blk_out = b;
+        return DISCO_OK;
+    }
+    uint64_t used = a->used;
+    pthread_mutex_unlock(&a->lock);
+    free(b);
+    return disco_set_error(DISCO_E_NOMEM,
+                           "worker %d: device arena on %s:%d is full: %llu bytes asked, %llu of "
+                           "%llu free (largest piece %llu; cfg.device_arena_bytes)",
+                           a->worker, a->dev_name, a->dev.device_id, (unsigned long long)nbytes,
+                           (unsigned long long)(a->bytes - used), (unsigned long long)a->bytes,
+                           (unsigned long long)largest);
+}
+
+void disco__arena_blk_ref(struct disco__arena_blk *blk)
+{
+    pthread_mutex_lock(&blk->arena->lock);
+    blk->refs++;
+    pthread_mutex_unlock(&blk->arena->lock);
+}
+
+/* Gives [off, off + len) back, merging with its neighbours. Locked. */
+static void give_back(struct disco__arena *a, uint64_t off, uint64_t len)
+{
+    size_t i = 0;
+    while (i < a->nfree && a->free[i].off < off)
+        i++;
+    bool left = i > 0 && a->free[i - 1].off + a->free[i - 1].len == off;
+    bool right = i < a->nfree && off + len == a->free[i].off;
+    if (left && right) {
+        a->free[i - 1].len += len + a->free[i].len;
+        memmove(&a->free[i], &a->free[i + 1], (a->nfree - i - 1) * sizeof *a->free);
+        a->nfree--;
+    } else if (left) {
+        a->free[i - 1].len += len;
+    } else if (right) {
+        a->free[i].off = off;
+        a->free[i].len += len;
+    } else if (grow_free(a)) {
+        memmove(&a->free[i + 1], &a->free[i], (a->nfree - i) * sizeof *a->free);
+        a->free[i] = (struct piece){off, len};
+        a->nfree++;
+    }
+    /* else: no memory for the list; the piece is lost until the arena
+     * goes (counted as used: the stats show it). */
+}
+
+void disco__arena_blk_release(struct disco__arena_blk *blk)
+{
+    if (blk == NULL)
+        return;
+    struct disco__arena *a = blk->arena;
+    pthread_mutex_lock(&a->lock);
+    bool last = --blk->refs == 0;
+    if (last) {
+        give_back(a, blk->off, blk->reserved);
+        a->used -= blk->reserved;
+        a->blocks--;
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (last)
+        free(blk);
+}
+
+void *disco__arena_blk_ptr(const struct disco__arena_blk *blk)
+{
+    return blk->arena->base + blk->off;
+}
+
+DLDevice disco__arena_device(const struct disco__arena *a)
+{
+    return a->dev;
+}
+
+disco_stream_t disco__arena_stream(const struct disco__arena *a)
+{
+    return a->stream;
+}
+
+/* ---- peers ---- */
+
+disco_status_t disco__arena_peer(struct disco__arena *a, int peer, uint64_t off, uint64_t len,
+                                 void **ptr_out, DLDevice *dev_out)
+{
+    if (peer < 0 || (uint32_t)peer >= a->world)
+        return disco_set_error(DISCO_E_INVAL, "worker %d: no worker %d among %u", a->worker, peer,
+                               a->world);
+    uint64_t end;
+    pthread_mutex_lock(&a->lock);
+    disco_status_t st = DISCO_OK;
+    if (peer == a->worker) {
+        a->peer_bytes[peer] = a->bytes;
+    } else if (a->peer[peer] == NULL) {
+        struct disco__dev_pub *p = &a->area->pub[peer];
+        /* P2. Acquire: pairs with the owner's release (P1); the fields are
+         * complete when READY is seen. */
+        if (atomic_load_explicit(&p->state, memory_order_acquire) != DISCO_ARENA_READY) {
+            pthread_mutex_unlock(&a->lock);
+            return disco_set_error(DISCO_E_INVAL, "worker %d: worker %d has no device arena yet",
+                                   a->worker, peer);
+        }
+        disco_ipc_ref_t ref = p->ref; /* one copy: the shared fields may change under us */
+        uint64_t bytes = p->bytes;
+        void *base;
+        if (p->device_type != (int32_t)a->dev.device_type) {
+            st = disco_set_error(DISCO_E_MISMATCH,
+                                 "worker %d: its arena is on %s, worker %d's on device type %d",
+                                 a->worker, a->dev_name, peer, (int)p->device_type);
+        } else if (ref.offset != 0 || ref.alloc_bytes != bytes || bytes == 0) {
+            st = disco_set_error(DISCO_E_INVAL, "worker %d: worker %d's arena ref is corrupt",
+                                 a->worker, peer);
+        } else if ((st = disco_device_ipc_import(&ref, &base)) != DISCO_OK) {
+            char why[DISCO_ERR_MSG_MAX];
+            snprintf(why, sizeof why, "%s", disco_last_error());
+            st = disco_set_error(st, "worker %d: opening worker %d's arena (%s:%d): %s", a->worker,
+                                 peer, type_name((DLDeviceType)p->device_type), (int)ref.device_id,
+                                 why);
+        } else {
+            a->peer[peer] = base;
+            a->peer_ref[peer] = ref;
+            a->peer_bytes[peer] = bytes;
+            a->peer_dev[peer] = (DLDevice){a->dev.device_type, ref.device_id};
+        }
+    }
+    if (st == DISCO_OK && (__builtin_add_overflow(off, len, &end) || end > a->peer_bytes[peer]))
+        st = disco_set_error(DISCO_E_INVAL,
+                             "worker %d: bytes [%llu, +%llu) lie outside worker %d's arena",
+                             a->worker, (unsigned long long)off, (unsigned long long)len, peer);
+    char *base = peer == a->worker ? a->base : a->peer[peer];
+    DLDevice dev = peer == a->worker ? a->dev : a->peer_dev[peer];
+    pthread_mutex_unlock(&a->lock);
+    if (st == DISCO_OK) {
+        *ptr_out = base + off;
+        *dev_out = dev;
+    }
+    return st;
+}
+
+void disco__arena_stats(struct disco__arena *a, disco__arena_stats_t *stats_out)
+{
+    memset(stats_out, 0, sizeof *stats_out);
+    if (a == NULL)
+        return;
+    pthread_mutex_lock(&a->lock);
+    stats_out->bytes = a->bytes;
+    stats_out->used = a->used;
+    stats_out->blocks = a->blocks;
+    stats_out->device = a->dev;
+    for (uint32_t i = 0; i < a->world; i++)
+        stats_out->peers += a->peer[i] != NULL;
+    pthread_mutex_unlock(&a->lock);
+}
