@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "disco/device.h"
+#include "disco/tensor.h"
 #include "disco/value.h"
 #include "tests/testutil.h"
 
@@ -149,6 +151,31 @@ START_TEST(test_type_names)
 }
 END_TEST
 
+/* Tensor values compare their device too, and device tensors (not
+ * host-readable: a sim pointer faults on a host read) by identity, never by
+ * reading their bytes on the host. */
+START_TEST(test_equal_device_tensors)
+{
+    CK_OK(disco_device_sim_set_count(1));
+    DLDevice sim = {kDLExtDev, 0}, cpu = {kDLCPU, 0};
+    void *d = NULL;
+    CK_OK(disco_device_alloc(sim, 64, &d));
+    float host[16] = {0};
+    int64_t shape[1] = {16};
+    DLDataType f32 = {kDLFloat, 32, 1};
+    DLTensor x = {.data = d, .device = sim, .ndim = 1, .dtype = f32, .shape = shape};
+    DLTensor y = x;
+    DLTensor z = {.data = host, .device = cpu, .ndim = 1, .dtype = f32, .shape = shape};
+    disco_value_t vx = disco_value_tensor(&x), vy = disco_value_tensor(&y),
+                  vz = disco_value_tensor(&z);
+    ck_assert(disco_value_equal(&vx, &vy)); /* the same device memory */
+    ck_assert(!disco_value_equal(&vx, &vz) && !disco_value_equal(&vz, &vx)); /* other device */
+    y.byte_offset = 4;
+    ck_assert(!disco_value_equal(&vx, &vy)); /* other memory on the same device */
+    CK_OK(disco_device_free(sim, d));
+}
+END_TEST
+
 Suite *suite_value(void)
 {
     Suite *s = suite_create("value");
@@ -159,6 +186,7 @@ Suite *suite_value(void)
     tcase_add_test(tc, test_truncated);
     tcase_add_test(tc, test_malformed);
     tcase_add_test(tc, test_type_names);
+    tcase_add_test(tc, test_equal_device_tensors);
     suite_add_tcase(s, tc);
     return s;
 }

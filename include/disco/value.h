@@ -167,7 +167,11 @@ disco_status_t disco_value_copy(const disco_value_t *src, disco_value_t *dst_out
  *  and resets v to null. Harmless on null and plain values. */
 void disco_value_clear(disco_value_t *v);
 
-/** Whether two values are equal: same type, same bytes. Thread-safe. */
+/** Whether two values are equal: same type, same bytes. Tensors: same
+ *  layout and device, and the same bytes on the host (kDLCPU); a device
+ *  tensor's bytes are not host-readable, so two device tensors are equal
+ *  only when they are the same memory (copy them out to compare bytes).
+ *  Thread-safe. */
 bool disco_value_equal(const disco_value_t *a, const disco_value_t *b);
 
 /* ---- frames ---- */

@@ -118,8 +118,11 @@ bool disco_value_equal(const disco_value_t *a, const disco_value_t *b)
     }
     case DISCO_T_TENSOR: {
         const DLTensor *x = a->v.tensor, *y = b->v.tensor;
-        if (!disco_tensor_same_layout(x, y))
+        if (!disco_tensor_same_layout(x, y) || x->device.device_type != y->device.device_type ||
+            x->device.device_id != y->device.device_id)
             return false;
+        if (x->device.device_type != kDLCPU) /* not host-readable: the same memory or not */
+            return (const char *)x->data + x->byte_offset == (const char *)y->data + y->byte_offset;
         size_t n = disco_tensor_nbytes(x);
         return n == 0 || memcmp((const char *)x->data + x->byte_offset,
                                 (const char *)y->data + y->byte_offset, n) == 0;
