@@ -341,25 +341,6 @@ START_TEST(test_wrong_device)
 }
 END_TEST
 
-/* A device tensor is refused by send_recv (not supported yet) with a clear
- * error, not read as host memory. */
-START_TEST(test_collective_refuses_device)
-{
-    NEED_DEVICE(kDLExtDev);
-    disco_session_t *s = open_for(kDLExtDev, 0);
-    int64_t shape[1] = {16};
-    disco_dref_t r, out;
-    CK_OK(disco_session_empty_device(s, shape, 1, F32, (DLDevice){kDLExtDev, 0}, false, &r));
-    disco_value_t args[3] = {
-        {.type = DISCO_T_DREF, .v.reg = r}, disco_value_int(0), disco_value_int(1)};
-    CK_OK(disco_session_call_by_name(s, "disco.send_recv", args, 3, &out));
-    CK_STATUS(disco_session_sync(s, 1), DISCO_E_MISMATCH);
-    CK_HAS("device");
-    ck_assert_int_eq(disco_session_health(s), DISCO_OK);
-    disco_session_close(s);
-}
-END_TEST
-
 Suite *suite_gpu_session(void)
 {
     Suite *s = suite_create("gpu_session");
@@ -377,7 +358,6 @@ Suite *suite_gpu_session(void)
     tcase_add_loop_test(tc, test_arena_full, 0, 6);
     tcase_add_test(tc, test_arena_alloc_fails);
     tcase_add_test(tc, test_wrong_device);
-    tcase_add_test(tc, test_collective_refuses_device);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -115,6 +115,55 @@ START_TEST(test_death_with_imports)
 }
 END_TEST
 
+/* send_recv of a device tensor: the receiver gets a copy of the sender's
+ * bytes on its own device, every other worker null; a worker sending to
+ * itself gets its own tensor; each peer's arena is still opened once. */
+START_TEST(test_device_send_recv)
+{
+    DLDeviceType type = type_of(_i, 6);
+    NEED_DEVICE(type);
+    disco_session_t *s = open_for(type, _i % 6);
+    int world = disco_session_num_workers(s);
+    enum { N = 32 };
+    int64_t shape[1] = {N};
+    disco_dref_t x;
+    CK_OK(disco_session_empty_device(s, shape, 1, F32, (DLDevice){type, 0}, false, &x));
+    static float p[N];
+    for (int w = 0; w < world; w++) {
+        pattern(p, N, w);
+        disco_value_t b = disco_value_bytes((const char *)p, sizeof p);
+        CK_OK(disco_session_debug_set(s, x, w, &b));
+    }
+    int pairs[3][2] = {{world - 1, 0}, {0, world - 1}, {1, 1}};
+    for (int k = 0; k < 3; k++) {
+        int src = pairs[k][0], dst = pairs[k][1];
+        disco_value_t args[3] = {
+            {.type = DISCO_T_DREF, .v.reg = x}, disco_value_int(src), disco_value_int(dst)};
+        disco_dref_t out;
+        CK_OK(disco_session_call_by_name(s, "disco.send_recv", args, 3, &out));
+        pattern(p, N, src);
+        for (int w = 0; w < world; w++) {
+            CK_OK(disco_session_sync(s, w));
+            disco_value_t v;
+            CK_OK(disco_session_debug_get(s, out, w, &v));
+            if (w == dst) {
+                ck_assert_uint_eq(v.len, sizeof p);
+                ck_assert_msg(memcmp(v.v.bytes, p, sizeof p) == 0, "%d -> %d", src, dst);
+            } else {
+                ck_assert_int_eq(v.type, DISCO_T_NULL);
+            }
+            disco_value_clear(&v);
+        }
+        CK_OK(disco_session_free_reg(s, out));
+    }
+    int64_t st[6];
+    arena_stats(s, 0, st);
+    ck_assert_int_le(st[3], world - 1); /* peers' arenas opened at most once each */
+    CK_OK(disco_session_free_reg(s, x));
+    disco_session_close(s);
+}
+END_TEST
+
 /* A process has one IPC lifetime table: while one session holds device
  * tensors, another session's first device tensor fails on worker 0 with
  * DISCO_E_INVAL saying so (that session stays usable); once the first
@@ -146,6 +195,7 @@ Suite *suite_gpu_session_coll(void)
     tcase_set_timeout(tc, 240);
     /* Loop index: 0..5 sim (2, 3, 4 workers; fork, then spawn), 6..11 CUDA. */
     tcase_add_loop_test(tc, test_device_collectives, 0, 12);
+    tcase_add_loop_test(tc, test_device_send_recv, 0, 12);
     tcase_add_loop_test(tc, test_death_with_imports, 0, 6);
     tcase_add_test(tc, test_two_sessions);
     suite_add_tcase(s, tc);

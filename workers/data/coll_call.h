@@ -97,13 +97,14 @@ disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0
 
 /* ---- device tensors (collective_dev.c) ---- */
 
-/** After a meeting where worker 0 posted a device tensor x (NULL on the
- *  others): the leader's result is x itself (a new reference), every other
- *  member's a copy on its own device. Returns DISCO_OK, or this member's
- *  own failure (allocation, import, copy); the caller passes the end
- *  barrier either way. */
-disco_status_t disco__coll_dev_broadcast(disco_ctx_t *ctx, struct disco__coll_call *c,
-                                         const DLTensor *x, disco_value_t *ret);
+/** After a meeting where member rank posted a device tensor x (x: NULL on
+ *  the others): on rank itself the result is x (a new reference), on the
+ *  calling member a copy on its own device (broadcast: every member calls
+ *  it with rank 0; send_recv: only the receiver). Returns DISCO_OK, or this
+ *  member's own failure (allocation, import, copy); the caller passes the
+ *  end barrier either way, so the poster frees nothing while it is read. */
+disco_status_t disco__coll_dev_copy_of(disco_ctx_t *ctx, struct disco__coll_call *c, int rank,
+                                       const DLTensor *x, disco_value_t *ret);
 
 /** After a meeting with same inputs: copies this member's x (nb bytes)
  *  into worker 0's posted output at rank * nb, then passes the barrier.
@@ -117,7 +118,7 @@ disco_status_t disco__coll_dev_allgather(struct disco__coll_call *c, DLTensor *o
 
 /** After a meeting where worker 0 posted a device tensor of size rows
  *  (dimension 0 per member) and chunk bytes per member: a copy of this
- *  member's rows on its own device. Returns as disco__coll_dev_broadcast. */
+ *  member's rows on its own device. Returns as disco__coll_dev_copy_of. */
 disco_status_t disco__coll_dev_scatter(disco_ctx_t *ctx, struct disco__coll_call *c, int64_t rows,
                                        uint64_t chunk, disco_value_t *ret);
 

@@ -1,5 +1,5 @@
-/* collective_dev.c - broadcast, scatter, gather, allgather and allreduce of
- * device tensors (see
+/* collective_dev.c - broadcast, send_recv, scatter, gather, allgather and
+ * allreduce of device tensors (see
  * coll_call.h): device-to-device copies between the members' arenas, each
  * peer's arena imported once per process (arena.h).
  *
@@ -41,23 +41,23 @@ static disco_status_t dcopy(struct disco__coll_call *c, void *dst, DLDevice dd, 
     return st;
 }
 
-disco_status_t disco__coll_dev_broadcast(disco_ctx_t *ctx, struct disco__coll_call *c,
-                                         const DLTensor *x, disco_value_t *ret)
+disco_status_t disco__coll_dev_copy_of(disco_ctx_t *ctx, struct disco__coll_call *c, int rank,
+                                       const DLTensor *x, disco_value_t *ret)
 {
     DLTensor *t;
     disco_status_t st;
-    if (c->rank == 0) { /* the leader keeps its own bytes */
+    if (c->rank == rank) { /* the poster keeps its own bytes */
         if ((st = disco__tensor_ref(x, &t)) == DISCO_OK &&
             (st = disco__ctx_own(ctx, t)) == DISCO_OK)
             *ret = disco_value_tensor(t);
         return st;
     }
-    const struct disco__coll_posted *l = &c->post[0];
+    const struct disco__coll_posted *l = &c->post[rank];
     char *src;
     DLDevice sd;
     if ((st = disco__ctx_empty_device(ctx, l->shape, l->ndim, l->dtype, (DLDeviceType)l->dev_type,
                                       &t)) != DISCO_OK ||
-        (st = disco__coll_dev_span(c, 0, false, 0, l->nbytes, &src, &sd)) != DISCO_OK ||
+        (st = disco__coll_dev_span(c, rank, false, 0, l->nbytes, &src, &sd)) != DISCO_OK ||
         (st = dcopy(c, t->data, t->device, src, sd, (size_t)l->nbytes)) != DISCO_OK)
         return st;
     *ret = disco_value_tensor(t);

@@ -194,7 +194,7 @@ static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n,
         disco__tensor_add_refs(x, (uint32_t)c.size - 1);
     disco_status_t st = disco__coll_meet(&c);
     if (st == DISCO_OK && c.post[0].dev_type != 0) /* a copy each, device to device */
-        st = disco__coll_dev_broadcast(ctx, &c, x, ret);
+        st = disco__coll_dev_copy_of(ctx, &c, 0, x, ret);
     else if (st == DISCO_OK)
         st = take(ctx, &c, 0, 0, -1, c.rank != 0, ret);
     return end_barrier(&c, st);
@@ -325,12 +325,14 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
     return DISCO_OK;
 }
 
-/* disco.send_recv(x, src, dst): worker dst gets worker src's x by reference;
- * every other worker gets null. All workers take part. */
+/* disco.send_recv(x, src, dst): worker dst gets worker src's x by reference
+ * (a device tensor: a copy on dst's device); every other worker gets null.
+ * All workers take part. */
 static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, false, "send_recv", &c);
+    DLTensor *x = NULL; /* the sender's */
     int src = n >= 3 && a[1].type == DISCO_T_INT ? (int)a[1].v.i : -1;
     int dst = n >= 3 && a[2].type == DISCO_T_INT ? (int)a[2].v.i : -1;
     if (src < 0 || src >= c.size || dst < 0 || dst >= c.size) {
@@ -338,12 +340,14 @@ static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n,
                         dst, c.size);
         disco__coll_fail(&c, DISCO_E_INVAL, disco_last_error());
     } else if (c.rank == src) {
-        DLTensor *x = lead_share(&c, a, n, "send_recv", false);
-        if (x != NULL)
+        x = lead_share(&c, a, n, "send_recv", true);
+        if (x != NULL && x->device.device_type == kDLCPU)
             disco__tensor_add_refs(x, 1);
     }
     disco_status_t st = disco__coll_meet(&c);
-    if (st == DISCO_OK && c.rank == dst)
+    if (st == DISCO_OK && c.rank == dst && c.post[src].dev_type != 0)
+        st = disco__coll_dev_copy_of(ctx, &c, src, x, ret);
+    else if (st == DISCO_OK && c.rank == dst)
         st = take(ctx, &c, src, 0, -1, true, ret);
     return end_barrier(&c, st);
 }
