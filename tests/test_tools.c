@@ -63,7 +63,7 @@ START_TEST(test_json)
     ck_assert_int_eq(run(cmd, out, sizeof out), 0);
     snprintf(cmd, sizeof cmd, "%s/soak.json", dir);
     json_t *j = load_with(cmd, (const char *const[]){"rounds", "failures", "worst_worker_ms",
-                                                     "worst_controller_ms", NULL});
+                                                     "worst_controller_ms", "sim_rounds", NULL});
     ck_assert_int_eq(json_integer_value(json_object_get(j, "rounds")), 4);
     ck_assert_int_eq(json_integer_value(json_object_get(j, "failures")), 0);
     json_decref(j);
