@@ -146,11 +146,11 @@ static size_t f32_bytes(const DLTensor *t)
 static disco_status_t to_host(disco_ctx_t *ctx, const DLTensor *t, float **out)
 {
     size_t nb = f32_bytes(t);
-    const char *data = (const char *)t->data + t->byte_offset;
+    void *data = (char *)t->data + t->byte_offset;
     if (nb == 0)
         return disco_ctx_fail(ctx, "demo: tensors must be float32");
     if (t->device.device_type == kDLCPU) {
-        *out = (float *)data;
+        *out = data;
         return DISCO_OK;
     }
     float *h = disco_ctx_alloc(ctx, nb);
