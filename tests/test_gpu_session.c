@@ -99,7 +99,10 @@ END_TEST
 
 /* debug_set with bytes of the tensor's size fills a device tensor on any
  * worker and debug_get reads it back; a wrong size is refused
- * (DISCO_E_MISMATCH naming the worker) and the session stays usable. */
+ * (DISCO_E_MISMATCH naming the worker) and the session stays usable. On sim
+ * a copy runs only when its stream is synced, so this also catches a copy
+ * that misses its sync (removing the sync in tensor.c's copy_with makes it
+ * fail: the bytes read back are the old ones). */
 START_TEST(test_debug_get_set)
 {
     DLDeviceType type = type_of(_i, 6);

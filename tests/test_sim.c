@@ -5,6 +5,7 @@
  * out of memory, bad pointers, and a forked child starting empty. IPC
  * across processes is in test_sim_ipc.c. */
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -226,15 +227,18 @@ START_TEST(test_bad_pointers)
 END_TEST
 
 /* A forked child has none of its parent's sim memory (as a CUDA child has no
- * context): the parent's pointer is not sim memory there, and the child
- * allocates its own. */
+ * context): the parent's memfd is closed in it, the parent's pointer is not
+ * sim memory there, and the child allocates its own. */
 START_TEST(test_child_starts_empty)
 {
     char *a;
+    int fds0 = tu_open_fds();
     CK_OK(disco_device_alloc(sim0, 4096, (void **)&a));
+    ck_assert_int_eq(tu_open_fds(), fds0 + 1);
     pid_t pid = tu_fork();
     if (pid == 0) {
         char buf[16], *b;
+        CH_TRUE(tu_open_fds() == fds0); /* the inherited memfd is closed at fork */
         CH_STATUS(disco_device_copy(buf, cpu, a, sim0, 16, NULL), DISCO_E_INVAL);
         CH_OK(disco_device_alloc(sim0, 4096, (void **)&b));
         CH_OK(disco_device_copy(b, sim0, "child", cpu, 6, NULL));
@@ -263,6 +267,77 @@ START_TEST(test_free_flushes)
 }
 END_TEST
 
+/* Nothing leaks: allocations, streams and events give back every fd and
+ * mapping they took (fd count before == after). */
+START_TEST(test_no_fd_leak)
+{
+    int fds0 = tu_open_fds();
+    void *p[4];
+    disco_stream_t s;
+    disco_event_t *ev;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 4; i++)
+            CK_OK(disco_device_alloc(i % 2 ? sim1 : sim0, 10000, &p[i]));
+        CK_OK(disco_device_stream_create(sim0, &s));
+        CK_OK(disco_device_event_create(sim0, &ev));
+        CK_OK(disco_device_copy(p[2], sim0, p[0], sim0, 10000, s));
+        CK_OK(disco_device_event_record(ev, s));
+        CK_OK(disco_device_event_sync(ev));
+        disco_device_event_free(ev);
+        CK_OK(disco_device_stream_free(sim0, s));
+        for (int i = 0; i < 4; i++)
+            CK_OK(disco_device_free(i % 2 ? sim1 : sim0, p[i]));
+    }
+    ck_assert_int_eq(tu_open_fds(), fds0);
+}
+END_TEST
+
+struct worker_arg {
+    int id;
+    int ok;
+};
+
+/* One thread's round trips on its own stream and allocations. */
+static void *thread_main(void *argp)
+{
+    struct worker_arg *arg = argp;
+    DLDevice d = arg->id % 2 ? sim1 : sim0;
+    unsigned char h[2048], back[2048];
+    disco_stream_t s;
+    arg->ok = disco_device_stream_create(d, &s) == DISCO_OK;
+    for (int round = 0; round < 200 && arg->ok; round++) {
+        void *p;
+        memset(h, (unsigned char)(arg->id * 31 + round), sizeof h);
+        memset(back, 0, sizeof back);
+        arg->ok = disco_device_alloc(d, sizeof h, &p) == DISCO_OK &&
+                  disco_device_copy(p, d, h, cpu, sizeof h, s) == DISCO_OK &&
+                  disco_device_copy(back, cpu, p, d, sizeof h, s) == DISCO_OK &&
+                  disco_device_stream_sync(d, s) == DISCO_OK && memcmp(h, back, sizeof h) == 0 &&
+                  disco_device_free(d, p) == DISCO_OK;
+    }
+    if (disco_device_stream_free(d, s) != DISCO_OK)
+        arg->ok = 0;
+    return NULL;
+}
+
+/* Threads of one process allocate, copy, sync and free at once, each on its
+ * own stream; every round trip is right. */
+START_TEST(test_threads)
+{
+    enum { T = 4 };
+    pthread_t th[T];
+    struct worker_arg args[T];
+    for (int i = 0; i < T; i++) {
+        args[i] = (struct worker_arg){.id = i};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, thread_main, &args[i]), 0);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(args[i].ok, "thread %d failed: %s", i, disco_last_error());
+    }
+}
+END_TEST
+
 Suite *suite_sim(void)
 {
     Suite *s = suite_create("sim");
@@ -278,6 +353,8 @@ Suite *suite_sim(void)
     tcase_add_test(tc, test_bad_pointers);
     tcase_add_test(tc, test_child_starts_empty);
     tcase_add_test(tc, test_free_flushes);
+    tcase_add_test(tc, test_no_fd_leak);
+    tcase_add_test(tc, test_threads);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("env"); /* no fixture: the count must be unread */

@@ -7,6 +7,7 @@
  * another process's copy, in one process a wait runs the recording stream,
  * and a waiter whose recorder died gets an error. */
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -367,6 +368,78 @@ START_TEST(test_event_recorder_died)
 }
 END_TEST
 
+/* The pattern sessions use, with four processes on two sim devices (more
+ * processes than cores): each exports one arena and one event, imports every
+ * peer's once, writes its chunk, records, and after a barrier makes its
+ * stream wait for each peer's record and copy that peer's chunk; one sync
+ * each. Every process ends with every chunk. */
+START_TEST(test_allgather_pattern)
+{
+    enum { P = 4, CH = 64 * 1024 };
+    struct all {
+        pthread_barrier_t bar;
+        disco_ipc_ref_t ref[P];
+        disco_ipc_handle_t ev[P];
+    } *all = mmap(NULL, sizeof *all, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(all != MAP_FAILED);
+    pthread_barrierattr_t ba;
+    pthread_barrierattr_init(&ba);
+    pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
+    ck_assert_int_eq(pthread_barrier_init(&all->bar, &ba, P), 0);
+    pid_t pids[P];
+    for (int i = 0; i < P; i++) {
+        pids[i] = tu_fork();
+        if (pids[i] != 0)
+            continue;
+        static unsigned char h[P * CH], mine[CH];
+        DLDevice d = {kDLExtDev, i % 2};
+        char *arena, *peer[P] = {0};
+        disco_event_t *ev[P] = {0};
+        disco_stream_t s;
+        CH_OK(disco_device_alloc(d, P * CH, (void **)&arena));
+        CH_OK(disco_device_ipc_export(arena, &all->ref[i]));
+        CH_OK(disco_device_event_create(d, &ev[i]));
+        CH_OK(disco_device_event_export(ev[i], &all->ev[i]));
+        CH_OK(disco_device_stream_create(d, &s));
+        pthread_barrier_wait(&all->bar); /* every arena and event exported */
+        for (int j = 0; j < P; j++) {
+            if (j == i)
+                continue;
+            CH_OK(disco_device_ipc_import(&all->ref[j], (void **)&peer[j]));
+            CH_OK(disco_device_event_import(d, &all->ev[j], &ev[j]));
+        }
+        memset(mine, 0xc0 + i, CH); /* read at the sync: must stay as is until then */
+        CH_OK(disco_device_copy(arena + (size_t)i * CH, d, mine, cpu, CH, s));
+        CH_OK(disco_device_event_record(ev[i], s));
+        pthread_barrier_wait(&all->bar); /* every record issued */
+        for (int j = 0; j < P; j++) {
+            if (j == i)
+                continue;
+            CH_OK(disco_device_stream_wait_event(s, ev[j]));
+            CH_OK(disco_device_copy(arena + (size_t)j * CH, d, peer[j] + (size_t)j * CH, d, CH, s));
+        }
+        CH_OK(disco_device_copy(h, cpu, arena, d, sizeof h, s));
+        CH_OK(disco_device_stream_sync(d, s));
+        for (int j = 0; j < P; j++)
+            CH_TRUE(h[(size_t)j * CH] == 0xc0 + j && h[(size_t)j * CH + CH - 1] == 0xc0 + j);
+        for (int j = 0; j < P; j++) {
+            if (j != i) {
+                CH_OK(disco_device_ipc_release(&all->ref[j]));
+                disco_device_event_free(ev[j]);
+            }
+        }
+        pthread_barrier_wait(&all->bar); /* nobody holds another's arena */
+        CH_OK(disco_device_stream_free(d, s));
+        disco_device_event_free(ev[i]);
+        CH_OK(disco_device_free(d, arena));
+        _exit(0);
+    }
+    for (int i = 0; i < P; i++)
+        tu_wait_ok(pids[i], "member");
+    munmap(all, sizeof *all);
+}
+END_TEST
+
 Suite *suite_sim_ipc(void)
 {
     Suite *s = suite_create("sim_ipc");
@@ -385,6 +458,7 @@ Suite *suite_sim_ipc(void)
     tcase_add_test(tc, test_event_orders_across_processes);
     tcase_add_test(tc, test_event_in_process);
     tcase_add_test(tc, test_event_recorder_died);
+    tcase_add_test(tc, test_allgather_pattern);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -31,10 +31,11 @@
  * memory"). Streams are queues: nothing queued (copies, event records and
  * waits) runs until disco_device_stream_sync of its stream, or an event
  * wait of this process that needs a record queued on it; so a read that
- * misses its sync sees the old bytes. The NULL stream is each device's
- * default stream in the process, asynchronous like the others (disco's CUDA
- * copy also queues on the default stream); it is not ordered with created
- * streams. disco_device_free, disco_device_ipc_release of the last import
+ * misses its sync sees the old bytes; the host side of a queued copy must
+ * stay valid until then (as with cudaMemcpyAsync). The NULL stream is each
+ * device's default stream in the process, asynchronous like the others
+ * (disco's CUDA copy also queues on the default stream); it is not ordered
+ * with created streams. disco_device_free, disco_device_ipc_release of the last import
  * and disco_device_event_free first run every queued stream of the process
  * (cudaFree synchronizes too). IPC follows the CUDA rules below; importing
  * takes the exporter's memfd with pidfd_getfd, or through
@@ -258,7 +259,8 @@ disco_status_t disco_device_ipc_release(const disco_ipc_ref_t *ref);
  * process syncs it, so a record another process waits for completes once
  * the recording process has synced the stream it recorded on (a GPU would
  * not need that sync); a waiter whose recorder died gets DISCO_E_SYS.
- * disco_device_event_query never runs a stream.
+ * disco_device_event_query never runs a stream. On sim, a NULL stream in
+ * record or stream_wait_event is the default stream of the event's device.
  *
  * Events are made with cudaEventInterprocess | cudaEventDisableTiming. The
  * owner records on its stream and tells the other process (by any host

@@ -22,7 +22,9 @@
  *   trace rings      struct disco__trace_ring[W-1],     next line (2)   (W-1) * sizeof
  *                    workers 1..W-1 (trace_ring.h)
  *   collective area  struct disco__coll_area, barriers, next line       disco__coll_footprint
- *                    slots, marks (collective.h)
+ *                    slots, marks (collective.h), then, 64-aligned, the
+ *                    device area: per-worker arena refs and the IPC
+ *                    lifetime table (workers/data/arena.h)
  *   heap             the shared heap (disco/shm/heap.h) next page (3)   heap_size
  *
  * (1) Only with the ring transport and W > 1; else size 0 at the same place.
@@ -58,7 +60,7 @@ enum disco__reply {
 };
 
 #define DISCO_CTL_MAGIC      0x4c544343534944ULL /* "DISCCTL" */
-#define DISCO_CTL_LAYOUT     5u
+#define DISCO_CTL_LAYOUT     6u                  /* 6: the device area after the collective area */
 #define DISCO_ERR_MSG_MAX    384
 #define DISCO_MAX_ARGS       64
 #define DISCO_MAX_WORKERS    255

@@ -4,8 +4,10 @@
  * allocation's base; a handle is opened at most once per process, never by
  * its exporter; every opened handle is closed; the exporter must not free
  * while importers have it open. This module keeps those rules with no CUDA
- * in it: the three calls that touch a device go through a backend (CUDA in
- * workers/device/cuda.c, a memfd fake in tests/ipc_fake.h).
+ * in it: the three calls that touch a device go through a backend (in a
+ * process, device.c's, which sends sim memory and handles to
+ * workers/device/sim.c and the rest to CUDA in workers/device/cuda.c; in
+ * the IPC suites, a memfd fake in tests/ipc_fake.h).
  *
  * Two parts:
  *  - A per-process context (disco_ipc_t): the export table (this process's

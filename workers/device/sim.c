@@ -49,15 +49,46 @@ static struct region *g_reg;
 static size_t g_nreg, g_capreg;
 static size_t g_used[DISCO_SIM_MAX_DEVICES]; /* bytes allocated here, per device */
 
-/* Locks the state; in a forked child first forgets the parent's regions
- * (their mappings were not inherited; the fds were, and are closed). */
+/* Fork: the child forgets the parent's regions at once (their mappings are
+ * not inherited, MADV_DONTFORK) and closes the inherited memfds before
+ * anything in the child can reuse those fd numbers. The lock is taken
+ * across the fork so the table is consistent in the child. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&g_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void fork_child(void)
+{
+    for (size_t i = 0; i < g_nreg; i++)
+        close(g_reg[i].fd);
+    g_nreg = 0;
+    memset(g_used, 0, sizeof g_used);
+    g_pid = getpid();
+    pthread_mutex_unlock(&g_lock);
+}
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void register_fork(void)
+{
+    (void)pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+/* Locks the state (registering the fork handlers at first use). A process
+ * that is not the table's (a child made by a raw clone) starts empty; the
+ * fds are not closed then (their numbers may be reused). */
 static void lock_state(void)
 {
+    pthread_once(&g_once, register_fork);
     pthread_mutex_lock(&g_lock);
     pid_t me = getpid();
     if (g_pid != me) {
-        for (size_t i = 0; i < g_nreg; i++)
-            close(g_reg[i].fd);
         g_nreg = 0;
         memset(g_used, 0, sizeof g_used);
         g_pid = me;
@@ -68,7 +99,7 @@ static void lock_state(void)
 static struct region *find(uintptr_t p)
 {
     for (size_t i = 0; i < g_nreg; i++)
-        if (p - g_reg[i].base < g_reg[i].maplen && p - g_reg[i].base < g_reg[i].bytes)
+        if (p - g_reg[i].base < g_reg[i].bytes)
             return &g_reg[i];
     return NULL;
 }
@@ -119,10 +150,12 @@ static size_t page_round(size_t n)
 
 static disco_status_t api_count(int *count_out)
 {
-    disco_status_t st = disco__sim_check_device(0, "sim");
-    if (st == DISCO_OK)
-        *count_out = disco__sim_count();
-    return st;
+    int n = disco__sim_count();
+    if (n == 0)
+        return disco_set_error(DISCO_E_NO_DEVICE,
+                               "disco_device_count: no sim device: set DISCO_SIM_GPUS");
+    *count_out = n;
+    return DISCO_OK;
 }
 
 static disco_status_t api_set_device(int device_id)

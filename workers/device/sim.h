@@ -87,7 +87,11 @@ disco_status_t disco__sim_enqueue_copy(int device_id, disco_stream_t stream, voi
  *  the first failed operation's status. */
 disco_status_t disco__sim_flush_all(void);
 
-/** The stream calls of the sim device table (disco_device_stream_*). */
+/** The stream calls of the sim device table: what disco_device_stream_*
+ *  document. create: DISCO_OK, DISCO_E_NO_DEVICE, DISCO_E_NOMEM. free (runs
+ *  the stream first) and sync: DISCO_OK, DISCO_E_NO_DEVICE, DISCO_E_INVAL
+ *  (not a stream of this process), DISCO_E_SYS (a queued wait failed: its
+ *  recorder died). Thread-safe. */
 disco_status_t disco__sim_stream_create(int device_id, disco_stream_t *stream_out);
 disco_status_t disco__sim_stream_free(int device_id, disco_stream_t stream);
 disco_status_t disco__sim_stream_sync(int device_id, disco_stream_t stream);

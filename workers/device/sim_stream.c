@@ -11,17 +11,20 @@
  *
  * One thread runs operations at a time in a process (g_exec), the
  * simulated engine; queues are guarded by g_lock, which is never held while
- * an operation runs, so other threads queue work while a sync waits. */
+ * an operation runs, so other threads queue work while a sync waits. A
+ * stream is freed under both, so whoever holds g_exec may run any stream it
+ * found. The record and wait operations of events (sim_event.c) run here:
+ * E3 (a record's release) and E4 (a waiter's acquire). */
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <sys/syscall.h>
-#include <time.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "workers/device/sim.h"
@@ -329,6 +332,9 @@ disco_status_t disco__sim_stream_free(int device_id, disco_stream_t stream)
     disco_status_t st = disco__sim_stream_sync(device_id, stream);
     if (st == DISCO_E_INVAL)
         return st;
+    /* Under the engine lock too: a flush or a wait of another thread that
+     * holds it may be about to run this stream. */
+    pthread_mutex_lock(&g_exec);
     lock_queues();
     for (size_t i = 0; i < g_nstreams; i++) {
         if (g_streams[i] == stream) {
@@ -339,5 +345,6 @@ disco_status_t disco__sim_stream_free(int device_id, disco_stream_t stream)
         }
     }
     pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&g_exec);
     return st;
 }
