@@ -4,6 +4,7 @@
  * keys the README names. */
 #include <check.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +63,7 @@ START_TEST(test_json)
     ck_assert_int_eq(run(cmd, out, sizeof out), 0);
     snprintf(cmd, sizeof cmd, "%s/soak.json", dir);
     json_t *j = load_with(cmd, (const char *const[]){"rounds", "failures", "worst_worker_ms",
-                                                     "worst_controller_ms", NULL});
+                                                     "worst_controller_ms", "sim_rounds", NULL});
     ck_assert_int_eq(json_integer_value(json_object_get(j, "rounds")), 4);
     ck_assert_int_eq(json_integer_value(json_object_get(j, "failures")), 0);
     json_decref(j);
@@ -92,6 +93,60 @@ START_TEST(test_json)
 }
 END_TEST
 
+/* disco-demo --device sim: the MLP with its tensors on sim devices matches
+ * the one-process reference with 2, 3 and 4 workers, d_ff not a multiple
+ * of the workers (the padded shards); DISCO_SIM_GPUS unset (the demo picks
+ * one device per worker), or set to 2 (3 workers share 2 devices). */
+START_TEST(test_demo_sim)
+{
+    char dir[] = "/tmp/disco-demo-sim-XXXXXX", cmd[2048], out[65536];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    int workers = 2 + _i;
+    snprintf(cmd, sizeof cmd,
+             "%s %s/disco-demo --mlp-only --device sim --workers %d --steps 3 --batch 4 "
+             "--d-model 32 --d-ff 101 --trace %s/t.json --json %s/d.json",
+             _i == 1 ? "env DISCO_SIM_GPUS=2" : "env -u DISCO_SIM_GPUS", DISCO_TEST_BIN, workers,
+             dir, dir);
+    int rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 0, "%s exited %d: %s", cmd, rc, out);
+    ck_assert_msg(strstr(out, "tensors on sim devices") != NULL, "not on sim: %s", out);
+    ck_assert_msg(strstr(out, "demo: the sharded MLP matched the reference") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s/d.json", dir);
+    json_t *j = load_with(cmd, (const char *const[]){"device", "max_rel_err", "ok", NULL});
+    ck_assert_str_eq(json_string_value(json_object_get(j, "device")), "sim");
+    ck_assert(json_is_true(json_object_get(j, "ok")));
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "workers")), workers);
+    json_decref(j);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+}
+END_TEST
+
+/* disco-demo --device cuda: with a GPU it matches the reference; without
+ * one (or without CUDA in the build) it exits 1, not by a signal, saying
+ * "no CUDA device". DISCO_REQUIRE_GPU=1 makes the second case a failure. */
+START_TEST(test_demo_cuda)
+{
+    char cmd[1024], out[65536];
+    snprintf(cmd, sizeof cmd,
+             "%s/disco-demo --mlp-only --device cuda --workers 2 --steps 2 --batch 2 "
+             "--d-model 16 --d-ff 32 --trace /dev/null 2>&1",
+             DISCO_TEST_BIN);
+    int rc = run(cmd, out, sizeof out);
+    const char *req = getenv("DISCO_REQUIRE_GPU");
+    bool required = req != NULL && req[0] != '\0' && strcmp(req, "0") != 0;
+    if (rc == 0) {
+        ck_assert_msg(strstr(out, "demo: the sharded MLP matched the reference") != NULL, "%s",
+                      out);
+        return;
+    }
+    ck_assert_msg(!required, "DISCO_REQUIRE_GPU is set and --device cuda exited %d: %s", rc, out);
+    ck_assert_msg(rc == 1, "--device cuda without a GPU exited %d, not 1: %s", rc, out);
+    ck_assert_msg(strstr(out, "no CUDA device") != NULL, "no \"no CUDA device\" in: %s", out);
+    printf("test_demo_cuda: no GPU here: %s", out);
+}
+END_TEST
+
 Suite *suite_tools(void)
 {
     Suite *s = suite_create("tools");
@@ -99,6 +154,8 @@ Suite *suite_tools(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_help, 0, NTOOLS);
     tcase_add_test(tc, test_json);
+    tcase_add_loop_test(tc, test_demo_sim, 0, 3);
+    tcase_add_test(tc, test_demo_cuda);
     suite_add_tcase(s, tc);
     return s;
 }

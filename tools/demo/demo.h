@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <dlpack/dlpack.h>
+
 typedef struct demo_mlp_opts {
     int workers;
     int64_t batch, d_model, d_ff;
@@ -14,7 +16,17 @@ typedef struct demo_mlp_opts {
     uint64_t seed;
     const char *trace_path; /* NULL: no trace file */
     const char *json_path;  /* NULL: no figures file */
+    DLDeviceType device;    /* kDLCPU (default), kDLExtDev (sim) or kDLCUDA */
 } demo_mlp_opts_t;
+
+/** The device's name in the demo's options: "cpu", "sim" or "cuda". */
+const char *demo_device_name(DLDeviceType type);
+
+/** Readies device type for the MLP: sim: DISCO_SIM_GPUS set to workers
+ *  when unset; cuda: at least one GPU, asked in a child process (this
+ *  process must not touch CUDA before its session forks). False, with a
+ *  message on stderr, when the device cannot be used. */
+bool demo_device_ready(DLDeviceType type, int workers);
 
 /** The main part: the sharded MLP (demo_mlp.c), with the demo library at
  *  lib. True if the result matched the one-process reference. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "tools/demo/demo.h"
+#include "tools/demo/demo_device.h"
 #include "tools/demo/demo_mlp.h"
 #include "disco/placement.h"
 #include "disco/tensor.h"
@@ -103,13 +104,13 @@ static disco_status_t step(disco_session_t *s, disco_dref_t f_part, disco_dref_t
 /* --json: the run's figures (microseconds; the error is relative). */
 static void write_figures(const demo_mlp_opts_t *o, double step_us, double compute_us, double err)
 {
-    json_t *j =
-        json_pack("{s:i, s:I, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:b}", "workers",
-                  o->workers, "batch", (json_int_t)o->batch, "d_model", (json_int_t)o->d_model,
-                  "d_ff", (json_int_t)o->d_ff, "steps", o->steps, "step_us", step_us, "compute_us",
-                  compute_us, "coordination_us", step_us - compute_us, "coordination_pct",
-                  step_us > 0 ? 100.0 * (step_us - compute_us) / step_us : 0.0, "max_rel_err", err,
-                  "tolerance", TOLERANCE, "ok", err <= TOLERANCE);
+    json_t *j = json_pack("{s:s, s:i, s:I, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
+                          "device", demo_device_name(o->device), "workers", o->workers, "batch",
+                          (json_int_t)o->batch, "d_model", (json_int_t)o->d_model, "d_ff",
+                          (json_int_t)o->d_ff, "steps", o->steps, "step_us", step_us, "compute_us",
+                          compute_us, "coordination_us", step_us - compute_us, "coordination_pct",
+                          step_us > 0 ? 100.0 * (step_us - compute_us) / step_us : 0.0,
+                          "max_rel_err", err, "tolerance", TOLERANCE, "ok", err <= TOLERANCE);
     if (j == NULL || json_dump_file(j, o->json_path, JSON_INDENT(2)) != 0)
         printf("  could not write the figures to %s\n", o->json_path);
     json_decref(j);
@@ -127,27 +128,44 @@ bool demo_mlp(const demo_mlp_opts_t *o, const char *lib)
     disco_session_t *s = NULL;
     disco_trace_t *t = NULL;
     disco_trace_summary_t *sum = NULL;
+    bool on_dev = o->device != kDLCPU;
+    demo_dev_t dev = {0};
+    const char *part_name = on_dev ? "demo.mlp_partial_into" : "demo.mlp_partial";
     printf("== tensor-parallel MLP: y = gelu(x W1) W2, x [%lld, %lld], W1 [%lld, %lld] split "
-           "by columns, W2 by rows, over %d workers (CPU), %d steps\n",
-           (long long)o->batch, (long long)dm, (long long)dm, (long long)o->d_ff, n, steps);
+           "by columns, W2 by rows, over %d workers (%s), %d steps\n",
+           (long long)o->batch, (long long)dm, (long long)dm, (long long)o->d_ff, n,
+           o->device == kDLExtDev ? "tensors on sim devices: a test device, no GPU figures"
+           : o->device == kDLCUDA ? "tensors on CUDA GPUs, computed on host copies"
+                                  : "CPU",
+           steps);
     disco_session_config_t cfg = disco_session_config_default(n);
     cfg.heap_bytes = 64u << 20;
+    if (on_dev)
+        cfg.device_arena_bytes = demo_dev_arena_bytes(o);
+    /* CUDA: spawned workers (disco-worker beside this program), so that no
+     * process forks after this one has touched CUDA. */
+    if (o->device == kDLCUDA)
+        cfg.launch = DISCO_LAUNCH_SPAWN;
     /* Worker 0 is this thread, pinned by default like the workers, so it
      * cannot land on worker 1's core (unpinned, on 2 cores, it can: the
      * partials then run one after the other and coordination reads ~50% of
      * a step in 1 run of 3). */
     CHECK(disco_session_open(&cfg, &s));
     disco_plan_print(disco_session_plan(s), stdout, false);
-    disco_dref_t r, w1, w2, f_part;
+    disco_dref_t r, w1 = 0, w2 = 0, f_part = 0;
     disco_value_t path = disco_value_str(lib);
     CHECK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &r));
     CHECK(disco_session_free_reg(s, r));
-    disco_value_t wa[4] = {disco_value_int((int64_t)o->seed), disco_value_int(dm),
-                           disco_value_int(o->d_ff), disco_value_int(1)};
-    CHECK(disco_session_call_by_name(s, "demo.mlp_weights", wa, 4, &w1));
-    wa[3] = disco_value_int(2);
-    CHECK(disco_session_call_by_name(s, "demo.mlp_weights", wa, 4, &w2));
-    CHECK(disco_session_get_func(s, "demo.mlp_partial", &f_part));
+    if (on_dev) {
+        CHECK(demo_dev_setup(s, o, &dev));
+    } else {
+        disco_value_t wa[4] = {disco_value_int((int64_t)o->seed), disco_value_int(dm),
+                               disco_value_int(o->d_ff), disco_value_int(1)};
+        CHECK(disco_session_call_by_name(s, "demo.mlp_weights", wa, 4, &w1));
+        wa[3] = disco_value_int(2);
+        CHECK(disco_session_call_by_name(s, "demo.mlp_weights", wa, 4, &w2));
+        CHECK(disco_session_get_func(s, "demo.mlp_partial", &f_part));
+    }
     for (int w = 0; w < n; w++)
         CHECK(disco_session_sync(s, w));
 
@@ -159,7 +177,10 @@ bool demo_mlp(const demo_mlp_opts_t *o, const char *lib)
         for (size_t i = 0; i < cells; i++)
             x[i] = demo_mlp_value(o->seed + (uint64_t)(k + 1), 3, i);
         int64_t t0 = disco_now_ns();
-        CHECK(step(s, f_part, w1, w2, &hx, &hy));
+        if (on_dev)
+            CHECK(demo_dev_step(s, &dev, &hx, &hy));
+        else
+            CHECK(step(s, f_part, w1, w2, &hx, &hy));
         if (k < 0)
             continue;
         lat[k] = (double)(disco_now_ns() - t0) / 1e3;
@@ -176,7 +197,7 @@ bool demo_mlp(const demo_mlp_opts_t *o, const char *lib)
      * on worker 0 */
     int found = 0;
     for (size_t i = t->nslices; i-- > 0 && found < steps;)
-        if (t->slices[i].worker == 0 && strcmp(t->slices[i].name, "demo.mlp_partial") == 0)
+        if (t->slices[i].worker == 0 && strcmp(t->slices[i].name, part_name) == 0)
             comp[steps - 1 - found++] = slowest_slice_us(t, t->slices[i].seq);
     double lat_sorted[MAX_STEPS], comp_sorted[MAX_STEPS];
     memcpy(lat_sorted, lat, (size_t)steps * sizeof *lat);
@@ -205,6 +226,8 @@ bool demo_mlp(const demo_mlp_opts_t *o, const char *lib)
     }
     ok = err <= TOLERANCE;
 out:
+    if (on_dev && s != NULL)
+        demo_dev_free(s, &dev);
     disco_trace_summary_free(sum);
     disco_trace_free(t);
     disco_session_close(s);

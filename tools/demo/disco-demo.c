@@ -234,7 +234,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: disco-demo [--workers N] [--batch B] [--d-model D] [--d-ff F] [--steps S]\n"
-            "                  [--seed X] [--trace PATH] [--json PATH] [--mlp-only] [--help]\n"
+            "                  [--seed X] [--device cpu|sim|cuda] [--trace PATH] [--json PATH]\n"
+            "                  [--mlp-only] [--help]\n"
             "The main job: a tensor-parallel MLP block, y = gelu(x W1) W2, W1 split by\n"
             "columns and W2 by rows over N worker processes, an allreduce after the\n"
             "second layer, for S steps; checked against the block in one process, with\n"
@@ -247,6 +248,9 @@ static void usage(FILE *f)
             "  --d-ff F     hidden width, split over the workers (default 1024)\n"
             "  --steps S    timed steps (default 20, at most 1000)\n"
             "  --seed X     weights and inputs (default 1)\n"
+            "  --device D   where the MLP's tensors live: cpu (default), sim (simulated\n"
+            "               GPUs, a test device: DISCO_SIM_GPUS defaults to N) or cuda\n"
+            "               (GPUs); on a device each worker computes on host copies\n"
             "  --trace PATH write the trace there (default disco-demo-trace.json)\n"
             "  --json PATH  write the MLP's figures there (step, compute and\n"
             "               coordination medians in us, max relative error)\n"
@@ -270,7 +274,8 @@ int main(int argc, char **argv)
 {
     bu_cpus_init();
     long n = bu_ncpus < 2 ? 2 : bu_ncpus > 8 ? 8 : bu_ncpus;
-    demo_mlp_opts_t o = {.batch = 8,
+    demo_mlp_opts_t o = {.device = kDLCPU,
+                         .batch = 8,
                          .d_model = 256,
                          .d_ff = 1024,
                          .steps = 20,
@@ -294,6 +299,12 @@ int main(int argc, char **argv)
             o.steps = (int)opt_long(a, v, 1, 1000), i++;
         } else if (strcmp(a, "--seed") == 0) {
             o.seed = (uint64_t)opt_long(a, v, 0, LONG_MAX), i++;
+        } else if (strcmp(a, "--device") == 0 && v != NULL) {
+            if (strcmp(v, "cpu") != 0 && strcmp(v, "sim") != 0 && strcmp(v, "cuda") != 0) {
+                fprintf(stderr, "disco-demo: --device wants cpu, sim or cuda, not %s\n", v);
+                return 2;
+            }
+            o.device = v[0] == 's' ? kDLExtDev : v[1] == 'u' ? kDLCUDA : kDLCPU, i++;
         } else if (strcmp(a, "--trace") == 0 && v != NULL) {
             o.trace_path = v, i++;
         } else if (strcmp(a, "--json") == 0 && v != NULL) {
@@ -311,6 +322,8 @@ int main(int argc, char **argv)
         return 2;
     }
     o.workers = (int)n;
+    if (!demo_device_ready(o.device, o.workers))
+        return 1;
     char lib[4096];
     demo_library_path(lib, sizeof lib);
     bool mlp = demo_mlp(&o, lib);

@@ -5,7 +5,7 @@
  * tools/soak/soak.h for what each round checks).
  *
  *   disco-soak [--seconds S] [--rounds N] [--seed X] [--bound-ms MS]
- *              [--json PATH] [--quiet] [--help]
+ *              [--no-sim] [--json PATH] [--quiet] [--help]
  *
  * Stops at whichever limit comes first (default: 60 s, no round limit).
  * Exits 0 when every round passed, 1 when one failed, 2 on bad usage.
@@ -20,12 +20,14 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: disco-soak [--seconds S] [--rounds N] [--seed X] [--bound-ms MS]\n"
-               "                  [--json PATH] [--quiet] [--help]\n"
+               "                  [--no-sim] [--json PATH] [--quiet] [--help]\n"
                "Kills a random worker (or the controller) mid-call, round after round, and\n"
                "checks the caller's error comes within --bound-ms (default 1000) and that no\n"
                "process, fd, memfd mapping, /dev/shm entry or heap block is left. Default:\n"
                "60 s. --seed repeats a run (the seed used is printed). --quiet: no line per\n"
-               "round (failures still go to stderr). Exit 0: all passed.\n");
+               "round (failures still go to stderr). One round in three runs its session's\n"
+               "tensors on sim GPUs (DISCO_SIM_GPUS, 2 when unset); --no-sim: none.\n"
+               "Exit 0: all passed.\n");
 }
 
 static bool number(const char *s, double *out)
@@ -56,6 +58,8 @@ int main(int argc, char **argv)
             o.bound_ms = (uint32_t)v, i++;
         } else if (strcmp(a, "--json") == 0 && i + 1 < argc) {
             json = argv[++i];
+        } else if (strcmp(a, "--no-sim") == 0) {
+            o.no_sim = true;
         } else if (strcmp(a, "--quiet") == 0) {
             o.log = NULL;
         } else {

@@ -16,10 +16,19 @@
  * forever, kills it after a random delay, and measures until every one of
  * its workers is gone (they must be, within bound_ms). The soak makes itself
  * a child subreaper, so the orphaned workers become its children and their
- * end is seen by waitpid as well as by their pidfds. */
+ * end is seen by waitpid as well as by their pidfds.
+ *
+ * One round in three (unless no_sim) is a sim-GPU round: the session's
+ * tensors are on sim devices (DISCO_SIM_GPUS, set to 2 when unset), so the
+ * workloads run on device arenas (device allreduce, device empties with a
+ * copy from the host into worker 0's, device broadcast + allgather), the
+ * fault-free pass must leave every worker's arena as it found it, and the
+ * kill lands while peers hold the victim's arena open. The leak checks are
+ * the same: no process, fd, memfd mapping or /dev/shm entry may remain. */
 #ifndef DISCO_TOOLS_SOAK_H
 #define DISCO_TOOLS_SOAK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -34,6 +43,7 @@ typedef struct soak_opts {
     uint64_t seed;           /* 0: from the clock (printed, so a run can be repeated) */
     uint32_t bound_ms;       /* every death must be reported within this */
     const char *worker_path; /* spawned workers' program; NULL: the session's default */
+    bool no_sim;             /* no sim-GPU rounds (default: one round in three) */
     FILE *log;               /* one line per round, or NULL (failures then go to stderr) */
 } soak_opts_t;
 
@@ -48,11 +58,14 @@ typedef struct soak_report {
     int orphans;       /* grandchildren that came to the soak and ended */
     int by_workers[9]; /* rounds by worker count */
     int by_launch[2], by_transport[2], by_workload[SOAK_WORKLOADS];
+    int by_device[2];  /* rounds with CPU tensors, with sim-GPU tensors */
     char failure[600]; /* the first failure, "" if none */
 } soak_report_t;
 
-/** Runs rounds until either limit; fills r. Returns the number of failed
- *  rounds (0: all passed). */
+/** Runs rounds until either limit; fills r. Sets DISCO_SIM_GPUS=2 in the
+ *  environment when it is unset and sim rounds are drawn (spawned workers
+ *  inherit it). Not thread-safe (it forks and sets the environment).
+ *  Returns the number of failed rounds (0: all passed). */
 int soak_run(const soak_opts_t *o, soak_report_t *r);
 
 /** Prints the report for people. */

@@ -19,6 +19,7 @@
 
 #include "disco/session.h"
 #include "disco/shm/wait.h"
+#include "disco/tensor.h"
 #include "tools/soak/soak_round.h"
 
 #define MAX_DELAY_US  3000  /* kills land 0..3 ms after the workload starts */
@@ -52,6 +53,7 @@ static double ms_since(int64_t t0, int64_t t1)
 typedef struct work {
     disco_session_t *s;
     int n;
+    DLDevice dev; /* where the tensors are: CPU, or sim (a sim-GPU round) */
     disco_dref_t f_allreduce, f_empty, f_bcast, f_allgather;
     disco_dref_t x; /* X_FLOATS of float32 on every worker */
     uint64_t rng;
@@ -66,8 +68,20 @@ static disco_status_t empty_on_all(work_t *w, int64_t floats, disco_dref_t *out)
 {
     disco_value_t a[4] = {disco_value_shape(&floats, 1),
                           disco_value_dtype((DLDataType){kDLFloat, 32, 1}),
-                          disco_value_device((DLDevice){kDLCPU, 0}), disco_value_bool(false)};
+                          disco_value_device(w->dev), disco_value_bool(false)};
     return disco_session_call(w->s, w->f_empty, a, 4, out);
+}
+
+/* A sim round's copy: floats from the host into worker 0's tensor reg. */
+static disco_status_t copy_in(work_t *w, int64_t floats, disco_dref_t reg)
+{
+    static const float zeros[X_FLOATS];
+    DLTensor h = {.data = (void *)zeros,
+                  .device = {kDLCPU, 0},
+                  .ndim = 1,
+                  .dtype = {kDLFloat, 32, 1},
+                  .shape = &floats};
+    return disco_session_copy_into_worker0(w->s, &h, reg);
 }
 
 static disco_status_t setup(work_t *w)
@@ -79,7 +93,10 @@ static disco_status_t setup(work_t *w)
             DISCO_OK ||
         (st = disco_session_get_func(w->s, "disco.allgather", &w->f_allgather)) != DISCO_OK)
         return st;
-    return empty_on_all(w, X_FLOATS, &w->x);
+    disco_status_t st2 = empty_on_all(w, X_FLOATS, &w->x);
+    if (st2 == DISCO_OK && w->dev.device_type != kDLCPU)
+        st2 = copy_in(w, X_FLOATS, w->x);
+    return st2;
 }
 
 /* One step of workload kind; every register it makes it frees. */
@@ -94,8 +111,14 @@ static disco_status_t step(work_t *w, int kind)
         return disco_session_free_reg(w->s, a);
     }
     if (kind == 1) {
-        if ((st = empty_on_all(w, 1 + pick(&w->rng, X_FLOATS), &a)) != DISCO_OK)
+        int64_t floats = 1 + pick(&w->rng, X_FLOATS);
+        if ((st = empty_on_all(w, floats, &a)) != DISCO_OK)
             return st;
+        /* sim: a host-to-device copy into worker 0's new tensor too */
+        if (w->dev.device_type != kDLCPU && (st = copy_in(w, floats, a)) != DISCO_OK) {
+            disco_session_free_reg(w->s, a);
+            return st;
+        }
         return disco_session_free_reg(w->s, a);
     }
     disco_value_t args[2] = {dref_value(w->x), disco_value_bool(false)};
@@ -121,16 +144,18 @@ static disco_status_t sync_all(work_t *w)
 
 /* Draws a round's session (workers, launch, transport) and workload, counts
  * them in the report, and names them in setting. */
-static disco_session_config_t draw_round(round_t *rd, uint64_t *rng, int *kind, char *setting,
-                                         size_t cap)
+static disco_session_config_t draw_round(round_t *rd, uint64_t *rng, int *kind, DLDevice *dev,
+                                         char *setting, size_t cap)
 {
     static const int sizes[] = {2, 3, 4, 8};
     int n = sizes[pick(rng, 4)], launch = pick(rng, 2), transport = pick(rng, 2);
     *kind = pick(rng, SOAK_WORKLOADS);
-    snprintf(setting, cap, "%d workers, %s, %s, %s", n, launch ? "spawn" : "fork",
-             transport ? "pipes" : "rings", soak_workload_name[*kind]);
+    int sim = pick(rng, 3) == 0 && !rd->o->no_sim;
+    *dev = (DLDevice){sim ? kDLExtDev : kDLCPU, 0};
+    snprintf(setting, cap, "%d workers, %s, %s, %s, %s", n, launch ? "spawn" : "fork",
+             transport ? "pipes" : "rings", soak_workload_name[*kind], sim ? "sim" : "cpu");
     rd->r->by_workers[n]++, rd->r->by_launch[launch]++, rd->r->by_transport[transport]++;
-    rd->r->by_workload[*kind]++;
+    rd->r->by_workload[*kind]++, rd->r->by_device[sim]++;
     disco_session_config_t cfg = disco_session_config_default(n);
     cfg.launch = launch ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
     cfg.transport = transport ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING;
@@ -138,6 +163,9 @@ static disco_session_config_t draw_round(round_t *rd, uint64_t *rng, int *kind, 
     cfg.call_timeout_ms = HARD_LIMIT_MS;
     /* x, an allgather's n-fold output and a broadcast on each worker, and room */
     cfg.heap_bytes = (uint64_t)(n * n + 3 * n + 8) * X_FLOATS * sizeof(float);
+    /* sim: each worker's arena holds x, a broadcast, an allgather's n-fold
+     * output and an empty, and room */
+    cfg.device_arena_bytes = (uint64_t)(2 * n + 8) * X_FLOATS * sizeof(float);
     return cfg;
 }
 
@@ -161,12 +189,39 @@ static void *killer_main(void *p)
     return NULL;
 }
 
-/* The heap before and after a fault-free pass and a failing call. */
+/* A sim round's arenas: used bytes and blocks of each worker's (from
+ * disco.arena_stats: [bytes, used, blocks, peers, type, id]) into
+ * out[2 * worker]. CPU rounds: nothing. */
+static disco_status_t arena_use(work_t *w, int64_t out[16])
+{
+    if (w->dev.device_type == kDLCPU)
+        return DISCO_OK;
+    disco_dref_t r;
+    disco_status_t st = disco_session_call_by_name(w->s, "disco.arena_stats", NULL, 0, &r);
+    for (int i = 0; i < w->n && st == DISCO_OK; i++) {
+        disco_value_t v;
+        if ((st = disco_session_debug_get(w->s, r, i, &v)) != DISCO_OK)
+            break;
+        if (v.type != DISCO_T_SHAPE || v.len != 6)
+            st = disco_set_error(DISCO_E_BAD_TYPE, "disco.arena_stats on worker %d: no shape", i);
+        else
+            out[2 * i] = v.v.shape[1], out[2 * i + 1] = v.v.shape[2];
+        disco_value_clear(&v);
+    }
+    if (st == DISCO_OK)
+        st = disco_session_free_reg(w->s, r);
+    return st;
+}
+
+/* The heap (and a sim round's arenas) before and after a fault-free pass
+ * and a failing call. */
 static void check_heap_steady(round_t *rd, work_t *w, int kind)
 {
     disco_heap_stats_t h0, h1;
+    int64_t a0[16] = {0}, a1[16] = {0};
     disco_status_t st;
-    if ((st = sync_all(w)) != DISCO_OK || disco_session_heap_stats(w->s, &h0) != DISCO_OK) {
+    if ((st = sync_all(w)) != DISCO_OK || (st = disco_session_heap_stats(w->s, &h0)) != DISCO_OK ||
+        (st = arena_use(w, a0)) != DISCO_OK) {
         soak_fail(rd, "setup: %s (%s)", disco_err_name(st), disco_last_error());
         return;
     }
@@ -202,6 +257,15 @@ static void check_heap_steady(round_t *rd, work_t *w, int kind)
     if (disco_session_heap_stats(w->s, &h1) != DISCO_OK || h1.live_blocks != h0.live_blocks)
         soak_fail(rd, "heap: %zu live blocks before a fault-free pass and a failed call, %zu after",
                   h0.live_blocks, h1.live_blocks);
+    if ((st = arena_use(w, a1)) != DISCO_OK)
+        soak_fail(rd, "arena stats: %s (%s)", disco_err_name(st), disco_last_error());
+    for (int i = 0; i < w->n && st == DISCO_OK; i++)
+        if (a0[2 * i] != a1[2 * i] || a0[2 * i + 1] != a1[2 * i + 1])
+            soak_fail(rd,
+                      "worker %d's sim arena: %lld bytes in %lld blocks before a fault-free "
+                      "pass and a failed call, %lld in %lld after",
+                      i, (long long)a0[2 * i], (long long)a0[2 * i + 1], (long long)a1[2 * i],
+                      (long long)a1[2 * i + 1]);
 }
 
 static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
@@ -209,13 +273,14 @@ static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
     const soak_opts_t *o = rd->o;
     int kind;
     char setting[96];
-    disco_session_config_t cfg = draw_round(rd, rng, &kind, setting, sizeof setting);
+    DLDevice dev;
+    disco_session_config_t cfg = draw_round(rd, rng, &kind, &dev, setting, sizeof setting);
     int n = cfg.num_workers, victim = 1 + pick(rng, n - 1);
     killer_t k = {.delay_us = pick(rng, MAX_DELAY_US + 1)};
     snprintf(rd->what, sizeof rd->what, "kill worker %d, %s, after %ld us", victim, setting,
              k.delay_us);
     leaks_t before = soak_leaks_now();
-    work_t w = {.n = n, .rng = next_rand(rng) | 1};
+    work_t w = {.n = n, .dev = dev, .rng = next_rand(rng) | 1};
     disco_status_t st = disco_session_open(&cfg, &w.s);
     if (st != DISCO_OK) {
         soak_fail(rd, "open: %s (%s)", disco_err_name(st), disco_last_error());
@@ -283,9 +348,10 @@ static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
 
 /* The controller child: opens the session, reports its workers' pids, and
  * runs the workload until it is killed. Exits 3 on any error. */
-static void controller_child(const disco_session_config_t *cfg, int kind, uint64_t seed, int fd)
+static void controller_child(const disco_session_config_t *cfg, DLDevice dev, int kind,
+                             uint64_t seed, int fd)
 {
-    work_t w = {.n = cfg->num_workers, .rng = seed};
+    work_t w = {.n = cfg->num_workers, .dev = dev, .rng = seed};
     if (disco_session_open(cfg, &w.s) != DISCO_OK)
         _exit(3);
     for (int i = 1; i < w.n; i++) {
@@ -320,7 +386,8 @@ static void controller_round(round_t *rd, uint64_t *rng, double *det_ms)
     const soak_opts_t *o = rd->o;
     int kind;
     char setting[96];
-    disco_session_config_t cfg = draw_round(rd, rng, &kind, setting, sizeof setting);
+    DLDevice dev;
+    disco_session_config_t cfg = draw_round(rd, rng, &kind, &dev, setting, sizeof setting);
     int n = cfg.num_workers;
     long delay_us = pick(rng, MAX_DELAY_US + 1);
     snprintf(rd->what, sizeof rd->what, "kill the controller, %s, after %ld us", setting, delay_us);
@@ -334,7 +401,7 @@ static void controller_round(round_t *rd, uint64_t *rng, double *det_ms)
     pid_t ctl = fork();
     if (ctl == 0) {
         close(p[0]);
-        controller_child(&cfg, kind, next_rand(rng) | 1, p[1]);
+        controller_child(&cfg, dev, kind, next_rand(rng) | 1, p[1]);
     }
     close(p[1]);
     int pids[8], fds[8];
@@ -418,6 +485,10 @@ int soak_run(const soak_opts_t *o, soak_report_t *r)
     uint64_t rng = r->seed;
     /* Orphaned workers of a killed controller become ours. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
+    /* Sim rounds: two sim devices unless the caller chose (workers share
+     * them, i mod 2); spawned workers inherit the variable. */
+    if (!o->no_sim)
+        setenv("DISCO_SIM_GPUS", "2", 0);
     samples_t wms = {0}, cms = {0};
     int64_t t0 = disco_now_ns();
     for (bool room = true; room;) {
