@@ -45,6 +45,41 @@ START_TEST(test_empty_every_worker)
 }
 END_TEST
 
+/* A library function makes a device tensor with disco_ctx_empty_device,
+ * fills it from the host and returns it: each worker's register then holds
+ * a tensor on its own device with that worker's values. */
+START_TEST(test_function_returns_device_tensor)
+{
+    DLDeviceType type = type_of(_i, 6);
+    NEED_DEVICE(type);
+    disco_session_t *s = open_for(type, _i % 6);
+    int world = disco_session_num_workers(s);
+    disco_dref_t lib;
+    disco_value_t path = disco_value_str(DISCO_TEST_LIB);
+    CK_OK(disco_session_call_by_name(s, "disco.load_library", &path, 1, &lib));
+    int64_t shape[1] = {8};
+    disco_value_t args[2] = {disco_value_shape(shape, 1), disco_value_int((int64_t)type)};
+    disco_dref_t r;
+    CK_OK(disco_session_call_by_name(s, "test.fill_device", args, 2, &r));
+    for (int w = 0; w < world; w++) {
+        CK_OK(disco_session_sync(s, w));
+        disco_value_t v;
+        CK_OK(disco_session_debug_get(s, r, w, &v));
+        ck_assert_uint_eq(v.len, 8 * sizeof(float));
+        const float *f = v.v.bytes;
+        for (int i = 0; i < 8; i++)
+            ck_assert_msg(f[i] == (float)(1000 * w + i), "worker %d [%d]: %g", w, i, f[i]);
+        disco_value_clear(&v);
+        int64_t st[6];
+        arena_stats(s, w, st);
+        ck_assert_int_eq(st[4], (int)type); /* from the worker's own device arena */
+    }
+    CK_OK(disco_session_free_reg(s, r));
+    CK_OK(disco_session_free_reg(s, lib));
+    disco_session_close(s);
+}
+END_TEST
+
 /* copy_into_worker0 then copy_from_worker0 of a device register gives the
  * host bytes back; copy_to_worker0 of a tensor on a device makes a device
  * register (device to device), which copies out device to device too. */
@@ -350,6 +385,7 @@ Suite *suite_gpu_session(void)
      * same on CUDA. */
     tcase_add_loop_test(tc, test_empty_every_worker, 0, 12);
     tcase_add_loop_test(tc, test_copy_round_trip, 0, 12);
+    tcase_add_loop_test(tc, test_function_returns_device_tensor, 0, 12);
     tcase_add_loop_test(tc, test_debug_get_set, 0, 12);
     tcase_add_loop_test(tc, test_kill_register_frees, 0, 12);
     tcase_add_loop_test(tc, test_close_releases, 0, 6);

@@ -3,9 +3,11 @@
  * the "disco.load_library" builtin. Its disco symbols resolve against the
  * program that loads it (linked -rdynamic). */
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "disco/device.h"
 #include "disco/dtype.h"
 #include "disco/func.h"
 #include "disco/tensor.h"
@@ -157,6 +159,36 @@ static disco_status_t fill(disco_ctx_t *ctx, const disco_value_t *a, int n, disc
     return DISCO_OK;
 }
 DISCO_FUNC("test.fill", "Sti", fill)
+
+/* test.fill_device(shape, device_type): a new float32 tensor on this
+ * worker's device of that type, element i = 1000 * worker id + i, written
+ * from the host and synced (disco_ctx_empty_device). */
+static disco_status_t fill_device(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                  disco_value_t *ret)
+{
+    (void)n;
+    DLTensor *t;
+    DLDataType f32 = {kDLFloat, 32, 1};
+    disco_status_t st =
+        disco_ctx_empty_device(ctx, a[0].v.shape, (int)a[0].len, f32, (DLDeviceType)a[1].v.i, &t);
+    if (st != DISCO_OK)
+        return st;
+    size_t count = (size_t)disco_tensor_numel(t);
+    float *host = malloc(count * sizeof *host + 1);
+    if (host == NULL)
+        return disco_ctx_fail(ctx, "test.fill_device: no memory");
+    for (size_t i = 0; i < count; i++)
+        host[i] = (float)(1000 * disco_ctx_worker_id(ctx)) + (float)i;
+    DLDevice cpu = {kDLCPU, 0};
+    st = disco_device_copy(t->data, t->device, host, cpu, count * sizeof *host, NULL);
+    if (st == DISCO_OK)
+        st = disco_device_stream_sync(t->device, NULL);
+    free(host);
+    if (st == DISCO_OK)
+        *ret = disco_value_tensor(t);
+    return st;
+}
+DISCO_FUNC("test.fill_device", "Si", fill_device)
 
 /* test.checksum(x): FNV-1a of the tensor's bytes (null: 0). */
 static disco_status_t checksum(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)

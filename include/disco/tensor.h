@@ -125,6 +125,23 @@ bool disco_tensor_is_compact(const DLTensor *t);
 disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim, DLDataType dtype,
                                DLTensor **tensor_out);
 
+/** In a function: a new tensor on this worker's device of type device_type:
+ *  kDLCPU as disco_ctx_empty; kDLCUDA or kDLExtDev (sim) on the worker's
+ *  device (worker i: device i mod count, disco_device_of_worker), from the
+ *  worker's device arena (made, exported once and published at its first
+ *  device tensor). Owned by the call as disco_ctx_empty's; the function may
+ *  return it as its result. Its bytes are uninitialized: write them with
+ *  disco_device_copy and sync the stream before the function returns.
+ *  Returns DISCO_OK; disco_ctx_empty's errors (kDLCPU); DISCO_E_INVAL (no
+ *  session worker here, bad shape); DISCO_E_OVERFLOW; DISCO_E_NO_DEVICE (no
+ *  such device, e.g. sim without DISCO_SIM_GPUS); DISCO_E_MISMATCH (this
+ *  session already holds tensors of another device type); DISCO_E_NOMEM
+ *  (the arena is full or cannot be made): each naming the worker and the
+ *  device. Nothing is allocated on failure. */
+disco_status_t disco_ctx_empty_device(disco_ctx_t *ctx, const int64_t *shape, int ndim,
+                                      DLDataType dtype, DLDeviceType device_type,
+                                      DLTensor **tensor_out);
+
 /** A new tensor register: on every worker, or on worker 0 only (the others
  *  hold null). Contents are unspecified. The shape and dtype are checked
  *  before any command goes out. Returns as disco_session_call, plus

@@ -92,6 +92,15 @@ disco_status_t disco__ctx_empty_device(disco_ctx_t *ctx, const int64_t *shape, i
     return st;
 }
 
+disco_status_t disco_ctx_empty_device(disco_ctx_t *ctx, const int64_t *shape, int ndim,
+                                      DLDataType dtype, DLDeviceType device_type,
+                                      DLTensor **tensor_out)
+{
+    if (device_type == kDLCPU)
+        return disco_ctx_empty(ctx, shape, ndim, dtype, tensor_out);
+    return disco__ctx_empty_device(ctx, shape, ndim, dtype, device_type, tensor_out);
+}
+
 static void ctx_release(disco_ctx_t *ctx)
 {
     for (size_t i = 0; i < ctx->ntensors; i++)
