@@ -144,6 +144,24 @@ static inline void pattern(float *p, size_t n, int w)
         p[i] = (float)(w * 1000 + (int)i) + 0.5f;
 }
 
+/* A new register of n float32 on every worker's device of type type,
+ * worker w's tensor holding pattern(w) (written with debug_set). */
+static inline disco_dref_t patterned(disco_session_t *s, DLDeviceType type, size_t n)
+{
+    int64_t shape[1] = {(int64_t)n};
+    disco_dref_t x;
+    CK_OK(disco_session_empty_device(s, shape, 1, F32, (DLDevice){type, 0}, false, &x));
+    float *p = malloc(n * sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    for (int w = 0; w < disco_session_num_workers(s); w++) {
+        pattern(p, n, w);
+        disco_value_t b = disco_value_bytes((const char *)p, (uint32_t)(n * sizeof *p));
+        CK_OK(disco_session_debug_set(s, x, w, &b));
+    }
+    free(p);
+    return x;
+}
+
 /* Syncs workers 1..N-1, each until it answers DISCO_OK, and gathers the
  * failures reported on the way (a sync reports every worker's failure
  * posted by then, so which sync reports which is timing): each returns

@@ -145,15 +145,8 @@ START_TEST(test_debug_get_set)
     disco_session_t *s = open_for(type, _i % 6);
     int world = disco_session_num_workers(s);
     enum { N = 256 };
-    int64_t shape[1] = {N};
-    disco_dref_t r;
-    CK_OK(disco_session_empty_device(s, shape, 1, F32, (DLDevice){type, 0}, false, &r));
+    disco_dref_t r = patterned(s, type, N);
     static float p[N];
-    for (int w = 0; w < world; w++) {
-        pattern(p, N, w);
-        disco_value_t b = disco_value_bytes((const char *)p, sizeof p);
-        CK_OK(disco_session_debug_set(s, r, w, &b));
-    }
     for (int w = 0; w < world; w++) {
         pattern(p, N, w);
         disco_value_t v;

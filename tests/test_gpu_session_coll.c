@@ -14,16 +14,10 @@ START_TEST(test_device_collectives)
     disco_session_t *s = open_for(type, _i % 6);
     int world = disco_session_num_workers(s);
     enum { N = 64 };
-    int64_t shape[1] = {N};
-    disco_dref_t x;
-    CK_OK(disco_session_empty_device(s, shape, 1, F32, (DLDevice){type, 0}, false, &x));
+    disco_dref_t x = patterned(s, type, N);
     static float p[N], all[4 * N];
-    for (int w = 0; w < world; w++) {
-        pattern(p, N, w);
-        memcpy(all + w * N, p, sizeof p);
-        disco_value_t b = disco_value_bytes((const char *)p, sizeof p);
-        CK_OK(disco_session_debug_set(s, x, w, &b));
-    }
+    for (int w = 0; w < world; w++)
+        pattern(all + w * N, N, w);
     for (int round = 0; round < 2; round++) {
         disco_dref_t bc = coll(s, "disco.broadcast_from_worker0", x);
         disco_dref_t ga = coll(s, "disco.gather_to_worker0", x);
@@ -125,15 +119,8 @@ START_TEST(test_device_send_recv)
     disco_session_t *s = open_for(type, _i % 6);
     int world = disco_session_num_workers(s);
     enum { N = 32 };
-    int64_t shape[1] = {N};
-    disco_dref_t x;
-    CK_OK(disco_session_empty_device(s, shape, 1, F32, (DLDevice){type, 0}, false, &x));
+    disco_dref_t x = patterned(s, type, N);
     static float p[N];
-    for (int w = 0; w < world; w++) {
-        pattern(p, N, w);
-        disco_value_t b = disco_value_bytes((const char *)p, sizeof p);
-        CK_OK(disco_session_debug_set(s, x, w, &b));
-    }
     int pairs[3][2] = {{world - 1, 0}, {0, world - 1}, {1, 1}};
     for (int k = 0; k < 3; k++) {
         int src = pairs[k][0], dst = pairs[k][1];
