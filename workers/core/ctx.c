@@ -73,8 +73,9 @@ disco_status_t disco_ctx_empty(disco_ctx_t *ctx, const int64_t *shape, int ndim,
     return st;
 }
 
-disco_status_t disco__ctx_empty_device(disco_ctx_t *ctx, const int64_t *shape, int ndim,
-                                       DLDataType dtype, DLDeviceType type, DLTensor **out)
+/* A device tensor from the worker's arena (see disco_ctx_empty_device). */
+static disco_status_t empty_in_arena(disco_ctx_t *ctx, const int64_t *shape, int ndim,
+                                     DLDataType dtype, DLDeviceType type, DLTensor **out)
 {
     struct disco_worker *w = ctx->worker;
     if (w == NULL || w->dev_area == NULL)
@@ -98,7 +99,7 @@ disco_status_t disco_ctx_empty_device(disco_ctx_t *ctx, const int64_t *shape, in
 {
     if (device_type == kDLCPU)
         return disco_ctx_empty(ctx, shape, ndim, dtype, tensor_out);
-    return disco__ctx_empty_device(ctx, shape, ndim, dtype, device_type, tensor_out);
+    return empty_in_arena(ctx, shape, ndim, dtype, device_type, tensor_out);
 }
 
 static void ctx_release(disco_ctx_t *ctx)

@@ -36,17 +36,6 @@ struct disco_ctx {
  *  Returns DISCO_OK or DISCO_E_NOMEM. */
 disco_status_t disco__ctx_own(disco_ctx_t *ctx, DLTensor *t);
 
-/** In a function: a new tensor on this worker's device of type type
- *  (kDLCUDA or kDLExtDev, the worker's device i mod count), from its
- *  device arena, made (allocated, exported, published) at the worker's
- *  first device tensor. Owned by the call as disco_ctx_empty's. Returns
- *  DISCO_OK; DISCO_E_INVAL (no session worker here); the shape errors of
- *  disco_shape_nbytes; what disco__arena_ensure and disco__arena_alloc
- *  return (DISCO_E_NO_DEVICE, DISCO_E_MISMATCH, DISCO_E_NOMEM, ...), each
- *  naming the worker and the device. */
-disco_status_t disco__ctx_empty_device(disco_ctx_t *ctx, const int64_t *shape, int ndim,
-                                       DLDataType dtype, DLDeviceType type, DLTensor **out);
-
 /** Runs function f with args on worker w (NULL: outside any session, as
  *  worker 0 of 1) and copies its result into *ret_out (which must be null).
  *  Thread-safe for different w. Returns the function's status with its

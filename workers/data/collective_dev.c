@@ -55,8 +55,8 @@ disco_status_t disco__coll_dev_copy_of(disco_ctx_t *ctx, struct disco__coll_call
     const struct disco__coll_posted *l = &c->post[rank];
     char *src;
     DLDevice sd;
-    if ((st = disco__ctx_empty_device(ctx, l->shape, l->ndim, l->dtype, (DLDeviceType)l->dev_type,
-                                      &t)) != DISCO_OK ||
+    if ((st = disco_ctx_empty_device(ctx, l->shape, l->ndim, l->dtype, (DLDeviceType)l->dev_type,
+                                     &t)) != DISCO_OK ||
         (st = disco__coll_dev_span(c, rank, false, 0, l->nbytes, &src, &sd)) != DISCO_OK ||
         (st = dcopy(c, t->data, t->device, src, sd, (size_t)l->nbytes)) != DISCO_OK)
         return st;
@@ -106,8 +106,8 @@ disco_status_t disco__coll_dev_scatter(disco_ctx_t *ctx, struct disco__coll_call
     char *src;
     DLDevice sd;
     disco_status_t st;
-    if ((st = disco__ctx_empty_device(ctx, shape, l->ndim, l->dtype, (DLDeviceType)l->dev_type,
-                                      &t)) != DISCO_OK ||
+    if ((st = disco_ctx_empty_device(ctx, shape, l->ndim, l->dtype, (DLDeviceType)l->dev_type,
+                                     &t)) != DISCO_OK ||
         (st = disco__coll_dev_span(c, 0, false, chunk * (uint64_t)c->rank, chunk, &src, &sd)) !=
             DISCO_OK ||
         (st = dcopy(c, t->data, t->device, src, sd, (size_t)chunk)) != DISCO_OK)

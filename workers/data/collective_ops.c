@@ -56,12 +56,8 @@ static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
         return DISCO_OK;
     DLDevice dev = a[2].v.device;
     DLTensor *t;
-    disco_status_t st;
-    if (dev.device_type == kDLCPU) /* the shared heap */
-        st = disco_ctx_empty(ctx, a[0].v.shape, (int)a[0].len, a[1].v.dtype, &t);
-    else /* the worker's device arena, on its own device (device_id: i mod count) */
-        st = disco__ctx_empty_device(ctx, a[0].v.shape, (int)a[0].len, a[1].v.dtype,
-                                     dev.device_type, &t);
+    disco_status_t st =
+        disco_ctx_empty_device(ctx, a[0].v.shape, (int)a[0].len, a[1].v.dtype, dev.device_type, &t);
     if (st == DISCO_OK)
         *ret = disco_value_tensor(t);
     return st;
@@ -80,10 +76,8 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
                               : tensor_arg_on(&a[0], "allreduce", true, &x);
     if (st == DISCO_OK && (a[1].type != DISCO_T_STR || !disco_reduce_parse(a[1].v.str, &op)))
         st = disco_set_error(DISCO_E_INVAL, "allreduce: op must be sum, prod, min, max or avg");
-    if (st == DISCO_OK && x->device.device_type == kDLCPU)
-        st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &out);
-    else if (st == DISCO_OK) /* on this worker's device, as x */
-        st = disco__ctx_empty_device(ctx, x->shape, x->ndim, x->dtype, x->device.device_type, &out);
+    if (st == DISCO_OK) /* in the heap, or on this worker's device, as x */
+        st = disco_ctx_empty_device(ctx, x->shape, x->ndim, x->dtype, x->device.device_type, &out);
     if (st == DISCO_OK) {
         disco__coll_post_tensor(&c, x, false);
         disco__coll_post_tensor(&c, out, true);
@@ -244,11 +238,8 @@ static DLTensor *gather_prep(disco_ctx_t *ctx, struct disco__coll_call *c, const
         if (__builtin_mul_overflow(shape[0], (int64_t)c->size, &shape[0]))
             st = disco_set_error(DISCO_E_OVERFLOW, "%s: dimension 0 (%lld) times %d overflows",
                                  what, (long long)x->shape[0], c->size);
-        else if (x->device.device_type == kDLCPU)
-            st = disco_ctx_empty(ctx, shape, x->ndim, x->dtype, &out);
-        else /* on this worker's device, as x */
-            st =
-                disco__ctx_empty_device(ctx, shape, x->ndim, x->dtype, x->device.device_type, &out);
+        else /* in the heap, or on this worker's device, as x */
+            st = disco_ctx_empty_device(ctx, shape, x->ndim, x->dtype, x->device.device_type, &out);
     }
     if (st != DISCO_OK) {
         disco__coll_fail(c, st, disco_last_error());
