@@ -29,9 +29,10 @@
  * process may allocate DISCO_SIM_MEM_MB MiB (default 4096, page-rounded
  * allocations) per sim device; past that DISCO_E_NOMEM ("sim:<id>: out of
  * memory"). Streams are queues: nothing queued (copies, event records and
- * waits) runs until disco_device_stream_sync of its stream, or an event
- * wait of this process that needs a record queued on it; so a read that
- * misses its sync sees the old bytes; the host side of a queued copy must
+ * waits) runs until disco_device_stream_sync of its stream, or until an
+ * event wait (of any process) needs a record queued on it, which runs the
+ * stream up to that record; so a read that misses its sync sees the old
+ * bytes; the host side of a queued copy must
  * stay valid until then (as with cudaMemcpyAsync). The NULL stream is each
  * device's default stream in the process, asynchronous like the others
  * (disco's CUDA copy also queues on the default stream); it is not ordered
@@ -255,11 +256,12 @@ disco_status_t disco_device_ipc_release(const disco_ipc_ref_t *ref);
 /* ---------------------------------------------------------------------------
  * IPC events (CUDA and sim): ordering work across processes
  *
- * Sim events are a counter pair in a memfd. A sim stream runs only when its
- * process syncs it, so a record another process waits for completes once
- * the recording process has synced the stream it recorded on (a GPU would
- * not need that sync); a waiter whose recorder died gets DISCO_E_SYS.
- * disco_device_event_query never runs a stream. On sim, a NULL stream in
+ * Sim events are counters in a memfd. A record another process waits for
+ * completes without its recorder syncing, as on a GPU: the waiter pokes the
+ * event, and a thread of the recording process (started at its first record
+ * of the event) runs the stream up to the record, no further. A waiter
+ * whose recorder died gets DISCO_E_SYS. disco_device_event_query never runs
+ * a stream (poll with it and nothing moves: use a sync or a wait). On sim, a NULL stream in
  * record or stream_wait_event is the default stream of the event's device.
  *
  * Events are made with cudaEventInterprocess | cudaEventDisableTiming. The

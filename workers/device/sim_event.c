@@ -7,15 +7,20 @@
  * `completed` reaches the last of them. Another process imports the event by
  * taking the memfd (pidfd_getfd, or /proc/<pid>/fd/<n>) and mapping it.
  *
- * Progress. A sim stream runs only when its process syncs it, so a record
- * made by process A completes for process B once A has synced the stream
- * it was recorded on (a GPU would get there on its own). A wait in the
- * recording process runs the recording stream up to the record itself.
- * A waiter whose recorder died gets DISCO_E_SYS instead of waiting forever.
+ * Progress. Nothing a stream queued runs before something needs it (a
+ * missing sync is seen), but a record another process waits for does not
+ * wait for its recorder to sync, as on a GPU: the waiter pokes the event
+ * (E5, a counter in the page, also a futex word), and the recording
+ * process's watcher thread for that event (started at its first record
+ * there) runs the stream the last record is queued on, up to the record
+ * and no further. A wait in the recording process runs that stream itself.
+ * disco_device_event_query pokes nobody. A waiter whose recorder died gets
+ * DISCO_E_SYS instead of waiting forever.
  */
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -48,7 +53,71 @@ struct sim_event {
     int fd;
     uint64_t ino;
     pid_t pid; /* the process that made or imported it */
+    /* The watcher (in pid only), started at the first record here. */
+    bool watching;
+    pthread_t watcher;
+    uint32_t pokes_seen; /* E5 as the watcher starts */
+    _Atomic bool closing;
 };
+
+/* The watcher: sleeps on the poke count; each poke runs this process's
+ * stream of the last record, if the last record is ours (a poke for a
+ * record of another process that imported the event is for its watcher). */
+static void *watch(void *arg)
+{
+    struct sim_event *ev = arg;
+    struct disco__sim_event_shm *m = ev->shm;
+    uint32_t seen = ev->pokes_seen;
+    for (;;) {
+        /* Not FUTEX_PRIVATE: waiters of other processes poke it. Returns
+         * at once if the count moved since `seen` (no poke is missed). */
+        syscall(SYS_futex, &m->pokes, FUTEX_WAIT, seen, NULL, NULL, 0);
+        /* Acquire: pairs with ev_free's release; nothing of ours is read
+         * after it but the flag itself, so this is the conservative side. */
+        if (atomic_load_explicit(&ev->closing, memory_order_acquire))
+            return NULL;
+        /* E5: relaxed; the count only tells that someone asked. */
+        uint32_t now = atomic_load_explicit(&m->pokes, memory_order_relaxed);
+        if (now == seen)
+            continue; /* a spurious wake */
+        seen = now;
+        disco__sim_exec_lock();
+        disco__sim_run_last_record(m);
+        disco__sim_exec_unlock();
+    }
+}
+
+/* Starts ev's watcher in this process if it has none (engine lock held). */
+static disco_status_t start_watcher(int dev, struct sim_event *ev)
+{
+    if (ev->watching)
+        return DISCO_OK;
+    /* E5: relaxed; any later poke changes the count, which ends the
+     * watcher's first futex wait at once. */
+    ev->pokes_seen = atomic_load_explicit(&ev->shm->pokes, memory_order_relaxed);
+    atomic_store_explicit(&ev->closing, false, memory_order_relaxed); /* not shared yet */
+    int e = pthread_create(&ev->watcher, NULL, watch, ev);
+    if (e != 0)
+        return disco_set_error(DISCO_E_SYS,
+                               "disco_device_event_record: sim:%d: cannot start the event's "
+                               "watcher thread: %s",
+                               dev, strerror(e));
+    ev->watching = true;
+    return DISCO_OK;
+}
+
+/* Stops ev's watcher, if it runs in this process. */
+static void stop_watcher(struct sim_event *ev)
+{
+    if (!ev->watching || ev->pid != getpid())
+        return; /* a forked child has the flag, not the thread */
+    /* Release: pairs with the watcher's acquire. */
+    atomic_store_explicit(&ev->closing, true, memory_order_release);
+    atomic_fetch_add_explicit(&ev->shm->pokes, 1, memory_order_relaxed); /* E5 */
+    syscall(SYS_futex, &ev->shm->pokes, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    pthread_join(ev->watcher, NULL);
+    ev->watching = false;
+}
 
 static disco_status_t check(int dev, struct sim_event *ev, const char *fn)
 {
@@ -156,6 +225,11 @@ static disco_status_t ev_record(int dev, void *impl, disco_stream_t stream)
     /* Under the engine lock, so a waiter of this process that runs streams
      * sees the number and where it was queued together. */
     disco__sim_exec_lock();
+    st = start_watcher(dev, ev);
+    if (st != DISCO_OK) {
+        disco__sim_exec_unlock();
+        return st;
+    }
     /* E1: relaxed; the number only has to be unique. Waiters read it to
      * know which record to wait for; the bytes are ordered by E3/E4. */
     uint32_t v = atomic_fetch_add_explicit(&m->recorded, 1, memory_order_relaxed) + 1;
@@ -216,6 +290,7 @@ static void ev_free(int dev, void *impl)
     struct sim_event *ev = impl;
     if (ev == NULL)
         return;
+    stop_watcher(ev);
     if (ev->pid == getpid()) {
         /* Queued records and waits of it run first (they point into it). */
         (void)disco__sim_flush_all();

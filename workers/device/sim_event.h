@@ -13,14 +13,14 @@
 
 enum { DISCO_SIM_OP_COPY, DISCO_SIM_OP_RECORD, DISCO_SIM_OP_WAIT };
 
-/* An event's shared page (sim_event.c makes and maps it). E1-E4 are the
+/* An event's shared page (sim_event.c makes and maps it). E1-E5 are the
  * labels of the atomics' comments in sim_stream.c and sim_event.c. */
 struct disco__sim_event_shm {
     char magic[8];
-    _Atomic uint32_t recorded;  /* E1 */
-    _Atomic uint32_t completed; /* E3 / E4; the futex word */
-    _Atomic int32_t rec_pid;    /* E2 */
-    uint32_t pad;
+    _Atomic uint32_t recorded;            /* E1 */
+    _Atomic uint32_t completed;           /* E3 / E4; the futex word of waiters */
+    _Atomic int32_t rec_pid;              /* E2 */
+    _Atomic uint32_t pokes;               /* E5; the futex word of the recorder's watcher */
     _Atomic uint64_t rec_stream, rec_seq; /* E2 */
 };
 
@@ -55,9 +55,13 @@ void disco__sim_exec_lock(void);
 void disco__sim_exec_unlock(void);
 
 /** Blocks until m's completed count reaches want (engine lock held): runs
- *  this process's stream of the record when it is ours, else waits for the
- *  recording process. Returns DISCO_OK, DISCO_E_SYS (the recorder died
- *  first; the record's stream is gone). */
+ *  this process's stream of the record when it is ours, else pokes the
+ *  recording process's watcher (E5) and waits for it. Returns DISCO_OK,
+ *  DISCO_E_SYS (the recorder died first; the record's stream is gone). */
 disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want);
+
+/** The watcher's step (engine lock held): if this process made m's last
+ *  record, runs the stream it is queued on up to it (and no further). */
+void disco__sim_run_last_record(struct disco__sim_event_shm *m);
 
 #endif

@@ -1,13 +1,14 @@
 /* sim_stream.c - the simulated GPU's streams (see sim.h).
  *
  * A stream is a queue of operations of this process. Nothing runs when it
- * is queued: a stream runs, in order, when it is synced (stream_sync, or
- * an event wait that needs a record queued on it, see sim_event.c), so a
- * reader that forgot the sync sees the old bytes, as on a GPU that has not
- * got there yet. The NULL stream is each device's default stream in this
- * process; it is asynchronous like the others (disco's CUDA copy queues
- * with cudaMemcpyAsync on the default stream too) and has no implicit
- * ordering with them (disco's CUDA streams are non-blocking).
+ * is queued: a stream runs, in order, when it is synced (stream_sync), or
+ * up to an event record when a wait needs that record (a wait of this
+ * process runs it itself; another process's wait pokes the event's
+ * watcher thread here, see sim_event.c), so a reader that forgot the sync
+ * sees the old bytes, as on a GPU that has not got there yet. The NULL stream is each device's
+ * default stream in this process; it is asynchronous like the others (disco's CUDA copy queues with
+ * cudaMemcpyAsync on the default stream too) and has no implicit ordering with them (disco's CUDA
+ * streams are non-blocking).
  *
  * One thread runs operations at a time in a process (g_exec), the
  * simulated engine; queues are guarded by g_lock, which is never held while
@@ -21,6 +22,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -39,6 +41,10 @@ struct stream {
     size_t head, n, cap; /* ops[head..n) are queued */
     uint64_t queued;     /* operations ever queued (the last one's sequence number) */
     uint64_t done;       /* operations run */
+    /* The first failure of operations a watcher ran (no caller to tell):
+     * the stream's next sync reports it. */
+    disco_status_t held;
+    char held_msg[256];
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -48,6 +54,33 @@ static struct stream **g_streams;
 static size_t g_nstreams, g_capstreams;
 static struct stream *g_default[MAX_DEFAULT];
 static uint64_t g_next_id;
+
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+/* fork: g_lock is taken around it, so the child's copy of the queues is
+ * whole (the child then forgets them, lock_queues). g_exec may be held
+ * across a long wait by an event's watcher thread, which does not exist in
+ * the child: the child gets a fresh engine lock instead of waiting for it. */
+static void before_fork(void)
+{
+    pthread_mutex_lock(&g_lock);
+}
+
+static void after_fork_parent(void)
+{
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void after_fork_child(void)
+{
+    pthread_mutex_unlock(&g_lock);
+    g_exec = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}
+
+static void register_atfork(void)
+{
+    (void)pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
 
 static void forget_all(void)
 {
@@ -62,6 +95,7 @@ static void forget_all(void)
 /* Locks the queues; a forked child first forgets the parent's streams. */
 static void lock_queues(void)
 {
+    pthread_once(&g_atfork_once, register_atfork);
     pthread_mutex_lock(&g_lock);
     pid_t me = getpid();
     if (g_pid != me) {
@@ -167,7 +201,7 @@ disco_status_t disco__sim_enqueue_copy(int device_id, disco_stream_t stream, voi
     return disco__sim_enqueue(device_id, stream, &op, "disco_device_copy", NULL, NULL);
 }
 
-static disco_status_t run_until(uint64_t stream_id, uint64_t seq);
+static disco_status_t run_until(uint64_t stream_id, uint64_t seq, bool hold);
 
 /* ---- event operations ---------------------------------------------------- */
 
@@ -189,7 +223,7 @@ disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want
         if (pid == (int32_t)getpid()) {
             uint64_t sid = atomic_load_explicit(&m->rec_stream, memory_order_relaxed); /* E2 */
             uint64_t seq = atomic_load_explicit(&m->rec_seq, memory_order_relaxed);    /* E2 */
-            disco_status_t st = run_until(sid, seq);
+            disco_status_t st = run_until(sid, seq, false);
             if (st != DISCO_OK)
                 return st;
             c = atomic_load_explicit(&m->completed, memory_order_acquire); /* E4 */
@@ -200,6 +234,13 @@ disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want
                                        want);
             continue;
         }
+        /* E5: ask the recorder's watcher to run its stream up to the
+         * record (relaxed: the count only has to change for its futex
+         * wait to end; it reads the record's place under its own engine
+         * lock). Every round, so a poke made before the watcher slept is
+         * never the last. */
+        atomic_fetch_add_explicit(&m->pokes, 1, memory_order_relaxed);
+        syscall(SYS_futex, &m->pokes, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
         struct timespec ts = {0, 100 * 1000 * 1000};
         /* Not FUTEX_PRIVATE: the word is shared between processes. */
         syscall(SYS_futex, &m->completed, FUTEX_WAIT, c, &ts, NULL, 0);
@@ -211,6 +252,19 @@ disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want
                                    "record %u ran",
                                    (int)pid, want);
     }
+}
+
+void disco__sim_run_last_record(struct disco__sim_event_shm *m)
+{
+    /* E2: relaxed, as in disco__sim_wait_for (this process's own record
+     * fields, written under the engine lock we hold). */
+    if (atomic_load_explicit(&m->rec_pid, memory_order_relaxed) != (int32_t)getpid())
+        return;
+    uint64_t sid = atomic_load_explicit(&m->rec_stream, memory_order_relaxed);
+    uint64_t seq = atomic_load_explicit(&m->rec_seq, memory_order_relaxed);
+    /* A failure of an operation stays with the stream's next sync as well
+     * as any; a waiter sees the record complete or its recorder gone. */
+    (void)run_until(sid, seq, true);
 }
 
 static disco_status_t event_run(const struct disco__sim_op *op)
@@ -230,8 +284,9 @@ static disco_status_t event_run(const struct disco__sim_op *op)
 }
 
 /* Runs s's operations up to sequence number upto (g_exec held). Returns
- * the first failure; later operations still run. */
-static disco_status_t run_stream(struct stream *s, uint64_t upto)
+ * the first failure; later operations still run. With hold, the failure is
+ * also kept for the stream's next sync (the caller is a watcher). */
+static disco_status_t run_stream(struct stream *s, uint64_t upto, bool hold)
 {
     disco_status_t first = DISCO_OK;
     for (;;) {
@@ -251,11 +306,15 @@ static disco_status_t run_stream(struct stream *s, uint64_t upto)
             first = st;
         pthread_mutex_lock(&g_lock);
         s->done++;
+        if (st != DISCO_OK && hold && s->held == DISCO_OK) {
+            s->held = st;
+            snprintf(s->held_msg, sizeof s->held_msg, "%s", disco_last_error());
+        }
         pthread_mutex_unlock(&g_lock);
     }
 }
 
-static disco_status_t run_until(uint64_t stream_id, uint64_t seq)
+static disco_status_t run_until(uint64_t stream_id, uint64_t seq, bool hold)
 {
     struct stream *s = NULL;
     lock_queues();
@@ -266,7 +325,7 @@ static disco_status_t run_until(uint64_t stream_id, uint64_t seq)
     if (s == NULL)
         return disco_set_error(DISCO_E_INVAL, "sim: the stream of an event's record was freed "
                                               "before it ran");
-    return run_stream(s, seq);
+    return run_stream(s, seq, hold);
 }
 
 void disco__sim_exec_lock(void)
@@ -289,7 +348,7 @@ disco_status_t disco__sim_flush_all(void)
         pthread_mutex_unlock(&g_lock);
         if (s == NULL)
             break;
-        disco_status_t st = run_stream(s, UINT64_MAX);
+        disco_status_t st = run_stream(s, UINT64_MAX, false);
         if (st != DISCO_OK && first == DISCO_OK)
             first = st;
     }
@@ -319,7 +378,14 @@ disco_status_t disco__sim_stream_sync(int device_id, disco_stream_t stream)
     disco_status_t st = get_stream(device_id, stream, "disco_device_stream_sync", &s);
     pthread_mutex_unlock(&g_lock);
     if (st == DISCO_OK)
-        st = run_stream(s, UINT64_MAX);
+        st = run_stream(s, UINT64_MAX, false);
+    if (st == DISCO_OK) { /* what a watcher ran for this stream failed */
+        pthread_mutex_lock(&g_lock);
+        if (s->held != DISCO_OK)
+            st = disco_set_error(s->held, "%s", s->held_msg);
+        s->held = DISCO_OK;
+        pthread_mutex_unlock(&g_lock);
+    }
     pthread_mutex_unlock(&g_exec);
     return st;
 }
