@@ -53,9 +53,10 @@ START_TEST(test_device_collectives)
                 ck_assert_msg(((const float *)v.v.bytes)[i] == want, "allreduce on %d [%d]", w, i);
             }
             disco_value_clear(&v);
-            int64_t st[6];
+            int64_t st[7];
             arena_stats(s, w, st);
             ck_assert_int_eq(st[3], world - 1); /* every peer's arena, opened once */
+            ck_assert_int_eq(st[6], world - 1); /* and its event: the copies are ordered by them */
         }
         disco_value_t v;
         CK_OK(disco_session_debug_get(s, ga, 0, &v));
@@ -69,6 +70,83 @@ START_TEST(test_device_collectives)
         CK_OK(disco_session_free_reg(s, ar));
     }
     CK_OK(disco_session_free_reg(s, x));
+    disco_session_close(s);
+}
+END_TEST
+
+/* allreduce of device tensors with fewer elements than members: a member
+ * with no slice of its own queues no copy and never syncs before the end;
+ * the others' reads of its input are ordered by its event alone (on sim,
+ * its record runs when they wait for it: no member syncs for another). */
+START_TEST(test_device_allreduce_small)
+{
+    DLDeviceType type = type_of(_i, 6);
+    NEED_DEVICE(type);
+    disco_session_t *s = open_for(type, _i % 6);
+    int world = disco_session_num_workers(s);
+    for (size_t n = 1; n <= 3; n++) {
+        disco_dref_t x = patterned(s, type, n);
+        disco_value_t args[3] = {
+            {.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("max"), disco_value_bool(false)};
+        disco_dref_t ar;
+        CK_OK(disco_session_call_by_name(s, "disco.allreduce", args, 3, &ar));
+        float want[3];
+        pattern(want, n, world - 1); /* the largest pattern is the last worker's */
+        for (int w = 0; w < world; w++) {
+            CK_OK(disco_session_sync(s, w));
+            disco_value_t v;
+            CK_OK(disco_session_debug_get(s, ar, w, &v));
+            ck_assert_uint_eq(v.len, n * sizeof(float));
+            ck_assert_msg(memcmp(v.v.bytes, want, v.len) == 0, "%zu elements, worker %d", n, w);
+            disco_value_clear(&v);
+        }
+        CK_OK(disco_session_free_reg(s, ar));
+        CK_OK(disco_session_free_reg(s, x));
+    }
+    disco_session_close(s);
+}
+END_TEST
+
+/* Worker 0 overwrites a tensor it has just broadcast, at once: every other
+ * member's copy still holds the broadcast bytes, since worker 0's later
+ * work on its stream waits for the members' copies (their events), not
+ * for a host guess. Many rounds, on every member. On sim, every copy between
+ * processes first waits 20 ms (DISCO_SIM_PEER_COPY_US): without the waits,
+ * worker 0's write would land long before the members' copies ran. */
+START_TEST(test_device_reuse_after_broadcast)
+{
+    DLDeviceType type = type_of(_i, 6);
+    NEED_DEVICE(type);
+    setenv("DISCO_SIM_PEER_COPY_US", "20000", 1); /* inherited by the workers */
+    disco_session_t *s = open_for(type, _i % 6);
+    int world = disco_session_num_workers(s);
+    enum { N = 4096, ROUNDS = 16 };
+    static float p[N], q[N];
+    int64_t shape[1] = {N};
+    disco_dref_t bc[ROUNDS];
+    for (int k = 0; k < ROUNDS; k++) {
+        disco_dref_t x;
+        CK_OK(disco_session_empty_device(s, shape, 1, F32, (DLDevice){type, 0}, false, &x));
+        pattern(p, N, k);
+        disco_value_t b = disco_value_bytes((const char *)p, sizeof p);
+        CK_OK(disco_session_debug_set(s, x, 0, &b));
+        bc[k] = coll(s, "disco.broadcast_from_worker0", x);
+        pattern(q, N, 100 + k);
+        b = disco_value_bytes((const char *)q, sizeof q);
+        CK_OK(disco_session_debug_set(s, x, 0, &b)); /* the bytes the members read */
+        CK_OK(disco_session_free_reg(s, x));
+    }
+    for (int k = 0; k < ROUNDS; k++) {
+        pattern(p, N, k);
+        for (int w = 1; w < world; w++) {
+            disco_value_t v;
+            CK_OK(disco_session_debug_get(s, bc[k], w, &v));
+            ck_assert_uint_eq(v.len, sizeof p);
+            ck_assert_msg(memcmp(v.v.bytes, p, sizeof p) == 0, "round %d, worker %d", k, w);
+            disco_value_clear(&v);
+        }
+        CK_OK(disco_session_free_reg(s, bc[k]));
+    }
     disco_session_close(s);
 }
 END_TEST
@@ -93,7 +171,7 @@ START_TEST(test_death_with_imports)
     disco_dref_t ag = coll(s, "disco.allgather", x);
     for (int w = 0; w < world; w++)
         CK_OK(disco_session_sync(s, w));
-    int64_t st[6];
+    int64_t st[7];
     arena_stats(s, 0, st);
     ck_assert_int_eq(st[3], world - 1);
     ck_assert_int_eq(kill(disco_session_worker_pid(s, victim), SIGKILL), 0);
@@ -143,7 +221,7 @@ START_TEST(test_device_send_recv)
         }
         CK_OK(disco_session_free_reg(s, out));
     }
-    int64_t st[6];
+    int64_t st[7];
     arena_stats(s, 0, st);
     ck_assert_int_le(st[3], world - 1); /* peers' arenas opened at most once each */
     CK_OK(disco_session_free_reg(s, x));
@@ -183,6 +261,8 @@ Suite *suite_gpu_session_coll(void)
     /* Loop index: 0..5 sim (2, 3, 4 workers; fork, then spawn), 6..11 CUDA. */
     tcase_add_loop_test(tc, test_device_collectives, 0, 12);
     tcase_add_loop_test(tc, test_device_send_recv, 0, 12);
+    tcase_add_loop_test(tc, test_device_allreduce_small, 0, 12);
+    tcase_add_loop_test(tc, test_device_reuse_after_broadcast, 0, 12);
     tcase_add_loop_test(tc, test_death_with_imports, 0, 6);
     tcase_add_test(tc, test_two_sessions);
     suite_add_tcase(s, tc);

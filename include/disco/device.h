@@ -33,7 +33,10 @@
  * event wait (of any process) needs a record queued on it, which runs the
  * stream up to that record; so a read that misses its sync sees the old
  * bytes; the host side of a queued copy must
- * stay valid until then (as with cudaMemcpyAsync). The NULL stream is each
+ * stay valid until then (as with cudaMemcpyAsync). DISCO_SIM_PEER_COPY_US=n
+ * (a test knob, under a second) makes each copy to or from another
+ * process's memory wait n microseconds when it runs, as over a slow link,
+ * which widens the window a missing cross-process wait would leave open. The NULL stream is each
  * device's default stream in the process, asynchronous like the others
  * (disco's CUDA copy also queues on the default stream); it is not ordered
  * with created streams. disco_device_free, disco_device_ipc_release of the last import

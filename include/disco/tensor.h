@@ -33,10 +33,11 @@
  * Collectives: disco.broadcast_from_worker0, scatter_from_worker0,
  * gather_to_worker0, allgather and allreduce take device tensors
  * (device-to-device copies between the arenas, allreduce staged through
- * host memory; each member's copies are synced before the members meet
- * again); disco.send_recv takes CPU tensors only so far (a device tensor:
- * DISCO_E_MISMATCH). Each result is a new tensor on the member's own device
- * (worker 0's broadcast result is its x).
+ * host memory; ordered between workers by each arena's IPC event: a member
+ * records it before each barrier and its stream waits for the others'
+ * records after; each member syncs its own stream once, at the end);
+ * disco.send_recv too. Each result is a new tensor on the member's own
+ * device (worker 0's broadcast result is its x).
  *
  * Ordering. Worker 0 runs each command in the controller's thread before the
  * call returns, so:

@@ -25,6 +25,7 @@ struct disco__arena {
     char *base;
     uint64_t bytes;
     disco_stream_t stream;
+    disco_event_t *event; /* exported once, published beside the arena */
     struct disco__dev_area *area;
     uint32_t world;
     struct piece *free; /* sorted by off, never adjacent (merged) */
@@ -35,6 +36,7 @@ struct disco__arena {
     disco_ipc_ref_t peer_ref[DISCO_MAX_WORKERS];
     uint64_t peer_bytes[DISCO_MAX_WORKERS];
     DLDevice peer_dev[DISCO_MAX_WORKERS];
+    disco_event_t *peer_ev[DISCO_MAX_WORKERS]; /* imported events, NULL: not yet */
 };
 
 static uint64_t table_at(uint32_t world)
@@ -160,7 +162,10 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
         goto fail;
     }
     a->base = base;
+    disco_ipc_handle_t evh;
     if ((st = disco_device_stream_create(dev, &a->stream)) != DISCO_OK ||
+        (st = disco_device_event_create(dev, &a->event)) != DISCO_OK ||
+        (st = disco_device_event_export(a->event, &evh)) != DISCO_OK ||
         (st = disco_device_ipc_export(base, &ref)) != DISCO_OK) {
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());
@@ -175,12 +180,14 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
     p->device_id = dev.device_id;
     p->bytes = bytes;
     p->ref = ref;
+    p->event = evh;
     /* P1. Release: the fields above are written before a peer that sees
      * READY (P2, acquire) reads them. */
     atomic_store_explicit(&p->state, DISCO_ARENA_READY, memory_order_release);
     *slot = a;
     return DISCO_OK;
 fail:
+    disco_device_event_free(a->event);
     if (a->stream != NULL)
         (void)disco_device_stream_free(dev, a->stream);
     if (base != NULL)
@@ -195,15 +202,22 @@ void disco__arena_destroy(struct disco__arena *a)
 {
     if (a == NULL)
         return;
-    for (uint32_t i = 0; i < a->world; i++)
+    /* No host sync here: a stream left waiting for a dead peer's record
+     * would block it. Freeing an event its stream still waits for is
+     * allowed (CUDA releases it once the wait completes; sim runs queued
+     * work first). */
+    for (uint32_t i = 0; i < a->world; i++) {
+        disco_device_event_free(a->peer_ev[i]);
         if (a->peer[i] != NULL)
             (void)disco_device_ipc_release(&a->peer_ref[i]);
+    }
     /* Relaxed: only this worker writes its own state word; peers that
      * still read READY may still import: the IPC table refuses the free
      * below while a live one holds it. */
     atomic_store_explicit(&a->area->pub[a->worker].state, DISCO_ARENA_NONE, memory_order_relaxed);
     if (a->stream != NULL)
         (void)disco_device_stream_free(a->dev, a->stream);
+    disco_device_event_free(a->event);
     /* DISCO_E_AGAIN: a live peer still holds the arena (a worker process
      * ending before its peers); its memory goes with this process. */
     (void)disco_device_free(a->dev, a->base);
@@ -397,6 +411,72 @@ disco_status_t disco__arena_peer(struct disco__arena *a, int peer, uint64_t off,
     return st;
 }
 
+/* ---- ordering between workers: the arena's event ---- */
+
+/* The worker's error for a failed device call st about what. */
+static disco_status_t failed(struct disco__arena *a, disco_status_t st, const char *what, int peer)
+{
+    char why[DISCO_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", disco_last_error());
+    if (peer < 0)
+        return disco_set_error(st, "worker %d: %s on %s:%d: %s", a->worker, what, a->dev_name,
+                               a->dev.device_id, why);
+    return disco_set_error(st, "worker %d: %s worker %d's event on %s:%d: %s", a->worker, what,
+                           peer, a->dev_name, a->dev.device_id, why);
+}
+
+disco_status_t disco__arena_record(struct disco__arena *a)
+{
+    disco_status_t st = disco_device_event_record(a->event, a->stream);
+    return st == DISCO_OK ? DISCO_OK : failed(a, st, "recording its arena's event", -1);
+}
+
+disco_status_t disco__arena_wait_for(struct disco__arena *a, int peer)
+{
+    if (peer < 0 || (uint32_t)peer >= a->world)
+        return disco_set_error(DISCO_E_INVAL, "worker %d: no worker %d among %u", a->worker, peer,
+                               a->world);
+    if (peer == a->worker)
+        return DISCO_OK; /* one stream: our own work is in order already */
+    pthread_mutex_lock(&a->lock);
+    disco_status_t st = DISCO_OK;
+    if (a->peer_ev[peer] == NULL) {
+        struct disco__dev_pub *p = &a->area->pub[peer];
+        /* P2. Acquire, as in disco__arena_peer. */
+        if (atomic_load_explicit(&p->state, memory_order_acquire) != DISCO_ARENA_READY) {
+            pthread_mutex_unlock(&a->lock);
+            return disco_set_error(DISCO_E_INVAL, "worker %d: worker %d has no device arena yet",
+                                   a->worker, peer);
+        }
+        disco_ipc_handle_t h = p->event; /* one copy, as the ref */
+        if (p->device_type != (int32_t)a->dev.device_type)
+            st = disco_set_error(DISCO_E_MISMATCH,
+                                 "worker %d: its arena is on %s, worker %d's on device type %d",
+                                 a->worker, a->dev_name, peer, (int)p->device_type);
+        else if ((st = disco_device_event_import(a->dev, &h, &a->peer_ev[peer])) != DISCO_OK)
+            st = failed(a, st, "opening", peer);
+    }
+    if (st == DISCO_OK &&
+        (st = disco_device_stream_wait_event(a->stream, a->peer_ev[peer])) != DISCO_OK)
+        st = failed(a, st, "waiting for", peer);
+    pthread_mutex_unlock(&a->lock);
+    return st;
+}
+
+bool disco__arena_peer_ready(const struct disco__arena *a, int peer)
+{
+    /* P2. Acquire, as in disco__arena_peer. */
+    return peer >= 0 && (uint32_t)peer < a->world &&
+           atomic_load_explicit(&a->area->pub[peer].state, memory_order_acquire) ==
+               DISCO_ARENA_READY;
+}
+
+disco_status_t disco__arena_sync(struct disco__arena *a)
+{
+    disco_status_t st = disco_device_stream_sync(a->dev, a->stream);
+    return st == DISCO_OK ? DISCO_OK : failed(a, st, "syncing its arena's stream", -1);
+}
+
 void disco__arena_stats(struct disco__arena *a, disco__arena_stats_t *stats_out)
 {
     memset(stats_out, 0, sizeof *stats_out);
@@ -407,7 +487,9 @@ void disco__arena_stats(struct disco__arena *a, disco__arena_stats_t *stats_out)
     stats_out->used = a->used;
     stats_out->blocks = a->blocks;
     stats_out->device = a->dev;
-    for (uint32_t i = 0; i < a->world; i++)
+    for (uint32_t i = 0; i < a->world; i++) {
         stats_out->peers += a->peer[i] != NULL;
+        stats_out->events += a->peer_ev[i] != NULL;
+    }
     pthread_mutex_unlock(&a->lock);
 }

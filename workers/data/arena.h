@@ -37,6 +37,7 @@
 #define DISCO_WORKERS_ARENA_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,6 +59,7 @@ struct disco__dev_pub {
     uint32_t reserved;
     uint64_t bytes;
     disco_ipc_ref_t ref;
+    disco_ipc_handle_t event; /* the arena's IPC event (ordering, below) */
 };
 
 struct disco__dev_area {
@@ -133,8 +135,38 @@ void *disco__arena_blk_ptr(const struct disco__arena_blk *blk);
 /** The device a's arena is on. */
 DLDevice disco__arena_device(const struct disco__arena *a);
 
-/** The stream a's copies run on (synced before each copy returns). */
+/** The stream a's copies run on: every device operation of the worker on
+ *  its arena goes on it, in order. */
 disco_stream_t disco__arena_stream(const struct disco__arena *a);
+
+/* Ordering between workers. Each arena has one IPC event (CUDA:
+ * cudaEventInterprocess | cudaEventDisableTiming), made and exported with
+ * the arena, its handle published beside the arena's ref (P1/P2), opened
+ * by a peer at its first wait and cached. A worker records it on its
+ * stream (disco__arena_record) and only then tells the others through the
+ * host (a barrier); a peer that heard makes its own stream wait for that
+ * record (disco__arena_wait_for) before queuing work that touches the
+ * recorder's bytes. A wait covers the records made before it was issued,
+ * so "record, barrier, wait" orders the device work across processes
+ * without any host waiting for a device. */
+
+/** Records a's event on a's stream (everything queued so far). Returns
+ *  DISCO_OK or the device's error, naming the worker and device. */
+disco_status_t disco__arena_record(struct disco__arena *a);
+
+/** Makes a's stream wait for worker peer's last record (a no-op for a's
+ *  own worker): peer's event is opened at the first call and cached.
+ *  Returns DISCO_OK; DISCO_E_INVAL (peer out of range or no arena yet);
+ *  DISCO_E_MISMATCH (another device type); the import's or the wait's
+ *  error, naming both workers and the device. */
+disco_status_t disco__arena_wait_for(struct disco__arena *a, int peer);
+
+/** Whether worker peer has published its arena (P2). */
+bool disco__arena_peer_ready(const struct disco__arena *a, int peer);
+
+/** Waits on the host for everything queued on a's stream. Returns
+ *  DISCO_OK or the device's error, naming the worker and device. */
+disco_status_t disco__arena_sync(struct disco__arena *a);
 
 /** The address, in this process, of bytes [off, off + len) of worker
  *  peer's arena: peer's own pointer for this worker, else the peer's
@@ -150,6 +182,7 @@ typedef struct disco__arena_stats {
     uint64_t used;   /* bytes reserved by live blocks */
     uint32_t blocks; /* live blocks */
     uint32_t peers;  /* peers' arenas imported here */
+    uint32_t events; /* peers' IPC events imported here */
     DLDevice device;
 } disco__arena_stats_t;
 

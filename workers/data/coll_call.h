@@ -40,12 +40,15 @@ struct disco__coll_call {
     disco_worker_t *w;
     struct disco__coll_area *a;
     struct disco__barrier *bar;
-    int rank, size, base; /* within the group; base = first worker of the group */
-    int ngroups;          /* groups in the world (this process's copy) */
-    uint32_t parity;      /* which of the two slot sets this collective uses */
-    uint32_t phase;       /* barriers this member has arrived at in this call */
-    const char *what;     /* the collective's name, for messages */
-    bool met;             /* the meeting succeeded */
+    int rank, size, base;   /* within the group; base = first worker of the group */
+    int ngroups;            /* groups in the world (this process's copy) */
+    uint32_t parity;        /* which of the two slot sets this collective uses */
+    uint32_t phase;         /* barriers this member has arrived at in this call */
+    const char *what;       /* the collective's name, for messages */
+    bool met;               /* the meeting succeeded */
+    bool dev;               /* a call on device tensors (known to all after the meeting) */
+    bool owe_waits;         /* device call: this member had no arena at its last barrier */
+    disco_status_t gave_up; /* the call was given up (A3) with it: no barrier after */
     struct disco__coll_slot *me;
     disco_status_t local;                              /* this member's verdict so far */
     struct disco__coll_posted post[DISCO_MAX_WORKERS]; /* by rank, after a successful meeting */
@@ -66,9 +69,29 @@ void disco__coll_fail(struct disco__coll_call *c, disco_status_t st, const char 
 void disco__coll_post_tensor(struct disco__coll_call *c, const DLTensor *t, bool out);
 
 /** Marks this member's arrival at its next barrier, then arrives and waits.
- *  Returns DISCO_OK, or the status the call fails with after giving it up
- *  (the worker's abandon hook decides it; else the wait's status). */
+ *  In a call on device tensors the barrier also orders the device work
+ *  (Device ordering, below). Returns DISCO_OK, or the status the call
+ *  fails with after giving it up (the worker's abandon hook decides it;
+ *  else the wait's status), or this member's own device failure (after the
+ *  barrier: the others are not held up). */
 disco_status_t disco__coll_barrier(struct disco__coll_call *c);
+
+/** Waits on the host for this member's arena stream, under the worker's
+ *  wait (deadline, abort word, liveness check: workers/device/watch.h), so
+ *  a peer that dies while the stream waits for its record ends the wait
+ *  instead of hanging it. A sync that fails gives the call up (A3): which
+ *  members still touch this member's bytes is not known, so all the others
+ *  go to the abandon hook. Returns DISCO_OK or the status the hook
+ *  decides (else the sync's). */
+disco_status_t disco__coll_dev_sync(struct disco__coll_call *c);
+
+/** The last barrier of a call whose status so far is st: passed if the
+ *  meeting succeeded or st is DISCO_OK (a failed meeting needs none: every
+ *  member failed alike after the same barriers); in a device call this
+ *  member then waits on the host for its own stream, so a collective's
+ *  device work is complete when its command ends, as every command's is.
+ *  Returns st if it is an error, else the barrier's or the sync's. */
+disco_status_t disco__coll_end(struct disco__coll_call *c, disco_status_t st);
 
 /** Meets the group (a barrier), then copies and checks every member's post:
  *  same command, no member failed, numbers in range. Returns DISCO_OK (and
@@ -95,7 +118,21 @@ disco_status_t disco__coll_dev_span(struct disco__coll_call *c, int r, bool out,
  *  (shape[0] too unless any_dim0). Returns DISCO_OK or DISCO_E_MISMATCH. */
 disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0);
 
-/* ---- device tensors (collective_dev.c) ---- */
+/* ---- device tensors (collective_dev.c) ----
+ *
+ * Device ordering. Members queue their copies on their own arena streams
+ * and the host never waits for a device between members: at each barrier
+ * of a device call a member with an arena records its arena's IPC event
+ * before it arrives (everything it queued so far, its inputs' producers
+ * included), and after passing, its stream waits for the record of every
+ * other member that has an arena (arena.h), before it queues anything that
+ * touches their bytes (a member that makes its arena only after the
+ * barrier waits when it first touches a peer's bytes). So a read of a
+ * peer's bytes runs after the peer's writes before the barrier, and a
+ * member's later work on its own bytes (reuse, free) after the peers'
+ * reads of them. The host waits for its own stream once, at the call's
+ * end (disco__coll_end), and where it reads device bytes itself
+ * (allreduce's host staging). */
 
 /** After a meeting where member rank posted a device tensor x (x: NULL on
  *  the others): on rank itself the result is x (a new reference), on the

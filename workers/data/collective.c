@@ -8,7 +8,9 @@
 
 #include "shm/text.h"
 #include "disco/dtype.h"
+#include "disco/clock.h"
 #include "workers/data/arena.h"
+#include "workers/device/watch.h"
 #include "workers/data/coll_call.h"
 #include "workers/data/tensor_impl.h"
 #include "workers/core/worker.h"
@@ -128,6 +130,9 @@ void disco__coll_begin(disco_ctx_t *ctx, bool in_group, const char *what,
     c->me->seq = w->seq;
     c->local = DISCO_OK;
     c->met = false;
+    c->dev = false;
+    c->owe_waits = false;
+    c->gave_up = DISCO_OK;
 }
 
 static struct disco__coll_slot *member(struct disco__coll_call *c, int rank)
@@ -182,10 +187,49 @@ static disco_status_t abandon(struct disco__coll_call *c, disco_status_t st)
     return c->w->abandon(c->w->abandon_ctx, st, late, nlate, c->what);
 }
 
+/* Device ordering (coll_call.h): this member's stream waits for the last
+ * record of every other member with an arena; owed until it has one. */
+static disco_status_t wait_for_members(struct disco__coll_call *c)
+{
+    struct disco__arena *a = c->w->arena;
+    c->owe_waits = a == NULL;
+    disco_status_t st = DISCO_OK;
+    for (int r = 0; r < c->size && a != NULL; r++) {
+        int id = c->base + r;
+        if (id == c->w->id || !disco__arena_peer_ready(a, id))
+            continue; /* no arena: nothing of its can be touched */
+        disco_status_t one = disco__arena_wait_for(a, id);
+        if (one != DISCO_OK && st == DISCO_OK)
+            st = one;
+    }
+    return st;
+}
+
+/* Device ordering before arriving: record what this member queued. A
+ * failed record is this member's error; its stream is then synced on the
+ * host so that the peers' reads are still ordered after its writes. */
+static disco_status_t record_mine(struct disco__coll_call *c)
+{
+    struct disco__arena *a = c->w->arena;
+    if (a == NULL || (!c->dev && c->me->dev_type == 0))
+        return DISCO_OK;
+    disco_status_t st = disco__arena_record(a);
+    if (st != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        (void)disco__arena_sync(a);
+        st = disco_set_error(st, "%s", why);
+    }
+    return st;
+}
+
 /* Marks this member's arrival at its next barrier, then arrives and waits;
  * a failed wait gives the collective up (A1-A3). */
 disco_status_t disco__coll_barrier(struct disco__coll_call *c)
 {
+    if (c->gave_up != DISCO_OK) /* the others were handed to the hook */
+        return c->gave_up;
+    disco_status_t rst = record_mine(c);
     c->phase++;
     /* Release: this phase's writes (our slot, our part of the others'
      * outputs) come before the mark that says we are done with them. */
@@ -194,7 +238,62 @@ disco_status_t disco__coll_barrier(struct disco__coll_call *c)
              ->at,
         c->w->seq << 8 | c->phase, memory_order_release);
     disco_status_t st = barrier_wait(c->bar, (uint32_t)c->size, c->w->wait);
-    return st == DISCO_OK ? DISCO_OK : abandon(c, st);
+    if (st != DISCO_OK)
+        return c->gave_up = abandon(c, st);
+    disco_status_t wst = c->dev ? wait_for_members(c) : DISCO_OK;
+    return rst != DISCO_OK ? rst : wst;
+}
+
+static bool never(void *arg)
+{
+    (void)arg;
+    return false;
+}
+
+disco_status_t disco__coll_dev_sync(struct disco__coll_call *c)
+{
+    disco_wait_t w = *c->w->wait;
+    if (w.deadline_ns == 0 && w.timeout_ns > 0) /* the watch looks at deadlines only */
+        w.deadline_ns = disco_now_ns() + w.timeout_ns;
+    const disco_wait_t *old = disco__device_watch(&w);
+    disco_status_t st = disco__arena_sync(c->w->arena);
+    disco__device_watch(old);
+    if (st == DISCO_OK || c->w->abandon == NULL)
+        return st;
+    /* The verdict on a death is the controller's, as at a barrier: a sync
+     * that failed because a peer died (the sim sees a dead recorder itself)
+     * must report the death, not this member's failure. Worker 0 (the
+     * controller) looks at its liveness check once: a dead worker is named
+     * there. A worker process waits for the verdict as its barrier waits
+     * do (the session's abort word, the controller's end), then gives up. */
+    char why[DISCO_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", disco_last_error());
+    disco_status_t verdict = c->w->id == 0 ? disco_wait_check(&w, disco_now_ns())
+                                           : disco_wait_until(NULL, never, NULL, &w);
+    st = verdict != DISCO_OK ? verdict : disco_set_error(st, "%s", why);
+    /* A3, for device work: which members still touch this one's bytes is
+     * not known, so every other member is handed to the hook. */
+    int late[DISCO_MAX_WORKERS], nlate = 0;
+    for (int r = 0; r < c->size; r++)
+        if (c->base + r != c->w->id)
+            late[nlate++] = c->base + r;
+    c->gave_up = c->w->abandon(c->w->abandon_ctx, st, late, nlate, c->what);
+    return c->gave_up;
+}
+
+disco_status_t disco__coll_end(struct disco__coll_call *c, disco_status_t st)
+{
+    if (st == DISCO_OK || c->met) {
+        disco_status_t bst = disco__coll_barrier(c);
+        if (st == DISCO_OK)
+            st = bst;
+    }
+    if (c->dev && c->w->arena != NULL && c->gave_up == DISCO_OK) {
+        disco_status_t sst = disco__coll_dev_sync(c);
+        if (st == DISCO_OK)
+            st = sst;
+    }
+    return st;
 }
 
 /* A status a member posted: one of ours (an error), else DISCO_E_PROTOCOL. */
@@ -250,7 +349,9 @@ disco_status_t disco__coll_meet(struct disco__coll_call *c)
             return st;
     }
     c->met = true;
-    return DISCO_OK;
+    for (int r = 0; r < c->size; r++)
+        c->dev = c->dev || c->post[r].dev_type != 0;
+    return c->dev ? wait_for_members(c) : DISCO_OK;
 }
 
 /* The address of bytes [off, off + len) of the input (or output) member r
@@ -294,7 +395,9 @@ disco_status_t disco__coll_dev_span(struct disco__coll_call *c, int r, bool out,
                                "%s: worker %d posted no device tensor, or worker %d has no arena",
                                c->what, c->base + r, c->w->id);
     void *ptr;
-    disco_status_t st = disco__arena_peer(c->w->arena, c->base + r, at, len, &ptr, dev_out);
+    disco_status_t st = c->owe_waits ? wait_for_members(c) : DISCO_OK;
+    if (st == DISCO_OK)
+        st = disco__arena_peer(c->w->arena, c->base + r, at, len, &ptr, dev_out);
     if (st == DISCO_OK)
         *p_out = ptr;
     return st;

@@ -1,16 +1,13 @@
 /* collective_dev.c - broadcast, send_recv, scatter, gather, allgather and
- * allreduce of device tensors (see
- * coll_call.h): device-to-device copies between the members' arenas, each
- * peer's arena imported once per process (arena.h).
+ * allreduce of device tensors (see coll_call.h): device-to-device copies
+ * between the members' arenas, each peer's arena imported once per
+ * process (arena.h).
  *
- * Ordering. Every copy a member makes runs on its arena's stream and is
- * synced before the member arrives at the next barrier, so a copy's bytes
- * are complete on the device before any member passes that barrier
- * (release/acquire, collective.h); the inputs were complete before the
- * collective began (every disco command that writes a device tensor syncs
- * before it ends). Nothing relies on timing. Interprocess events would let
- * a member queue its copies behind another's without the host waiting;
- * that is for the kernels of the follow-up issue. */
+ * Ordering is by the arenas' IPC events at the call's barriers ("Device
+ * ordering" in coll_call.h): copies are queued on this member's arena
+ * stream, never synced one by one; the call's last barrier
+ * (disco__coll_end) syncs the stream once. Only allreduce's host staging
+ * waits on the host, where the host itself reads or reuses the bytes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,16 +18,16 @@
 #include "workers/data/coll_call.h"
 #include "workers/data/tensor_impl.h"
 
-/* n bytes from src on sd to dst on dd, on this worker's arena stream,
- * synced. */
+/* n bytes from src on sd to dst on dd, queued on this worker's arena
+ * stream; with host (a side is host memory the caller reads or reuses
+ * next), synced. */
 static disco_status_t dcopy(struct disco__coll_call *c, void *dst, DLDevice dd, const void *src,
-                            DLDevice sd, size_t n)
+                            DLDevice sd, size_t n, bool host)
 {
     struct disco__arena *a = c->w->arena;
-    disco_stream_t s = disco__arena_stream(a);
-    disco_status_t st = disco_device_copy(dst, dd, src, sd, n, s);
-    if (st == DISCO_OK)
-        st = disco_device_stream_sync(disco__arena_device(a), s);
+    disco_status_t st = disco_device_copy(dst, dd, src, sd, n, disco__arena_stream(a));
+    if (st == DISCO_OK && host && (st = disco__coll_dev_sync(c)) != DISCO_OK)
+        return st; /* the call is given up; the detail says why */
     if (st != DISCO_OK) {
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());
@@ -58,7 +55,7 @@ disco_status_t disco__coll_dev_copy_of(disco_ctx_t *ctx, struct disco__coll_call
     if ((st = disco_ctx_empty_device(ctx, l->shape, l->ndim, l->dtype, (DLDeviceType)l->dev_type,
                                      &t)) != DISCO_OK ||
         (st = disco__coll_dev_span(c, rank, false, 0, l->nbytes, &src, &sd)) != DISCO_OK ||
-        (st = dcopy(c, t->data, t->device, src, sd, (size_t)l->nbytes)) != DISCO_OK)
+        (st = dcopy(c, t->data, t->device, src, sd, (size_t)l->nbytes, false)) != DISCO_OK)
         return st;
     *ret = disco_value_tensor(t);
     return DISCO_OK;
@@ -73,11 +70,10 @@ disco_status_t disco__coll_dev_gather(struct disco__coll_call *c, const DLTensor
                             ? disco_set_error(DISCO_E_OVERFLOW, "%s: offset overflows", c->what)
                             : disco__coll_dev_span(c, 0, true, at, nb, &dst, &dd);
     if (st == DISCO_OK)
-        st = dcopy(c, dst, dd, x->data, x->device, nb);
+        st = dcopy(c, dst, dd, x->data, x->device, nb, false);
     /* Every member passes the barrier, whatever its own copy did: a failed
      * import is this member's, not a verdict the others share. */
-    disco_status_t bst = disco__coll_barrier(c);
-    return st != DISCO_OK ? st : bst;
+    return disco__coll_end(c, st);
 }
 
 disco_status_t disco__coll_dev_allgather(struct disco__coll_call *c, DLTensor *out, size_t nb)
@@ -87,11 +83,10 @@ disco_status_t disco__coll_dev_allgather(struct disco__coll_call *c, DLTensor *o
         char *src;
         DLDevice sd;
         if ((st = disco__coll_dev_span(c, r, false, 0, nb, &src, &sd)) == DISCO_OK)
-            st = dcopy(c, (char *)out->data + nb * (size_t)r, out->device, src, sd, nb);
+            st = dcopy(c, (char *)out->data + nb * (size_t)r, out->device, src, sd, nb, false);
     }
     /* Nobody may free an input while another member still reads it. */
-    disco_status_t bst = disco__coll_barrier(c);
-    return st != DISCO_OK ? st : bst;
+    return disco__coll_end(c, st);
 }
 
 disco_status_t disco__coll_dev_scatter(disco_ctx_t *ctx, struct disco__coll_call *c, int64_t rows,
@@ -110,7 +105,7 @@ disco_status_t disco__coll_dev_scatter(disco_ctx_t *ctx, struct disco__coll_call
                                      &t)) != DISCO_OK ||
         (st = disco__coll_dev_span(c, 0, false, chunk * (uint64_t)c->rank, chunk, &src, &sd)) !=
             DISCO_OK ||
-        (st = dcopy(c, t->data, t->device, src, sd, (size_t)chunk)) != DISCO_OK)
+        (st = dcopy(c, t->data, t->device, src, sd, (size_t)chunk, false)) != DISCO_OK)
         return st;
     *ret = disco_value_tensor(t);
     return DISCO_OK;
@@ -138,12 +133,16 @@ static disco_status_t reduce_slice(struct disco__coll_call *c, disco_reduce_op_t
         size_t m = hi - i < step ? hi - i : step;
         for (int r = 0; r < c->size && st == DISCO_OK; r++) {
             srcs[r] = stage + (size_t)r * STAGE_BYTES;
-            st = dcopy(c, stage + (size_t)r * STAGE_BYTES, cpu, ins[r] + i * esz, idev[r], m * esz);
+            /* Synced before the host reduces; the last of the chunk's copies
+             * syncs them all (one stream). */
+            st = dcopy(c, stage + (size_t)r * STAGE_BYTES, cpu, ins[r] + i * esz, idev[r], m * esz,
+                       r == c->size - 1);
         }
         if (st == DISCO_OK)
             st = disco_reduce(op, x->dtype, mine, srcs, c->size, m);
+        /* Synced before `mine` is reused for the next chunk. */
         for (int r = 0; r < c->size && st == DISCO_OK; r++)
-            st = dcopy(c, outs[r] + i * esz, odev[r], mine, cpu, m * esz);
+            st = dcopy(c, outs[r] + i * esz, odev[r], mine, cpu, m * esz, r == c->size - 1);
     }
     return st;
 }
@@ -162,6 +161,5 @@ disco_status_t disco__coll_dev_allreduce(struct disco__coll_call *c, disco_reduc
                                               c->what, c->w->id);
     free(stage);
     /* Every member passes the barrier, whatever its own part did. */
-    disco_status_t bst = disco__coll_barrier(c);
-    return st != DISCO_OK ? st : bst;
+    return disco__coll_end(c, st);
 }

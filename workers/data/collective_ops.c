@@ -124,20 +124,6 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
     return DISCO_OK;
 }
 
-/* After a successful meeting, members read the leader's slot: one more
- * barrier before anyone reuses slots. A failed meeting needs none (every
- * member failed the same way after the same barriers); a failure after it
- * (out of handles) still passes the barrier, so no member is left waiting. */
-static disco_status_t end_barrier(struct disco__coll_call *c, disco_status_t st)
-{
-    if (st == DISCO_OK || c->met) {
-        disco_status_t bst = disco__coll_barrier(c);
-        if (st == DISCO_OK)
-            st = bst;
-    }
-    return st;
-}
-
 /* The tensor a leader shares: validated, with refs added for the others. */
 static DLTensor *lead_share(struct disco__coll_call *c, const disco_value_t *a, int n,
                             const char *what, bool device)
@@ -191,7 +177,7 @@ static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n,
         st = disco__coll_dev_copy_of(ctx, &c, 0, x, ret);
     else if (st == DISCO_OK)
         st = take(ctx, &c, 0, 0, -1, c.rank != 0, ret);
-    return end_barrier(&c, st);
+    return disco__coll_end(&c, st); /* one more barrier before slots are reused */
 }
 
 /* disco.scatter_from_worker0(x, in_group): member r gets rows
@@ -218,7 +204,7 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
         st = disco__coll_dev_scatter(ctx, &c, rows, chunk, ret);
     else
         st = take(ctx, &c, 0, chunk * (uint64_t)c.rank, rows, c.rank != 0, ret);
-    return end_barrier(&c, st);
+    return disco__coll_end(&c, st); /* one more barrier before slots are reused */
 }
 
 /* Validates x and, when out_dim0_mult, allocates an output with dimension 0
@@ -340,7 +326,7 @@ static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n,
         st = disco__coll_dev_copy_of(ctx, &c, src, x, ret);
     else if (st == DISCO_OK && c.rank == dst)
         st = take(ctx, &c, src, 0, -1, true, ret);
-    return end_barrier(&c, st);
+    return disco__coll_end(&c, st); /* one more barrier before slots are reused */
 }
 
 void disco__coll_register(void)

@@ -7,13 +7,17 @@
  * DISCO_E_NO_DEVICE ("this build has no CUDA support"). Tested only on a
  * machine with a GPU (tests/test_cuda.c); everything else about IPC is in
  * ipc.c and ipc_table.c, tested everywhere. */
+#include <sched.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "disco/device.h"
 #include "workers/device/event.h"
 #include "workers/device/ipc.h"
+#include "workers/device/watch.h"
 
 #ifdef DISCO_HAVE_CUDA
 
@@ -126,8 +130,30 @@ static disco_status_t cuda_stream_free(int device_id, disco_stream_t stream)
 static disco_status_t cuda_stream_sync(int device_id, disco_stream_t stream)
 {
     CU(cudaSetDevice(device_id), device_id);
-    CU(cudaStreamSynchronize((cudaStream_t)stream), device_id);
-    return DISCO_OK;
+    if (disco__device_watching() == NULL) {
+        CU(cudaStreamSynchronize((cudaStream_t)stream), device_id);
+        return DISCO_OK;
+    }
+    /* Watched (watch.h): poll, and look at the watch between polls. */
+    for (unsigned spins = 0;; spins++) {
+        cudaError_t e = cudaStreamQuery((cudaStream_t)stream);
+        if (e == cudaSuccess)
+            return DISCO_OK;
+        if (e != cudaErrorNotReady)
+            return fail(e, "cudaStreamQuery", device_id);
+        disco_status_t st = disco__device_watch_check();
+        if (st != DISCO_OK) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", disco_last_error());
+            return disco_set_error(st, "cuda:%d: stream sync given up: %s", device_id, why);
+        }
+        if (spins < 64) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 20 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
 }
 
 /* ---- IPC backend --------------------------------------------------------- */

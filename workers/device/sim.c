@@ -250,8 +250,9 @@ static disco_status_t api_free(int device_id, void *ptr)
     return st;
 }
 
-/* The private address for n bytes at p (sim memory of this process). */
-static disco_status_t resolve(const void *p, size_t n, int device_id, char **out)
+/* The private address for n bytes at p (sim memory of this process);
+ * *across set if they are another process's (an import). */
+static disco_status_t resolve(const void *p, size_t n, int device_id, char **out, bool *across)
 {
     struct region *r = find((uintptr_t)p);
     if (r == NULL)
@@ -265,6 +266,7 @@ static disco_status_t resolve(const void *p, size_t n, int device_id, char **out
                                "allocation of %zu bytes at %p",
                                r->device_id, n, off, r->bytes, (void *)r->base);
     *out = r->shadow + off;
+    *across = *across || r->imported;
     return DISCO_OK;
 }
 
@@ -284,15 +286,16 @@ static disco_status_t api_copy(void *dst, DLDevice dst_dev, const void *src, DLD
     if (st != DISCO_OK)
         return st;
     char *d = dst, *s = (char *)src;
+    bool across = false;
     lock_state();
     if (dsim)
-        st = resolve(dst, nbytes, dst_dev.device_id, &d);
+        st = resolve(dst, nbytes, dst_dev.device_id, &d, &across);
     if (st == DISCO_OK && ssim)
-        st = resolve(src, nbytes, src_dev.device_id, &s);
+        st = resolve(src, nbytes, src_dev.device_id, &s, &across);
     pthread_mutex_unlock(&g_lock);
     if (st != DISCO_OK)
         return st;
-    return disco__sim_enqueue_copy(dev, stream, d, s, nbytes);
+    return disco__sim_enqueue_copy(dev, stream, d, s, nbytes, across);
 }
 
 const disco_device_api_t disco__sim_api = {

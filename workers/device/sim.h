@@ -77,10 +77,12 @@ disco_status_t disco__sim_take_fd(int32_t pid, int32_t fd, uint64_t ino, const c
 
 /** Queues memmove(dst, src, n) on stream (NULL: the default stream of
  *  device_id); dst and src are host addresses (sim memory through its
- *  private mapping). Runs at the stream's sync, not before. Returns
+ *  private mapping); across: a side is another process's memory (the copy
+ *  then waits DISCO_SIM_PEER_COPY_US first, when set). Runs at the stream's
+ *  sync, not before. Returns
  *  DISCO_OK, DISCO_E_INVAL (not a stream of this process), DISCO_E_NOMEM. */
 disco_status_t disco__sim_enqueue_copy(int device_id, disco_stream_t stream, void *dst,
-                                       const void *src, size_t n);
+                                       const void *src, size_t n, bool across);
 
 /** Runs every stream of this process to its end (before memory is unmapped:
  *  cudaFree and cudaIpcCloseMemHandle synchronize too). Returns DISCO_OK or

@@ -39,6 +39,7 @@ struct disco__sim_op {
     size_t n;
     struct disco__sim_event_shm *ev;
     uint32_t value;
+    uint32_t delay_us; /* a copy: sleep this long first (DISCO_SIM_PEER_COPY_US) */
 };
 
 /** Queues op on stream (NULL: device_id's default stream); the stream's id

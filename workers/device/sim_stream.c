@@ -31,6 +31,7 @@
 
 #include "workers/device/sim.h"
 #include "workers/device/sim_event.h"
+#include "workers/device/watch.h"
 
 #define MAX_DEFAULT 64
 
@@ -194,10 +195,26 @@ disco_status_t disco__sim_enqueue(int device_id, disco_stream_t stream,
     return st;
 }
 
-disco_status_t disco__sim_enqueue_copy(int device_id, disco_stream_t stream, void *dst,
-                                       const void *src, size_t n)
+/* DISCO_SIM_PEER_COPY_US: microseconds each copy to or from another
+ * process's memory waits before it runs (a slow link between devices; a
+ * test knob that widens the window a missing cross-process wait leaves
+ * open). 0, unset or not below a second: none. */
+static uint32_t peer_copy_us(void)
 {
-    struct disco__sim_op op = {.kind = DISCO_SIM_OP_COPY, .dst = dst, .src = src, .n = n};
+    const char *e = getenv("DISCO_SIM_PEER_COPY_US");
+    char *end;
+    unsigned long v = e != NULL ? strtoul(e, &end, 10) : 0;
+    return e != NULL && *end == '\0' && v < 1000000 ? (uint32_t)v : 0;
+}
+
+disco_status_t disco__sim_enqueue_copy(int device_id, disco_stream_t stream, void *dst,
+                                       const void *src, size_t n, bool across)
+{
+    struct disco__sim_op op = {.kind = DISCO_SIM_OP_COPY,
+                               .dst = dst,
+                               .src = src,
+                               .n = n,
+                               .delay_us = across ? peer_copy_us() : 0};
     return disco__sim_enqueue(device_id, stream, &op, "disco_device_copy", NULL, NULL);
 }
 
@@ -205,9 +222,22 @@ static disco_status_t run_until(uint64_t stream_id, uint64_t seq, bool hold);
 
 /* ---- event operations ---------------------------------------------------- */
 
+/* Whether pid runs: exists and is not a zombie (a dead process its parent
+ * has not reaped yet, perhaps because the parent waits here for it). */
 static bool alive(int32_t pid)
 {
-    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+    if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
+        return false;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return true; /* no /proc: as kill says */
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')'); /* the state follows the command name */
+    return rp == NULL || rp[1] != ' ' || (rp[2] != 'Z' && rp[2] != 'X');
 }
 
 /* Blocks until m->completed reaches want (engine lock held). */
@@ -241,9 +271,19 @@ disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want
          * never the last. */
         atomic_fetch_add_explicit(&m->pokes, 1, memory_order_relaxed);
         syscall(SYS_futex, &m->pokes, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-        struct timespec ts = {0, 100 * 1000 * 1000};
+        /* Sleeps in slices: 100 ms, or 2 ms under a watch (watch.h), which
+         * is looked at after each. */
+        bool watched = disco__device_watching() != NULL;
+        struct timespec ts = {0, (watched ? 2 : 100) * 1000 * 1000};
         /* Not FUTEX_PRIVATE: the word is shared between processes. */
         syscall(SYS_futex, &m->completed, FUTEX_WAIT, c, &ts, NULL, 0);
+        disco_status_t wst = disco__device_watch_check();
+        if (wst != DISCO_OK) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", disco_last_error());
+            return disco_set_error(wst, "sim: waiting for record %u of pid %d given up: %s", want,
+                                   (int)pid, why);
+        }
         if (pid > 0 && !alive(pid) &&
             !disco__sim_reached(atomic_load_explicit(&m->completed, memory_order_acquire),
                                 want)) /* E4 */
@@ -298,6 +338,11 @@ static disco_status_t run_stream(struct stream *s, uint64_t upto, bool hold)
         struct disco__sim_op op = s->ops[s->head++];
         pthread_mutex_unlock(&g_lock);
         disco_status_t st = DISCO_OK;
+        if (op.kind == DISCO_SIM_OP_COPY && op.delay_us > 0) {
+            struct timespec d = {0, (long)op.delay_us * 1000};
+            while (nanosleep(&d, &d) != 0 && errno == EINTR)
+                ;
+        }
         if (op.kind == DISCO_SIM_OP_COPY)
             memmove(op.dst, op.src, op.n);
         else

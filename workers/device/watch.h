@@ -1,0 +1,28 @@
+/* watch.h - what a device sync that blocks on this thread watches (internal).
+ *
+ * A stream sync can wait on another process (a stream waiting for a peer's
+ * IPC event record): if that peer dies, the record may never complete. A
+ * thread that sets a watch makes its syncs end the way every other wait
+ * of disco ends: at the wait's deadline, its abort word, or its check
+ * callback (a session's liveness check), with that status. CUDA: the sync
+ * polls cudaStreamQuery between checks instead of blocking in
+ * cudaStreamSynchronize. Sim: a wait for another process's record looks at
+ * the watch between its sleeps. */
+#ifndef DISCO_WORKERS_DEVICE_WATCH_H
+#define DISCO_WORKERS_DEVICE_WATCH_H
+
+#include "disco/shm/wait.h"
+#include "disco/status.h"
+
+/** Sets this thread's watch (NULL: none) and returns the previous one. The
+ *  wait must outlive the watch. */
+const disco_wait_t *disco__device_watch(const disco_wait_t *w);
+
+/** This thread's watch, or NULL. */
+const disco_wait_t *disco__device_watching(void);
+
+/** One look at this thread's watch (DISCO_OK when none): the wait's exits,
+ *  as disco_wait_check. */
+disco_status_t disco__device_watch_check(void);
+
+#endif
