@@ -285,7 +285,9 @@ END_TEST
 /* A process has one IPC lifetime table: while one session holds device
  * tensors, another session's first device tensor fails on worker 0 with
  * DISCO_E_INVAL saying so (that session stays usable); once the first
- * session is closed, the second can make them. */
+ * session is closed, the second can make them. Once both are closed the
+ * process is detached from their (unmapped) tables: an export says "no IPC
+ * table attached" instead of writing into unmapped memory. */
 START_TEST(test_two_sessions)
 {
     NEED_DEVICE(kDLExtDev);
@@ -303,6 +305,12 @@ START_TEST(test_two_sessions)
     CK_OK(disco_session_empty_device(b, shape, 1, F32, sim, false, &rb));
     CK_OK(disco_session_sync(b, 1));
     disco_session_close(b);
+    void *p;
+    disco_ipc_ref_t ref;
+    CK_OK(disco_device_alloc(sim, 4096, &p));
+    CK_STATUS(disco_device_ipc_export(p, &ref), DISCO_E_INVAL);
+    CK_HAS("no IPC table attached");
+    CK_OK(disco_device_free(sim, p));
 }
 END_TEST
 

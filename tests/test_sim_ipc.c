@@ -181,6 +181,29 @@ START_TEST(test_own_import)
 }
 END_TEST
 
+/* Detaching: another table's memory is not ours (nothing happens); ours is
+ * refused while an export uses it, and once detached, exports say so
+ * instead of touching the table's memory (here made unreadable). */
+START_TEST(test_detach)
+{
+    char other[64] __attribute__((aligned(64)));
+    CK_OK(disco_device_ipc_detach(other));
+    char *p;
+    disco_ipc_ref_t r;
+    CK_OK(disco_device_alloc(sim0, 4096, (void **)&p));
+    CK_OK(disco_device_ipc_export(p, &r));
+    CK_STATUS(disco_device_ipc_detach(table_mem), DISCO_E_INVAL);
+    CK_OK(disco_device_free(sim0, p));
+    CK_OK(disco_device_ipc_detach(table_mem));
+    ck_assert_int_eq(mprotect(table_mem, disco_device_ipc_footprint(NSLOTS), PROT_NONE), 0);
+    CK_OK(disco_device_alloc(sim0, 4096, (void **)&p));
+    CK_STATUS(disco_device_ipc_export(p, &r), DISCO_E_INVAL);
+    CK_HAS("no IPC table attached");
+    CK_OK(disco_device_free(sim0, p));
+    CK_OK(disco_device_ipc_detach(table_mem)); /* no longer ours: nothing happens */
+}
+END_TEST
+
 /* An importer that dies holding an import does not block the free; a ref
  * to the freed allocation fails in a later importer. */
 START_TEST(test_importer_death)
@@ -451,6 +474,7 @@ Suite *suite_sim_ipc(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_sibling_import);
     tcase_add_test(tc, test_own_import);
+    tcase_add_test(tc, test_detach);
     tcase_add_test(tc, test_importer_death);
     tcase_add_test(tc, test_proc_fallback);
     suite_add_tcase(s, tc);

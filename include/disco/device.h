@@ -238,6 +238,13 @@ disco_status_t disco_device_ipc_init(void *mem, size_t bytes, uint32_t max_expor
  *  DISCO_E_BAD_MAGIC (not a table of this layout version). */
 disco_status_t disco_device_ipc_attach(void *mem, size_t bytes);
 
+/** Detaches this process from the table at mem if it is the one attached
+ *  (else does nothing), so that mem may be unmapped: later export and
+ *  import calls fail with DISCO_E_INVAL ("no IPC table attached") instead
+ *  of touching it. Refused while exports or imports of this process use
+ *  it. Thread-safe. Returns DISCO_OK, DISCO_E_INVAL (in use). */
+disco_status_t disco_device_ipc_detach(void *mem);
+
 /** Exports ptr (inside memory from disco_device_alloc on a CUDA or sim device).
  *  Thread-safe. Returns DISCO_OK, DISCO_E_INVAL (not inside an allocation of
  *  this process; no table attached), DISCO_E_NOMEM (table full),

@@ -221,6 +221,10 @@ void disco__arena_destroy(struct disco__arena *a)
     /* DISCO_E_AGAIN: a live peer still holds the arena (a worker process
      * ending before its peers); its memory goes with this process. */
     (void)disco_device_free(a->dev, a->base);
+    /* The table lives in the session's shared memory, unmapped after
+     * this: nothing of this process may point into it any more (refused
+     * only while the arena above is still exported). */
+    (void)disco_device_ipc_detach((char *)a->area + table_at(a->world));
     pthread_mutex_destroy(&a->lock);
     free(a->free);
     free(a);

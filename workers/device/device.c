@@ -368,6 +368,24 @@ disco_status_t disco_device_ipc_attach(void *mem, size_t bytes)
     return st != DISCO_OK ? st : set_table(t);
 }
 
+disco_status_t disco_device_ipc_detach(void *mem)
+{
+    pthread_mutex_lock(&g_lock);
+    bool ours = g_table != NULL && (void *)g_table == mem;
+    pthread_mutex_unlock(&g_lock);
+    if (!ours)
+        return DISCO_OK;
+    disco_ipc_t *ipc;
+    disco_status_t st = ipc_ctx(&ipc);
+    if (st != DISCO_OK)
+        return st;
+    pthread_mutex_lock(&g_lock);
+    if ((void *)g_table == mem && (st = disco__ipc_set_table(ipc, NULL)) == DISCO_OK)
+        g_table = NULL;
+    pthread_mutex_unlock(&g_lock);
+    return st;
+}
+
 disco_status_t disco_device_ipc_export(const void *ptr, disco_ipc_ref_t *ref_out)
 {
     disco_ipc_t *ipc;
