@@ -228,6 +228,37 @@ START_TEST(test_no_device_errors)
 }
 END_TEST
 
+/* A process forked after its parent called CUDA gets a clear refusal
+ * naming the fork on every CUDA call, not CUDA's bare initialization
+ * error; the parent itself goes on. Runs with or without a GPU (a failed
+ * call counts as a call); skips in a build without CUDA. */
+START_TEST(test_cuda_after_fork_refused)
+{
+    if (!disco_device_has_cuda()) {
+        printf("test_cuda_after_fork_refused: skipped: this build has no CUDA support\n");
+        return;
+    }
+    int n = -1;
+    (void)disco_device_count(kDLCUDA, &n); /* this process has called CUDA now */
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        int m = -1;
+        void *p;
+        CH_STATUS(disco_device_count(kDLCUDA, &m), DISCO_E_NO_DEVICE);
+        CH_TRUE(strstr(disco_last_error(), "forked from pid") != NULL);
+        CH_TRUE(strstr(disco_last_error(), "DISCO_LAUNCH_SPAWN") != NULL);
+        CH_STATUS(disco_device_alloc((DLDevice){kDLCUDA, 0}, 64, &p), DISCO_E_NO_DEVICE);
+        CH_TRUE(strstr(disco_last_error(), "forked from pid") != NULL);
+        _exit(0);
+    }
+    tu_wait_ok(pid, "child");
+    int again = -1;
+    disco_status_t st = disco_device_count(kDLCUDA, &again);
+    ck_assert_msg(strstr(disco_last_error(), "forked") == NULL || st == DISCO_OK,
+                  "the parent was refused: %s", disco_last_error());
+}
+END_TEST
+
 /* ---- on a GPU --------------------------------------------------------------- */
 
 /* Device count, and worker i on GPU i mod count, each settable. */
@@ -488,6 +519,7 @@ Suite *suite_cuda(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_cpu_device);
     tcase_add_test(tc, test_no_device_errors);
+    tcase_add_test(tc, test_cuda_after_fork_refused);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("gpu");

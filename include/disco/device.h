@@ -49,7 +49,10 @@
  * Workers and GPUs. Worker i uses GPU i mod (number of GPUs), so several
  * workers may share one GPU (disco_device_for_worker). Processes that use
  * CUDA must be forked before the parent initializes CUDA (any CUDA call
- * here does): a child forked afterwards cannot use CUDA.
+ * here does): a child forked afterwards cannot use CUDA, and each of its
+ * CUDA calls fails with DISCO_E_NO_DEVICE saying so ("forked from pid N
+ * after that process had called CUDA"); spawned workers
+ * (DISCO_LAUNCH_SPAWN) serve a controller that already holds a context.
  *
  * CUDA calls change the calling thread's current device to the one they
  * name (as cudaSetDevice), as TVM's device API does.

@@ -8,11 +8,13 @@
  * machine with a GPU (tests/test_cuda.c); everything else about IPC is in
  * ipc.c and ipc_table.c, tested everywhere. */
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "disco/device.h"
 #include "workers/device/event.h"
@@ -54,6 +56,36 @@ static disco_status_t fail(cudaError_t e, const char *call, int device_id)
             return fail(cu_e_, #call, (dev));                                                      \
     } while (0)
 
+/* The process that first called CUDA (0: none yet). CUDA does not survive
+ * fork: a child of a process that had called it cannot use it, and its
+ * calls would fail with an initialization error that does not say why. */
+static _Atomic int g_cuda_pid;
+
+/* Refuses CUDA in a process forked after its parent had called CUDA. */
+static disco_status_t fork_guard(const char *fn)
+{
+    int me = (int)getpid(), first = 0;
+    /* Relaxed: only which process called first matters; nothing is
+     * published through the word. A forked child sees its parent's pid. */
+    if (atomic_compare_exchange_strong_explicit(&g_cuda_pid, &first, me, memory_order_relaxed,
+                                                memory_order_relaxed) ||
+        first == me)
+        return DISCO_OK;
+    return disco_set_error(DISCO_E_NO_DEVICE,
+                           "no CUDA device: %s: this process was forked from pid %d after that "
+                           "process had called CUDA, which does not survive fork (launch "
+                           "workers with DISCO_LAUNCH_SPAWN, or open the session before any "
+                           "CUDA call)",
+                           fn, first);
+}
+
+#define GUARD()                                                                                    \
+    do {                                                                                           \
+        disco_status_t guard_st_ = fork_guard(__func__);                                           \
+        if (guard_st_ != DISCO_OK)                                                                 \
+            return guard_st_;                                                                      \
+    } while (0)
+
 bool disco_device_has_cuda(void)
 {
     return true;
@@ -61,6 +93,7 @@ bool disco_device_has_cuda(void)
 
 static disco_status_t cuda_count(int *count_out)
 {
+    GUARD();
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -79,12 +112,14 @@ static disco_status_t cuda_count(int *count_out)
 
 static disco_status_t cuda_set_device(int device_id)
 {
+    GUARD();
     CU(cudaSetDevice(device_id), device_id);
     return DISCO_OK;
 }
 
 static disco_status_t cuda_alloc(int device_id, size_t nbytes, void **ptr_out)
 {
+    GUARD();
     void *p = NULL;
     CU(cudaSetDevice(device_id), device_id);
     CU(cudaMalloc(&p, nbytes), device_id);
@@ -94,6 +129,7 @@ static disco_status_t cuda_alloc(int device_id, size_t nbytes, void **ptr_out)
 
 static disco_status_t cuda_free(int device_id, void *ptr)
 {
+    GUARD();
     CU(cudaSetDevice(device_id), device_id);
     CU(cudaFree(ptr), device_id);
     return DISCO_OK;
@@ -102,6 +138,7 @@ static disco_status_t cuda_free(int device_id, void *ptr)
 static disco_status_t cuda_copy(void *dst, DLDevice dst_dev, const void *src, DLDevice src_dev,
                                 size_t nbytes, disco_stream_t stream)
 {
+    GUARD();
     int dev = dst_dev.device_type == kDLCUDA ? dst_dev.device_id : src_dev.device_id;
     CU(cudaSetDevice(dev), dev);
     /* cudaMemcpyDefault: unified addressing tells host from device. */
@@ -111,6 +148,7 @@ static disco_status_t cuda_copy(void *dst, DLDevice dst_dev, const void *src, DL
 
 static disco_status_t cuda_stream_create(int device_id, disco_stream_t *stream_out)
 {
+    GUARD();
     cudaStream_t s;
     CU(cudaSetDevice(device_id), device_id);
     CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), device_id);
@@ -120,6 +158,7 @@ static disco_status_t cuda_stream_create(int device_id, disco_stream_t *stream_o
 
 static disco_status_t cuda_stream_free(int device_id, disco_stream_t stream)
 {
+    GUARD();
     if (stream == NULL)
         return DISCO_OK;
     CU(cudaSetDevice(device_id), device_id);
@@ -129,6 +168,7 @@ static disco_status_t cuda_stream_free(int device_id, disco_stream_t stream)
 
 static disco_status_t cuda_stream_sync(int device_id, disco_stream_t stream)
 {
+    GUARD();
     CU(cudaSetDevice(device_id), device_id);
     if (disco__device_watching() == NULL) {
         CU(cudaStreamSynchronize((cudaStream_t)stream), device_id);
@@ -160,6 +200,7 @@ static disco_status_t cuda_stream_sync(int device_id, disco_stream_t stream)
 
 static disco_status_t ipc_get_handle(void *ctx, void *base, disco_ipc_handle_t *handle_out)
 {
+    GUARD();
     (void)ctx;
     cudaIpcMemHandle_t h;
     CU(cudaIpcGetMemHandle(&h, base), -1);
@@ -169,6 +210,7 @@ static disco_status_t ipc_get_handle(void *ctx, void *base, disco_ipc_handle_t *
 
 static disco_status_t ipc_open_handle(void *ctx, const disco_ipc_handle_t *handle, void **base_out)
 {
+    GUARD();
     (void)ctx;
     cudaIpcMemHandle_t h;
     memcpy(&h, handle->bytes, sizeof h);
@@ -184,6 +226,7 @@ static disco_status_t ipc_open_handle(void *ctx, const disco_ipc_handle_t *handl
 
 static disco_status_t ipc_close_handle(void *ctx, void *base)
 {
+    GUARD();
     (void)ctx;
     CU(cudaIpcCloseMemHandle(base), -1);
     return DISCO_OK;
@@ -194,6 +237,7 @@ static disco_status_t ipc_close_handle(void *ctx, void *base)
 /* An event's impl is its cudaEvent_t. */
 static disco_status_t event_create(int dev, void **impl_out)
 {
+    GUARD();
     cudaEvent_t e;
     CU(cudaSetDevice(dev), dev);
     CU(cudaEventCreateWithFlags(&e, cudaEventInterprocess | cudaEventDisableTiming), dev);
@@ -203,6 +247,7 @@ static disco_status_t event_create(int dev, void **impl_out)
 
 static disco_status_t event_import(int dev, const disco_ipc_handle_t *handle, void **impl_out)
 {
+    GUARD();
     cudaIpcEventHandle_t h;
     cudaEvent_t e;
     memcpy(&h, handle->bytes, sizeof h);
@@ -214,6 +259,7 @@ static disco_status_t event_import(int dev, const disco_ipc_handle_t *handle, vo
 
 static disco_status_t event_export(int dev, void *impl, disco_ipc_handle_t *handle_out)
 {
+    GUARD();
     cudaIpcEventHandle_t h;
     CU(cudaIpcGetEventHandle(&h, (cudaEvent_t)impl), dev);
     memcpy(handle_out->bytes, &h, sizeof h);
@@ -222,6 +268,7 @@ static disco_status_t event_export(int dev, void *impl, disco_ipc_handle_t *hand
 
 static disco_status_t event_record(int dev, void *impl, disco_stream_t stream)
 {
+    GUARD();
     CU(cudaSetDevice(dev), dev);
     CU(cudaEventRecord((cudaEvent_t)impl, (cudaStream_t)stream), dev);
     return DISCO_OK;
@@ -229,6 +276,7 @@ static disco_status_t event_record(int dev, void *impl, disco_stream_t stream)
 
 static disco_status_t event_wait(int dev, disco_stream_t stream, void *impl)
 {
+    GUARD();
     CU(cudaSetDevice(dev), dev);
     CU(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)impl, 0), dev);
     return DISCO_OK;
@@ -236,12 +284,14 @@ static disco_status_t event_wait(int dev, disco_stream_t stream, void *impl)
 
 static disco_status_t event_sync(int dev, void *impl)
 {
+    GUARD();
     CU(cudaEventSynchronize((cudaEvent_t)impl), dev);
     return DISCO_OK;
 }
 
 static disco_status_t event_query(int dev, void *impl)
 {
+    GUARD();
     cudaError_t e = cudaEventQuery((cudaEvent_t)impl);
     if (e == cudaErrorNotReady) {
         (void)cudaGetLastError();
