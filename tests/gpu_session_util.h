@@ -138,6 +138,18 @@ static inline void arena_stats(disco_session_t *s, int w, int64_t out[7])
     CK_OK(disco_session_free_reg(s, r));
 }
 
+/* Asserts that register r of worker w holds exactly the len bytes at want
+ * (debug_get); what names the case in the failure. */
+static inline void expect_bytes(disco_session_t *s, disco_dref_t r, int w, const void *want,
+                                size_t len, const char *what)
+{
+    disco_value_t v;
+    CK_OK(disco_session_debug_get(s, r, w, &v));
+    ck_assert_msg(v.len == len, "%s, worker %d: %u bytes, want %zu", what, w, v.len, len);
+    ck_assert_msg(memcmp(v.v.bytes, want, len) == 0, "%s, worker %d: other bytes", what, w);
+    disco_value_clear(&v);
+}
+
 /* A test pattern for worker w: n floats. */
 static inline void pattern(float *p, size_t n, int w)
 {

@@ -96,13 +96,11 @@ START_TEST(test_device_allreduce_small)
         CK_OK(disco_session_call_by_name(s, "disco.allreduce", args, 3, &ar));
         float want[3];
         pattern(want, n, world - 1); /* the largest pattern is the last worker's */
+        char what[32];
+        snprintf(what, sizeof what, "%zu elements", n);
         for (int w = 0; w < world; w++) {
             CK_OK(disco_session_sync(s, w));
-            disco_value_t v;
-            CK_OK(disco_session_debug_get(s, ar, w, &v));
-            ck_assert_uint_eq(v.len, n * sizeof(float));
-            ck_assert_msg(memcmp(v.v.bytes, want, v.len) == 0, "%zu elements, worker %d", n, w);
-            disco_value_clear(&v);
+            expect_bytes(s, ar, w, want, n * sizeof(float), what);
         }
         CK_OK(disco_session_free_reg(s, ar));
         CK_OK(disco_session_free_reg(s, x));
@@ -142,13 +140,10 @@ START_TEST(test_device_reuse_after_broadcast)
     }
     for (int k = 0; k < ROUNDS; k++) {
         pattern(p, N, k);
-        for (int w = 1; w < world; w++) {
-            disco_value_t v;
-            CK_OK(disco_session_debug_get(s, bc[k], w, &v));
-            ck_assert_uint_eq(v.len, sizeof p);
-            ck_assert_msg(memcmp(v.v.bytes, p, sizeof p) == 0, "round %d, worker %d", k, w);
-            disco_value_clear(&v);
-        }
+        char what[32];
+        snprintf(what, sizeof what, "round %d", k);
+        for (int w = 1; w < world; w++)
+            expect_bytes(s, bc[k], w, p, sizeof p, what);
         CK_OK(disco_session_free_reg(s, bc[k]));
     }
     disco_session_close(s);
