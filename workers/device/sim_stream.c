@@ -278,12 +278,8 @@ disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want
         /* Not FUTEX_PRIVATE: the word is shared between processes. */
         syscall(SYS_futex, &m->completed, FUTEX_WAIT, c, &ts, NULL, 0);
         disco_status_t wst = disco__device_watch_check();
-        if (wst != DISCO_OK) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", disco_last_error());
-            return disco_set_error(wst, "sim: waiting for record %u of pid %d given up: %s", want,
-                                   (int)pid, why);
-        }
+        if (wst != DISCO_OK)
+            return wst; /* the watch's own message says why */
         if (pid > 0 && !alive(pid) &&
             !disco__sim_reached(atomic_load_explicit(&m->completed, memory_order_acquire),
                                 want)) /* E4 */

@@ -22,7 +22,12 @@ const disco_wait_t *disco__device_watch(const disco_wait_t *w);
 const disco_wait_t *disco__device_watching(void);
 
 /** One look at this thread's watch (DISCO_OK when none): the wait's exits,
- *  as disco_wait_check. */
+ *  as disco_wait_check, each with a message (an abort word: "the session
+ *  was broken"). */
 disco_status_t disco__device_watch_check(void);
+
+/** The first exit the watch gave since it was set (DISCO_OK: none): the
+ *  sync that failed with it ended because of it, not on its own. */
+disco_status_t disco__device_watch_fired(void);
 
 #endif
