@@ -44,11 +44,13 @@ LIB_SRC  := $(sort $(wildcard shm/*.c workers/*/*.c scheduler/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # tools/<folder>/ holds one program's parts: the file named like the program
 # (disco-X.c, or disco.c for the CLI) is its main, the others are linked with
-# it. Two exceptions: tools/demo/demo_lib.c is the demo's function library
-# (a shared object, not linked in) and tools/bench/mpi_allreduce.c is the
-# Open MPI baseline (built with mpicc). disco-demo also links bench_util.o.
+# it. Two exceptions: tools/demo/demo_lib.c and demo_decoder_lib.c are the
+# demo's function library (a shared object, not linked in) and
+# tools/bench/mpi_allreduce.c is the Open MPI baseline (built with mpicc).
+# disco-demo also links bench_util.o.
 PROG_DIRS := bench cli demo jsonrpc rpc-server soak worker
-NOT_LINKED := tools/demo/demo_lib.c tools/bench/mpi_allreduce.c
+DEMOLIB_SRC := tools/demo/demo_lib.c tools/demo/demo_decoder_lib.c
+NOT_LINKED := $(DEMOLIB_SRC) tools/bench/mpi_allreduce.c
 TOOL_SRC := $(wildcard tools/*/disco-*.c) tools/cli/disco.c
 TOOLS    := $(addprefix $(BUILD)/bin/,$(notdir $(TOOL_SRC:.c=)))
 tool_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(NOT_LINKED),$(wildcard tools/$(1)/*.c)))
@@ -101,9 +103,9 @@ endef
 $(foreach s,$(TOOL_SRC),$(eval $(call tool_rule,$(s))))
 $(BUILD)/bin/disco-demo: $(BUILD)/obj/tools/bench/bench_util.o
 
-$(DEMOLIB): $(BUILD)/obj/tools/demo/demo_lib.o
+$(DEMOLIB): $(DEMOLIB_SRC:%.c=$(BUILD)/obj/%.o)
 	@mkdir -p $(@D)
-	$(CC) -shared $(LDFLAGS) -o $@ $<
+	$(CC) -shared $(LDFLAGS) -o $@ $^
 
 # The soak suite runs a bounded soak with the engine disco-soak uses.
 $(TEST_BIN): $(TEST_OBJ) $(SOAK_OBJ) $(BUILD)/libdisco.a
@@ -312,4 +314,4 @@ $(BUILD)/obj/workers/device/cuda.o: $(BUILD)/.cuda-$(CUDA_MODE)
 $(BUILD)/.cuda-$(CUDA_MODE):
 	@mkdir -p $(@D) && rm -f $(BUILD)/.cuda-* && touch $@
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(BUILD)/obj/tools/demo/demo_lib.d
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(DEMOLIB_SRC:%.c=$(BUILD)/obj/%.d)
