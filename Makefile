@@ -186,8 +186,8 @@ SOAK_SECONDS ?= 120
 soak: $(BUILD)/bin/disco-soak $(BUILD)/bin/disco-worker
 	$(BUILD)/bin/disco-soak --seconds $(SOAK_SECONDS) --quiet --json $(BUILD)/soak.json
 
-# valgrind memcheck over whole sessions: the demo's MLP (open, library
-# calls, tensors, collectives, trace, close) and a short soak (worker and
+# valgrind memcheck over whole sessions: the demo's MLP and decoder (open,
+# library calls, tensors, collectives, trace, close) and a short soak (worker and
 # controller kills; spawned workers followed too). Each process logs to
 # build/valgrind/PID.log; any memory error or definite or indirect leak in
 # any of them fails the target. valgrind is installed when missing (root).
@@ -201,6 +201,8 @@ valgrind: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-soak $(BUILD)/bin/disco-wor
 	@rm -rf $(VG_DIR) && mkdir -p $(VG_DIR)
 	$(VALGRIND) $(BUILD)/bin/disco-demo --mlp-only --workers 2 --steps 3 --d-model 64 \
 	    --d-ff 256 --trace $(VG_DIR)/trace.json
+	$(VALGRIND) $(BUILD)/bin/disco-demo --decoder-only --workers 2 --vocab 64 --d-model 32 \
+	    --layers 2 --heads 4 --d-ff 64 --tokens 4 --trace $(VG_DIR)/trace.json
 	$(VALGRIND) $(BUILD)/bin/disco-soak --rounds 12 --bound-ms 5000 --quiet
 	@if grep -E -l '$(VG_BAD)' $(VG_DIR)/*.log; then \
 	    echo "valgrind: errors in the logs above"; exit 1; fi

@@ -202,7 +202,7 @@ static void write_json(const demo_dec_opts_t *o, const figures_t *f, const int64
  * end found in the trace). */
 static void summarize(const double *lat, const double *comp, int n, int have, figures_t *f)
 {
-    double coord[MAX_STEPS], total = 0, ctotal = 0;
+    double coord[MAX_STEPS] = {0}, total = 0, ctotal = 0;
     const double *l = lat + (n - have), *c = comp + (n - have);
     for (int k = 0; k < n; k++)
         total += lat[k];
