@@ -203,6 +203,49 @@ START_TEST(test_decoder_sim)
 }
 END_TEST
 
+/* --weights: a model written with --save-weights --seed 7 and read back by
+ * every worker (its shard) and the reference gives the tokens of seed 7
+ * itself, matching; a file of another model's size is refused (exit 1,
+ * the size named). */
+START_TEST(test_decoder_weights_file)
+{
+    char dir[] = "/tmp/disco-decoder-w-XXXXXX", cmd[2048], out[65536];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "%s/disco-demo " DECODER_SMALL " --workers 2 --seed 7 --save-weights %s/w.bin "
+             "--trace /dev/null --json %s/a.json",
+             DISCO_TEST_BIN, dir, dir);
+    int rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 0, "%s exited %d: %s", cmd, rc, out);
+    snprintf(cmd, sizeof cmd,
+             "%s/disco-demo " DECODER_SMALL " --workers 2 --weights %s/w.bin --trace /dev/null "
+             "--json %s/b.json",
+             DISCO_TEST_BIN, dir, dir);
+    rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 0, "%s exited %d: %s", cmd, rc, out);
+    ck_assert_msg(strstr(out, "weights read from") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s/b.json", dir);
+    check_decoder_json(cmd, "cpu", 2);
+    json_t *a = json_load_file(cmd, 0, NULL);
+    snprintf(cmd, sizeof cmd, "%s/a.json", dir);
+    json_t *b = json_load_file(cmd, 0, NULL);
+    ck_assert(a != NULL && b != NULL);
+    ck_assert_msg(json_equal(json_object_get(a, "tokens"), json_object_get(b, "tokens")),
+                  "the file's tokens differ from seed 7's");
+    json_decref(a);
+    json_decref(b);
+    snprintf(cmd, sizeof cmd,
+             "%s/disco-demo " DECODER_SMALL " --layers 3 --workers 2 --weights %s/w.bin "
+             "--trace /dev/null",
+             DISCO_TEST_BIN, dir);
+    rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 1, "a wrong-sized file: exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "not the model's size") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+}
+END_TEST
+
 /* Models the workers cannot shard and bad prompts are refused with exit 2
  * and a message naming the flag, before any session opens. */
 START_TEST(test_decoder_bad_flags)
@@ -266,6 +309,7 @@ Suite *suite_tools(void)
     tcase_add_loop_test(tc, test_decoder_cpu, 0, 3);
     tcase_add_test(tc, test_decoder_sim);
     tcase_add_test(tc, test_decoder_bad_flags);
+    tcase_add_test(tc, test_decoder_weights_file);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -29,9 +29,11 @@ typedef struct demo_dec_opts {
     int nprompt;                         /* >= 1 */
     int tokens;                          /* generated greedily, >= 1 */
     uint64_t seed;
-    const char *trace_path; /* NULL: no trace file */
-    const char *json_path;  /* NULL: no figures file */
-    DLDeviceType device;    /* kDLCPU, kDLExtDev (sim) or kDLCUDA */
+    const char *weights_path; /* NULL: the seed's weights; else read from this file */
+    const char *save_path;    /* NULL; else the seed's weights are written there first */
+    const char *trace_path;   /* NULL: no trace file */
+    const char *json_path;    /* NULL: no figures file */
+    DLDeviceType device;      /* kDLCPU, kDLExtDev (sim) or kDLCUDA */
 } demo_dec_opts_t;
 
 /** The main job: the tensor-parallel decoder (demo_decoder.c) generating

@@ -268,6 +268,48 @@ static int64_t argmax(const float *v, int64_t n)
     return k;
 }
 
+/* The weights file at path, checked against shape s, into *full_out
+ * (malloc'd); false with a message when it cannot be read or has another
+ * size. */
+static bool read_weights(const char *path, const demo_dec_shape_t *s, float **full_out)
+{
+    size_t n = (size_t)demo_dec_layout(s, 0, 1).total;
+    float *full = malloc(n * sizeof *full);
+    FILE *f = fopen(path, "rb");
+    bool ok = full != NULL && f != NULL && fread(full, sizeof *full, n, f) == n && fgetc(f) == EOF;
+    if (!ok) {
+        printf("  FAILED: --weights %s: %s (this model needs %zu float32, %zu bytes)\n", path,
+               f == NULL ? "cannot open it" : "not the model's size", n, n * sizeof *full);
+        free(full);
+        full = NULL;
+    }
+    if (f != NULL)
+        fclose(f);
+    *full_out = full;
+    return ok;
+}
+
+/* --save-weights: the seed's whole model into path, in the weights file's
+ * format (demo_dec_src_t). */
+static bool save_weights(const char *path, const demo_dec_shape_t *s, uint64_t seed)
+{
+    demo_dec_layout_t L = demo_dec_layout(s, 0, 1);
+    demo_dec_src_t src = {.seed = seed, .full = NULL};
+    float *full = malloc((size_t)L.total * sizeof *full);
+    FILE *f = full != NULL ? fopen(path, "wb") : NULL;
+    bool ok = f != NULL;
+    if (ok) {
+        demo_dec_fill(full, s, &L, &src, 0);
+        ok = fwrite(full, sizeof *full, (size_t)L.total, f) == (size_t)L.total;
+    }
+    if (f != NULL && fclose(f) != 0)
+        ok = false;
+    free(full);
+    printf("%s the weights of seed %llu to %s (%lld float32)\n", ok ? "wrote" : "FAILED to write",
+           (unsigned long long)seed, path, (long long)L.total);
+    return ok;
+}
+
 /* Sets up the session's registers: the library, functions, weights and
  * state on o->device. */
 static disco_status_t setup(dec_run_t *r, const demo_dec_opts_t *o, const char *lib)
@@ -275,7 +317,8 @@ static disco_status_t setup(dec_run_t *r, const demo_dec_opts_t *o, const char *
     disco_session_t *s = r->s;
     disco_dref_t x;
     disco_value_t path = disco_value_str(lib), cfg = disco_value_shape(r->cfg, DEMO_DEC_CFG_LEN);
-    disco_value_t wa[3] = {cfg, disco_value_int((int64_t)o->seed), disco_value_int(o->device)};
+    disco_value_t wa[4] = {cfg, disco_value_int((int64_t)o->seed), disco_value_int(o->device),
+                           disco_value_str(o->weights_path != NULL ? o->weights_path : "")};
     disco_status_t st;
     if ((st = disco_session_call_by_name(s, "disco.load_library", &path, 1, &x)) != DISCO_OK ||
         (st = disco_session_free_reg(s, x)) != DISCO_OK ||
@@ -284,7 +327,7 @@ static disco_status_t setup(dec_run_t *r, const demo_dec_opts_t *o, const char *
         (st = disco_session_get_func(s, "demo.dec_mlp", &r->f_mlp)) != DISCO_OK ||
         (st = disco_session_get_func(s, "demo.dec_head", &r->f_head)) != DISCO_OK ||
         (st = disco_session_get_func(s, "disco.allreduce", &r->f_allreduce)) != DISCO_OK ||
-        (st = disco_session_call_by_name(s, "demo.dec_weights", wa, 3, &r->w)) != DISCO_OK)
+        (st = disco_session_call_by_name(s, "demo.dec_weights", wa, 4, &r->w)) != DISCO_OK)
         return st;
     wa[1] = disco_value_int(0);
     if ((st = disco_session_call_by_name(s, "demo.dec_state", wa, 3, &r->h)) != DISCO_OK)
@@ -333,6 +376,8 @@ bool demo_decoder(const demo_dec_opts_t *o, const char *lib)
           *ref = malloc((size_t)o->vocab * sizeof *ref);
     int64_t *toks = calloc((size_t)o->tokens + 1, sizeof *toks);
     demo_dec_ref_t *model = NULL;
+    demo_dec_src_t src = {.seed = o->seed, .full = NULL};
+    float *full = NULL;
     disco_trace_t *t = NULL;
     disco_trace_summary_t *sum = NULL;
     if (lat == NULL || comp == NULL || logits == NULL || ref == NULL || toks == NULL)
@@ -347,6 +392,11 @@ bool demo_decoder(const demo_dec_opts_t *o, const char *lib)
                                     "on host copies: no GPU kernels yet"
            : o->device == kDLCUDA ? "on CUDA GPUs, computed on host copies: no GPU kernels yet"
                                   : "CPU (the shared heap)");
+    if (o->save_path != NULL && !save_weights(o->save_path, &shape, o->seed))
+        goto out;
+    if (o->weights_path != NULL && !read_weights(o->weights_path, &shape, &full))
+        goto out;
+    src.full = full;
     disco_session_config_t cfg = disco_session_config_default(n);
     cfg.heap_bytes = need_bytes(&shape, n, false);
     if (o->device != kDLCPU)
@@ -357,9 +407,13 @@ bool demo_decoder(const demo_dec_opts_t *o, const char *lib)
     disco_plan_print(disco_session_plan(r.s), stdout, false);
     int64_t t0 = disco_now_ns();
     CHECK(setup(&r, o, lib));
-    printf("weights made on every worker in %.0f ms (seed %llu)\n",
-           (double)(disco_now_ns() - t0) / 1e6, (unsigned long long)o->seed);
-    CHECK(demo_dec_ref_new(&shape, o->seed, &model));
+    if (o->weights_path != NULL)
+        printf("weights read from %s by every worker (its shard) in %.0f ms\n", o->weights_path,
+               (double)(disco_now_ns() - t0) / 1e6);
+    else
+        printf("weights made on every worker in %.0f ms (seed %llu)\n",
+               (double)(disco_now_ns() - t0) / 1e6, (unsigned long long)o->seed);
+    CHECK(demo_dec_ref_new(&shape, &src, &model));
 
     int64_t len = o->vocab;
     DLTensor host = {.data = logits,
@@ -408,6 +462,7 @@ out:
     if (r.s != NULL)
         teardown(&r);
     demo_dec_ref_free(model);
+    free(full);
     disco_trace_summary_free(sum);
     disco_trace_free(t);
     disco_session_close(r.s);

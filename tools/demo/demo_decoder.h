@@ -109,6 +109,77 @@ static inline demo_dec_layout_t demo_dec_layout(const demo_dec_shape_t *s, int r
     return L;
 }
 
+/* Where weights come from: the seed's generator (full NULL), or an
+ * unsharded model in memory (a weights file: native float32 in the layout
+ * of demo_dec_layout(s, 0, 1), worker 0 of 1 holding everything). */
+typedef struct demo_dec_src {
+    uint64_t seed;
+    const float *full;
+} demo_dec_src_t;
+
+/* Element (i, j) of the unsharded tensor kind (of layer): a DEC_KINDS
+ * matrix as demo_dec_w, or DEC_EMB (t, i), DEC_HEAD (i, t),
+ * DEC_FINAL_NORM (i, 0). */
+static inline float demo_dec_get(const demo_dec_src_t *src, const demo_dec_shape_t *s, int kind,
+                                 int64_t layer, int64_t i, int64_t j)
+{
+    int64_t d = s->d_model, F = s->d_ff, V = s->vocab;
+    int64_t rows = kind == DEC_W2 ? F : d, cols = kind == DEC_W1 ? F : d;
+    if (kind == DEC_ATTN_NORM || kind == DEC_MLP_NORM || kind == DEC_FINAL_NORM)
+        cols = 1;
+    if (src->full == NULL) {
+        if (kind == DEC_EMB)
+            return demo_dec_emb(src->seed, d, i, j);
+        if (kind == DEC_HEAD)
+            return demo_dec_head(src->seed, d, V, i, j);
+        if (kind == DEC_FINAL_NORM)
+            return demo_dec_final_gain(src->seed, i);
+        return demo_dec_w(src->seed, kind, layer, i, j, rows, cols);
+    }
+    demo_dec_layout_t L = demo_dec_layout(s, 0, 1);
+    if (kind == DEC_EMB)
+        return src->full[i * d + j];
+    if (kind == DEC_HEAD)
+        return src->full[L.head + i * V + j];
+    if (kind == DEC_FINAL_NORM)
+        return src->full[L.final_norm + i];
+    return src->full[L.layer0 + layer * L.layer_size + L.off[kind] + i * cols + j];
+}
+
+/* Fills w (host, L->total floats) with worker r's shard of layout L. */
+static inline void demo_dec_fill(float *w, const demo_dec_shape_t *s, const demo_dec_layout_t *L,
+                                 const demo_dec_src_t *src, int r)
+{
+    int64_t d = s->d_model, hd = d / s->heads, V = s->vocab, q0 = L->head_lo * hd;
+    for (int64_t t = 0; t < V; t++)
+        for (int64_t i = 0; i < d; i++)
+            w[t * d + i] = demo_dec_get(src, s, DEC_EMB, 0, t, i);
+    for (int64_t l = 0; l < s->layers; l++) {
+        float *b = w + L->layer0 + l * L->layer_size;
+        const int64_t *o = L->off;
+        for (int64_t i = 0; i < d; i++) {
+            b[o[DEC_ATTN_NORM] + i] = demo_dec_get(src, s, DEC_ATTN_NORM, l, i, 0);
+            b[o[DEC_MLP_NORM] + i] = demo_dec_get(src, s, DEC_MLP_NORM, l, i, 0);
+            for (int64_t j = 0; j < L->dl; j++) {
+                b[o[DEC_WQ] + i * L->dl + j] = demo_dec_get(src, s, DEC_WQ, l, i, q0 + j);
+                b[o[DEC_WK] + i * L->dl + j] = demo_dec_get(src, s, DEC_WK, l, i, q0 + j);
+                b[o[DEC_WV] + i * L->dl + j] = demo_dec_get(src, s, DEC_WV, l, i, q0 + j);
+                b[o[DEC_WO] + j * d + i] = demo_dec_get(src, s, DEC_WO, l, q0 + j, i);
+            }
+            for (int64_t j = 0; j < L->fl; j++) {
+                b[o[DEC_W1] + i * L->fl + j] = demo_dec_get(src, s, DEC_W1, l, i, L->ff_lo + j);
+                b[o[DEC_W2] + j * d + i] = demo_dec_get(src, s, DEC_W2, l, L->ff_lo + j, i);
+            }
+        }
+    }
+    for (int64_t i = 0; i < d; i++)
+        w[L->final_norm + i] = demo_dec_get(src, s, DEC_FINAL_NORM, 0, i, 0);
+    if (r == 0)
+        for (int64_t i = 0; i < d; i++)
+            for (int64_t t = 0; t < V; t++)
+                w[L->head + i * V + t] = demo_dec_get(src, s, DEC_HEAD, 0, i, t);
+}
+
 /* Whether s is a model the demo runs with n workers: every size positive,
  * d_model an even multiple of heads (rotary pairs), at least one head and
  * one MLP column per worker. */

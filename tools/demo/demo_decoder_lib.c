@@ -20,9 +20,14 @@
  *   logits = dec_head(w, cfg, h, m)              h += m; worker 0 only
  * h (the residual stream, [d]) and kv (this worker's KV cache) are made once
  * by dec_state and kept in registers across steps. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "disco/device.h"
 #include "disco/func.h"
@@ -191,42 +196,33 @@ static void attend(const float *q, const float *k, const float *v, float *o, flo
 
 /* ---- the functions ---- */
 
-/* Fills w (host, the layout's total floats) with worker r of n's shard. */
-static void fill(float *w, const demo_dec_shape_t *s, const demo_dec_layout_t *L, uint64_t seed,
-                 int r)
+/* The unsharded model in the file at path (native float32, the layout of
+ * demo_dec_layout(s, 0, 1)), mapped read-only into *full_out (*len_out
+ * bytes: munmap it). */
+static disco_status_t map_file(disco_ctx_t *ctx, const char *path, const demo_dec_shape_t *s,
+                               const float **full_out, size_t *len_out)
 {
-    int64_t d = s->d_model, hd = d / s->heads, V = s->vocab, F = s->d_ff, q0 = L->head_lo * hd;
-    for (int64_t t = 0; t < V; t++)
-        for (int64_t i = 0; i < d; i++)
-            w[t * d + i] = demo_dec_emb(seed, d, t, i);
-    for (int64_t l = 0; l < s->layers; l++) {
-        float *b = w + L->layer0 + l * L->layer_size;
-        for (int64_t i = 0; i < d; i++) {
-            b[L->off[DEC_ATTN_NORM] + i] = demo_dec_w(seed, DEC_ATTN_NORM, l, i, 0, d, 1);
-            b[L->off[DEC_MLP_NORM] + i] = demo_dec_w(seed, DEC_MLP_NORM, l, i, 0, d, 1);
-            for (int64_t j = 0; j < L->dl; j++) {
-                b[L->off[DEC_WQ] + i * L->dl + j] = demo_dec_w(seed, DEC_WQ, l, i, q0 + j, d, d);
-                b[L->off[DEC_WK] + i * L->dl + j] = demo_dec_w(seed, DEC_WK, l, i, q0 + j, d, d);
-                b[L->off[DEC_WV] + i * L->dl + j] = demo_dec_w(seed, DEC_WV, l, i, q0 + j, d, d);
-                b[L->off[DEC_WO] + j * d + i] = demo_dec_w(seed, DEC_WO, l, q0 + j, i, d, d);
-            }
-            for (int64_t j = 0; j < L->fl; j++) {
-                b[L->off[DEC_W1] + i * L->fl + j] =
-                    demo_dec_w(seed, DEC_W1, l, i, L->ff_lo + j, d, F);
-                b[L->off[DEC_W2] + j * d + i] = demo_dec_w(seed, DEC_W2, l, L->ff_lo + j, i, F, d);
-            }
-        }
+    size_t want = (size_t)demo_dec_layout(s, 0, 1).total * sizeof(float);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || (size_t)st.st_size != want) {
+        if (fd >= 0)
+            close(fd);
+        return disco_ctx_fail(ctx, "dec_weights: %s: %s", path,
+                              fd < 0 ? strerror(errno) : "not the model's size");
     }
-    for (int64_t i = 0; i < d; i++)
-        w[L->final_norm + i] = demo_dec_final_gain(seed, i);
-    if (r == 0)
-        for (int64_t i = 0; i < d; i++)
-            for (int64_t t = 0; t < V; t++)
-                w[L->head + i * V + t] = demo_dec_head(seed, d, V, i, t);
+    void *p = mmap(NULL, want, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return disco_ctx_fail(ctx, "dec_weights: mmap %s: %s", path, strerror(errno));
+    *full_out = p;
+    *len_out = want;
+    return DISCO_OK;
 }
 
-/* demo.dec_weights(cfg, seed, device_type): this worker's weight shard, a
- * float32 vector in the layout of demo_dec_layout, on device_type. */
+/* demo.dec_weights(cfg, seed, device_type, path): this worker's weight
+ * shard, a float32 vector in the layout of demo_dec_layout, on device_type:
+ * from the seed's generator, or read from the file at path unless it is "". */
 static disco_status_t dec_weights(disco_ctx_t *ctx, const disco_value_t *a, int nargs,
                                   disco_value_t *ret)
 {
@@ -237,15 +233,22 @@ static disco_status_t dec_weights(disco_ctx_t *ctx, const disco_value_t *a, int 
         return st;
     int r = disco_ctx_worker_id(ctx);
     demo_dec_layout_t L = demo_dec_layout(&s, r, disco_ctx_world_size(ctx));
+    demo_dec_src_t src = {.seed = (uint64_t)a[1].v.i, .full = NULL};
+    size_t len = 0;
+    if (a[3].v.str[0] != '\0' && (st = map_file(ctx, a[3].v.str, &s, &src.full, &len)) != DISCO_OK)
+        return st;
     DLTensor *t;
     float *h;
-    if ((st = fresh(ctx, &L.total, 1, (DLDeviceType)a[2].v.i, &t, &h)) != DISCO_OK)
-        return st;
-    fill(h, &s, &L, (uint64_t)a[1].v.i, r);
-    *ret = disco_value_tensor(t);
-    return put(ctx, t, 0, h, L.total);
+    if ((st = fresh(ctx, &L.total, 1, (DLDeviceType)a[2].v.i, &t, &h)) == DISCO_OK) {
+        demo_dec_fill(h, &s, &L, &src, r);
+        *ret = disco_value_tensor(t);
+        st = put(ctx, t, 0, h, L.total);
+    }
+    if (src.full != NULL)
+        munmap((void *)src.full, len);
+    return st;
 }
-DISCO_FUNC("demo.dec_weights", "Sii", dec_weights)
+DISCO_FUNC("demo.dec_weights", "Siis", dec_weights)
 
 /* demo.dec_state(cfg, what, device_type): zeros on device_type: the
  * residual stream [d] (what 0) or this worker's KV cache (what 1:

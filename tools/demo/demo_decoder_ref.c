@@ -16,18 +16,20 @@ struct demo_dec_ref {
 };
 
 /* A matrix of kind for every layer: [layers][rows][cols]. */
-static float *gen(uint64_t seed, int kind, const demo_dec_shape_t *s, int64_t rows, int64_t cols)
+static float *gen(const demo_dec_src_t *src, int kind, const demo_dec_shape_t *s, int64_t rows,
+                  int64_t cols)
 {
     float *m = malloc((size_t)(s->layers * rows * cols) * sizeof *m);
     if (m != NULL)
         for (int64_t l = 0; l < s->layers; l++)
             for (int64_t i = 0; i < rows; i++)
                 for (int64_t j = 0; j < cols; j++)
-                    m[(l * rows + i) * cols + j] = demo_dec_w(seed, kind, l, i, j, rows, cols);
+                    m[(l * rows + i) * cols + j] = demo_dec_get(src, s, kind, l, i, j);
     return m;
 }
 
-disco_status_t demo_dec_ref_new(const demo_dec_shape_t *s, uint64_t seed, demo_dec_ref_t **ref_out)
+disco_status_t demo_dec_ref_new(const demo_dec_shape_t *s, const demo_dec_src_t *src,
+                                demo_dec_ref_t **ref_out)
 {
     if (!demo_dec_shape_ok(s, 1))
         return disco_set_error(DISCO_E_INVAL, "decoder reference: bad shape");
@@ -39,14 +41,14 @@ disco_status_t demo_dec_ref_new(const demo_dec_shape_t *s, uint64_t seed, demo_d
     m->emb = malloc((size_t)(V * d) * sizeof *m->emb);
     m->head = malloc((size_t)(d * V) * sizeof *m->head);
     m->gain_final = malloc((size_t)d * sizeof *m->gain_final);
-    m->gain_attn = gen(seed, DEC_ATTN_NORM, s, d, 1);
-    m->gain_mlp = gen(seed, DEC_MLP_NORM, s, d, 1);
-    m->wq = gen(seed, DEC_WQ, s, d, d);
-    m->wk = gen(seed, DEC_WK, s, d, d);
-    m->wv = gen(seed, DEC_WV, s, d, d);
-    m->wo = gen(seed, DEC_WO, s, d, d);
-    m->w1 = gen(seed, DEC_W1, s, d, F);
-    m->w2 = gen(seed, DEC_W2, s, F, d);
+    m->gain_attn = gen(src, DEC_ATTN_NORM, s, d, 1);
+    m->gain_mlp = gen(src, DEC_MLP_NORM, s, d, 1);
+    m->wq = gen(src, DEC_WQ, s, d, d);
+    m->wk = gen(src, DEC_WK, s, d, d);
+    m->wv = gen(src, DEC_WV, s, d, d);
+    m->wo = gen(src, DEC_WO, s, d, d);
+    m->w1 = gen(src, DEC_W1, s, d, F);
+    m->w2 = gen(src, DEC_W2, s, F, d);
     m->kcache = calloc((size_t)cache, sizeof *m->kcache);
     m->vcache = calloc((size_t)cache, sizeof *m->vcache);
     m->h = malloc((size_t)(6 * d + F + s->max_seq) * sizeof *m->h);
@@ -60,11 +62,11 @@ disco_status_t demo_dec_ref_new(const demo_dec_shape_t *s, uint64_t seed, demo_d
     m->f = m->o + d, m->p = m->f + F;
     for (int64_t t = 0; t < V; t++)
         for (int64_t i = 0; i < d; i++)
-            m->emb[t * d + i] = demo_dec_emb(seed, d, t, i);
+            m->emb[t * d + i] = demo_dec_get(src, s, DEC_EMB, 0, t, i);
     for (int64_t i = 0; i < d; i++) {
-        m->gain_final[i] = demo_dec_final_gain(seed, i);
+        m->gain_final[i] = demo_dec_get(src, s, DEC_FINAL_NORM, 0, i, 0);
         for (int64_t t = 0; t < V; t++)
-            m->head[i * V + t] = demo_dec_head(seed, d, V, i, t);
+            m->head[i * V + t] = demo_dec_get(src, s, DEC_HEAD, 0, i, t);
     }
     *ref_out = m;
     return DISCO_OK;

@@ -10,10 +10,12 @@
 
 typedef struct demo_dec_ref demo_dec_ref_t;
 
-/** The model of shape s with the weights of seed, and an empty KV cache of
+/** The model of shape s with the weights of src (the seed's, or a file's
+ *  in memory; read now, src is not kept), and an empty KV cache of
  *  s->max_seq positions. Returns DISCO_OK and *ref_out, or DISCO_E_NOMEM
  *  (DISCO_E_INVAL for a shape demo_dec_shape_ok refuses with 1 worker). */
-disco_status_t demo_dec_ref_new(const demo_dec_shape_t *s, uint64_t seed, demo_dec_ref_t **ref_out);
+disco_status_t demo_dec_ref_new(const demo_dec_shape_t *s, const demo_dec_src_t *src,
+                                demo_dec_ref_t **ref_out);
 
 /** One step: token tok at position pos (the earlier positions stepped
  *  before, in order); its logits into logits [vocab]. */

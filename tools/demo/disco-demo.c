@@ -236,7 +236,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: disco-demo [--workers N] [--device cpu|sim|cuda] [--seed X] [--trace PATH]\n"
             "                  [--json PATH] [--vocab V] [--d-model D] [--layers L] [--heads H]\n"
-            "                  [--d-ff F] [--prompt IDS] [--tokens T] [--decoder-only]\n"
+            "                  [--d-ff F] [--prompt IDS] [--tokens T] [--weights FILE]\n"
+            "                  [--save-weights FILE] [--decoder-only]\n"
             "                  [--mlp-only [--batch B] [--steps S]] [--help]\n"
             "The main job: a decoder-only transformer (RMSNorm, attention with rotary\n"
             "positions and a KV cache, an MLP, per layer) sharded Megatron style over N\n"
@@ -253,6 +254,10 @@ static void usage(FILE *f)
             "               when a GPU is present, else cpu. On a device each worker\n"
             "               computes on host copies (no GPU kernels yet)\n"
             "  --seed X     weights (default 1)\n"
+            "  --weights FILE  read the weights from FILE instead: native float32, the\n"
+            "               unsharded model in the order of demo_decoder.h (E, per layer\n"
+            "               gains and matrices, final gain, Wh), of the shape given\n"
+            "  --save-weights FILE  first write the seed's weights to FILE in that format\n"
             "  --trace PATH write the trace there (default disco-demo-trace.json)\n"
             "  --json PATH  write the figures there (token_us, compute_us,\n"
             "               coordination_us, coordination_pct, tokens_per_s,\n"
@@ -374,6 +379,10 @@ int main(int argc, char **argv)
             }
             d.device = v[0] == 's' ? kDLExtDev : v[1] == 'u' ? kDLCUDA : kDLCPU, i++;
             device_set = true;
+        } else if (strcmp(a, "--weights") == 0 && v != NULL) {
+            d.weights_path = v, i++;
+        } else if (strcmp(a, "--save-weights") == 0 && v != NULL) {
+            d.save_path = v, i++;
         } else if (strcmp(a, "--trace") == 0 && v != NULL) {
             d.trace_path = v, i++;
         } else if (strcmp(a, "--json") == 0 && v != NULL) {
