@@ -44,11 +44,13 @@ LIB_SRC  := $(sort $(wildcard shm/*.c workers/*/*.c scheduler/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # tools/<folder>/ holds one program's parts: the file named like the program
 # (disco-X.c, or disco.c for the CLI) is its main, the others are linked with
-# it. Two exceptions: tools/demo/demo_lib.c is the demo's function library
-# (a shared object, not linked in) and tools/bench/mpi_allreduce.c is the
-# Open MPI baseline (built with mpicc). disco-demo also links bench_util.o.
+# it. Two exceptions: tools/demo/demo_lib.c and demo_decoder_lib.c are the
+# demo's function library (a shared object, not linked in) and
+# tools/bench/mpi_allreduce.c is the Open MPI baseline (built with mpicc).
+# disco-demo also links bench_util.o.
 PROG_DIRS := bench cli demo jsonrpc rpc-server soak worker
-NOT_LINKED := tools/demo/demo_lib.c tools/bench/mpi_allreduce.c
+DEMOLIB_SRC := tools/demo/demo_lib.c tools/demo/demo_decoder_lib.c
+NOT_LINKED := $(DEMOLIB_SRC) tools/bench/mpi_allreduce.c
 TOOL_SRC := $(wildcard tools/*/disco-*.c) tools/cli/disco.c
 TOOLS    := $(addprefix $(BUILD)/bin/,$(notdir $(TOOL_SRC:.c=)))
 tool_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(NOT_LINKED),$(wildcard tools/$(1)/*.c)))
@@ -101,9 +103,9 @@ endef
 $(foreach s,$(TOOL_SRC),$(eval $(call tool_rule,$(s))))
 $(BUILD)/bin/disco-demo: $(BUILD)/obj/tools/bench/bench_util.o
 
-$(DEMOLIB): $(BUILD)/obj/tools/demo/demo_lib.o
+$(DEMOLIB): $(DEMOLIB_SRC:%.c=$(BUILD)/obj/%.o)
 	@mkdir -p $(@D)
-	$(CC) -shared $(LDFLAGS) -o $@ $<
+	$(CC) -shared $(LDFLAGS) -o $@ $^
 
 # The soak suite runs a bounded soak with the engine disco-soak uses.
 $(TEST_BIN): $(TEST_OBJ) $(SOAK_OBJ) $(BUILD)/libdisco.a
@@ -184,8 +186,8 @@ SOAK_SECONDS ?= 120
 soak: $(BUILD)/bin/disco-soak $(BUILD)/bin/disco-worker
 	$(BUILD)/bin/disco-soak --seconds $(SOAK_SECONDS) --quiet --json $(BUILD)/soak.json
 
-# valgrind memcheck over whole sessions: the demo's MLP (open, library
-# calls, tensors, collectives, trace, close) and a short soak (worker and
+# valgrind memcheck over whole sessions: the demo's MLP and decoder (open,
+# library calls, tensors, collectives, trace, close) and a short soak (worker and
 # controller kills; spawned workers followed too). Each process logs to
 # build/valgrind/PID.log; any memory error or definite or indirect leak in
 # any of them fails the target. valgrind is installed when missing (root).
@@ -199,6 +201,8 @@ valgrind: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-soak $(BUILD)/bin/disco-wor
 	@rm -rf $(VG_DIR) && mkdir -p $(VG_DIR)
 	$(VALGRIND) $(BUILD)/bin/disco-demo --mlp-only --workers 2 --steps 3 --d-model 64 \
 	    --d-ff 256 --trace $(VG_DIR)/trace.json
+	$(VALGRIND) $(BUILD)/bin/disco-demo --decoder-only --workers 2 --vocab 64 --d-model 32 \
+	    --layers 2 --heads 4 --d-ff 64 --tokens 4 --trace $(VG_DIR)/trace.json
 	$(VALGRIND) $(BUILD)/bin/disco-soak --rounds 12 --bound-ms 5000 --quiet
 	@if grep -E -l '$(VG_BAD)' $(VG_DIR)/*.log; then \
 	    echo "valgrind: errors in the logs above"; exit 1; fi
@@ -312,4 +316,4 @@ $(BUILD)/obj/workers/device/cuda.o: $(BUILD)/.cuda-$(CUDA_MODE)
 $(BUILD)/.cuda-$(CUDA_MODE):
 	@mkdir -p $(@D) && rm -f $(BUILD)/.cuda-* && touch $@
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(BUILD)/obj/tools/demo/demo_lib.d
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(DEMOLIB_SRC:%.c=$(BUILD)/obj/%.d)

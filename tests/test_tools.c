@@ -1,7 +1,8 @@
 /* test_tools.c - every tool answers --help (exit 0, a usage line on
  * stdout) and refuses an unknown option (exit 2, usage on stderr); the tools
  * that report figures write them with --json, and the JSON parses with the
- * keys the README names. */
+ * keys the README names; disco-demo's decoder and MLP match their
+ * one-process references on the CPU and on sim devices. */
 #include <check.h>
 #include <jansson.h>
 #include <stdbool.h>
@@ -122,22 +123,171 @@ START_TEST(test_demo_sim)
 }
 END_TEST
 
-/* disco-demo --device cuda: with a GPU it matches the reference; without
- * one (or without CUDA in the build) it exits 1, not by a signal, saying
- * "no CUDA device". DISCO_REQUIRE_GPU=1 makes the second case a failure. */
+/* The decoder's runs: a small model (2 layers, 4 heads, vocab 64). */
+#define DECODER_SMALL                                                                              \
+    "--decoder-only --vocab 64 --d-model 32 --layers 2 --heads 4 --d-ff 64 --prompt 3,1,4 "        \
+    "--tokens 5"
+
+/* The decoder's figures file: ok, the tokens matched the reference's, the
+ * error under the tolerance, 5 tokens below the vocabulary, and the keys
+ * the README names. */
+static void check_decoder_json(const char *path, const char *device, int workers)
+{
+    json_t *j = load_with(path, (const char *const[]){"token_us", "token_p99_us", "compute_us",
+                                                      "coordination_us", "coordination_pct",
+                                                      "tokens_per_s", "max_rel_err", "tolerance",
+                                                      "tokens_match", "ok", "tokens", NULL});
+    ck_assert_str_eq(json_string_value(json_object_get(j, "device")), device);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "workers")), workers);
+    ck_assert_msg(json_is_true(json_object_get(j, "ok")), "%s: ok is not true", path);
+    ck_assert_msg(json_is_true(json_object_get(j, "tokens_match")), "%s: tokens differ", path);
+    double err = json_real_value(json_object_get(j, "max_rel_err"));
+    ck_assert_msg(err >= 0 && err <= 1e-4, "%s: max_rel_err %g", path, err);
+    json_t *toks = json_object_get(j, "tokens");
+    ck_assert_int_eq(json_array_size(toks), 5);
+    for (size_t i = 0; i < 5; i++) {
+        json_int_t t = json_integer_value(json_array_get(toks, i));
+        ck_assert_msg(t >= 0 && t < 64, "%s: token %lld", path, (long long)t);
+    }
+    ck_assert(json_real_value(json_object_get(j, "token_us")) > 0);
+    ck_assert(json_real_value(json_object_get(j, "tokens_per_s")) > 0);
+    json_decref(j);
+}
+
+/* disco-demo's decoder on the CPU with 1, 2 and 4 workers (4 heads: 4, 2
+ * and 1 a worker): it exits 0, its logits and tokens match the one-process
+ * reference (the JSON says so), and it writes a trace that disco trace
+ * reads. */
+START_TEST(test_decoder_cpu)
+{
+    static const int workers[] = {1, 2, 4};
+    char dir[] = "/tmp/disco-decoder-XXXXXX", cmd[2048], out[65536];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "%s/disco-demo " DECODER_SMALL " --device cpu --workers %d --trace %s/t.json "
+             "--json %s/d.json",
+             DISCO_TEST_BIN, workers[_i], dir, dir);
+    int rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 0, "%s exited %d: %s", cmd, rc, out);
+    ck_assert_msg(strstr(out, "demo: the sharded decoder matched the reference") != NULL, "%s",
+                  out);
+    ck_assert_msg(strstr(out, "tokens match") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s/d.json", dir);
+    check_decoder_json(cmd, "cpu", workers[_i]);
+    snprintf(cmd, sizeof cmd, "%s/disco trace %s/t.json > /dev/null", DISCO_TEST_BIN, dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+}
+END_TEST
+
+/* The decoder with its weights, residual stream, KV caches and partials on
+ * sim devices (2 workers, DISCO_SIM_GPUS unset: one device each) matches
+ * the reference as on the CPU. */
+START_TEST(test_decoder_sim)
+{
+    char dir[] = "/tmp/disco-decoder-sim-XXXXXX", cmd[2048], out[65536];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "env -u DISCO_SIM_GPUS %s/disco-demo " DECODER_SMALL " --device sim --workers 2 "
+             "--trace %s/t.json --json %s/d.json",
+             DISCO_TEST_BIN, dir, dir);
+    int rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 0, "%s exited %d: %s", cmd, rc, out);
+    ck_assert_msg(strstr(out, "on sim devices") != NULL, "not on sim: %s", out);
+    ck_assert_msg(strstr(out, "computed on host copies") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s/d.json", dir);
+    check_decoder_json(cmd, "sim", 2);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+}
+END_TEST
+
+/* --weights: a model written with --save-weights --seed 7 and read back by
+ * every worker (its shard) and the reference gives the tokens of seed 7
+ * itself, matching; a file of another model's size is refused (exit 1,
+ * the size named). */
+START_TEST(test_decoder_weights_file)
+{
+    char dir[] = "/tmp/disco-decoder-w-XXXXXX", cmd[2048], out[65536];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "%s/disco-demo " DECODER_SMALL " --workers 2 --seed 7 --save-weights %s/w.bin "
+             "--trace /dev/null --json %s/a.json",
+             DISCO_TEST_BIN, dir, dir);
+    int rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 0, "%s exited %d: %s", cmd, rc, out);
+    snprintf(cmd, sizeof cmd,
+             "%s/disco-demo " DECODER_SMALL " --workers 2 --weights %s/w.bin --trace /dev/null "
+             "--json %s/b.json",
+             DISCO_TEST_BIN, dir, dir);
+    rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 0, "%s exited %d: %s", cmd, rc, out);
+    ck_assert_msg(strstr(out, "weights read from") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s/b.json", dir);
+    check_decoder_json(cmd, "cpu", 2);
+    json_t *a = json_load_file(cmd, 0, NULL);
+    snprintf(cmd, sizeof cmd, "%s/a.json", dir);
+    json_t *b = json_load_file(cmd, 0, NULL);
+    ck_assert(a != NULL && b != NULL);
+    ck_assert_msg(json_equal(json_object_get(a, "tokens"), json_object_get(b, "tokens")),
+                  "the file's tokens differ from seed 7's");
+    json_decref(a);
+    json_decref(b);
+    snprintf(cmd, sizeof cmd,
+             "%s/disco-demo " DECODER_SMALL " --layers 3 --workers 2 --weights %s/w.bin "
+             "--trace /dev/null",
+             DISCO_TEST_BIN, dir);
+    rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 1, "a wrong-sized file: exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "not the model's size") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+}
+END_TEST
+
+/* Models the workers cannot shard and bad prompts are refused with exit 2
+ * and a message naming the flag, before any session opens. */
+START_TEST(test_decoder_bad_flags)
+{
+    static const char *const bad[][2] = {
+        {"--workers 4 --heads 2", "--heads and --d-ff must be at least"},
+        {"--heads 6", "--d-model must be --heads times an even head size"},
+        {"--prompt 1,512", "--prompt token id is not below --vocab"},
+        {"--prompt 1,,2", "--prompt wants"},
+        {"--tokens 0", "--tokens wants a number"},
+        {"--device tpu", "--device wants cpu, sim or cuda"},
+    };
+    char cmd[1024], out[8192];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s/disco-demo --decoder-only %s 2>&1", DISCO_TEST_BIN,
+                 bad[i][0]);
+        int rc = run(cmd, out, sizeof out);
+        ck_assert_msg(rc == 2, "%s exited %d, not 2: %s", bad[i][0], rc, out);
+        ck_assert_msg(strstr(out, bad[i][1]) != NULL, "%s: no \"%s\" in: %s", bad[i][0], bad[i][1],
+                      out);
+    }
+}
+END_TEST
+
+/* disco-demo --device cuda, the MLP (_i 0) and the decoder (_i 1): with a
+ * GPU it matches the reference; without one (or without CUDA in the build)
+ * it exits 1, not by a signal, saying "no CUDA device". DISCO_REQUIRE_GPU=1
+ * makes the second case a failure. */
 START_TEST(test_demo_cuda)
 {
     char cmd[1024], out[65536];
-    snprintf(cmd, sizeof cmd,
-             "%s/disco-demo --mlp-only --device cuda --workers 2 --steps 2 --batch 2 "
-             "--d-model 16 --d-ff 32 --trace /dev/null 2>&1",
-             DISCO_TEST_BIN);
+    snprintf(cmd, sizeof cmd, "%s/disco-demo %s --device cuda --workers 2 --trace /dev/null 2>&1",
+             DISCO_TEST_BIN,
+             _i == 0 ? "--mlp-only --steps 2 --batch 2 --d-model 16 --d-ff 32" : DECODER_SMALL);
     int rc = run(cmd, out, sizeof out);
     const char *req = getenv("DISCO_REQUIRE_GPU");
     bool required = req != NULL && req[0] != '\0' && strcmp(req, "0") != 0;
     if (rc == 0) {
-        ck_assert_msg(strstr(out, "demo: the sharded MLP matched the reference") != NULL, "%s",
-                      out);
+        ck_assert_msg(strstr(out, _i == 0
+                                      ? "demo: the sharded MLP matched the reference"
+                                      : "demo: the sharded decoder matched the reference") != NULL,
+                      "%s", out);
         return;
     }
     ck_assert_msg(!required, "DISCO_REQUIRE_GPU is set and --device cuda exited %d: %s", rc, out);
@@ -155,7 +305,11 @@ Suite *suite_tools(void)
     tcase_add_loop_test(tc, test_help, 0, NTOOLS);
     tcase_add_test(tc, test_json);
     tcase_add_loop_test(tc, test_demo_sim, 0, 3);
-    tcase_add_test(tc, test_demo_cuda);
+    tcase_add_loop_test(tc, test_demo_cuda, 0, 2);
+    tcase_add_loop_test(tc, test_decoder_cpu, 0, 3);
+    tcase_add_test(tc, test_decoder_sim);
+    tcase_add_test(tc, test_decoder_bad_flags);
+    tcase_add_test(tc, test_decoder_weights_file);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,5 +1,6 @@
 /* demo.h - the parts of disco-demo that its main (tools/demo/disco-demo.c)
- * calls: the session part (demo_session.c) and the MLP (demo_mlp.c). */
+ * calls: the decoder (demo_decoder.c, the main job), the MLP (demo_mlp.c)
+ * and the session part (demo_session.c). */
 #ifndef DISCO_TOOLS_DEMO_H
 #define DISCO_TOOLS_DEMO_H
 
@@ -18,6 +19,31 @@ typedef struct demo_mlp_opts {
     const char *json_path;  /* NULL: no figures file */
     DLDeviceType device;    /* kDLCPU (default), kDLExtDev (sim) or kDLCUDA */
 } demo_mlp_opts_t;
+
+#define DEMO_DEC_MAX_PROMPT 64
+
+typedef struct demo_dec_opts {
+    int workers;
+    int64_t vocab, d_model, layers, heads, d_ff;
+    int64_t prompt[DEMO_DEC_MAX_PROMPT]; /* token ids */
+    int nprompt;                         /* >= 1 */
+    int tokens;                          /* generated greedily, >= 1 */
+    uint64_t seed;
+    const char *weights_path; /* NULL: the seed's weights; else read from this file */
+    const char *save_path;    /* NULL; else the seed's weights are written there first */
+    const char *trace_path;   /* NULL: no trace file */
+    const char *json_path;    /* NULL: no figures file */
+    DLDeviceType device;      /* kDLCPU, kDLExtDev (sim) or kDLCUDA */
+} demo_dec_opts_t;
+
+/** The main job: the tensor-parallel decoder (demo_decoder.c) generating
+ *  o->tokens tokens from o->prompt, with the demo library at lib. True if
+ *  every step's logits and every token matched the one-process reference. */
+bool demo_decoder(const demo_dec_opts_t *o, const char *lib);
+
+/** Whether a CUDA GPU is present (asked in a child process, so this one
+ *  never touches CUDA): the default device is cuda then, else cpu. */
+bool demo_cuda_present(void);
 
 /** The device's name in the demo's options: "cpu", "sim" or "cuda". */
 const char *demo_device_name(DLDeviceType type);

@@ -59,6 +59,12 @@ static int cuda_count(char *why, size_t cap)
     return n;
 }
 
+bool demo_cuda_present(void)
+{
+    char why[256];
+    return disco_device_has_cuda() && cuda_count(why, sizeof why) > 0;
+}
+
 bool demo_device_ready(DLDeviceType type, int workers)
 {
     if (type == kDLExtDev) {

@@ -20,9 +20,10 @@
  * The session part (demo_session.c) runs a Disco session over the same rings: worker
  * 0 in this process, workers 1..N-1 forked; it loads a library into every
  * worker, calls it, catches an error, and times calls over rings and pipes.
- * The MLP (demo_mlp.c), the main job, runs first. This file is the main and
- * the control-plane part; it calls the other parts (demo.h), which never
- * call back into it.
+ * The decoder (demo_decoder.c), the main job, runs first; the MLP block
+ * (demo_mlp.c), the earlier main job, runs instead with --mlp-only. This
+ * file is the main and the control-plane part; it calls the other parts
+ * (demo.h), which never call back into it.
  */
 #include <limits.h>
 #include <stdbool.h>
@@ -233,29 +234,46 @@ static bool cluster_stop(cluster_t *c)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: disco-demo [--workers N] [--batch B] [--d-model D] [--d-ff F] [--steps S]\n"
-            "                  [--seed X] [--device cpu|sim|cuda] [--trace PATH] [--json PATH]\n"
-            "                  [--mlp-only] [--help]\n"
-            "The main job: a tensor-parallel MLP block, y = gelu(x W1) W2, W1 split by\n"
-            "columns and W2 by rows over N worker processes, an allreduce after the\n"
-            "second layer, for S steps; checked against the block in one process, with\n"
-            "per-step latency (compute and coordination), the placement plan, the\n"
-            "profiling summary and a Perfetto trace. Then the control plane (rings) and\n"
-            "a session's error path, unless --mlp-only.\n"
+            "usage: disco-demo [--workers N] [--device cpu|sim|cuda] [--seed X] [--trace PATH]\n"
+            "                  [--json PATH] [--vocab V] [--d-model D] [--layers L] [--heads H]\n"
+            "                  [--d-ff F] [--prompt IDS] [--tokens T] [--weights FILE]\n"
+            "                  [--save-weights FILE] [--decoder-only]\n"
+            "                  [--mlp-only [--batch B] [--steps S]] [--help]\n"
+            "The main job: a decoder-only transformer (RMSNorm, attention with rotary\n"
+            "positions and a KV cache, an MLP, per layer) sharded Megatron style over N\n"
+            "worker processes (heads and MLP columns split, an allreduce after the\n"
+            "attention and one after the MLP of each layer) generates T tokens greedily\n"
+            "from a prompt; every step's logits and every token are checked against the\n"
+            "model run in this process. Prints per-token latency (compute and\n"
+            "coordination), tokens/s, the placement plan and the trace summary, and\n"
+            "writes a Perfetto trace. Then the control plane (rings) and a session's\n"
+            "error path, unless --decoder-only.\n"
             "  --workers N  workers (1..%d; default: one per CPU, at least 2)\n"
-            "  --batch B    rows of x (default 8)\n"
-            "  --d-model D  width of x and y (default 256)\n"
-            "  --d-ff F     hidden width, split over the workers (default 1024)\n"
-            "  --steps S    timed steps (default 20, at most 1000)\n"
-            "  --seed X     weights and inputs (default 1)\n"
-            "  --device D   where the MLP's tensors live: cpu (default), sim (simulated\n"
-            "               GPUs, a test device: DISCO_SIM_GPUS defaults to N) or cuda\n"
-            "               (GPUs); on a device each worker computes on host copies\n"
+            "  --device D   where tensors live: cpu, sim (simulated GPUs, a test device:\n"
+            "               DISCO_SIM_GPUS defaults to N) or cuda (GPUs); default cuda\n"
+            "               when a GPU is present, else cpu. On a device each worker\n"
+            "               computes on host copies (no GPU kernels yet)\n"
+            "  --seed X     weights (default 1)\n"
+            "  --weights FILE  read the weights from FILE instead: native float32, the\n"
+            "               unsharded model in the order of demo_decoder.h (E, per layer\n"
+            "               gains and matrices, final gain, Wh), of the shape given\n"
+            "  --save-weights FILE  first write the seed's weights to FILE in that format\n"
             "  --trace PATH write the trace there (default disco-demo-trace.json)\n"
-            "  --json PATH  write the MLP's figures there (step, compute and\n"
-            "               coordination medians in us, max relative error)\n"
+            "  --json PATH  write the figures there (token_us, compute_us,\n"
+            "               coordination_us, coordination_pct, tokens_per_s,\n"
+            "               max_rel_err, ok, tokens, ...)\n"
+            "  --vocab V    vocabulary (default 512)\n"
+            "  --d-model D  model width (default 256; MLP: width of x, default 256)\n"
+            "  --layers L   layers (default 4, at most 64)\n"
+            "  --heads H    attention heads, at least N; D/H even (default 8)\n"
+            "  --d-ff F     MLP hidden width, at least N (default 1024)\n"
+            "  --prompt IDS comma-separated token ids (default 1,2,3,4,5,6,7,8; at most %d)\n"
+            "  --tokens T   tokens to generate (default 32, at most 256)\n"
+            "  --mlp-only   run the earlier main job instead: one MLP block, y = gelu(x W1)\n"
+            "               W2, W1 split by columns, W2 by rows; --batch B rows of x\n"
+            "               (default 8), --steps S timed steps (default 20)\n"
             "  -n N         same as --workers\n",
-            BU_MAX_CHILDREN);
+            BU_MAX_CHILDREN, DEMO_DEC_MAX_PROMPT);
 }
 
 /* A positive integer option, or exit 2. */
@@ -270,18 +288,63 @@ static long opt_long(const char *name, const char *v, long lo, long hi)
     return x;
 }
 
+/* --prompt: comma-separated token ids into d, or exit 2. */
+static void opt_prompt(const char *v, demo_dec_opts_t *d)
+{
+    const char *p = v;
+    d->nprompt = 0;
+    while (p != NULL && *p != '\0' && d->nprompt < DEMO_DEC_MAX_PROMPT) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (end == p || x < 0 || (*end != ',' && *end != '\0'))
+            break;
+        d->prompt[d->nprompt++] = x;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (v == NULL || p == NULL || *p != '\0' || d->nprompt == 0) {
+        fprintf(stderr, "disco-demo: --prompt wants 1..%d comma-separated token ids >= 0\n",
+                DEMO_DEC_MAX_PROMPT);
+        exit(2);
+    }
+}
+
+/* Refuses (exit 2) a decoder the workers cannot shard or run. */
+static void check_decoder(const demo_dec_opts_t *d)
+{
+    const char *why = NULL;
+    if (d->heads < d->workers || d->d_ff < d->workers)
+        why = "--heads and --d-ff must be at least the number of workers";
+    else if (d->d_model % d->heads != 0 || (d->d_model / d->heads) % 2 != 0)
+        why = "--d-model must be --heads times an even head size";
+    for (int i = 0; i < d->nprompt && why == NULL; i++)
+        if (d->prompt[i] >= d->vocab)
+            why = "a --prompt token id is not below --vocab";
+    if (why != NULL) {
+        fprintf(stderr,
+                "disco-demo: %s (vocab %lld, d_model %lld, heads %lld, d_ff %lld, %d "
+                "workers)\n",
+                why, (long long)d->vocab, (long long)d->d_model, (long long)d->heads,
+                (long long)d->d_ff, d->workers);
+        exit(2);
+    }
+}
+
 int main(int argc, char **argv)
 {
     bu_cpus_init();
     long n = bu_ncpus < 2 ? 2 : bu_ncpus > 8 ? 8 : bu_ncpus;
-    demo_mlp_opts_t o = {.device = kDLCPU,
-                         .batch = 8,
+    demo_mlp_opts_t o = {.batch = 8, .d_model = 256, .d_ff = 1024, .steps = 20, .seed = 1};
+    demo_dec_opts_t d = {.vocab = 512,
                          .d_model = 256,
+                         .layers = 4,
+                         .heads = 8,
                          .d_ff = 1024,
-                         .steps = 20,
+                         .prompt = {1, 2, 3, 4, 5, 6, 7, 8},
+                         .nprompt = 8,
+                         .tokens = 32,
                          .seed = 1,
                          .trace_path = "disco-demo-trace.json"};
-    bool mlp_only = false;
+    bool mlp_only = false, decoder_only = false, device_set = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -292,46 +355,73 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--batch") == 0) {
             o.batch = opt_long(a, v, 1, 4096), i++;
         } else if (strcmp(a, "--d-model") == 0) {
-            o.d_model = opt_long(a, v, 1, 16384), i++;
+            o.d_model = d.d_model = opt_long(a, v, 1, 16384), i++;
         } else if (strcmp(a, "--d-ff") == 0) {
-            o.d_ff = opt_long(a, v, 1, 65536), i++;
+            o.d_ff = d.d_ff = opt_long(a, v, 1, 65536), i++;
         } else if (strcmp(a, "--steps") == 0) {
             o.steps = (int)opt_long(a, v, 1, 1000), i++;
+        } else if (strcmp(a, "--vocab") == 0) {
+            d.vocab = opt_long(a, v, 1, 1 << 20), i++;
+        } else if (strcmp(a, "--layers") == 0) {
+            d.layers = opt_long(a, v, 1, 64), i++;
+        } else if (strcmp(a, "--heads") == 0) {
+            d.heads = opt_long(a, v, 1, 4096), i++;
+        } else if (strcmp(a, "--tokens") == 0) {
+            d.tokens = (int)opt_long(a, v, 1, 256), i++;
+        } else if (strcmp(a, "--prompt") == 0) {
+            opt_prompt(v, &d), i++;
         } else if (strcmp(a, "--seed") == 0) {
-            o.seed = (uint64_t)opt_long(a, v, 0, LONG_MAX), i++;
+            o.seed = d.seed = (uint64_t)opt_long(a, v, 0, LONG_MAX), i++;
         } else if (strcmp(a, "--device") == 0 && v != NULL) {
             if (strcmp(v, "cpu") != 0 && strcmp(v, "sim") != 0 && strcmp(v, "cuda") != 0) {
                 fprintf(stderr, "disco-demo: --device wants cpu, sim or cuda, not %s\n", v);
                 return 2;
             }
-            o.device = v[0] == 's' ? kDLExtDev : v[1] == 'u' ? kDLCUDA : kDLCPU, i++;
+            d.device = v[0] == 's' ? kDLExtDev : v[1] == 'u' ? kDLCUDA : kDLCPU, i++;
+            device_set = true;
+        } else if (strcmp(a, "--weights") == 0 && v != NULL) {
+            d.weights_path = v, i++;
+        } else if (strcmp(a, "--save-weights") == 0 && v != NULL) {
+            d.save_path = v, i++;
         } else if (strcmp(a, "--trace") == 0 && v != NULL) {
-            o.trace_path = v, i++;
+            d.trace_path = v, i++;
         } else if (strcmp(a, "--json") == 0 && v != NULL) {
-            o.json_path = v, i++;
+            d.json_path = v, i++;
         } else if (strcmp(a, "--mlp-only") == 0) {
             mlp_only = true;
+        } else if (strcmp(a, "--decoder-only") == 0) {
+            decoder_only = true;
         } else {
             usage(stderr);
             return 2;
         }
     }
-    if (o.d_ff < n) {
+    o.workers = d.workers = (int)n;
+    if (mlp_only && o.d_ff < n) {
         fprintf(stderr, "disco-demo: --d-ff %lld is smaller than %ld workers\n", (long long)o.d_ff,
                 n);
         return 2;
     }
-    o.workers = (int)n;
-    if (!demo_device_ready(o.device, o.workers))
+    if (!mlp_only)
+        check_decoder(&d);
+    if (!device_set) /* cuda when a GPU is present, else cpu */
+        d.device = demo_cuda_present() ? kDLCUDA : kDLCPU;
+    o.device = d.device, o.trace_path = d.trace_path, o.json_path = d.json_path;
+    if (!demo_device_ready(d.device, (int)n))
         return 1;
     char lib[4096];
     demo_library_path(lib, sizeof lib);
-    bool mlp = demo_mlp(&o, lib);
     if (mlp_only) {
+        bool mlp = demo_mlp(&o, lib);
         printf("\n%s\n", mlp ? "demo: the sharded MLP matched the reference"
                              : "demo: the sharded MLP did NOT match (see above)");
         return mlp ? 0 : 1;
     }
+    bool dec = demo_decoder(&d, lib);
+    printf("\n%s\n", dec ? "demo: the sharded decoder matched the reference"
+                         : "demo: the sharded decoder did NOT match (see above)");
+    if (decoder_only)
+        return dec ? 0 : 1;
     printf("\n== the control plane: rings between a controller and %ld workers\n", n);
     bu_watchdog(60); /* the demo takes ~1 s; past 30 s something hangs */
     cluster_t c;
@@ -355,7 +445,7 @@ int main(int argc, char **argv)
     printf("broadcast + %2ld acks, 64-byte command:       %8.0f ns (median of 11 x 500)\n", n,
            bcast);
     ok = demo_session((int)n) && ok;
-    ok = mlp && ok;
+    ok = dec && ok;
     printf("\n%s\n", ok ? "demo: every reply checked out" : "demo: WRONG replies (see above)");
     return ok ? 0 : 1;
 }

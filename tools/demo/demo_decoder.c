@@ -1,0 +1,487 @@
+/* demo_decoder.c - disco-demo's main job: a tensor-parallel decoder-only
+ * transformer (demo_decoder.h) over N workers that generates tokens
+ * greedily from a prompt, every step's logits and every token checked
+ * against the same model run in this process, with per-token latency split
+ * into compute and coordination, the placement plan, the trace summary and
+ * a Perfetto trace. The workers' functions are in demo_decoder_lib.c. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disco/placement.h"
+#include "disco/shm/wait.h"
+#include "disco/tensor.h"
+#include "disco/trace.h"
+#include "tools/demo/demo.h"
+#include "tools/demo/demo_decoder.h"
+#include "tools/demo/demo_decoder_ref.h"
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        disco_status_t st_ = (call);                                                               \
+        if (st_ != DISCO_OK) {                                                                     \
+            printf("  FAILED %s: %s (%s)\n", #call, disco_err_name(st_), disco_last_error());      \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+/* float32 on the workers against double here: the per-step error is of
+ * the order of float32's rounding (~1e-7) times the depth of the sums,
+ * measured ~1e-6 at the default size; 1e-4 leaves two decades of room and
+ * still catches any wrong shard, position or head (errors of order 1). */
+#define TOLERANCE 1e-4
+#define MAX_STEPS 512
+
+/* The session side: the registers a step uses. */
+typedef struct dec_run {
+    disco_session_t *s;
+    disco_dref_t f_embed, f_attn, f_mlp, f_head, f_allreduce;
+    disco_dref_t w, h, kv; /* weights, residual stream, KV cache: kept */
+    int64_t cfg[DEMO_DEC_CFG_LEN];
+    int64_t layers;
+} dec_run_t;
+
+static disco_value_t dref(disco_dref_t r)
+{
+    return (disco_value_t){.type = DISCO_T_DREF, .v.reg = r};
+}
+
+/* One decode step of token tok at position pos; the logits into host (a
+ * [vocab] float32 CPU tensor). Every register it makes is freed. */
+static disco_status_t step(const dec_run_t *r, int64_t tok, int64_t pos, DLTensor *logits)
+{
+    disco_session_t *s = r->s;
+    disco_dref_t regs[4 * 64 + 2] = {0}, m = 0;
+    int nr = 0;
+    disco_value_t cfg = disco_value_shape(r->cfg, DEMO_DEC_CFG_LEN), sum = disco_value_str("sum");
+    disco_value_t e[4] = {dref(r->w), cfg, disco_value_int(tok), dref(r->h)};
+    disco_status_t st = disco_session_call(s, r->f_embed, e, 4, &regs[nr++]);
+    for (int64_t l = 0; l < r->layers && st == DISCO_OK; l++) {
+        disco_value_t a[7] = {dref(r->w),
+                              cfg,
+                              disco_value_int(l),
+                              disco_value_int(pos),
+                              dref(r->h),
+                              dref(r->kv),
+                              m != 0 ? dref(m) : disco_value_null()};
+        disco_dref_t part, att;
+        if ((st = disco_session_call(s, r->f_attn, a, 7, &part)) != DISCO_OK)
+            break;
+        regs[nr++] = part;
+        disco_value_t ar[2] = {dref(part), sum};
+        if ((st = disco_session_call(s, r->f_allreduce, ar, 2, &att)) != DISCO_OK)
+            break;
+        regs[nr++] = att;
+        disco_value_t b[5] = {dref(r->w), cfg, disco_value_int(l), dref(r->h), dref(att)};
+        if ((st = disco_session_call(s, r->f_mlp, b, 5, &part)) != DISCO_OK)
+            break;
+        regs[nr++] = part;
+        ar[0] = dref(part);
+        if ((st = disco_session_call(s, r->f_allreduce, ar, 2, &m)) != DISCO_OK)
+            break;
+        regs[nr++] = m;
+    }
+    disco_dref_t lg = 0;
+    disco_value_t hd[4] = {dref(r->w), cfg, dref(r->h), dref(m)};
+    if (st == DISCO_OK && (st = disco_session_call(s, r->f_head, hd, 4, &lg)) == DISCO_OK)
+        regs[nr++] = lg;
+    /* worker 0 ran every command above, so the logits are complete; the
+     * sync hears of a failure of worker 0's */
+    if (st == DISCO_OK && (st = disco_session_copy_from_worker0(s, lg, logits)) == DISCO_OK)
+        st = disco_session_sync(s, 0);
+    for (int i = 0; i < nr; i++)
+        if (regs[i] != 0)
+            disco_session_free_reg(s, regs[i]);
+    return st;
+}
+
+/* ---- figures ---- */
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile (0..1) of n values (sorted copy; nearest rank). */
+static double quantile(const double *v, int n, double q)
+{
+    double s[MAX_STEPS];
+    memcpy(s, v, (size_t)n * sizeof *v);
+    qsort(s, (size_t)n, sizeof *s, cmp);
+    int k = (int)ceil(q * n) - 1;
+    return s[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+static bool is_compute(const char *name)
+{
+    return strcmp(name, "demo.dec_embed") == 0 || strcmp(name, "demo.dec_attn") == 0 ||
+           strcmp(name, "demo.dec_mlp") == 0 || strcmp(name, "demo.dec_head") == 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Compute of the last n steps in the trace: per step, the sum over its
+ * compute calls (embed, attention and MLP partials, head; a step starts at
+ * its embed) of the slowest worker's slice. Returns how many of the n
+ * steps the trace holds whole (their figures at the end of comp). */
+static int step_compute(const disco_trace_t *t, int n, double *comp)
+{
+    size_t nc = 0;
+    uint64_t *seq = malloc((t->nslices + 1) * sizeof *seq);
+    int *stp = malloc((t->nslices + 1) * sizeof *stp);
+    double *most = calloc(t->nslices + 1, sizeof *most);
+    int steps = 0;
+    if (seq == NULL || stp == NULL || most == NULL)
+        goto done;
+    for (size_t i = 0; i < t->nslices; i++) { /* worker 0's, in order */
+        const disco_trace_slice_t *sl = &t->slices[i];
+        if (sl->worker != 0 || !is_compute(sl->name))
+            continue;
+        if (strcmp(sl->name, "demo.dec_embed") == 0)
+            steps++;
+        if (steps > 0) /* a step cut by the ring's wrap-around is skipped */
+            seq[nc] = sl->seq, stp[nc++] = steps - 1;
+    }
+    for (size_t i = 0; i < t->nslices; i++) { /* every worker's slowest */
+        const disco_trace_slice_t *sl = &t->slices[i];
+        uint64_t *at = bsearch(&sl->seq, seq, nc, sizeof *seq, cmp_u64);
+        if (at != NULL && sl->end_us - sl->start_us > most[at - seq])
+            most[at - seq] = sl->end_us - sl->start_us;
+    }
+    int have = steps < n ? steps : n;
+    for (int k = 0; k < have; k++)
+        comp[n - have + k] = 0;
+    for (size_t i = 0; i < nc; i++)
+        if (stp[i] >= steps - have)
+            comp[n - have + stp[i] - (steps - have)] += most[i];
+    steps = have;
+done:
+    free(seq);
+    free(stp);
+    free(most);
+    return steps;
+}
+
+typedef struct figures {
+    double token_us, token_p99_us, compute_us, coord_us, tokens_per_s, err;
+    double coord_pct;   /* median coordination / median token latency */
+    double coord_share; /* sum of coordination / sum of latency: tails included */
+    int timed;
+    bool match;
+} figures_t;
+
+static void write_json(const demo_dec_opts_t *o, const figures_t *f, const int64_t *toks)
+{
+    json_t *gen = json_array(), *prompt = json_array();
+    for (int i = 0; i < o->tokens; i++)
+        json_array_append_new(gen, json_integer(toks[i]));
+    for (int i = 0; i < o->nprompt; i++)
+        json_array_append_new(prompt, json_integer(o->prompt[i]));
+    json_t *j = json_pack(
+        "{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+        "s:f, s:f, s:f, s:b, s:b}",
+        "device", demo_device_name(o->device), "workers", o->workers, "vocab", (json_int_t)o->vocab,
+        "d_model", (json_int_t)o->d_model, "layers", (json_int_t)o->layers, "heads",
+        (json_int_t)o->heads, "d_ff", (json_int_t)o->d_ff, "prompt", prompt, "tokens", gen,
+        "timed_tokens", f->timed, "token_us", f->token_us, "token_p99_us", f->token_p99_us,
+        "compute_us", f->compute_us, "coordination_us", f->coord_us, "coordination_pct",
+        f->coord_pct, "coordination_share_pct", f->coord_share, "coordination_per_layer_us",
+        f->coord_us / (double)o->layers, "tokens_per_s", f->tokens_per_s, "max_rel_err", f->err,
+        "tolerance", TOLERANCE, "tokens_match", f->match, "ok", f->match && f->err <= TOLERANCE);
+    if (j == NULL || json_dump_file(j, o->json_path, JSON_INDENT(2)) != 0)
+        printf("  could not write the figures to %s\n", o->json_path);
+    json_decref(j);
+}
+
+/* Per-token figures of the timed steps: lat, and comp (have of them at the
+ * end found in the trace). */
+static void summarize(const double *lat, const double *comp, int n, int have, figures_t *f)
+{
+    double coord[MAX_STEPS] = {0}, total = 0, ctotal = 0;
+    const double *l = lat + (n - have), *c = comp + (n - have);
+    for (int k = 0; k < n; k++)
+        total += lat[k];
+    for (int k = 0; k < have; k++) {
+        coord[k] = l[k] - c[k];
+        ctotal += coord[k];
+    }
+    f->token_us = quantile(lat, n, 0.5);
+    f->token_p99_us = quantile(lat, n, 0.99);
+    f->tokens_per_s = total > 0 ? 1e6 * n / total : 0;
+    f->compute_us = have ? quantile(c, have, 0.5) : 0;
+    f->coord_us = have ? quantile(coord, have, 0.5) : 0;
+    double ltotal = 0;
+    for (int k = 0; k < have; k++)
+        ltotal += l[k];
+    f->coord_share = ltotal > 0 ? 100.0 * ctotal / ltotal : 0;
+    f->coord_pct = f->token_us > 0 ? 100.0 * f->coord_us / f->token_us : 0;
+    f->timed = have;
+}
+
+static void print_figures(const demo_dec_opts_t *o, const figures_t *f, int n)
+{
+    printf("per token (%d generated; median, p99): %.1f us, %.1f us; %.1f tokens/s\n", n,
+           f->token_us, f->token_p99_us, f->tokens_per_s);
+    printf("  compute      %.1f us (median): per step, the slowest worker's time in each of its "
+           "%lld compute calls (embed, %lld attention and %lld MLP partials, head), summed\n",
+           f->compute_us, (long long)(2 * o->layers + 2), (long long)o->layers,
+           (long long)o->layers);
+    printf("  coordination %.1f us (median; %.1f us a layer): the rest of the step: commands, "
+           "the %lld allreduces (waits for the slowest included), register frees, the logits' "
+           "copy out, a sync\n",
+           f->coord_us, f->coord_us / (double)o->layers, (long long)(2 * o->layers));
+    printf("  coordination is %.1f%% of a token's latency (medians; goal on CPU: under 10%%: "
+           "%s), %.1f%% of the generation time (sums over the %d tokens the trace holds, the "
+           "slow tail included)\n",
+           f->coord_pct, f->coord_pct < 10 ? "met" : "NOT met", f->coord_share, f->timed);
+    printf("logits against one process: max relative error %.2e (tolerance %.0e) %s; tokens "
+           "%s\n",
+           f->err, TOLERANCE, f->err <= TOLERANCE ? "OK" : "WRONG", f->match ? "match" : "DIFFER");
+}
+
+/* Bytes of heap (CPU) or of each device arena (dev) the model needs, with
+ * room for a step's temporaries and the allocator's slack. */
+static uint64_t need_bytes(const demo_dec_shape_t *s, int n, bool dev)
+{
+    uint64_t sum = 0, most = 0;
+    for (int r = 0; r < n; r++) {
+        demo_dec_layout_t L = demo_dec_layout(s, r, n);
+        uint64_t one = (uint64_t)(L.total + s->layers * 2 * s->max_seq * L.dl +
+                                  (4 * s->layers + 4) * s->d_model + 2 * s->vocab) *
+                           sizeof(float) +
+                       (uint64_t)(8 * s->layers + 16) * 256;
+        sum += one;
+        most = one > most ? one : most;
+    }
+    return dev ? 2 * most + (1u << 20) : sum + sum / 4 + (4u << 20);
+}
+
+static int64_t argmax(const float *v, int64_t n)
+{
+    int64_t k = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (v[i] > v[k])
+            k = i;
+    return k;
+}
+
+/* The weights file at path, checked against shape s, into *full_out
+ * (malloc'd); false with a message when it cannot be read or has another
+ * size. */
+static bool read_weights(const char *path, const demo_dec_shape_t *s, float **full_out)
+{
+    size_t n = (size_t)demo_dec_layout(s, 0, 1).total;
+    float *full = malloc(n * sizeof *full);
+    FILE *f = fopen(path, "rb");
+    bool ok = full != NULL && f != NULL && fread(full, sizeof *full, n, f) == n && fgetc(f) == EOF;
+    if (!ok) {
+        printf("  FAILED: --weights %s: %s (this model needs %zu float32, %zu bytes)\n", path,
+               f == NULL ? "cannot open it" : "not the model's size", n, n * sizeof *full);
+        free(full);
+        full = NULL;
+    }
+    if (f != NULL)
+        fclose(f);
+    *full_out = full;
+    return ok;
+}
+
+/* --save-weights: the seed's whole model into path, in the weights file's
+ * format (demo_dec_src_t). */
+static bool save_weights(const char *path, const demo_dec_shape_t *s, uint64_t seed)
+{
+    demo_dec_layout_t L = demo_dec_layout(s, 0, 1);
+    demo_dec_src_t src = {.seed = seed, .full = NULL};
+    float *full = malloc((size_t)L.total * sizeof *full);
+    FILE *f = full != NULL ? fopen(path, "wb") : NULL;
+    bool ok = f != NULL;
+    if (ok) {
+        demo_dec_fill(full, s, &L, &src, 0);
+        ok = fwrite(full, sizeof *full, (size_t)L.total, f) == (size_t)L.total;
+    }
+    if (f != NULL && fclose(f) != 0)
+        ok = false;
+    free(full);
+    printf("%s the weights of seed %llu to %s (%lld float32)\n", ok ? "wrote" : "FAILED to write",
+           (unsigned long long)seed, path, (long long)L.total);
+    return ok;
+}
+
+/* Sets up the session's registers: the library, functions, weights and
+ * state on o->device. */
+static disco_status_t setup(dec_run_t *r, const demo_dec_opts_t *o, const char *lib)
+{
+    disco_session_t *s = r->s;
+    disco_dref_t x;
+    disco_value_t path = disco_value_str(lib), cfg = disco_value_shape(r->cfg, DEMO_DEC_CFG_LEN);
+    disco_value_t wa[4] = {cfg, disco_value_int((int64_t)o->seed), disco_value_int(o->device),
+                           disco_value_str(o->weights_path != NULL ? o->weights_path : "")};
+    disco_status_t st;
+    if ((st = disco_session_call_by_name(s, "disco.load_library", &path, 1, &x)) != DISCO_OK ||
+        (st = disco_session_free_reg(s, x)) != DISCO_OK ||
+        (st = disco_session_get_func(s, "demo.dec_embed", &r->f_embed)) != DISCO_OK ||
+        (st = disco_session_get_func(s, "demo.dec_attn", &r->f_attn)) != DISCO_OK ||
+        (st = disco_session_get_func(s, "demo.dec_mlp", &r->f_mlp)) != DISCO_OK ||
+        (st = disco_session_get_func(s, "demo.dec_head", &r->f_head)) != DISCO_OK ||
+        (st = disco_session_get_func(s, "disco.allreduce", &r->f_allreduce)) != DISCO_OK ||
+        (st = disco_session_call_by_name(s, "demo.dec_weights", wa, 4, &r->w)) != DISCO_OK)
+        return st;
+    wa[1] = disco_value_int(0);
+    if ((st = disco_session_call_by_name(s, "demo.dec_state", wa, 3, &r->h)) != DISCO_OK)
+        return st;
+    wa[1] = disco_value_int(1);
+    if ((st = disco_session_call_by_name(s, "demo.dec_state", wa, 3, &r->kv)) != DISCO_OK)
+        return st;
+    for (int w = 0; w < o->workers; w++)
+        if ((st = disco_session_sync(s, w)) != DISCO_OK)
+            return st;
+    return DISCO_OK;
+}
+
+static void teardown(dec_run_t *r)
+{
+    disco_dref_t regs[8] = {r->f_embed,     r->f_attn, r->f_mlp, r->f_head,
+                            r->f_allreduce, r->w,      r->h,     r->kv};
+    for (int i = 0; i < 8; i++)
+        if (regs[i] != 0)
+            disco_session_free_reg(r->s, regs[i]);
+}
+
+static void write_trace(const disco_trace_t *t, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL || disco_trace_write_json(t, f) != DISCO_OK)
+        printf("  could not write the trace to %s\n", path);
+    else
+        printf("trace: %s (open it in ui.perfetto.dev; summarize with: disco trace %s)\n", path,
+               path);
+    if (f != NULL)
+        fclose(f);
+}
+
+bool demo_decoder(const demo_dec_opts_t *o, const char *lib)
+{
+    int n = o->workers, steps = o->nprompt + o->tokens - 1, timed = o->tokens;
+    demo_dec_shape_t shape = {o->vocab, o->d_model, o->layers,
+                              o->heads, o->d_ff,    o->nprompt + o->tokens};
+    dec_run_t r = {
+        .cfg = {shape.vocab, shape.d_model, shape.layers, shape.heads, shape.d_ff, shape.max_seq},
+        .layers = o->layers};
+    bool ok = false, match = true;
+    double *lat = calloc(MAX_STEPS, sizeof *lat), *comp = calloc(MAX_STEPS, sizeof *comp), err = 0;
+    /* every step's logits, checked after the generation, so that the
+     * reference's work (milliseconds a step) does not sit between the
+     * timed steps, which run back to back as a decoder's would */
+    float *logits = malloc((size_t)(steps * o->vocab) * sizeof *logits),
+          *ref = malloc((size_t)o->vocab * sizeof *ref);
+    int64_t *toks = calloc((size_t)o->tokens + 1, sizeof *toks);
+    demo_dec_ref_t *model = NULL;
+    demo_dec_src_t src = {.seed = o->seed, .full = NULL};
+    float *full = NULL;
+    disco_trace_t *t = NULL;
+    disco_trace_summary_t *sum = NULL;
+    if (lat == NULL || comp == NULL || logits == NULL || ref == NULL || toks == NULL)
+        goto out;
+    printf("== tensor-parallel decoder: vocab %lld, d_model %lld, %lld layers, %lld heads, "
+           "d_ff %lld; heads and MLP columns split over %d workers; %d prompt tokens, %d "
+           "generated greedily\n",
+           (long long)o->vocab, (long long)o->d_model, (long long)o->layers, (long long)o->heads,
+           (long long)o->d_ff, n, o->nprompt, o->tokens);
+    printf("   tensors: %s; LM head on worker 0 only (the residual stream is on every worker)\n",
+           o->device == kDLExtDev ? "on sim devices (a test device, no GPU figures), computed "
+                                    "on host copies: no GPU kernels yet"
+           : o->device == kDLCUDA ? "on CUDA GPUs, computed on host copies: no GPU kernels yet"
+                                  : "CPU (the shared heap)");
+    if (o->save_path != NULL && !save_weights(o->save_path, &shape, o->seed))
+        goto out;
+    if (o->weights_path != NULL && !read_weights(o->weights_path, &shape, &full))
+        goto out;
+    src.full = full;
+    disco_session_config_t cfg = disco_session_config_default(n);
+    cfg.heap_bytes = need_bytes(&shape, n, false);
+    if (o->device != kDLCPU)
+        cfg.device_arena_bytes = need_bytes(&shape, n, true);
+    if (o->device == kDLCUDA) /* no process forks after this one touched CUDA */
+        cfg.launch = DISCO_LAUNCH_SPAWN;
+    CHECK(disco_session_open(&cfg, &r.s));
+    disco_plan_print(disco_session_plan(r.s), stdout, false);
+    int64_t t0 = disco_now_ns();
+    CHECK(setup(&r, o, lib));
+    if (o->weights_path != NULL)
+        printf("weights read from %s by every worker (its shard) in %.0f ms\n", o->weights_path,
+               (double)(disco_now_ns() - t0) / 1e6);
+    else
+        printf("weights made on every worker in %.0f ms (seed %llu)\n",
+               (double)(disco_now_ns() - t0) / 1e6, (unsigned long long)o->seed);
+    CHECK(demo_dec_ref_new(&shape, &src, &model));
+
+    int64_t len = o->vocab;
+    DLTensor host = {.data = logits,
+                     .device = {kDLCPU, 0},
+                     .ndim = 1,
+                     .dtype = {kDLFloat, 32, 1},
+                     .shape = &len};
+    for (int k = 0; k < steps; k++) {
+        int64_t tok = k < o->nprompt ? o->prompt[k] : toks[k - o->nprompt];
+        float *lk = logits + k * o->vocab;
+        host.data = lk;
+        t0 = disco_now_ns();
+        CHECK(step(&r, tok, k, &host));
+        int g = k - (o->nprompt - 1); /* the generated token's index; < 0: prompt */
+        if (g >= 0) {
+            lat[g] = (double)(disco_now_ns() - t0) / 1e3;
+            toks[g] = argmax(lk, o->vocab);
+        }
+    }
+    for (int k = 0; k < steps; k++) { /* the same steps in this process */
+        int64_t tok = k < o->nprompt ? o->prompt[k] : toks[k - o->nprompt], g = k - o->nprompt + 1;
+        const float *lk = logits + k * o->vocab;
+        demo_dec_ref_step(model, tok, k, ref);
+        double dmax = 0, rmax = 0;
+        for (int64_t i = 0; i < o->vocab; i++) {
+            dmax = fmax(dmax, fabs((double)lk[i] - ref[i]));
+            rmax = fmax(rmax, fabs((double)ref[i]));
+        }
+        err = fmax(err, rmax > 0 ? dmax / rmax : dmax);
+        match = match && (g < 0 || toks[g] == argmax(ref, o->vocab));
+    }
+    for (int w = 0; w < n; w++)
+        CHECK(disco_session_sync(r.s, w));
+    printf("generated:");
+    for (int i = 0; i < o->tokens; i++)
+        printf(" %lld", (long long)toks[i]);
+    printf("\n");
+    CHECK(disco_session_trace(r.s, &t));
+    figures_t f = {.err = err, .match = match};
+    int have = step_compute(t, timed, comp);
+    summarize(lat, comp, timed, have, &f);
+    print_figures(o, &f, timed);
+    if (o->json_path != NULL)
+        write_json(o, &f, toks);
+    CHECK(disco_trace_summarize(t, &sum));
+    disco_trace_summary_print(sum, stdout, false);
+    if (o->trace_path != NULL)
+        write_trace(t, o->trace_path);
+    ok = match && err <= TOLERANCE;
+out:
+    if (r.s != NULL)
+        teardown(&r);
+    demo_dec_ref_free(model);
+    free(full);
+    disco_trace_summary_free(sum);
+    disco_trace_free(t);
+    disco_session_close(r.s);
+    free(lat);
+    free(comp);
+    free(logits);
+    free(ref);
+    free(toks);
+    return ok;
+}
