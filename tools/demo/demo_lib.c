@@ -121,9 +121,10 @@ DISCO_FUNC("demo.mlp_partial", "TTT", mlp_partial)
 
 /* ---- device tensors (disco-demo --device sim|cuda) ----
  *
- * A function cannot make a device tensor itself (func.h has no device
- * counterpart of disco_ctx_empty), so the controller makes them with
- * disco_session_empty_device and these functions fill them in place.
+ * The MLP's controller makes its device tensors with
+ * disco_session_empty_device and these functions fill them in place (a
+ * function may also make one itself with disco_ctx_empty_device, as the
+ * decoder's do).
  *
  * A worker computes on host copies of its device tensors: copy to the host,
  * compute on the CPU, copy back, sync the stream. That is honest on the sim
