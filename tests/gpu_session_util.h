@@ -225,13 +225,20 @@ static inline int count_memfd_maps(void)
     return n;
 }
 
-/* Calls collective name(x, false) and returns its result register. */
-static inline disco_dref_t coll(disco_session_t *s, const char *name, disco_dref_t x)
+/* Calls collective name(x, in_group) and returns its result register. */
+static inline disco_dref_t coll_in(disco_session_t *s, const char *name, disco_dref_t x,
+                                   bool in_group)
 {
-    disco_value_t args[2] = {{.type = DISCO_T_DREF, .v.reg = x}, disco_value_bool(false)};
+    disco_value_t args[2] = {{.type = DISCO_T_DREF, .v.reg = x}, disco_value_bool(in_group)};
     disco_dref_t r;
     CK_OK(disco_session_call_by_name(s, name, args, 2, &r));
     return r;
+}
+
+/* Calls collective name(x, false) over the whole world. */
+static inline disco_dref_t coll(disco_session_t *s, const char *name, disco_dref_t x)
+{
+    return coll_in(s, name, x, false);
 }
 
 #endif

@@ -78,6 +78,62 @@ START_TEST(test_device_collectives)
 }
 END_TEST
 
+/* In-group collectives of device tensors: 4 workers in 2 groups ({0, 1},
+ * {2, 3}); each group's members meet, import and wait for each other only,
+ * and every result holds its own group's bytes: broadcast from the group's
+ * leader, allgather, allreduce (sum), gather to the leader, scatter of the
+ * leader's allgather back to each member. */
+START_TEST(test_device_collectives_in_group)
+{
+    DLDeviceType type = _i < 2 ? kDLExtDev : kDLCUDA;
+    NEED_DEVICE(type);
+    disco_session_config_t c = cfg_of(2); /* 4 workers */
+    c.num_groups = 2;
+    if (_i % 2 == 1 || type == kDLCUDA) {
+        c.launch = DISCO_LAUNCH_SPAWN;
+        c.worker_path = DISCO_TEST_WORKER;
+    }
+    disco_session_t *s;
+    CK_OK(disco_session_open(&c, &s));
+    enum { N = 32 };
+    disco_dref_t x = patterned(s, type, N);
+    disco_dref_t bc = coll_in(s, "disco.broadcast_from_worker0", x, true);
+    disco_dref_t ag = coll_in(s, "disco.allgather", x, true);
+    disco_dref_t ga = coll_in(s, "disco.gather_to_worker0", x, true);
+    disco_dref_t sc = coll_in(s, "disco.scatter_from_worker0", ag, true);
+    disco_value_t rargs[3] = {
+        {.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("sum"), disco_value_bool(true)};
+    disco_dref_t ar;
+    CK_OK(disco_session_call_by_name(s, "disco.allreduce", rargs, 3, &ar));
+    static float mine[N], both[2 * N], sum[N];
+    for (int w = 0; w < 4; w++) {
+        int lead = w / 2 * 2;
+        CK_OK(disco_session_sync(s, w));
+        pattern(both, N, lead);
+        pattern(both + N, N, lead + 1);
+        for (int i = 0; i < N; i++)
+            sum[i] = both[i] + both[N + i];
+        pattern(mine, N, w);
+        expect_bytes(s, bc, w, both, sizeof mine, "group broadcast");
+        expect_bytes(s, ag, w, both, sizeof both, "group allgather");
+        expect_bytes(s, sc, w, mine, sizeof mine, "group scatter");
+        expect_bytes(s, ar, w, sum, sizeof sum, "group allreduce");
+        if (w == lead) {
+            expect_bytes(s, ga, w, both, sizeof both, "group gather");
+        } else {
+            disco_value_t v;
+            CK_OK(disco_session_debug_get(s, ga, w, &v));
+            ck_assert_int_eq(v.type, DISCO_T_NULL);
+        }
+        int64_t st[7];
+        arena_stats(s, w, st);
+        ck_assert_int_eq(st[3], 1); /* its group's other member's arena only */
+        ck_assert_int_eq(st[6], 1); /* and its event */
+    }
+    disco_session_close(s);
+}
+END_TEST
+
 /* allreduce of device tensors with fewer elements than members: a member
  * with no slice of its own queues no copy and never syncs before the end;
  * the others' reads of its input are ordered by its event alone (on sim,
@@ -318,6 +374,7 @@ Suite *suite_gpu_session_coll(void)
     tcase_add_loop_test(tc, test_device_collectives, 0, 12);
     tcase_add_loop_test(tc, test_device_send_recv, 0, 12);
     tcase_add_loop_test(tc, test_device_allreduce_small, 0, 12);
+    tcase_add_loop_test(tc, test_device_collectives_in_group, 0, 4); /* sim fork, spawn; CUDA */
     tcase_add_loop_test(tc, test_device_reuse_after_broadcast, 0, 12);
     tcase_add_loop_test(tc, test_death_with_imports, 0, 6);
     tcase_add_loop_test(tc, test_death_mid_collective, 0, 6);
