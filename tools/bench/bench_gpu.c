@@ -188,6 +188,8 @@ static int ipc_exporter(void *p)
     void *ptr;
     disco_ipc_ref_t ref;
     char done;
+    close(c->done_fd[1]); /* EOF, not a hang, if the importer dies */
+    close(c->res_fd[1]);
     bu_child_check(disco_device_ipc_init(c->table, c->table_bytes, 4), "ipc_init");
     bu_child_check(disco_device_alloc(g.dev, IPC_SIZE, &ptr), "alloc (ipc)");
     bu_child_check(disco_device_ipc_export(ptr, &ref), "ipc_export");
@@ -243,6 +245,10 @@ static void bench_ipc(void)
     fflush(stdout);
     bu_spawn(ipc_exporter, &c);
     bu_spawn(ipc_importer, &c);
+    /* only the children write: a child's death is then an EOF here */
+    close(c.ref_fd[1]);
+    close(c.done_fd[1]);
+    close(c.res_fd[1]);
     double us[2];
     ssize_t got = read(c.res_fd[0], us, sizeof us);
     bu_reap_all();
@@ -250,11 +256,9 @@ static void bench_ipc(void)
         bu_die("bench_ipc: the importer sent no figures");
     figure("ipc_open_us_first", us[0], "us");
     figure("ipc_open_us_cached", us[1], "us");
-    for (int i = 0; i < 2; i++) {
-        close(c.ref_fd[i]);
-        close(c.done_fd[i]);
-        close(c.res_fd[i]);
-    }
+    close(c.ref_fd[0]);
+    close(c.done_fd[0]);
+    close(c.res_fd[0]);
     munmap(c.table, c.table_bytes);
 }
 
