@@ -162,7 +162,7 @@ test: $(TEST_BIN) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API)
 MPI_BENCH := $(BUILD)/bin/mpi_allreduce
 MPI_CC    := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(MPI_BENCH) tools/bench/mpi_allreduce.c
 
-bench: $(BUILD)/bin/disco-bench
+bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker
 	@sh tools/deps.sh mpi $(BUILD)/mpi-install.log
 	@mpi=""; \
 	if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \

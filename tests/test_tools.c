@@ -2,7 +2,9 @@
  * stdout) and refuses an unknown option (exit 2, usage on stderr); the tools
  * that report figures write them with --json, and the JSON parses with the
  * keys the README names; disco-demo's decoder and MLP match their
- * one-process references on the CPU and on sim devices. */
+ * one-process references on the CPU and on sim devices; disco-bench's GPU
+ * section runs on sim (figures marked SIM, none recorded) and skips with
+ * one line without a GPU. */
 #include <check.h>
 #include <jansson.h>
 #include <stdbool.h>
@@ -297,6 +299,71 @@ START_TEST(test_demo_cuda)
 }
 END_TEST
 
+/* disco-bench --only GPU --device sim: the GPU section's code runs on the
+ * simulated device (2 workers, 512 B and 32 KiB, copies of 64 KiB), exits
+ * 0, prints every figure's name marked SIM, and records none of them (the
+ * JSON has no results). */
+START_TEST(test_bench_gpu_sim)
+{
+    char dir[] = "/tmp/disco-bench-gpu-XXXXXX", cmd[2048], out[65536];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "env -u DISCO_SIM_GPUS %s/disco-bench --only GPU --quick --device sim --json "
+             "%s/b.json 2>&1",
+             DISCO_TEST_BIN, dir);
+    int rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 0, "disco-bench --device sim exited %d: %s", rc, out);
+    static const char *const names[] = {"ipc_open_us_first",
+                                        "ipc_open_us_cached",
+                                        "call_sync_spawn_ns",
+                                        "gpu_call_sync_ns",
+                                        "gpu_copy_to_worker0_gbps",
+                                        "gpu_memcpy_h2d_gbps",
+                                        "gpu_copy_from_worker0_gbps",
+                                        "gpu_memcpy_d2h_gbps",
+                                        "gpu_d2d_peer_gbps",
+                                        "gpu_memcpy_d2d_gbps",
+                                        "gpu_allreduce_us_512B_f16_n2",
+                                        "gpu_allreduce_us_32KiB_f32_n2",
+                                        "gpu_memcpy_allreduce_us_512B_n2"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char want[96];
+        snprintf(want, sizeof want, "SIM %s ", names[i]);
+        ck_assert_msg(strstr(out, want) != NULL, "no \"%s\" in: %s", want, out);
+    }
+    snprintf(cmd, sizeof cmd, "%s/b.json", dir);
+    json_t *j = load_with(cmd, (const char *const[]){"results", NULL});
+    ck_assert_msg(json_object_size(json_object_get(j, "results")) == 0,
+                  "a sim figure was recorded in %s", cmd);
+    json_decref(j);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+}
+END_TEST
+
+/* disco-bench --only GPU (CUDA): without a GPU (or without CUDA in the
+ * build) it prints the one skip line and exits 0; with one it exits 0
+ * having recorded the GPU figures. DISCO_REQUIRE_GPU=1 makes a skip a
+ * failure. */
+START_TEST(test_bench_gpu_skip)
+{
+    char cmd[1024], out[65536];
+    snprintf(cmd, sizeof cmd, "%s/disco-bench --only GPU --quick 2>&1", DISCO_TEST_BIN);
+    int rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 0, "disco-bench --only GPU exited %d: %s", rc, out);
+    const char *skip = strstr(out, "GPU: skipped: no CUDA device (");
+    const char *req = getenv("DISCO_REQUIRE_GPU");
+    bool required = req != NULL && req[0] != '\0' && strcmp(req, "0") != 0;
+    if (skip == NULL) {
+        ck_assert_msg(strstr(out, "gpu_call_sync_ns") != NULL, "neither figures nor skip: %s", out);
+        return;
+    }
+    ck_assert_msg(!required, "DISCO_REQUIRE_GPU is set and the GPU section skipped: %s", out);
+    ck_assert_msg(strstr(out, "gpu_") == NULL, "a GPU figure beside the skip line: %s", out);
+    printf("test_bench_gpu_skip: %s", skip);
+}
+END_TEST
+
 Suite *suite_tools(void)
 {
     Suite *s = suite_create("tools");
@@ -310,6 +377,8 @@ Suite *suite_tools(void)
     tcase_add_test(tc, test_decoder_sim);
     tcase_add_test(tc, test_decoder_bad_flags);
     tcase_add_test(tc, test_decoder_weights_file);
+    tcase_add_test(tc, test_bench_gpu_sim);
+    tcase_add_test(tc, test_bench_gpu_skip);
     suite_add_tcase(s, tc);
     return s;
 }

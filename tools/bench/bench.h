@@ -66,6 +66,17 @@ void bench_rpc(void);
  *  mpi_allreduce_us_64MiB; records nothing (and says why) without it. */
 void bench_mpi(void);
 
+/** The GPU figures (bench_gpu.c): allreduce of device tensors, copies to and
+ *  from worker 0, a peer's arena read, IPC open first and cached, and a
+ *  no-op call + sync with device arenas held, each beside its baseline.
+ *  Without a GPU: one "GPU: skipped" line and nothing recorded. With
+ *  --device sim: the same code on the simulated device at smoke sizes,
+ *  every figure printed as SIM and none recorded. */
+void bench_gpu(void);
+
+/** Whether --device sim was given (bench_gpu runs on the simulated device). */
+bool bench_gpu_sim(void);
+
 /** The mpi_allreduce program (--mpi PATH, else $DISCO_BENCH_MPI), or NULL. */
 const char *bench_mpi_path(void);
 

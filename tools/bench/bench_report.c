@@ -19,7 +19,7 @@ typedef struct result {
     const char *unit;
 } result_t;
 
-static result_t results[64];
+static result_t results[128];
 static int nresults;
 
 void record(const char *key, double value, const char *unit)
@@ -51,6 +51,14 @@ typedef struct row {
     enum target_kind target_kind;
     double target;
 } row_t;
+
+/* A GPU allreduce's row: beside the memcpy baseline of its size and
+ * members (the baseline does not depend on the dtype). */
+#define GPU_AR(size, dt, n)                                                                        \
+    {                                                                                              \
+        "gpu_allreduce_us_" size "_" dt "_n" n, "gpu_memcpy_allreduce_us_" size "_n" n, true,      \
+            "memcpy/disco", T_NONE, 0                                                              \
+    }
 
 static const row_t rows[] = {
     {"floor_rtt_ns", NULL, false, NULL, T_NONE, 0},
@@ -89,6 +97,34 @@ static const row_t rows[] = {
     {"rpc_call_ns_tcp", "rpc_call_ns_pipe", false, "tcp/pipe", T_NONE, 0},
     {"rpc_call_ns_pipe", "pipe_rtt_ns", false, "rpc/raw pipe", T_NONE, 0},
     {"rpc_copy_gbps_shm", "memcpy_gbps", false, "copy/memcpy", T_RATIO_GE, 0.8},
+    /* GPU (bench_gpu.c): allreduce against the copies a memcpy allreduce
+     * makes on one device; the published small-message targets (H100:
+     * 2 members about 3.7 us); copies at 90% of cudaMemcpy or more */
+    GPU_AR("512B", "f16", "2"),
+    GPU_AR("512B", "f32", "2"),
+    GPU_AR("32KiB", "f16", "2"),
+    GPU_AR("32KiB", "f32", "2"),
+    GPU_AR("1MiB", "f16", "2"),
+    GPU_AR("1MiB", "f32", "2"),
+    GPU_AR("64MiB", "f16", "2"),
+    GPU_AR("64MiB", "f32", "2"),
+    GPU_AR("512B", "f16", "4"),
+    GPU_AR("512B", "f32", "4"),
+    GPU_AR("32KiB", "f16", "4"),
+    GPU_AR("32KiB", "f32", "4"),
+    GPU_AR("1MiB", "f16", "4"),
+    GPU_AR("1MiB", "f32", "4"),
+    GPU_AR("64MiB", "f16", "4"),
+    GPU_AR("64MiB", "f32", "4"),
+    {"gpu_allreduce_us_512B_f16_n2", NULL, false, NULL, T_VALUE_LE, 3.7},
+    {"gpu_allreduce_us_512B_f32_n2", NULL, false, NULL, T_VALUE_LE, 3.7},
+    {"gpu_copy_to_worker0_gbps", "gpu_memcpy_h2d_gbps", false, "copy/cudaMemcpy", T_RATIO_GE, 0.9},
+    {"gpu_copy_from_worker0_gbps", "gpu_memcpy_d2h_gbps", false, "copy/cudaMemcpy", T_RATIO_GE,
+     0.9},
+    {"gpu_d2d_peer_gbps", "gpu_memcpy_d2d_gbps", false, "peer/cudaMemcpy", T_RATIO_GE, 0.9},
+    {"ipc_open_us_first", NULL, false, NULL, T_NONE, 0},
+    {"ipc_open_us_cached", "ipc_open_us_first", false, "cached/first", T_NONE, 0},
+    {"gpu_call_sync_ns", "call_sync_spawn_ns", false, "gpu/cpu", T_NONE, 0},
 };
 
 static void print_row(const row_t *r)

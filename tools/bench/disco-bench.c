@@ -2,7 +2,8 @@
  * disco-bench - control-plane latency of disco against its floor and pipes,
  * and data-plane figures against memcpy and Open MPI.
  *
- *   disco-bench [--json PATH] [--quick] [--mpi PATH] [--help]
+ *   disco-bench [--json PATH] [--quick] [--mpi PATH] [--only TEXT]
+ *               [--device cuda|sim] [--help]
  *
  * Figures (the JSON keys are a contract; ns, us, GB/s or percent, medians
  * over reps):
@@ -35,6 +36,14 @@
  *                       over the other transports (baselines)
  *   rpc_copy_gbps_shm   disco_rpc_copy_to_remote of 64 MiB over shm into a
  *                       remote CPU allocation (baseline memcpy_gbps)
+ *   gpu_*, ipc_open_us_*, call_sync_spawn_ns  the GPU section
+ *                       (bench_gpu.c, which lists them): allreduce of
+ *                       device tensors, copies to and from worker 0, a
+ *                       peer's arena read, IPC open, call + sync with device
+ *                       arenas held; each beside a cudaMemcpy (or CPU)
+ *                       baseline of the same run; skipped with one line
+ *                       without a GPU; --device sim runs it on the simulated
+ *                       device, printed as SIM, never recorded
  * Diagnostics (not in the contract): floor_2line_rtt_ns (one line per
  * direction, as a pair of rings must use) and ring_rtt_48b_ns (a message
  * that fits one line with its slot header).
@@ -68,7 +77,8 @@ static struct {
     int idle_reps;    /* idle seconds measured */
     const char *mpi;  /* the mpi_allreduce program, or NULL */
     const char *only; /* run only the sections whose names contain this */
-} opt = {false, 15, 30000000, 3, NULL, NULL};
+    bool sim;         /* --device sim: the GPU section on the simulated device */
+} opt = {false, 15, 30000000, 3, NULL, NULL, false};
 
 /* ---- measuring ---- */
 
@@ -102,6 +112,11 @@ double measure(round_fn fn, void *ctx)
     return bu_median(v, opt.reps);
 }
 
+bool bench_gpu_sim(void)
+{
+    return opt.sim;
+}
+
 int bench_idle_reps(void)
 {
     return opt.idle_reps;
@@ -122,22 +137,27 @@ static const struct section {
     {"data plane: tensors, N = 2", bench_tensor},
     {"RPC: call and copy to remote", bench_rpc},
     {"Open MPI baseline", bench_mpi},
+    {"GPU", bench_gpu}, /* last: it initializes CUDA here, after which nothing may fork */
 };
 
 /* ---- main ---- */
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: disco-bench [--json PATH] [--quick] [--mpi PATH] [--only TEXT] [--help]\n"
+    fprintf(f, "usage: disco-bench [--json PATH] [--quick] [--mpi PATH] [--only TEXT]\n"
+               "                   [--device cuda|sim] [--help]\n"
                "  --json PATH  also write the results as JSON to PATH\n"
                "  --quick      fewer, shorter repetitions (smoke test)\n"
                "  --mpi PATH   the mpi_allreduce program, run with mpirun as the\n"
                "               allreduce baseline (default $DISCO_BENCH_MPI; none: skipped)\n"
                "  --only TEXT  run only the sections whose names contain TEXT\n"
                "               (e.g. \"session\"); the others' rows are left out\n"
+               "  --device D   the GPU section's device: cuda (default; skipped with one\n"
+               "               line without a GPU) or sim, the simulated device, at smoke\n"
+               "               sizes, its figures printed as SIM and never recorded\n"
                "Prints floor, ring and pipe round trips, broadcast + acks to 1..8\n"
                "readers, the idle CPU of a parked reader, session calls, and the data\n"
-               "plane: allreduce, broadcast, copy to worker 0 (medians).\n");
+               "plane: allreduce, broadcast, copy to worker 0, and the GPU figures (medians).\n");
 }
 
 int main(int argc, char **argv)
@@ -156,6 +176,9 @@ int main(int argc, char **argv)
             opt.idle_reps = 1;
         } else if (strcmp(argv[i], "--mpi") == 0 && i + 1 < argc) {
             opt.mpi = argv[++i];
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc &&
+                   (strcmp(argv[i + 1], "cuda") == 0 || strcmp(argv[i + 1], "sim") == 0)) {
+            opt.sim = strcmp(argv[++i], "sim") == 0;
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
             opt.only = argv[++i];
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
