@@ -35,33 +35,18 @@ static const DLDevice cpu = {kDLCPU, 0};
 
 /* ---- probing and skipping --------------------------------------------------- */
 
-struct probe {
-    int status;
-    int count;
-    char why[256];
-};
-
-/* Asks a forked child how many GPUs there are, leaving this process without
- * CUDA. Returns the count (>= 1), or 0 with the reason in why. */
+/* How many GPUs there are, asked in a forked child (disco_device_probe),
+ * leaving this process without CUDA. Returns the count (>= 1), or 0 with
+ * the reason in why. */
 static int gpu_count(char *why, size_t len)
 {
-    int fds[2];
-    ck_assert(pipe(fds) == 0);
-    pid_t pid = tu_fork();
-    if (pid == 0) {
-        struct probe p = {0};
-        p.status = disco_device_count(kDLCUDA, &p.count);
-        snprintf(p.why, sizeof p.why, "%s", disco_last_error());
-        _exit(write(fds[1], &p, sizeof p) == (ssize_t)sizeof p ? 0 : 1);
-    }
-    struct probe p;
-    ck_assert_msg(read(fds[0], &p, sizeof p) == (ssize_t)sizeof p, "probe: no answer");
-    tu_wait_ok(pid, "CUDA probe");
-    close(fds[0]);
-    close(fds[1]);
-    if (p.status == DISCO_OK)
-        return p.count;
-    snprintf(why, len, "%s", p.why);
+    int n = 0;
+    disco_status_t st = disco_device_probe(kDLCUDA, &n);
+    ck_assert_msg(st != DISCO_E_SYS || strstr(disco_last_error(), "probe") == NULL,
+                  "the probe itself failed: %s", disco_last_error());
+    if (st == DISCO_OK)
+        return n;
+    snprintf(why, len, "%s", disco_last_error());
     return 0;
 }
 
@@ -225,6 +210,25 @@ START_TEST(test_no_device_errors)
     void *a;
     CK_OK(disco_device_alloc(cpu, 128, &a));
     CK_OK(disco_device_free(cpu, a));
+}
+END_TEST
+
+/* disco_device_probe counts in a child: the sim count of the environment
+ * (the child reads it: this process has not used sim), the CPU's 1, and a
+ * child's error comes back with its status and message. */
+START_TEST(test_probe)
+{
+    setenv("DISCO_SIM_GPUS", "3", 1);
+    int n = -1;
+    CK_OK(disco_device_probe(kDLExtDev, &n));
+    ck_assert_int_eq(n, 3);
+    CK_OK(disco_device_probe(kDLCPU, &n));
+    ck_assert_int_eq(n, 1);
+    setenv("DISCO_SIM_GPUS", "0", 1);
+    n = -1;
+    CK_STATUS(disco_device_probe(kDLExtDev, &n), DISCO_E_NO_DEVICE);
+    CK_HAS("sim");
+    ck_assert_int_eq(n, -1);
 }
 END_TEST
 
@@ -520,6 +524,7 @@ Suite *suite_cuda(void)
     tcase_add_test(tc, test_cpu_device);
     tcase_add_test(tc, test_no_device_errors);
     tcase_add_test(tc, test_cuda_after_fork_refused);
+    tcase_add_test(tc, test_probe);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("gpu");

@@ -116,9 +116,18 @@ bool disco_device_has_cuda(void);
 /** Number of devices of a type: 1 for kDLCPU, the number of GPUs for kDLCUDA,
  *  the configured count for kDLExtDev (sim; none: DISCO_E_NO_DEVICE).
  *  Thread-safe. Returns DISCO_OK (count >= 1), DISCO_E_NO_DEVICE (no CUDA
- *  build, no driver, no GPU; the detail says which), DISCO_E_SYS (CUDA
- *  failed otherwise, e.g. in a child forked after CUDA was initialized). */
+ *  build, no driver, no GPU, or a process forked after CUDA was initialized
+ *  in its parent; the detail says which), DISCO_E_SYS (CUDA failed
+ *  otherwise). */
 disco_status_t disco_device_count(DLDeviceType type, int *count_out);
+
+/** As disco_device_count, asked in a forked child, so that this process
+ *  does not initialize CUDA (a process that has called CUDA cannot fork
+ *  workers that use it): for a controller that must know whether there is
+ *  a GPU before it opens a session. The child's status and message come
+ *  back as this call's. Returns what disco_device_count returns, or
+ *  DISCO_E_SYS (pipe or fork failed; the child gave no answer). */
+disco_status_t disco_device_probe(DLDeviceType type, int *count_out);
 
 /** The device index worker worker_id uses among num_devices devices:
  *  worker_id mod num_devices. Thread-safe, pure. Returns -1 if worker_id < 0

@@ -138,37 +138,11 @@ static disco_value_t dref(disco_dref_t r)
  * process must not initialize it yet); 0 with why filled. */
 static int probe_count(char *why, size_t cap)
 {
-    int fds[2];
-    if (pipe(fds) != 0)
-        bu_die("pipe failed");
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0)
-        bu_die("fork failed");
-    if (pid == 0) {
-        close(fds[0]);
-        int n = 0;
-        char msg[256] = "";
-        if (g.type == kDLCUDA && !disco_device_has_cuda())
-            snprintf(msg, sizeof msg, "this build has no CUDA support");
-        else if (disco_device_count(g.type, &n) != DISCO_OK) {
-            n = 0;
-            snprintf(msg, sizeof msg, "%s", disco_last_error());
-        }
-        ssize_t wr = write(fds[1], &n, sizeof n);
-        wr += write(fds[1], msg, sizeof msg);
-        _exit(wr > 0 ? 0 : 1);
-    }
-    close(fds[1]);
     int n = 0;
-    char msg[256] = "no answer from the probe";
-    if (read(fds[0], &n, sizeof n) != (ssize_t)sizeof n)
-        n = 0;
-    else if (read(fds[0], msg, sizeof msg) <= 0)
-        msg[0] = '\0';
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    snprintf(why, cap, "%s", msg);
+    if (disco_device_probe(g.type, &n) != DISCO_OK) {
+        snprintf(why, cap, "%s", disco_last_error());
+        return 0;
+    }
     return n;
 }
 

@@ -23,39 +23,11 @@ const char *demo_device_name(DLDeviceType type)
  * initialized CUDA must not fork workers that use it); 0 with why filled. */
 static int cuda_count(char *why, size_t cap)
 {
-    int fds[2];
-    snprintf(why, cap, "no answer from the probe");
-    if (pipe(fds) != 0)
-        return 0;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        int n = 0;
-        char msg[256] = "";
-        if (disco_device_count(kDLCUDA, &n) != DISCO_OK) {
-            n = 0;
-            snprintf(msg, sizeof msg, "%s", disco_last_error());
-        } else if (n == 0) {
-            snprintf(msg, sizeof msg, "the CUDA runtime sees no GPU");
-        }
-        ssize_t wr = write(fds[1], &n, sizeof n);
-        wr += write(fds[1], msg, sizeof msg);
-        _exit(wr > 0 ? 0 : 1);
-    }
-    close(fds[1]);
     int n = 0;
-    char msg[256];
-    if (pid > 0 && read(fds[0], &n, sizeof n) == (ssize_t)sizeof n &&
-        read(fds[0], msg, sizeof msg) > 0) {
-        msg[sizeof msg - 1] = '\0';
-        snprintf(why, cap, "%s", msg);
-    } else {
-        n = 0;
+    if (disco_device_probe(kDLCUDA, &n) != DISCO_OK) {
+        snprintf(why, cap, "%s", disco_last_error());
+        return 0;
     }
-    close(fds[0]);
-    if (pid > 0)
-        waitpid(pid, NULL, 0);
     return n;
 }
 
