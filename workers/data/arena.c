@@ -117,9 +117,8 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
         return st;
     DLDevice dev;
     if ((st = disco_device_of_worker(type, worker, &dev)) != DISCO_OK) {
-        char why[DISCO_ERR_MSG_MAX];
-        snprintf(why, sizeof why, "%s", disco_last_error());
-        return disco_set_error(st, "worker %d: no %s device: %s", worker, type_name(type), why);
+        return disco_set_error(st, "worker %d: no %s device: %s", worker, type_name(type),
+                               disco_last_error());
     }
     const char *name = type_name(type);
     /* Our own offset and size (area_check compared the offset), never the
@@ -127,12 +126,10 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
     if ((st = disco_device_ipc_attach(
              (char *)area + table_at(world),
              disco_device_ipc_footprint(world * TABLE_SLOTS_PER_WORKER))) != DISCO_OK) {
-        char why[DISCO_ERR_MSG_MAX];
-        snprintf(why, sizeof why, "%s", disco_last_error());
         return disco_set_error(st,
                                "worker %d: %s:%d: cannot use this session's IPC table (is another "
                                "session of this process holding device tensors?): %s",
-                               worker, name, dev.device_id, why);
+                               worker, name, dev.device_id, disco_last_error());
     }
     a = calloc(1, sizeof *a);
     struct piece *fr = malloc(16 * sizeof *fr);
@@ -153,12 +150,11 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
     void *base = NULL;
     disco_ipc_ref_t ref;
     if ((st = disco_device_alloc(dev, (size_t)bytes, &base)) != DISCO_OK) {
-        char why[DISCO_ERR_MSG_MAX];
-        snprintf(why, sizeof why, "%s", disco_last_error());
         st = disco_set_error(st,
                              "worker %d: a device arena of %llu bytes on %s:%d "
                              "(cfg.device_arena_bytes): %s",
-                             worker, (unsigned long long)bytes, name, dev.device_id, why);
+                             worker, (unsigned long long)bytes, name, dev.device_id,
+                             disco_last_error());
         goto fail;
     }
     a->base = base;
@@ -167,10 +163,8 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
         (st = disco_device_event_create(dev, &a->event)) != DISCO_OK ||
         (st = disco_device_event_export(a->event, &evh)) != DISCO_OK ||
         (st = disco_device_ipc_export(base, &ref)) != DISCO_OK) {
-        char why[DISCO_ERR_MSG_MAX];
-        snprintf(why, sizeof why, "%s", disco_last_error());
         st = disco_set_error(st, "worker %d: exporting its arena on %s:%d: %s", worker, name,
-                             dev.device_id, why);
+                             dev.device_id, disco_last_error());
         goto fail;
     }
     a->free[0] = (struct piece){0, bytes};
@@ -389,11 +383,9 @@ disco_status_t disco__arena_peer(struct disco__arena *a, int peer, uint64_t off,
             st = disco_set_error(DISCO_E_INVAL, "worker %d: worker %d's arena ref is corrupt",
                                  a->worker, peer);
         } else if ((st = disco_device_ipc_import(&ref, &base)) != DISCO_OK) {
-            char why[DISCO_ERR_MSG_MAX];
-            snprintf(why, sizeof why, "%s", disco_last_error());
             st = disco_set_error(st, "worker %d: opening worker %d's arena (%s:%d): %s", a->worker,
                                  peer, type_name((DLDeviceType)p->device_type), (int)ref.device_id,
-                                 why);
+                                 disco_last_error());
         } else {
             a->peer[peer] = base;
             a->peer_ref[peer] = ref;
@@ -420,13 +412,11 @@ disco_status_t disco__arena_peer(struct disco__arena *a, int peer, uint64_t off,
 /* The worker's error for a failed device call st about what. */
 static disco_status_t failed(struct disco__arena *a, disco_status_t st, const char *what, int peer)
 {
-    char why[DISCO_ERR_MSG_MAX];
-    snprintf(why, sizeof why, "%s", disco_last_error());
     if (peer < 0)
         return disco_set_error(st, "worker %d: %s on %s:%d: %s", a->worker, what, a->dev_name,
-                               a->dev.device_id, why);
+                               a->dev.device_id, disco_last_error());
     return disco_set_error(st, "worker %d: %s worker %d's event on %s:%d: %s", a->worker, what,
-                           peer, a->dev_name, a->dev.device_id, why);
+                           peer, a->dev_name, a->dev.device_id, disco_last_error());
 }
 
 disco_status_t disco__arena_record(struct disco__arena *a)

@@ -166,9 +166,11 @@ void disco__coll_post_tensor(struct disco__coll_call *c, const DLTensor *t, bool
     memcpy(c->me->shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
 }
 
-/* A2 and A3 (collective.h): the members that had not marked this barrier,
- * handed to the worker's abandon hook before anything of the call is freed. */
-static disco_status_t abandon(struct disco__coll_call *c, disco_status_t st)
+/* A2 and A3 (collective.h): the members that had not marked this barrier
+ * (every other member, with everyone: device work, where marks do not tell
+ * who still touches this member's bytes), handed to the worker's abandon
+ * hook before anything of the call is freed; the call is given up. */
+static disco_status_t abandon(struct disco__coll_call *c, disco_status_t st, bool everyone)
 {
     int late[DISCO_MAX_WORKERS], nlate = 0;
     uint64_t want = c->w->seq << 8 | c->phase;
@@ -176,15 +178,15 @@ static disco_status_t abandon(struct disco__coll_call *c, disco_status_t st)
         int id = c->base + r;
         /* Acquire: pairs with the member's release of its mark. */
         if (id != c->w->id &&
-            atomic_load_explicit(
-                &disco__coll_mark(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups, (uint32_t)id)
-                     ->at,
-                memory_order_acquire) < want)
+            (everyone || atomic_load_explicit(&disco__coll_mark(c->a, (uint32_t)c->w->world,
+                                                                (uint32_t)c->ngroups, (uint32_t)id)
+                                                   ->at,
+                                              memory_order_acquire) < want))
             late[nlate++] = id;
     }
-    if (c->w->abandon == NULL)
-        return st;
-    return c->w->abandon(c->w->abandon_ctx, st, late, nlate, c->what);
+    c->gave_up =
+        c->w->abandon == NULL ? st : c->w->abandon(c->w->abandon_ctx, st, late, nlate, c->what);
+    return c->gave_up;
 }
 
 /* Device ordering (coll_call.h): this member's stream waits for the last
@@ -239,7 +241,7 @@ disco_status_t disco__coll_barrier(struct disco__coll_call *c)
         c->w->seq << 8 | c->phase, memory_order_release);
     disco_status_t st = barrier_wait(c->bar, (uint32_t)c->size, c->w->wait);
     if (st != DISCO_OK)
-        return c->gave_up = abandon(c, st);
+        return abandon(c, st, false);
     disco_status_t wst = c->dev ? wait_for_members(c) : DISCO_OK;
     return rst != DISCO_OK ? rst : wst;
 }
@@ -280,14 +282,7 @@ disco_status_t disco__coll_dev_sync(struct disco__coll_call *c)
         bool named = verdict != DISCO_E_TIMEOUT || c->w->id != 0 || disco_now_ns() < grace;
         st = named ? verdict : disco_set_error(st, "%s", why);
     }
-    /* A3, for device work: which members still touch this one's bytes is
-     * not known, so every other member is handed to the hook. */
-    int late[DISCO_MAX_WORKERS], nlate = 0;
-    for (int r = 0; r < c->size; r++)
-        if (c->base + r != c->w->id)
-            late[nlate++] = c->base + r;
-    c->gave_up = c->w->abandon(c->w->abandon_ctx, st, late, nlate, c->what);
-    return c->gave_up;
+    return abandon(c, st, true);
 }
 
 disco_status_t disco__coll_end(struct disco__coll_call *c, disco_status_t st)

@@ -29,11 +29,9 @@ static disco_status_t dcopy(struct disco__coll_call *c, void *dst, DLDevice dd, 
     if (st == DISCO_OK && host && (st = disco__coll_dev_sync(c)) != DISCO_OK)
         return st; /* the call is given up; the detail says why */
     if (st != DISCO_OK) {
-        char why[DISCO_ERR_MSG_MAX];
-        snprintf(why, sizeof why, "%s", disco_last_error());
         st = disco_set_error(st, "%s: worker %d: copying %zu bytes from %d:%d to %d:%d: %s",
                              c->what, c->w->id, n, (int)sd.device_type, sd.device_id,
-                             (int)dd.device_type, dd.device_id, why);
+                             (int)dd.device_type, dd.device_id, disco_last_error());
     }
     return st;
 }

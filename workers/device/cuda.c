@@ -183,9 +183,8 @@ static disco_status_t cuda_stream_sync(int device_id, disco_stream_t stream)
             return fail(e, "cudaStreamQuery", device_id);
         disco_status_t st = disco__device_watch_check();
         if (st != DISCO_OK) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", disco_last_error());
-            return disco_set_error(st, "cuda:%d: stream sync given up: %s", device_id, why);
+            return disco_set_error(st, "cuda:%d: stream sync given up: %s", device_id,
+                                   disco_last_error());
         }
         if (spins < 64) {
             sched_yield();
