@@ -7,6 +7,7 @@
 #define DISCO_TOOLS_BENCH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tools/bench/bench_util.h"
@@ -16,6 +17,17 @@ typedef int64_t (*round_fn)(void *ctx, uint64_t iters);
 
 /** Median over the configured repetitions of the mean ns per round. */
 double measure(round_fn fn, void *ctx);
+
+/** Median over reps (at most 1000) single rounds, after warm untimed ones:
+ *  for rounds of milliseconds, where measure()'s batches would take too
+ *  long, and for the allreduce figures, so that they are the same statistic
+ *  as Open MPI's (mpi_allreduce.c: the median of single calls). A median of
+ *  single rounds also keeps a round that lost its CPU to another process
+ *  from skewing the figure, as it would a batch's mean. */
+double median_single(round_fn fn, void *ctx, int warm, int reps);
+
+/** malloc, or the program ends saying so. */
+void *bench_xmalloc(size_t n);
 
 /** Records a figure under its contract key and prints it. */
 void record(const char *key, double value, const char *unit);

@@ -106,26 +106,6 @@ static void figure(const char *k, double value, const char *unit)
     fflush(stdout);
 }
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n);
-    if (p == NULL)
-        bu_die("out of memory (%zu bytes)", n);
-    return p;
-}
-
-/* Median over reps single rounds after warm untimed ones, as bench_tensor's. */
-static double median_single(round_fn fn, void *ctx, int warm, int reps)
-{
-    static double v[MAX_REPS];
-    reps = reps < MAX_REPS ? reps : MAX_REPS;
-    for (int i = 0; i < warm; i++)
-        fn(ctx, 1);
-    for (int r = 0; r < reps; r++)
-        v[r] = (double)fn(ctx, 1);
-    return bu_median(v, reps);
-}
-
 static disco_value_t dref(disco_dref_t r)
 {
     disco_value_t v = {.type = DISCO_T_DREF, .v.reg = r};
@@ -256,7 +236,7 @@ static disco_dref_t ones(disco_session_t *s, size_t bytes, DLDataType dt)
 {
     size_t esz = dt.bits / 8;
     int64_t n = (int64_t)(bytes / esz);
-    unsigned char *h = xmalloc(bytes);
+    unsigned char *h = bench_xmalloc(bytes);
     for (int64_t i = 0; i < n; i++) {
         if (dt.bits == 16)
             memcpy(h + i * 2, &(uint16_t){0x3C00}, 2); /* 1.0 in IEEE half */
@@ -315,7 +295,7 @@ static int64_t coll_rounds(void *p, uint64_t iters)
 static void check_allreduce(coll_ctx_t *c, size_t bytes, DLDataType dt, int n)
 {
     int64_t cnt = (int64_t)(bytes / (dt.bits / 8));
-    unsigned char *h = xmalloc(bytes);
+    unsigned char *h = bench_xmalloc(bytes);
     DLTensor t = {.data = h, .device = {kDLCPU, 0}, .ndim = 1, .dtype = dt, .shape = &cnt};
     disco_dref_t y;
     bu_check(disco_session_call(c->s, c->func, c->args, c->nargs, &y), "allreduce (check)");
@@ -437,7 +417,7 @@ static void bench_copies(void)
     int reps = bench_reps();
     disco_session_t *s = open_spawned(2, 2 * bytes + 4 * MIB);
     int64_t n = (int64_t)(bytes / 4);
-    void *h = xmalloc(bytes), *d0, *d1;
+    void *h = bench_xmalloc(bytes), *d0, *d1;
     memset(h, 1, bytes);
     bu_check(disco_device_alloc(g.dev, bytes, &d0), "alloc (baseline)");
     bu_check(disco_device_alloc(g.dev, bytes, &d1), "alloc (baseline)");

@@ -30,7 +30,6 @@
 #define SMALL      MIB
 #define WARM_BIG   4  /* untimed rounds before the 64 MiB figures */
 #define WARM_SMALL 50 /* and before the 1 MiB allreduce */
-#define MAX_REPS   1000
 /* Inputs of both workers (2 x 64 MiB), the outputs of one allreduce (2 x
  * 64 MiB), one copy to worker 0 (64 MiB), the half-size temporary that
  * fills the inputs (32 MiB), the 1 MiB tensors and slack. */
@@ -48,32 +47,6 @@ static DLTensor host_tensor(void *data, int64_t *numel)
 {
     DLTensor t = {.data = data, .device = {kDLCPU, 0}, .ndim = 1, .dtype = f32, .shape = numel};
     return t;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n);
-    if (p == NULL)
-        bu_die("out of memory (%zu bytes)", n);
-    return p;
-}
-
-/* Median over reps single rounds, after warm untimed ones: for rounds of
- * milliseconds, where measure()'s batches would take too long, and for the
- * allreduce figures, so that they are the same statistic as Open MPI's
- * (mpi_allreduce.c: the median of single calls, bench_reps() of 64 MiB, ten
- * times as many of 1 MiB). A median of single rounds also keeps a round
- * that lost its CPU to another process from skewing the figure, as it
- * would a batch's mean. */
-static double median_single(round_fn fn, void *ctx, int warm, int reps)
-{
-    double v[MAX_REPS] = {0};
-    reps = reps < MAX_REPS ? reps : MAX_REPS;
-    for (int i = 0; i < warm; i++)
-        fn(ctx, 1);
-    for (int r = 0; r < reps; r++)
-        v[r] = (double)fn(ctx, 1);
-    return bu_median(v, reps);
 }
 
 /* ---- the session ---- */
@@ -114,7 +87,7 @@ static void open_pinned(disco_session_t **s_out)
 static disco_dref_t make_input(disco_session_t *s, size_t bytes)
 {
     int64_t half = (int64_t)(bytes / sizeof(float) / 2);
-    float *h = xmalloc(bytes / 2);
+    float *h = bench_xmalloc(bytes / 2);
     for (int64_t i = 0; i < half; i++)
         h[i] = (float)(i % 1024);
     DLTensor t = host_tensor(h, &half);
@@ -137,7 +110,7 @@ static disco_dref_t make_input(disco_session_t *s, size_t bytes)
 static void check_allreduce(data_ctx_t *c, size_t bytes)
 {
     int64_t n = (int64_t)(bytes / sizeof(float));
-    float *h = xmalloc(bytes);
+    float *h = bench_xmalloc(bytes);
     DLTensor t = host_tensor(h, &n);
     disco_dref_t y;
     bu_check(disco_session_call(c->s, c->func, c->args, c->nargs, &y), "allreduce (check)");
@@ -231,8 +204,8 @@ static void bench_broadcast(data_ctx_t *c, disco_dref_t x, const char *key)
 static void bench_copy(data_ctx_t *c)
 {
     int64_t n = (int64_t)(BIG / sizeof(float));
-    float *src = xmalloc(BIG);
-    c->dst = xmalloc(BIG);
+    float *src = bench_xmalloc(BIG);
+    c->dst = bench_xmalloc(BIG);
     c->bytes = BIG;
     memset(src, 1, BIG);
     memset(c->dst, 0, BIG);

@@ -112,6 +112,27 @@ double measure(round_fn fn, void *ctx)
     return bu_median(v, opt.reps);
 }
 
+#define MAX_SINGLE_REPS 1000
+
+double median_single(round_fn fn, void *ctx, int warm, int reps)
+{
+    double v[MAX_SINGLE_REPS] = {0};
+    reps = reps < MAX_SINGLE_REPS ? reps : MAX_SINGLE_REPS;
+    for (int i = 0; i < warm; i++)
+        fn(ctx, 1);
+    for (int r = 0; r < reps; r++)
+        v[r] = (double)fn(ctx, 1);
+    return bu_median(v, reps);
+}
+
+void *bench_xmalloc(size_t n)
+{
+    void *p = malloc(n);
+    if (p == NULL)
+        bu_die("out of memory (%zu bytes)", n);
+    return p;
+}
+
 bool bench_gpu_sim(void)
 {
     return opt.sim;

@@ -8,7 +8,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include <dlpack/dlpack.h>
+
+#include "disco/status.h"
+
+/* Runs call; on failure prints it with its status and detail, then does
+ * on_fail (goto out, return false, ...). Each part wraps it as CHECK. */
+#define DEMO_CHECK(call, on_fail)                                                                  \
+    do {                                                                                           \
+        disco_status_t st_ = (call);                                                               \
+        if (st_ != DISCO_OK) {                                                                     \
+            printf("  FAILED %s: %s (%s)\n", #call, disco_err_name(st_), disco_last_error());      \
+            on_fail;                                                                               \
+        }                                                                                          \
+    } while (0)
 
 typedef struct demo_mlp_opts {
     int workers;

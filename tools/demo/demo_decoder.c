@@ -18,14 +18,7 @@
 #include "tools/demo/demo_decoder.h"
 #include "tools/demo/demo_decoder_ref.h"
 
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        disco_status_t st_ = (call);                                                               \
-        if (st_ != DISCO_OK) {                                                                     \
-            printf("  FAILED %s: %s (%s)\n", #call, disco_err_name(st_), disco_last_error());      \
-            goto out;                                                                              \
-        }                                                                                          \
-    } while (0)
+#define CHECK(call) DEMO_CHECK(call, goto out)
 
 /* float32 on the workers against double here: the per-step error is of
  * the order of float32's rounding (~1e-7) times the depth of the sums,

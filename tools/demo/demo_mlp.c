@@ -16,14 +16,7 @@
 #include "disco/trace.h"
 #include "disco/shm/wait.h"
 
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        disco_status_t st_ = (call);                                                               \
-        if (st_ != DISCO_OK) {                                                                     \
-            printf("  FAILED %s: %s (%s)\n", #call, disco_err_name(st_), disco_last_error());      \
-            goto out;                                                                              \
-        }                                                                                          \
-    } while (0)
+#define CHECK(call) DEMO_CHECK(call, goto out)
 
 #define MAX_STEPS 1000
 #define TOLERANCE 1e-4 /* float32, summed in another order: ~1e-6 expected */

@@ -10,14 +10,7 @@
 #include "tools/bench/bench_util.h"
 #include "tools/demo/demo.h"
 
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        disco_status_t st_ = (call);                                                               \
-        if (st_ != DISCO_OK) {                                                                     \
-            printf("  FAILED %s: %s (%s)\n", #call, disco_err_name(st_), disco_last_error());      \
-            return false;                                                                          \
-        }                                                                                          \
-    } while (0)
+#define CHECK(call) DEMO_CHECK(call, return false)
 
 void demo_library_path(char *out, size_t cap)
 {
