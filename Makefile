@@ -295,20 +295,37 @@ cppcheck:
 clean:
 	rm -rf build
 
-# CUDA, whenever the toolkit is there ($(CUDA_HOME)/include/cuda_runtime.h and
-# the static runtime, libcudart_static.a):
-# workers/device/cuda.c is compiled against the runtime API, and the static runtime
-# is linked into libdisco.so, the tools and the test runner, so nothing needs
-# a library path (the runtime loads the driver, libcuda.so.1, at run time;
-# never -lcuda). Without the toolkit, cuda.c builds its "no CUDA" stubs.
+# CUDA, whenever the toolkit is there ($(CUDA_HOME)/include/cuda_runtime.h,
+# the static runtime, libcudart_static.a, and nvcc):
+# workers/device/cuda.c is compiled against the runtime API, the allreduce
+# kernels (workers/device/ar_cuda.cu) by nvcc into the library, and the
+# static runtime is linked into libdisco.so, the tools and the test runner,
+# so nothing needs a library path (the runtime loads the driver,
+# libcuda.so.1, at run time; never -lcuda). Without the toolkit, cuda.c
+# builds its "no CUDA" stubs and nothing needs nvcc.
 # A stamp per mode rebuilds cuda.o when the toolkit comes or goes.
 CUDA_HOME ?= /usr/local/cuda
+NVCC      := $(CUDA_HOME)/bin/nvcc
 CUDART    := $(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart_static.a \
                  $(CUDA_HOME)/lib/libcudart_static.a $(CUDA_HOME)/lib/x86_64-linux-gnu/libcudart_static.a))
-ifneq ($(and $(wildcard $(CUDA_HOME)/include/cuda_runtime.h),$(CUDART)),)
+ifneq ($(and $(wildcard $(CUDA_HOME)/include/cuda_runtime.h),$(CUDART),$(wildcard $(NVCC))),)
 CUDA_MODE := on
 LDLIBS    += $(CUDART) -lrt -ldl -lpthread
 $(BUILD)/obj/workers/device/cuda.o: CFLAGS += -DDISCO_HAVE_CUDA -I$(CUDA_HOME)/include
+# The kernels: SASS for sm_80 and sm_90, PTX for later GPUs. The object must
+# need nothing but the CUDA runtime (the library is linked by the C
+# compiler): no exceptions or RTTI, and no thread-safe statics, whose guards
+# live in libstdc++ (cuda.c serializes the launches instead).
+CUDA_OBJ  := $(BUILD)/obj/workers/device/ar_cuda.o
+NVCCFLAGS := $(O) -g -std=c++17 -Werror all-warnings -D_GNU_SOURCE -I. -Iinclude \
+    -Xcompiler -fPIC,-fno-exceptions,-fno-rtti,-fno-threadsafe-statics \
+    -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+    -gencode arch=compute_90,code=compute_90
+$(CUDA_OBJ): workers/device/ar_cuda.cu $(FLAGS_STAMP) $(BUILD)/.cuda-on | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/libdisco.a $(BUILD)/libdisco.so: $(CUDA_OBJ)
+-include $(CUDA_OBJ:.o=.d)
 else
 CUDA_MODE := off
 endif
