@@ -102,16 +102,16 @@ static inline disco_session_t *open_for(DLDeviceType type, int i)
 static const DLDataType F32 = {kDLFloat, 32, 1};
 
 /* disco.arena_stats on worker w: [bytes, used, blocks, peers, type, id,
- * events]. */
-static inline void arena_stats(disco_session_t *s, int w, int64_t out[7])
+ * events, one-shot allreduce kernels, two-shot ones]. */
+static inline void arena_stats(disco_session_t *s, int w, int64_t out[9])
 {
     disco_dref_t r;
     CK_OK(disco_session_call_by_name(s, "disco.arena_stats", NULL, 0, &r));
     disco_value_t v;
     CK_OK(disco_session_debug_get(s, r, w, &v));
     ck_assert_int_eq(v.type, DISCO_T_SHAPE);
-    ck_assert_uint_eq(v.len, 7);
-    memcpy(out, v.v.shape, 7 * sizeof *out);
+    ck_assert_uint_eq(v.len, 9);
+    memcpy(out, v.v.shape, 9 * sizeof *out);
     disco_value_clear(&v);
     CK_OK(disco_session_free_reg(s, r));
 }

@@ -28,7 +28,7 @@ START_TEST(test_empty_every_worker)
     CK_OK(disco_session_empty_device(s, shape, 2, F32, (DLDevice){type, 0}, false, &r));
     for (int w = 0; w < world; w++) {
         CK_OK(disco_session_sync(s, w));
-        int64_t st[7];
+        int64_t st[9];
         arena_stats(s, w, st);
         ck_assert_int_eq(st[0], 4 << 20);
         ck_assert_int_eq(st[2], 1);
@@ -70,7 +70,7 @@ START_TEST(test_function_returns_device_tensor)
         for (int i = 0; i < 8; i++)
             ck_assert_msg(f[i] == (float)(1000 * w + i), "worker %d [%d]: %g", w, i, f[i]);
         disco_value_clear(&v);
-        int64_t st[7];
+        int64_t st[9];
         arena_stats(s, w, st);
         ck_assert_int_eq(st[4], (int)type); /* from the worker's own device arena */
     }
@@ -178,7 +178,7 @@ START_TEST(test_kill_register_frees)
     disco_dref_t r[3];
     for (int k = 0; k < 3; k++)
         CK_OK(disco_session_empty_device(s, shape, 1, F32, (DLDevice){type, 0}, false, &r[k]));
-    int64_t st[7];
+    int64_t st[9];
     for (int w = 0; w < world; w++) {
         arena_stats(s, w, st);
         ck_assert_int_eq(st[2], 3);

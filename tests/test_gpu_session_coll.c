@@ -57,7 +57,7 @@ START_TEST(test_device_collectives)
                 ck_assert_msg(((const float *)v.v.bytes)[i] == want, "allreduce on %d [%d]", w, i);
             }
             disco_value_clear(&v);
-            int64_t st[7];
+            int64_t st[9];
             arena_stats(s, w, st);
             ck_assert_int_eq(st[3], world - 1); /* every peer's arena, opened once */
             ck_assert_int_eq(st[6], world - 1); /* and its event: the copies are ordered by them */
@@ -125,7 +125,7 @@ START_TEST(test_device_collectives_in_group)
             CK_OK(disco_session_debug_get(s, ga, w, &v));
             ck_assert_int_eq(v.type, DISCO_T_NULL);
         }
-        int64_t st[7];
+        int64_t st[9];
         arena_stats(s, w, st);
         ck_assert_int_eq(st[3], 1); /* its group's other member's arena only */
         ck_assert_int_eq(st[6], 1); /* and its event */
@@ -275,7 +275,7 @@ START_TEST(test_death_with_imports)
     disco_dref_t ag = coll(s, "disco.allgather", x);
     for (int w = 0; w < world; w++)
         CK_OK(disco_session_sync(s, w));
-    int64_t st[7];
+    int64_t st[9];
     arena_stats(s, 0, st);
     ck_assert_int_eq(st[3], world - 1);
     ck_assert_int_eq(kill(disco_session_worker_pid(s, victim), SIGKILL), 0);
@@ -325,7 +325,7 @@ START_TEST(test_device_send_recv)
         }
         CK_OK(disco_session_free_reg(s, out));
     }
-    int64_t st[7];
+    int64_t st[9];
     arena_stats(s, 0, st);
     ck_assert_int_le(st[3], world - 1); /* peers' arenas opened at most once each */
     CK_OK(disco_session_free_reg(s, x));

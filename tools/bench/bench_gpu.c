@@ -8,9 +8,14 @@
  *                        (the cached mapping; a reference counted)
  *   gpu_allreduce_us_<size>_<dtype>_n<N>  disco.allreduce (sum) of device
  *                        tensors + sync of every worker; size 512B, 32KiB,
- *                        1MiB, 64MiB; dtype f16, f32; N = 2, 4. Today's
- *                        allreduce stages through host memory (the kernels
- *                        come later): this is what it measures.
+ *                        1MiB, 64MiB; dtype f16, f32; N = 2, 4: the
+ *                        allreduce kernels (workers/device/ar.h), one-shot
+ *                        or two-shot as the default switch point says.
+ *   gpu_allreduce_{oneshot,twoshot}_us_<size>_n<N>  the same (f16) forced
+ *                        one way, size 8KiB to 32MiB by 4x; and
+ *   gpu_allreduce_switch_bytes_n<N>  the smallest of those sizes from which
+ *                        two-shot is faster at every larger one (0: never):
+ *                        what DISCO_AR_TWO_SHOT_BYTES should be.
  *   gpu_memcpy_allreduce_us_<size>_n<N>  baseline: the copies a gather to
  *                        one buffer and a broadcast back make on one device,
  *                        2 (N - 1) device-to-device copies of <size> queued
@@ -389,6 +394,56 @@ static void bench_allreduce_n(int n)
     disco_session_close(s);
 }
 
+/* ---- the switch point between one-shot and two-shot ---- */
+
+static const size_t scan_sizes[] = {8 * KIB, 32 * KIB, 128 * KIB, 512 * KIB,
+                                    2 * MIB, 8 * MIB,  32 * MIB};
+static const char *const scan_names[] = {"8KiB", "32KiB", "128KiB", "512KiB",
+                                         "2MiB", "8MiB",  "32MiB"};
+#define NSCAN (int)(sizeof scan_sizes / sizeof scan_sizes[0])
+
+/* Median us of an f16 sum allreduce of each scan size on n workers, every
+ * call forced one way (DISCO_AR_TWO_SHOT_BYTES, read at each call by every
+ * process: the session's workers inherit it). */
+static void scan_mode(int n, bool two_shot, int nsizes, double *us)
+{
+    setenv("DISCO_AR_TWO_SHOT_BYTES", two_shot ? "0" : "1099511627776", 1);
+    disco_session_t *s = open_spawned(n, 2 * scan_sizes[nsizes - 1] + 4 * MIB);
+    coll_ctx_t c = {.s = s, .nargs = 3, .what = "allreduce"};
+    bu_check(disco_session_get_func(s, "disco.allreduce", &c.func), "get disco.allreduce");
+    for (int i = 0; i < nsizes; i++) {
+        disco_dref_t x = ones(s, scan_sizes[i], f16);
+        c.args[0] = dref(x);
+        c.args[1] = disco_value_str("sum");
+        c.args[2] = disco_value_bool(false);
+        check_allreduce(&c, scan_sizes[i], f16, n);
+        us[i] =
+            median_single(coll_rounds, &c, warm_for(scan_sizes[i]), reps_for(scan_sizes[i])) / 1e3;
+        figure(
+            key("gpu_allreduce_%s_us_%s_n%d", two_shot ? "twoshot" : "oneshot", scan_names[i], n),
+            us[i], "us");
+        bu_check(disco_session_free_reg(s, x), "free");
+        sync_all(s);
+    }
+    bu_check(disco_session_free_reg(s, c.func), "free");
+    disco_session_close(s);
+    unsetenv("DISCO_AR_TWO_SHOT_BYTES");
+}
+
+/* Both ways over the scan sizes, and the switch point: the smallest size
+ * from which two-shot is faster at every larger size (0: never). */
+static void bench_switch_point(int n)
+{
+    int nsizes = g.sim ? 2 : NSCAN;
+    double one[NSCAN], two[NSCAN];
+    scan_mode(n, false, nsizes, one);
+    scan_mode(n, true, nsizes, two);
+    double at = 0;
+    for (int i = nsizes - 1; i >= 0 && two[i] < one[i]; i--)
+        at = (double)scan_sizes[i];
+    figure(key("gpu_allreduce_switch_bytes_n%d", n), at, "B");
+}
+
 /* ---- copies to and from worker 0, and a peer's arena ---- */
 
 typedef struct wcopy_ctx {
@@ -544,4 +599,6 @@ void bench_gpu(void)
     bench_copies();
     for (int i = 0; i < g.nworkers; i++)
         bench_allreduce_n(g.workers[i]);
+    for (int i = 0; i < g.nworkers; i++)
+        bench_switch_point(g.workers[i]);
 }

@@ -82,8 +82,8 @@ static disco_status_t cpu_affinity(disco_ctx_t *ctx, const disco_value_t *args, 
 }
 
 /* disco.arena_stats(): this worker's device arena as a shape [bytes, used,
- * blocks, peers imported, device type, device id, peers' events imported];
- * all 0 (device type -1)
+ * blocks, peers imported, device type, device id, peers' events imported,
+ * one-shot and two-shot allreduce kernels run]; all 0 (device type -1)
  * before its first device tensor. For tests and debugging. */
 static disco_status_t arena_stats(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
                                   disco_value_t *ret)
@@ -92,7 +92,7 @@ static disco_status_t arena_stats(disco_ctx_t *ctx, const disco_value_t *args, i
     (void)nargs;
     disco__arena_stats_t st;
     disco__arena_stats(ctx->worker != NULL ? ctx->worker->arena : NULL, &st);
-    int64_t *v = disco_ctx_alloc(ctx, 7 * sizeof *v);
+    int64_t *v = disco_ctx_alloc(ctx, 9 * sizeof *v);
     if (v == NULL)
         return disco_ctx_fail(ctx, "out of memory");
     v[0] = (int64_t)st.bytes;
@@ -102,7 +102,9 @@ static disco_status_t arena_stats(disco_ctx_t *ctx, const disco_value_t *args, i
     v[4] = st.bytes ? (int64_t)st.device.device_type : -1;
     v[5] = st.device.device_id;
     v[6] = st.events;
-    *ret = disco_value_shape(v, 7);
+    v[7] = (int64_t)st.ar_one_shot;
+    v[8] = (int64_t)st.ar_two_shot;
+    *ret = disco_value_shape(v, 9);
     return DISCO_OK;
 }
 

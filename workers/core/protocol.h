@@ -60,7 +60,7 @@ enum disco__reply {
 };
 
 #define DISCO_CTL_MAGIC      0x4c544343534944ULL /* "DISCCTL" */
-#define DISCO_CTL_LAYOUT     7u                  /* 7: each arena publishes its IPC event */
+#define DISCO_CTL_LAYOUT     8u /* 8: collective slots carry a go verdict; arenas a signal region */
 #define DISCO_ERR_MSG_MAX    384
 #define DISCO_MAX_ARGS       64
 #define DISCO_MAX_WORKERS    255

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "workers/core/protocol.h"
+#include "workers/device/ar.h"
 #include "workers/device/ipc.h"
 
 #define TABLE_SLOTS_PER_WORKER 2u /* one arena each, and room to reclaim a dead one's */
@@ -23,7 +24,8 @@ struct disco__arena {
     DLDevice dev;
     const char *dev_name;
     char *base;
-    uint64_t bytes;
+    uint64_t bytes; /* for tensors, after the signal region (cfg.device_arena_bytes) */
+    uint64_t total; /* allocated and exported: the signal region and bytes */
     disco_stream_t stream;
     disco_event_t *event; /* exported once, published beside the arena */
     struct disco__dev_area *area;
@@ -37,6 +39,7 @@ struct disco__arena {
     uint64_t peer_bytes[DISCO_MAX_WORKERS];
     DLDevice peer_dev[DISCO_MAX_WORKERS];
     disco_event_t *peer_ev[DISCO_MAX_WORKERS]; /* imported events, NULL: not yet */
+    uint64_t ar_runs[2];                       /* allreduce kernels run: one-shot, two-shot */
 };
 
 static uint64_t table_at(uint32_t world)
@@ -143,13 +146,14 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
     a->dev = dev;
     a->dev_name = name;
     a->bytes = bytes;
+    a->total = bytes + DISCO_AR_SIGNAL_BYTES; /* bytes <= DISCO_ARENA_MAX_BYTES: no overflow */
     a->area = area;
     a->world = world;
     a->free = fr;
     a->capfree = 16;
     void *base = NULL;
     disco_ipc_ref_t ref;
-    if ((st = disco_device_alloc(dev, (size_t)bytes, &base)) != DISCO_OK) {
+    if ((st = disco_device_alloc(dev, (size_t)a->total, &base)) != DISCO_OK) {
         st = disco_set_error(st,
                              "worker %d: a device arena of %llu bytes on %s:%d "
                              "(cfg.device_arena_bytes): %s",
@@ -167,12 +171,21 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
                              dev.device_id, disco_last_error());
         goto fail;
     }
-    a->free[0] = (struct piece){0, bytes};
+    /* The signal region starts zeroed (no flag holds an epoch: ar.h). */
+    static const char zeros[DISCO_AR_SIGNAL_BYTES];
+    DLDevice cpu = {kDLCPU, 0};
+    if ((st = disco_device_copy(base, dev, zeros, cpu, sizeof zeros, a->stream)) != DISCO_OK ||
+        (st = disco_device_stream_sync(dev, a->stream)) != DISCO_OK) {
+        st = disco_set_error(st, "worker %d: clearing its arena's signal region on %s:%d: %s",
+                             worker, name, dev.device_id, disco_last_error());
+        goto fail;
+    }
+    a->free[0] = (struct piece){DISCO_AR_SIGNAL_BYTES, bytes};
     a->nfree = 1;
     struct disco__dev_pub *p = &area->pub[worker];
     p->device_type = (int32_t)dev.device_type;
     p->device_id = dev.device_id;
-    p->bytes = bytes;
+    p->bytes = a->total;
     p->ref = ref;
     p->event = evh;
     /* P1. Release: the fields above are written before a peer that sees
@@ -362,7 +375,7 @@ disco_status_t disco__arena_peer(struct disco__arena *a, int peer, uint64_t off,
     pthread_mutex_lock(&a->lock);
     disco_status_t st = DISCO_OK;
     if (peer == a->worker) {
-        a->peer_bytes[peer] = a->bytes;
+        a->peer_bytes[peer] = a->total;
     } else if (a->peer[peer] == NULL) {
         struct disco__dev_pub *p = &a->area->pub[peer];
         /* P2. Acquire: pairs with the owner's release (P1); the fields are
@@ -481,9 +494,28 @@ void disco__arena_stats(struct disco__arena *a, disco__arena_stats_t *stats_out)
     stats_out->used = a->used;
     stats_out->blocks = a->blocks;
     stats_out->device = a->dev;
+    stats_out->ar_one_shot = a->ar_runs[0];
+    stats_out->ar_two_shot = a->ar_runs[1];
     for (uint32_t i = 0; i < a->world; i++) {
         stats_out->peers += a->peer[i] != NULL;
         stats_out->events += a->peer_ev[i] != NULL;
     }
+    pthread_mutex_unlock(&a->lock);
+}
+
+disco_status_t disco__arena_signal(struct disco__arena *a, int peer, uint32_t **sig_out)
+{
+    void *p;
+    DLDevice dev;
+    disco_status_t st = disco__arena_peer(a, peer, 0, DISCO_AR_SIGNAL_BYTES, &p, &dev);
+    if (st == DISCO_OK)
+        *sig_out = p;
+    return st;
+}
+
+void disco__arena_count_ar(struct disco__arena *a, bool two_shot)
+{
+    pthread_mutex_lock(&a->lock);
+    a->ar_runs[two_shot ? 1 : 0]++;
     pthread_mutex_unlock(&a->lock);
 }

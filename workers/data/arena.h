@@ -3,7 +3,9 @@
  *
  * A session's device tensors (sim or CUDA) are not allocated one by one:
  * each worker allocates ONE arena on its device (worker i -> device
- * i mod count, disco_device_for_worker), exports it ONCE
+ * i mod count, disco_device_for_worker): a zeroed signal region of
+ * DISCO_AR_SIGNAL_BYTES for the allreduce kernels' flags
+ * (workers/device/ar.h), then cfg.device_arena_bytes for tensors; exports it ONCE
  * (disco_device_ipc_export) and publishes the ref in the session's device
  * area, shared memory every worker maps. Tensors are carved out of the
  * arena by a host-side sub-allocator (a first-fit free list over offsets,
@@ -184,7 +186,16 @@ typedef struct disco__arena_stats {
     uint32_t peers;  /* peers' arenas imported here */
     uint32_t events; /* peers' IPC events imported here */
     DLDevice device;
+    uint64_t ar_one_shot, ar_two_shot; /* allreduce kernels this worker ran */
 } disco__arena_stats_t;
+
+/** The address, in this process, of worker peer's signal region (the
+ *  first DISCO_AR_SIGNAL_BYTES of its arena, workers/device/ar.h; tensors
+ *  are carved from what follows). Returns as disco__arena_peer. */
+disco_status_t disco__arena_signal(struct disco__arena *a, int peer, uint32_t **sig_out);
+
+/** Counts an allreduce kernel a's worker ran (stats). */
+void disco__arena_count_ar(struct disco__arena *a, bool two_shot);
 
 /** a's counts (for tests and debugging). */
 void disco__arena_stats(struct disco__arena *a, disco__arena_stats_t *stats_out);

@@ -48,6 +48,7 @@ struct disco__coll_call {
     bool met;               /* the meeting succeeded */
     bool dev;               /* a call on device tensors (known to all after the meeting) */
     bool owe_waits;         /* device call: this member had no arena at its last barrier */
+    bool by_flags;          /* device call ordered by a kernel's flags: no events at barriers */
     disco_status_t gave_up; /* the call was given up (A3) with it: no barrier after */
     struct disco__coll_slot *me;
     disco_status_t local;                              /* this member's verdict so far */
@@ -75,6 +76,16 @@ void disco__coll_post_tensor(struct disco__coll_call *c, const DLTensor *t, bool
  *  else the wait's status), or this member's own device failure (after the
  *  barrier: the others are not held up). */
 disco_status_t disco__coll_barrier(struct disco__coll_call *c);
+
+/** A barrier after the meeting that carries a verdict: this member posts
+ *  mine (DISCO_OK, or its own failure with the last error as the message)
+ *  and choice, passes the barrier, and every member takes the same
+ *  verdict: the first failing member's status and message, else DISCO_OK
+ *  with *choice_out the first member's choice. So members launch device
+ *  work that meets inside the device (a kernel's flags) only when every
+ *  one of them will. Returns that verdict, or as disco__coll_barrier. */
+disco_status_t disco__coll_go(struct disco__coll_call *c, disco_status_t mine, uint32_t choice,
+                              uint32_t *choice_out);
 
 /** Waits on the host for this member's arena stream, under the worker's
  *  wait (deadline, abort word, liveness check: workers/device/watch.h), so
@@ -159,10 +170,21 @@ disco_status_t disco__coll_dev_allgather(struct disco__coll_call *c, DLTensor *o
 disco_status_t disco__coll_dev_scatter(disco_ctx_t *ctx, struct disco__coll_call *c, int64_t rows,
                                        uint64_t chunk, disco_value_t *ret);
 
-/** After a meeting with same inputs: this member reduces its slice of
- *  every member's x (staged through host memory, a chunk at a time), then
- *  writes the result into every member's posted output, then passes the
- *  barrier. Returns as disco__coll_dev_gather. */
+/** Whether an allreduce of device tensors over c's members runs as a
+ *  kernel on every member (workers/device/ar.h): groups of at most
+ *  DISCO_AR_MAX_RANKS members. The caller sets c->by_flags to it before
+ *  the meeting when its input is a device tensor (every member decides
+ *  alike: the group's size is the same on all). */
+bool disco__coll_dev_by_kernel(const struct disco__coll_call *c);
+
+/** After a meeting with same inputs. With c->by_flags: every member maps
+ *  everyone's input, output and signal region, passes the go barrier
+ *  (disco__coll_go: all launch, or none), launches its kernel and waits
+ *  for its stream; no barrier after (the kernels' END flags order later
+ *  uses). Else: this member reduces its slice of every member's x (staged
+ *  through host memory, a chunk at a time), writes the result into every
+ *  member's posted output, then passes the barrier. Returns DISCO_OK or the
+ *  call's failure (the same on all when it is the go's). */
 disco_status_t disco__coll_dev_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
                                          const DLTensor *x, DLTensor *out);
 

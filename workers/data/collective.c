@@ -132,6 +132,7 @@ void disco__coll_begin(disco_ctx_t *ctx, bool in_group, const char *what,
     c->met = false;
     c->dev = false;
     c->owe_waits = false;
+    c->by_flags = false;
     c->gave_up = DISCO_OK;
 }
 
@@ -139,6 +140,12 @@ static struct disco__coll_slot *member(struct disco__coll_call *c, int rank)
 {
     return disco__coll_slot(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups, c->parity,
                             (uint32_t)(c->base + rank));
+}
+
+/* A status a member posted: one of ours (an error), else DISCO_E_PROTOCOL. */
+static disco_status_t posted_status(int32_t st)
+{
+    return disco__status_is_error(st) ? (disco_status_t)st : DISCO_E_PROTOCOL;
 }
 
 /* Records this member's failure (the first one) for everyone to see. */
@@ -213,7 +220,7 @@ static disco_status_t wait_for_members(struct disco__coll_call *c)
 static disco_status_t record_mine(struct disco__coll_call *c)
 {
     struct disco__arena *a = c->w->arena;
-    if (a == NULL || (!c->dev && c->me->dev_type == 0))
+    if (a == NULL || c->by_flags || (!c->dev && c->me->dev_type == 0))
         return DISCO_OK;
     disco_status_t st = disco__arena_record(a);
     if (st != DISCO_OK) {
@@ -242,8 +249,33 @@ disco_status_t disco__coll_barrier(struct disco__coll_call *c)
     disco_status_t st = barrier_wait(c->bar, (uint32_t)c->size, c->w->wait);
     if (st != DISCO_OK)
         return abandon(c, st, false);
-    disco_status_t wst = c->dev ? wait_for_members(c) : DISCO_OK;
+    disco_status_t wst = c->dev && !c->by_flags ? wait_for_members(c) : DISCO_OK;
     return rst != DISCO_OK ? rst : wst;
+}
+
+disco_status_t disco__coll_go(struct disco__coll_call *c, disco_status_t mine, uint32_t choice,
+                              uint32_t *choice_out)
+{
+    c->me->go = mine;
+    c->me->choice = choice;
+    if (mine != DISCO_OK)
+        snprintf(c->me->msg, sizeof c->me->msg, "%s", disco_last_error());
+    /* The barrier orders these writes before the others' reads (its
+     * acq_rel arrival and acquire wait, as for the posts). */
+    disco_status_t st = disco__coll_barrier(c);
+    if (st != DISCO_OK)
+        return st;
+    for (int r = 0; r < c->size; r++) {
+        const struct disco__coll_slot *m = member(c, r);
+        int32_t go = m->go;
+        if (go != DISCO_OK) { /* another process's words: bounded, escaped */
+            char msg[sizeof m->msg];
+            disco__text_safe(msg, sizeof msg, m->msg, sizeof m->msg);
+            return disco_set_error(posted_status(go), "worker %d: %s", c->base + r, msg);
+        }
+    }
+    *choice_out = member(c, 0)->choice;
+    return DISCO_OK;
 }
 
 static bool never(void *arg)
@@ -300,12 +332,6 @@ disco_status_t disco__coll_end(struct disco__coll_call *c, disco_status_t st)
     return st;
 }
 
-/* A status a member posted: one of ours (an error), else DISCO_E_PROTOCOL. */
-static disco_status_t posted_status(int32_t st)
-{
-    return disco__status_is_error(st) ? (disco_status_t)st : DISCO_E_PROTOCOL;
-}
-
 /* Copies member r's slot into c->post[r] and checks its numbers: the rank
  * count, every dimension, and the byte count (no overflow). */
 static disco_status_t take_post(struct disco__coll_call *c, int r)
@@ -355,7 +381,7 @@ disco_status_t disco__coll_meet(struct disco__coll_call *c)
     c->met = true;
     for (int r = 0; r < c->size; r++)
         c->dev = c->dev || c->post[r].dev_type != 0;
-    return c->dev ? wait_for_members(c) : DISCO_OK;
+    return c->dev && !c->by_flags ? wait_for_members(c) : DISCO_OK;
 }
 
 /* The address of bytes [off, off + len) of the input (or output) member r

@@ -73,6 +73,12 @@ struct disco__coll_slot {
     uint64_t in_block, in_off;   /* input tensor (heap offsets; device: arena offset, 0) */
     uint64_t out_block, out_off; /* output tensor, 0 if none */
     int64_t shape[DISCO_MAX_NDIM];
+    /* The go barrier (disco__coll_go): this member's verdict after the
+     * meeting and its choice for the call; msg explains a failed go. Never
+     * read by the meeting, so a member's go cannot change what a slower
+     * one reads there. */
+    int32_t go;
+    uint32_t choice;
     char msg[160];
 };
 

@@ -12,11 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "disco/clock.h"
+
 #include "workers/core/ctx.h"
 #include "workers/core/worker.h"
 #include "workers/data/arena.h"
 #include "workers/data/coll_call.h"
 #include "workers/data/tensor_impl.h"
+#include "workers/device/ar.h"
 
 /* n bytes from src on sd to dst on dd, queued on this worker's arena
  * stream; with host (a side is host memory the caller reads or reuses
@@ -145,10 +148,83 @@ static disco_status_t reduce_slice(struct disco__coll_call *c, disco_reduce_op_t
     return st;
 }
 
+/* The job of this member's kernel: every member's input, output and
+ * signal region mapped here. */
+static disco_status_t make_job(struct disco__coll_call *c, disco_reduce_op_t op, const DLTensor *x,
+                               struct disco__ar_job *j)
+{
+    uint64_t count = (uint64_t)disco_tensor_numel(x);
+    size_t esz = disco_dtype_bytes(x->dtype);
+    *j = (struct disco__ar_job){.rank = (uint32_t)c->rank,
+                                .size = (uint32_t)c->size,
+                                .slot = c->parity,
+                                /* never 0, and consecutive calls differ (ar.h) */
+                                .epoch = (uint32_t)(c->w->ncoll % UINT32_MAX) + 1,
+                                .op = (uint32_t)op,
+                                .dtype = x->dtype,
+                                .count = count};
+    disco_status_t st = DISCO_OK;
+    for (int r = 0; r < c->size && st == DISCO_OK; r++) {
+        char *in, *o;
+        DLDevice d;
+        if ((st = disco__coll_dev_span(c, r, false, 0, count * esz, &in, &d)) == DISCO_OK &&
+            (st = disco__coll_dev_span(c, r, true, 0, count * esz, &o, &d)) == DISCO_OK &&
+            (st = disco__arena_signal(c->w->arena, c->base + r, &j->signal[r])) == DISCO_OK)
+            j->in[r] = in, j->out[r] = o;
+    }
+    return st;
+}
+
+/* The nanoseconds a kernel's wait may spin: what is left of the call's
+ * deadline or timeout (0: no limit; the watched sync can still abort it). */
+static uint64_t budget_ns(const struct disco__coll_call *c)
+{
+    const disco_wait_t *w = c->w->wait;
+    int64_t left = w->deadline_ns > 0 ? w->deadline_ns - disco_now_ns() : 0;
+    if (w->deadline_ns > 0)
+        return left > 0 ? (uint64_t)left : 1;
+    return w->timeout_ns > 0 ? (uint64_t)w->timeout_ns : 0;
+}
+
+/* Allreduce by a kernel on every member (ar.h): after the meeting, each
+ * maps everyone's bytes, the go barrier tells whether all could (and
+ * which way the call goes: the first member's choice), then each launches
+ * its kernel and waits on the host for its own stream. No barrier after:
+ * the kernels' END flags order every later use of the bytes. */
+static disco_status_t kernel_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
+                                       const DLTensor *x)
+{
+    struct disco__ar_job j;
+    disco_status_t st = make_job(c, op, x, &j);
+    uint32_t two_shot = 0;
+    if ((st = disco__coll_go(c, st, disco__ar_two_shot(j.count * disco_dtype_bytes(x->dtype)),
+                             &two_shot)) != DISCO_OK)
+        return st;
+    struct disco__arena *a = c->w->arena;
+    j.two_shot = two_shot != 0;
+    j.pieces = disco__ar_plan(j.count, disco_dtype_bytes(x->dtype), j.size, j.two_shot);
+    j.budget_ns = budget_ns(c);
+    if ((st = disco__ar_launch(disco__arena_device(a), disco__arena_stream(a), &j)) != DISCO_OK)
+        return disco_set_error(st, "%s: worker %d: %s", c->what, c->w->id, disco_last_error());
+    if ((st = disco__coll_dev_sync(c)) != DISCO_OK)
+        return st; /* the call is given up; the detail says why */
+    if ((st = disco__ar_check(disco__arena_device(a))) != DISCO_OK)
+        return disco_set_error(st, "%s: worker %d: %s", c->what, c->w->id, disco_last_error());
+    disco__arena_count_ar(a, j.two_shot);
+    return DISCO_OK;
+}
+
+bool disco__coll_dev_by_kernel(const struct disco__coll_call *c)
+{
+    return c->size <= (int)DISCO_AR_MAX_RANKS;
+}
+
 disco_status_t disco__coll_dev_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
                                          const DLTensor *x, DLTensor *out)
 {
     (void)out; /* posted at the meeting: every member writes it through the imports */
+    if (c->by_flags)
+        return kernel_allreduce(c, op, x);
     size_t count = (size_t)disco_tensor_numel(x);
     size_t lo = count * (size_t)c->rank / (size_t)c->size;
     size_t hi = count * (size_t)(c->rank + 1) / (size_t)c->size;

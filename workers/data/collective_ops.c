@@ -64,8 +64,9 @@ static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
 }
 
 /* disco.allreduce(x, op, in_group): every member gets op over the members' x.
- * Member r reduces slice r of all inputs and writes it into every member's
- * output (a reduce-scatter and an allgather in one pass). */
+ * Heap tensors: member r reduces slice r of all inputs and writes it into
+ * every member's output (a reduce-scatter and an allgather in one pass).
+ * Device tensors: kernels on every member (collective_dev.c). */
 static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct disco__coll_call c;
@@ -81,13 +82,16 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
     if (st == DISCO_OK) {
         disco__coll_post_tensor(&c, x, false);
         disco__coll_post_tensor(&c, out, true);
+        /* Device tensors: by kernels that meet through flags (no events at
+         * the barriers), in groups small enough. */
+        c.by_flags = x->device.device_type != kDLCPU && disco__coll_dev_by_kernel(&c);
     } else {
         disco__coll_fail(&c, st, disco_last_error());
     }
     if ((st = disco__coll_meet(&c)) != DISCO_OK ||
         (st = disco__coll_same_inputs(&c, false)) != DISCO_OK)
         return st;                 /* same verdict, same barriers on every member */
-    if (c.post[0].dev_type != 0) { /* staged through host memory, device to device */
+    if (c.post[0].dev_type != 0) { /* by kernels, or staged through host memory */
         st = disco__coll_dev_allreduce(&c, op, x, out);
         if (st == DISCO_OK)
             *ret = disco_value_tensor(out);

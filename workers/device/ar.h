@@ -45,6 +45,11 @@
  * k+1's START while a slow one still waits for k's END, without touching
  * what the slow one reads; it cannot reach k+2 (the same slot as k) before
  * every member arrived at k+1's START, which each does only after k's END.
+ * (With START and END in every call one slot would do as well: a member
+ * writes a flag of call k+1 only after every member arrived at k's END,
+ * by when each has read all its flags of k. The slots keep a fast member
+ * off a slow one's flags whatever the phases; tests/test_gpu_ar.c shows
+ * that dropping the END or the MID wait is caught, not the slots.)
  *
  * Fences (the labels are used in ar_sim.c and ar_cuda.cu):
  *   F1 an arrival is a release store of the epoch (CUDA: system scope,
@@ -84,14 +89,22 @@ extern "C" {
 
 enum { DISCO_AR_START = 0, DISCO_AR_MID = 1, DISCO_AR_END = 2 };
 
+/* The two helpers below run on the host and, under nvcc, in the kernels:
+ * one formula for both sides. */
+#ifdef __CUDACC__
+#define DISCO_AR_HD __host__ __device__
+#else
+#define DISCO_AR_HD
+#endif
+
 /* Bytes at the start of every arena for the flags (a multiple of the
  * arena's alignment). */
 #define DISCO_AR_SIGNAL_BYTES 8192u
 
 /* The flag of (slot, phase, piece, sender rank), as an index of 32-bit
  * words in a member's signal region. */
-static inline uint32_t disco__ar_flag(uint32_t slot, uint32_t phase, uint32_t piece,
-                                      uint32_t rank)
+DISCO_AR_HD static inline uint32_t disco__ar_flag(uint32_t slot, uint32_t phase, uint32_t piece,
+                                                  uint32_t rank)
 {
     return ((slot * DISCO_AR_PHASES + phase) * DISCO_AR_MAX_PIECES + piece) * DISCO_AR_MAX_RANKS +
            rank;
@@ -108,17 +121,18 @@ struct disco__ar_job {
     uint32_t pieces;     /* 1 .. DISCO_AR_MAX_PIECES (disco__ar_plan) */
     uint32_t reserved;
     DLDataType dtype;
-    uint64_t count;        /* elements of each input */
-    uint64_t budget_ns;    /* CUDA: how long a wait may spin (0: until aborted) */
+    uint64_t count;     /* elements of each input */
+    uint64_t budget_ns; /* CUDA: how long a wait may spin (0: until aborted) */
     const void *in[DISCO_AR_MAX_RANKS];
-    void *out[DISCO_AR_MAX_RANKS];      /* every member's output (two-shot reads them) */
+    void *out[DISCO_AR_MAX_RANKS];        /* every member's output (two-shot reads them);
+                                             no output overlaps any input */
     uint32_t *signal[DISCO_AR_MAX_RANKS]; /* every member's signal region */
 };
 
 /* Elements [lo, hi) of piece b of part (a slice in two-shot; part 0 and
  * parts 1 in one-shot): the count cut evenly, by rank then by piece. */
-static inline void disco__ar_range(const struct disco__ar_job *j, uint32_t part, uint32_t piece,
-                                   uint64_t *lo, uint64_t *hi)
+DISCO_AR_HD static inline void disco__ar_range(const struct disco__ar_job *j, uint32_t part,
+                                               uint32_t piece, uint64_t *lo, uint64_t *hi)
 {
     uint64_t parts = j->two_shot ? j->size : 1;
     uint64_t plo = j->count * part / parts, phi = j->count * (part + 1) / parts;
@@ -131,7 +145,7 @@ static inline void disco__ar_range(const struct disco__ar_job *j, uint32_t part,
 uint32_t disco__ar_plan(uint64_t count, size_t esz, uint32_t size, bool two_shot);
 
 /** Whether a message of nbytes goes two-shot: at DISCO_AR_TWO_SHOT_BYTES
- *  bytes and above (read once per process; default
+ *  bytes and above (read at each call; default
  *  DISCO_AR_TWO_SHOT_DEFAULT, not yet measured on a GPU: see the README).
  *  Members may disagree (their environments): the collective takes its
  *  first member's choice. Thread-safe. */
@@ -162,7 +176,7 @@ disco_status_t disco__sim_ar_launch(int device_id, disco_stream_t stream,
                                     const struct disco__ar_job *job); /* ar_sim.c */
 disco_status_t disco__cuda_ar_launch(int device_id, disco_stream_t stream,
                                      const struct disco__ar_job *job); /* cuda.c */
-disco_status_t disco__cuda_ar_check(int device_id);                   /* cuda.c */
+disco_status_t disco__cuda_ar_check(int device_id);                    /* cuda.c */
 #endif
 
 #ifdef __cplusplus

@@ -46,27 +46,6 @@ namespace
 constexpr unsigned kThreads = 512;    /* per block, so per piece */
 constexpr uint32_t kPollEvery = 1024; /* spins between looks at the clock and the words */
 
-/* ---- ar.h's indexing -------------------------------------------------------
- * disco__ar_flag and disco__ar_range are plain static inline functions of a
- * C header, so host functions under nvcc; these are the same formulas, for
- * the device. Keep them equal to ar.h's. */
-
-__device__ __forceinline__ uint32_t flag_index(uint32_t slot, uint32_t phase, uint32_t piece,
-                                               uint32_t rank)
-{
-    return ((slot * DISCO_AR_PHASES + phase) * DISCO_AR_MAX_PIECES + piece) * DISCO_AR_MAX_RANKS +
-           rank;
-}
-
-__device__ __forceinline__ void piece_range(const disco__ar_job &j, uint32_t part, uint32_t piece,
-                                            uint64_t *lo, uint64_t *hi)
-{
-    uint64_t parts = j.two_shot ? j.size : 1;
-    uint64_t plo = j.count * part / parts, phi = j.count * (part + 1) / parts;
-    *lo = plo + (phi - plo) * piece / j.pieces;
-    *hi = plo + (phi - plo) * (piece + 1) / j.pieces;
-}
-
 /* ---- flags ---------------------------------------------------------------- */
 
 /* Signal regions are cudaMalloc'd memory (own or IPC imports): global
@@ -108,7 +87,7 @@ __device__ __forceinline__ void arrive(const disco__ar_job &j, uint32_t phase, u
 {
     __syncthreads();
     if (threadIdx.x < j.size)
-        st_release_sys(j.signal[threadIdx.x] + flag_index(j.slot, phase, b, j.rank), j.epoch);
+        st_release_sys(j.signal[threadIdx.x] + disco__ar_flag(j.slot, phase, b, j.rank), j.epoch);
 }
 
 /* F2: waits until every member arrived at phase of piece b; false when the
@@ -134,7 +113,7 @@ __device__ __forceinline__ bool await(const disco__ar_job &j, uint32_t phase, ui
 {
     int give_up = 0;
     if (threadIdx.x < j.size) {
-        const uint32_t *f = j.signal[j.rank] + flag_index(j.slot, phase, b, threadIdx.x);
+        const uint32_t *f = j.signal[j.rank] + disco__ar_flag(j.slot, phase, b, threadIdx.x);
         const uint64_t t0 = now_ns();
         for (uint32_t spins = 1; ld_acquire_sys(f) != j.epoch; spins++) {
             if (spins % kPollEvery != 0)
@@ -440,7 +419,7 @@ template <typename E> __device__ void gather_piece(const disco__ar_job &j, uint3
         if (m == j.rank)
             continue;
         uint64_t lo, hi;
-        piece_range(j, m, b, &lo, &hi);
+        disco__ar_range(&j, m, b, &lo, &hi);
         const E *src = static_cast<const E *>(j.out[m]);
         for (uint64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
             dst[i] = src[i];
@@ -462,7 +441,7 @@ __global__ void __launch_bounds__(kThreads)
      * before its release. */
     if (!meet(job, DISCO_AR_START, b, abort_w, err_w))
         return;
-    piece_range(job, job.two_shot ? job.rank : 0, b, &lo, &hi);
+    disco__ar_range(&job, job.two_shot ? job.rank : 0, b, &lo, &hi);
     reduce_range<R>(job, lo, hi);
     if (job.two_shot) {
         if (!meet(job, DISCO_AR_MID, b, abort_w, err_w))

@@ -252,19 +252,19 @@ static disco_status_t api_free(int device_id, void *ptr)
 
 /* The private address for n bytes at p (sim memory of this process);
  * *across set if they are another process's (an import). */
-static disco_status_t resolve(const void *p, size_t n, int device_id, char **out, bool *across)
+static disco_status_t resolve(const void *p, size_t n, int device_id, const char *fn, char **out,
+                              bool *across)
 {
     struct region *r = find((uintptr_t)p);
     if (r == NULL)
-        return disco_set_error(DISCO_E_INVAL,
-                               "disco_device_copy: sim:%d: %p is not sim memory of this process",
-                               device_id, p);
+        return disco_set_error(DISCO_E_INVAL, "%s: sim:%d: %p is not sim memory of this process",
+                               fn, device_id, p);
     size_t off = (uintptr_t)p - r->base;
     if (n > r->bytes - off)
         return disco_set_error(DISCO_E_INVAL,
-                               "disco_device_copy: sim:%d: %zu bytes at offset %zu overrun the "
+                               "%s: sim:%d: %zu bytes at offset %zu overrun the "
                                "allocation of %zu bytes at %p",
-                               r->device_id, n, off, r->bytes, (void *)r->base);
+                               fn, r->device_id, n, off, r->bytes, (void *)r->base);
     *out = r->shadow + off;
     *across = *across || r->imported;
     return DISCO_OK;
@@ -289,13 +289,22 @@ static disco_status_t api_copy(void *dst, DLDevice dst_dev, const void *src, DLD
     bool across = false;
     lock_state();
     if (dsim)
-        st = resolve(dst, nbytes, dst_dev.device_id, &d, &across);
+        st = resolve(dst, nbytes, dst_dev.device_id, "disco_device_copy", &d, &across);
     if (st == DISCO_OK && ssim)
-        st = resolve(src, nbytes, src_dev.device_id, &s, &across);
+        st = resolve(src, nbytes, src_dev.device_id, "disco_device_copy", &s, &across);
     pthread_mutex_unlock(&g_lock);
     if (st != DISCO_OK)
         return st;
     return disco__sim_enqueue_copy(dev, stream, d, s, nbytes, across);
+}
+
+disco_status_t disco__sim_shadow(const void *p, size_t n, int device_id, const char *fn, char **out,
+                                 bool *across)
+{
+    lock_state();
+    disco_status_t st = resolve(p, n, device_id, fn, out, across);
+    pthread_mutex_unlock(&g_lock);
+    return st;
 }
 
 const disco_device_api_t disco__sim_api = {

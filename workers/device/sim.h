@@ -84,6 +84,25 @@ disco_status_t disco__sim_take_fd(int32_t pid, int32_t fd, uint64_t ino, const c
 disco_status_t disco__sim_enqueue_copy(int device_id, disco_stream_t stream, void *dst,
                                        const void *src, size_t n, bool across);
 
+/** Queues fn(arg) on stream (the sim's kernels, ar_sim.c): run at the
+ *  stream's sync, in order with its copies; fn owns arg (it frees it, even
+ *  when it fails). Returns as disco__sim_enqueue_copy (arg is then still
+ *  the caller's). */
+disco_status_t disco__sim_enqueue_call(int device_id, disco_stream_t stream,
+                                       disco_status_t (*fn)(void *arg), void *arg);
+
+/** DISCO_SIM_PEER_COPY_US, as the copies use it (0: none). Thread-safe. */
+uint32_t disco__sim_peer_copy_us(void);
+
+/** The read-write address, in this process, of n bytes of sim memory at
+ *  p (an allocation of this process or an opened import); *across set
+ *  when they are another process's. fn and device_id name the caller and
+ *  the device in errors.
+ *  Returns DISCO_OK or DISCO_E_INVAL (not sim memory here, or overrunning
+ *  the allocation). Thread-safe. */
+disco_status_t disco__sim_shadow(const void *p, size_t n, int device_id, const char *fn, char **out,
+                                 bool *across);
+
 /** Runs every stream of this process to its end (before memory is unmapped:
  *  cudaFree and cudaIpcCloseMemHandle synchronize too). Returns DISCO_OK or
  *  the first failed operation's status. */

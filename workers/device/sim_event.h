@@ -11,7 +11,7 @@
 #include "disco/device.h"
 #include "disco/status.h"
 
-enum { DISCO_SIM_OP_COPY, DISCO_SIM_OP_RECORD, DISCO_SIM_OP_WAIT };
+enum { DISCO_SIM_OP_COPY, DISCO_SIM_OP_RECORD, DISCO_SIM_OP_WAIT, DISCO_SIM_OP_CALL };
 
 /* An event's shared page (sim_event.c makes and maps it). E1-E5 are the
  * labels of the atomics' comments in sim_stream.c and sim_event.c. */
@@ -30,10 +30,13 @@ static inline bool disco__sim_reached(uint32_t have, uint32_t want)
     return (int32_t)(have - want) >= 0;
 }
 
-/* One queued operation: a copy (dst, src, n), or a record / a wait of an
- * event's counter value. */
+/* One queued operation: a copy (dst, src, n), a record / a wait of an
+ * event's counter value, or a call of fn(arg) (the sim's kernels: fn owns
+ * arg and frees it; a stream forgotten in a forked child leaks it). */
 struct disco__sim_op {
     int kind;
+    disco_status_t (*fn)(void *arg);
+    void *arg;
     void *dst;
     const void *src;
     size_t n;

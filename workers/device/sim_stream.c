@@ -220,6 +220,18 @@ disco_status_t disco__sim_enqueue_copy(int device_id, disco_stream_t stream, voi
 
 static disco_status_t run_until(uint64_t stream_id, uint64_t seq, bool hold);
 
+disco_status_t disco__sim_enqueue_call(int device_id, disco_stream_t stream,
+                                       disco_status_t (*fn)(void *arg), void *arg)
+{
+    struct disco__sim_op op = {.kind = DISCO_SIM_OP_CALL, .fn = fn, .arg = arg};
+    return disco__sim_enqueue(device_id, stream, &op, "disco_device kernel launch", NULL, NULL);
+}
+
+uint32_t disco__sim_peer_copy_us(void)
+{
+    return peer_copy_us();
+}
+
 /* ---- event operations ---------------------------------------------------- */
 
 /* Whether pid runs: exists and is not a zombie (a dead process its parent
@@ -341,6 +353,8 @@ static disco_status_t run_stream(struct stream *s, uint64_t upto, bool hold)
         }
         if (op.kind == DISCO_SIM_OP_COPY)
             memmove(op.dst, op.src, op.n);
+        else if (op.kind == DISCO_SIM_OP_CALL)
+            st = op.fn(op.arg);
         else
             st = event_run(&op);
         if (st != DISCO_OK && first == DISCO_OK)
