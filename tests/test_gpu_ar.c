@@ -211,7 +211,7 @@ static void check_one(disco_session_t *s, DLDeviceType type, DLDataType t, disco
     char name[32];
     disco_dtype_str(t, name, sizeof name);
     for (int w = 0; w < world; w++) {
-        const void *srcs[16];
+        const void *srcs[64];
         for (int k = 0; k < gsize; k++)
             srcs[k] = in + (size_t)(w / gsize * gsize + k) * nb;
         CK_OK(disco_reduce(op, t, want, srcs, gsize, count));
@@ -407,6 +407,21 @@ START_TEST(test_straggler)
 }
 END_TEST
 
+/* A group larger than the kernels take (DISCO_AR_MAX_RANKS + 1 = 17
+ * workers, outnumbering the cores 8 to 1) goes the host-staged way: the
+ * same results, no kernel counted. */
+START_TEST(test_large_group_staged)
+{
+    NEED_DEVICE(kDLExtDev);
+    const struct shape_case k = {(int)DISCO_AR_MAX_RANKS + 1, 1, false, false};
+    disco_session_t *s = open_case(kDLExtDev, &k, 1u << 20);
+    check_one(s, kDLExtDev, (DLDataType){kDLFloat, 32, 1}, DISCO_REDUCE_SUM, 100, 1);
+    check_one(s, kDLExtDev, (DLDataType){kDLBfloat, 16, 1}, DISCO_REDUCE_AVG, 37, 1);
+    expect_kernels(s, false, 0);
+    disco_session_close(s);
+}
+END_TEST
+
 struct killer {
     pid_t pid;
     int ms;
@@ -468,6 +483,7 @@ Suite *suite_gpu_ar(void)
     tcase_add_loop_test(tc, test_pieces, 0, 8);
     tcase_add_loop_test(tc, test_back_to_back, 0, 8);
     tcase_add_loop_test(tc, test_straggler, 0, 4);
+    tcase_add_test(tc, test_large_group_staged);
     tcase_add_loop_test(tc, test_death_in_kernel, 0, 6);
     suite_add_tcase(s, tc);
     return s;
