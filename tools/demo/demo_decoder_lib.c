@@ -3,7 +3,8 @@
  *
  * Every function takes the model's shape as a shape value (cfg, see
  * demo_decoder.h) and works on tensors on the CPU (the session's heap) or on
- * a sim or CUDA device: there are no GPU kernels yet, so a function copies
+ * a sim or CUDA device: there are no GPU compute kernels (the allreduces are
+ * disco's device kernels), so a function copies
  * the parts of its device tensors that it reads to host memory
  * (disco_device_copy, then a stream sync), computes on the CPU and copies
  * what it writes back, synced before it returns. On the CPU it reads and

@@ -252,7 +252,7 @@ static void usage(FILE *f)
             "  --device D   where tensors live: cpu, sim (simulated GPUs, a test device:\n"
             "               DISCO_SIM_GPUS defaults to N) or cuda (GPUs); default cuda\n"
             "               when a GPU is present, else cpu. On a device each worker\n"
-            "               computes on host copies (no GPU kernels yet)\n"
+            "               computes on host copies (no GPU compute kernels; the allreduces are device kernels)\n"
             "  --seed X     weights (default 1)\n"
             "  --weights FILE  read the weights from FILE instead: native float32, the\n"
             "               unsharded model in the order of demo_decoder.h (E, per layer\n"
