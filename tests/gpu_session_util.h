@@ -6,13 +6,16 @@
 
 #include <check.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "disco/clock.h"
 #include "disco/device.h"
 #include "disco/session.h"
 #include "disco/tensor.h"
@@ -217,6 +220,49 @@ static inline disco_dref_t coll_in(disco_session_t *s, const char *name, disco_d
 static inline disco_dref_t coll(disco_session_t *s, const char *name, disco_dref_t x)
 {
     return coll_in(s, name, x, false);
+}
+
+/* ---- a worker killed in the middle of a call ---- */
+
+struct killer {
+    pid_t pid;
+    int ms;
+};
+
+static inline void *kill_later(void *arg)
+{
+    const struct killer *k = arg;
+    struct timespec d = {0, (long)k->ms * 1000000};
+    nanosleep(&d, NULL);
+    kill(k->pid, SIGKILL);
+    return NULL;
+}
+
+/* Kills worker victim 100 ms after calling name(args) over the session,
+ * which is slowed down enough for the kill to land inside it: the call, a
+ * sync of a worker, or at the latest the next sync of the victim fails
+ * with DISCO_E_WORKER_DIED naming the victim, within 30 s (no hang). */
+static inline void expect_death_during(disco_session_t *s, const char *name,
+                                       const disco_value_t *args, int nargs, int victim)
+{
+    int world = disco_session_num_workers(s);
+    struct killer k = {disco_session_worker_pid(s, victim), 100};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, kill_later, &k), 0);
+    int64_t t0 = disco_now_ns();
+    disco_dref_t r;
+    disco_status_t st = disco_session_call_by_name(s, name, args, nargs, &r);
+    for (int w = 0; w < world && st == DISCO_OK; w++)
+        st = disco_session_sync(s, w);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    while (st == DISCO_OK) /* the kill came after every sync: the next one finds it */
+        st = disco_session_sync(s, victim);
+    CK_STATUS(st, DISCO_E_WORKER_DIED);
+    char want[32];
+    snprintf(want, sizeof want, "worker %d", victim);
+    CK_HAS(want);
+    ck_assert_msg(disco_now_ns() - t0 < 30 * 1000000000LL, "took %lld ms",
+                  (long long)((disco_now_ns() - t0) / 1000000));
 }
 
 #endif

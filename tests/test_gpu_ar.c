@@ -422,20 +422,6 @@ START_TEST(test_large_group_staged)
 }
 END_TEST
 
-struct killer {
-    pid_t pid;
-    int ms;
-};
-
-static void *kill_later(void *arg)
-{
-    const struct killer *k = arg;
-    struct timespec d = {0, (long)k->ms * 1000000};
-    nanosleep(&d, NULL);
-    kill(k->pid, SIGKILL);
-    return NULL;
-}
-
 /* A member killed inside the kernel: every read of a peer's bytes waits
  * 300 ms first (DISCO_SIM_PEER_COPY_US), so the others are waiting for its
  * flags when it dies; the call (or the next sync) fails with
@@ -446,27 +432,11 @@ START_TEST(test_death_in_kernel)
     setenv("DISCO_SIM_PEER_COPY_US", "300000", 1);
     const struct shape_case k = {2 + _i % 3, 1, _i >= 3, _i % 2 == 1};
     disco_session_t *s = open_case(kDLExtDev, &k, 1u << 20);
-    int world = k.world, victim = world - 1;
+    int victim = k.world - 1;
     disco_dref_t x = patterned(s, kDLExtDev, 64);
-    struct killer kl = {disco_session_worker_pid(s, victim), 100};
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, kill_later, &kl), 0);
-    int64_t t0 = disco_now_ns();
     disco_value_t args[3] = {
         {.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("sum"), disco_value_bool(false)};
-    disco_dref_t r;
-    disco_status_t st = disco_session_call_by_name(s, "disco.allreduce", args, 3, &r);
-    for (int w = 0; w < world && st == DISCO_OK; w++)
-        st = disco_session_sync(s, w);
-    ck_assert_int_eq(pthread_join(t, NULL), 0);
-    while (st == DISCO_OK) /* the kill came after every sync: the next one finds it */
-        st = disco_session_sync(s, victim);
-    CK_STATUS(st, DISCO_E_WORKER_DIED);
-    char want[32];
-    snprintf(want, sizeof want, "worker %d", victim);
-    CK_HAS(want);
-    ck_assert_msg(disco_now_ns() - t0 < 30 * 1000000000LL, "took %lld ms",
-                  (long long)((disco_now_ns() - t0) / 1000000));
+    expect_death_during(s, "disco.allreduce", args, 3, victim);
     disco_session_close(s);
 }
 END_TEST

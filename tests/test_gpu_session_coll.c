@@ -206,20 +206,6 @@ START_TEST(test_device_reuse_after_broadcast)
 }
 END_TEST
 
-struct killer {
-    pid_t pid;
-    unsigned ms;
-};
-
-static void *kill_later(void *arg)
-{
-    const struct killer *k = arg;
-    struct timespec d = {0, (long)k->ms * 1000000};
-    nanosleep(&d, NULL);
-    kill(k->pid, SIGKILL);
-    return NULL;
-}
-
 /* A worker killed in the middle of a device collective: every cross-process
  * copy takes 300 ms (DISCO_SIM_PEER_COPY_US), so the others are waiting for
  * its event records when it dies; the call (or the next sync) fails with
@@ -233,24 +219,8 @@ START_TEST(test_death_mid_collective)
     disco_session_t *s = open_for(kDLExtDev, _i);
     int world = disco_session_num_workers(s), victim = world - 1;
     disco_dref_t x = patterned(s, kDLExtDev, 16);
-    struct killer k = {disco_session_worker_pid(s, victim), 100};
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, kill_later, &k), 0);
-    int64_t t0 = disco_now_ns();
-    disco_dref_t ag;
     disco_value_t arg = {.type = DISCO_T_DREF, .v.reg = x};
-    disco_status_t st = disco_session_call_by_name(s, "disco.allgather", &arg, 1, &ag);
-    for (int w = 0; w < world && st == DISCO_OK; w++)
-        st = disco_session_sync(s, w);
-    ck_assert_int_eq(pthread_join(t, NULL), 0);
-    while (st == DISCO_OK) /* the kill came after every sync: the next one finds it */
-        st = disco_session_sync(s, victim);
-    CK_STATUS(st, DISCO_E_WORKER_DIED);
-    char want[32];
-    snprintf(want, sizeof want, "worker %d", victim);
-    CK_HAS(want);
-    ck_assert_msg(disco_now_ns() - t0 < 30 * 1000000000LL, "took %lld ms",
-                  (long long)((disco_now_ns() - t0) / 1000000));
+    expect_death_during(s, "disco.allgather", &arg, 1, victim);
     disco_session_close(s);
 }
 END_TEST
