@@ -63,6 +63,7 @@ START_TEST(test_view_zero_copy)
         ck_assert_int_eq(t->shape[0], 64);
         ck_assert_int_eq(t->dtype.code, kDLFloat);
         ck_assert_int_eq(t->device.device_type, kDLCPU);
+        ck_assert(!disco_tensor_view_is_copy(m));
         disco_value_t v;
         CK_OK(disco_session_debug_get(s, x, w, &v));
         ck_assert_uint_eq(v.len, 64 * 4);
@@ -126,6 +127,7 @@ START_TEST(test_view_device_copy)
         DLManagedTensor *m;
         CK_OK(disco_session_tensor_view(s, x, w, &m));
         ck_assert_int_eq(m->dl_tensor.device.device_type, kDLCPU);
+        ck_assert(disco_tensor_view_is_copy(m));
         for (int i = 0; i < 8; i++)
             ck_assert(((float *)m->dl_tensor.data)[i] == (float)(1000 * w + i));
         m->deleter(m);

@@ -219,6 +219,12 @@ disco_status_t disco_session_copy_into_worker0(disco_session_t *sess, const DLTe
 disco_status_t disco_session_tensor_view(disco_session_t *sess, disco_dref_t reg, int worker,
                                          DLManagedTensor **view_out);
 
+/** Whether view (from disco_session_tensor_view) holds a host copy of a
+ *  device tensor rather than the tensor's own bytes: writes into a copy do
+ *  not reach the worker (disco_session_debug_set with bytes fills a device
+ *  tensor). Thread-safe. */
+bool disco_tensor_view_is_copy(const DLManagedTensor *view);
+
 #ifdef __cplusplus
 }
 #endif

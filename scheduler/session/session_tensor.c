@@ -375,6 +375,11 @@ disco_status_t disco_session_tensor_view(disco_session_t *s, disco_dref_t reg, i
     return disco__session_tell(s, api_tensor_view(s, reg, worker, view_out));
 }
 
+bool disco_tensor_view_is_copy(const DLManagedTensor *view)
+{
+    return view->deleter == view_delete && ((const struct view *)view->manager_ctx)->ref == NULL;
+}
+
 disco_status_t disco_session_copy_to_worker0(disco_session_t *s, const DLTensor *host,
                                              disco_dref_t *reg_out)
 {
