@@ -206,7 +206,7 @@ test: $(TEST_BIN) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API)
 MPI_BENCH := $(BUILD)/bin/mpi_allreduce
 MPI_CC    := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(MPI_BENCH) tools/bench/mpi_allreduce.c
 
-bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker
+bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker python
 	@sh tools/deps.sh mpi $(BUILD)/mpi-install.log
 	@mpi=""; \
 	if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
@@ -220,6 +220,9 @@ bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker
 	fi; \
 	echo "$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi"; \
 	$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi
+	@# The Python front's call + sync beside the C one (tools/bench/py_bench.py),
+	@# added to bench.json.
+	PYTHONPATH=python DISCO_QUIET=1 $(PYTHON) tools/bench/py_bench.py --json $(BUILD)/bench.json
 
 demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(BUILD)/bin/disco $(DEMOLIB)
 	$(BUILD)/bin/disco-demo --trace $(BUILD)/demo-trace.json --json $(BUILD)/demo.json
