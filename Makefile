@@ -342,6 +342,9 @@ fuzz: $(FUZZERS) $(FUZZ_DIR)/make_seeds
 cppcheck:
 	cppcheck --quiet --enable=warning,performance,portability --error-exitcode=1 \
 	    --suppress=missingIncludeSystem -I. -Iinclude shm workers scheduler tools tests
+	cppcheck --quiet --enable=warning,performance,portability --error-exitcode=1 \
+	    --suppress=missingIncludeSystem --suppress=toomanyconfigs -I. -Iinclude \
+	    $(if $(PY_INCLUDE),-I$(PY_INCLUDE)) python
 
 clean:
 	rm -rf build python/disco/_core*.so

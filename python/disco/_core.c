@@ -251,10 +251,17 @@ static int session_init(SessionObject *so, PyObject *args, PyObject *kw)
         return -1;
     }
     cfg.place.cpus = cpus;
-    /* Forked workers start here: the GIL stays held, so this thread's
-     * state is current in each child (see _pyfunc.c). */
+    /* Forked workers start here, as os.fork starts a child: the at-fork
+     * "before" hooks run and the import lock is taken first, the "parent"
+     * hooks after; the GIL stays held throughout, so this thread's state
+     * is current in each child, which runs the "child" hooks itself
+     * (PyOS_AfterFork_Child) before its first Python function (_pyfunc.c). */
     disco_session_t *s;
+    if (cfg.launch == DISCO_LAUNCH_FORK)
+        PyOS_BeforeFork();
     disco_status_t st = disco_session_open(&cfg, &s);
+    if (cfg.launch == DISCO_LAUNCH_FORK)
+        PyOS_AfterFork_Parent();
     if (st != DISCO_OK) {
         dp_raise(st);
         return -1;
@@ -587,11 +594,12 @@ static PyObject *session_heap_stats(SessionObject *so, PyObject *unused)
     dp_leave(so);
     if (st != DISCO_OK)
         return dp_raise(st);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "blocks", (unsigned long long)hs.live_blocks,
-                         "used_bytes", (unsigned long long)hs.used_bytes, "free_bytes",
-                         (unsigned long long)hs.free_bytes, "capacity",
-                         (unsigned long long)hs.capacity, "recoveries",
-                         (unsigned long long)hs.recoveries);
+    return Py_BuildValue(
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "live_blocks", (unsigned long long)hs.live_blocks,
+        "free_blocks", (unsigned long long)hs.free_blocks, "used_bytes",
+        (unsigned long long)hs.used_bytes, "free_bytes", (unsigned long long)hs.free_bytes,
+        "largest_free", (unsigned long long)hs.largest_free, "capacity",
+        (unsigned long long)hs.capacity, "recoveries", (unsigned long long)hs.recoveries);
 }
 
 static PyObject *session_health(SessionObject *so, PyObject *unused)
