@@ -139,28 +139,40 @@ PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 # through its rpath, $ORIGIN/../../build (PYTHONPATH=python is all a script
 # needs). `make install` links a copy whose rpath is $ORIGIN/../../.. (the
 # prefix's lib/, from lib/python3/dist-packages/disco) into PYDIR.
+# PY_ABI3=1 builds it for the stable ABI of Python 3.11 and later instead
+# (_core.abi3.so; DP_STABLE_ABI in _core.h says why that is not the
+# default: no vectorcall in 3.11's limited API).
 PY_CONF    = $(shell $(PYTHON) -c 'import sysconfig as s; print(s.get_paths()["include"], s.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
 PY_INCLUDE = $(word 1,$(PY_CONF))
-PY_EXT     = $(word 2,$(PY_CONF))
 PY_SRC    := $(wildcard python/disco/_*.c)
-PY_OBJ    := $(PY_SRC:python/%.c=$(BUILD)/pyobj/%.o)
+ifeq ($(PY_ABI3),1)
+PY_EXT    := .abi3.so
+PY_OBJDIR := $(BUILD)/pyobj-abi3
+PY_DEFS   := -DDP_STABLE_ABI
+else
+PY_EXT     = $(word 2,$(PY_CONF))
+PY_OBJDIR := $(BUILD)/pyobj
+PY_DEFS   :=
+endif
+PY_OBJ    := $(PY_SRC:python/%.c=$(PY_OBJDIR)/%.o)
 PY_CORE    = python/disco/_core$(PY_EXT)
 PY_FILES  := $(wildcard python/disco/*.py) python/disco/disco-py-worker
 PYDIR     ?= $(PREFIX)/lib/python3/dist-packages
 
 python: $(PY_CORE) $(BUILD)/libdisco.so.1
 
-$(BUILD)/pyobj/%.o: python/%.c python/disco/_core.h $(FLAGS_STAMP) | $(DEPS_STAMP)
+$(PY_OBJDIR)/%.o: python/%.c python/disco/_core.h $(FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@test -n "$(PY_INCLUDE)" -a -f "$(PY_INCLUDE)/Python.h" || \
 	    { echo "make python: no Python.h for $(PYTHON) (install python3-dev)"; exit 1; }
-	$(CC) $(CFLAGS) -fvisibility=hidden -I$(PY_INCLUDE) $(PKG_CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(PY_DEFS) -fvisibility=hidden -I$(PY_INCLUDE) $(PKG_CFLAGS) -c $< -o $@
 
 # The soname's link in the build tree, for the in-place extension.
 $(BUILD)/libdisco.so.1: $(BUILD)/libdisco.so
 	ln -sf libdisco.so $@
 
 $(PY_CORE): $(PY_OBJ) $(BUILD)/libdisco.so
+	@rm -f python/disco/_core.*.so # the other ABI's build, which Python might prefer
 	$(CC) -shared $(LDFLAGS) -o $@ $(PY_OBJ) -L$(BUILD) -l:libdisco.so \
 	    -Wl,-rpath,'$$ORIGIN/../../$(BUILD)' -ldl
 

@@ -7,18 +7,35 @@
 
 /* ---- dtypes and devices ---- */
 
+const char *dp_type_name(PyObject *o, char *buf, size_t cap)
+{
+    PyTypeObject *t = Py_TYPE(o);
+    PyObject *mod = PyObject_GetAttrString((PyObject *)t, "__module__");
+    PyObject *name = PyType_GetName(t);
+    const char *m = mod != NULL && PyUnicode_Check(mod) ? PyUnicode_AsUTF8AndSize(mod, NULL) : NULL;
+    const char *n = name != NULL ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
+    if (m != NULL && strcmp(m, "builtins") != 0)
+        snprintf(buf, cap, "%s.%s", m, n != NULL ? n : "?");
+    else
+        snprintf(buf, cap, "%s", n != NULL ? n : "?");
+    Py_XDECREF(mod);
+    Py_XDECREF(name);
+    PyErr_Clear();
+    return buf;
+}
+
 int dp_to_dtype(PyObject *o, DLDataType *out)
 {
     PyObject *s = NULL;
     const char *name = NULL;
-    const char *tn = Py_TYPE(o)->tp_name;
+    char tn[128];
+    dp_type_name(o, tn, sizeof tn);
     if (PyUnicode_Check(o)) { /* "float32", disco.DataType */
-        name = PyUnicode_AsUTF8(o);
-    } else if (strcmp(tn, "torch.dtype") == 0 || strncmp(tn, "numpy.dtype", 11) == 0 ||
-               strncmp(tn, "numpy.", 6) == 0) {
+        name = PyUnicode_AsUTF8AndSize(o, NULL);
+    } else if (strcmp(tn, "torch.dtype") == 0 || strncmp(tn, "numpy.", 6) == 0) {
         /* str(torch.float32) is "torch.float32"; str(numpy.dtype) "float32" */
         if ((s = PyObject_Str(o)) != NULL)
-            name = PyUnicode_AsUTF8(s);
+            name = PyUnicode_AsUTF8AndSize(s, NULL);
         if (name != NULL && strncmp(name, "torch.", 6) == 0)
             name += 6;
     } else if (PyType_Check(o)) { /* numpy.float32, the scalar type */
@@ -28,7 +45,7 @@ int dp_to_dtype(PyObject *o, DLDataType *out)
         PyObject *d = np != NULL ? PyObject_CallMethod(np, "dtype", "O", o) : NULL;
         Py_XDECREF(np);
         if (d != NULL && (s = PyObject_Str(d)) != NULL)
-            name = PyUnicode_AsUTF8(s);
+            name = PyUnicode_AsUTF8AndSize(s, NULL);
         Py_XDECREF(d);
         PyErr_Clear();
     }
@@ -77,11 +94,12 @@ static int device_named(const char *s, DLDevice *out)
 int dp_to_device(PyObject *o, DLDevice *out)
 {
     long type, id;
+    char tn[128];
     *out = (DLDevice){kDLCPU, 0};
     if (o == NULL || o == Py_None)
         return 0;
     if (PyUnicode_Check(o)) { /* "cpu", "cuda:1", "sim:0" */
-        const char *s = PyUnicode_AsUTF8(o);
+        const char *s = PyUnicode_AsUTF8AndSize(o, NULL);
         if (s != NULL && device_named(s, out) == 0)
             return 0;
     } else if (dp_Device != NULL && PyObject_TypeCheck(o, (PyTypeObject *)dp_Device)) {
@@ -89,18 +107,18 @@ int dp_to_device(PyObject *o, DLDevice *out)
             return -1;
         *out = (DLDevice){(DLDeviceType)type, (int32_t)id};
         return 0;
-    } else if (strcmp(Py_TYPE(o)->tp_name, "torch.device") == 0) {
+    } else if (strcmp(dp_type_name(o, tn, sizeof tn), "torch.device") == 0) {
         PyObject *t = PyObject_GetAttrString(o, "type");
-        const char *s = t != NULL && PyUnicode_Check(t) ? PyUnicode_AsUTF8(t) : NULL;
+        const char *s = t != NULL && PyUnicode_Check(t) ? PyUnicode_AsUTF8AndSize(t, NULL) : NULL;
         int bad = s == NULL || device_named(s, out) != 0;
         Py_XDECREF(t);
         if (!bad && int_attr(o, "index", &id) == 0) {
             out->device_id = (int32_t)id;
             return 0;
         }
-    } else if (PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 2) { /* (device_type, device_id) */
-        type = PyLong_AsLong(PyTuple_GET_ITEM(o, 0));
-        id = PyLong_AsLong(PyTuple_GET_ITEM(o, 1));
+    } else if (PyTuple_Check(o) && PyTuple_Size(o) == 2) { /* (device_type, device_id) */
+        type = PyLong_AsLong(PyTuple_GetItem(o, 0));
+        id = PyLong_AsLong(PyTuple_GetItem(o, 1));
         if (!PyErr_Occurred()) {
             *out = (DLDevice){(DLDeviceType)type, (int32_t)id};
             return 0;
@@ -144,15 +162,15 @@ bool dp_is_array(PyObject *o)
 {
     if (PyUnicode_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o))
         return false;
-    if (PyObject_TypeCheck(o, &DiscoTensor_Type) || PyObject_CheckBuffer(o))
+    if (PyObject_TypeCheck(o, dp_Tensor_Type) || PyObject_CheckBuffer(o))
         return true;
     return PyObject_HasAttrString(o, "__dlpack__");
 }
 
 static int to_shape(PyObject *o, disco_value_t *v, dp_scratch_t *sc)
 {
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-    PyObject **items = PySequence_Fast_ITEMS(o);
+    bool tuple = PyTuple_Check(o);
+    Py_ssize_t n = tuple ? PyTuple_Size(o) : PyList_Size(o);
     int64_t *dims;
     if ((size_t)n <= sizeof sc->dims / sizeof sc->dims[0] - sc->used) {
         dims = sc->dims + sc->used;
@@ -165,12 +183,14 @@ static int to_shape(PyObject *o, disco_value_t *v, dp_scratch_t *sc)
         sc->heap[sc->nheap++] = dims;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyLong_Check(items[i]) && !PyIndex_Check(items[i])) {
-            PyErr_Format(PyExc_TypeError, "a shape holds ints; element %zd is %.80s", i,
-                         Py_TYPE(items[i])->tp_name);
+        PyObject *item = tuple ? PyTuple_GetItem(o, i) : PyList_GetItem(o, i); /* borrowed */
+        if (!PyLong_Check(item) && !PyIndex_Check(item)) {
+            char tn[128];
+            PyErr_Format(PyExc_TypeError, "a shape holds ints; element %zd is %s", i,
+                         dp_type_name(item, tn, sizeof tn));
             return -1;
         }
-        dims[i] = PyLong_AsLongLong(items[i]);
+        dims[i] = PyLong_AsLongLong(item);
         if (dims[i] == -1 && PyErr_Occurred())
             return -1;
     }
@@ -189,7 +209,7 @@ int dp_to_value(SessionObject *so, PyObject *o, disco_value_t *v, dp_scratch_t *
         *v = disco_value_int(x);
         return 0;
     }
-    if (t == &DiscoDRef_Type || PyObject_TypeCheck(o, &DiscoDRef_Type)) {
+    if (t == dp_DRef_Type || PyObject_TypeCheck(o, dp_DRef_Type)) {
         DRefObject *d = (DRefObject *)o;
         if (d->sess != so) {
             PyErr_SetString(PyExc_ValueError, "a DRef of another session");
@@ -199,7 +219,7 @@ int dp_to_value(SessionObject *so, PyObject *o, disco_value_t *v, dp_scratch_t *
         return 0;
     }
     if (t == &PyFloat_Type) {
-        *v = disco_value_float(PyFloat_AS_DOUBLE(o));
+        *v = disco_value_float(PyFloat_AsDouble(o));
         return 0;
     }
     if (o == Py_None) {
@@ -231,12 +251,12 @@ int dp_to_value(SessionObject *so, PyObject *o, disco_value_t *v, dp_scratch_t *
         return 0;
     }
     if (PyBytes_Check(o) || PyByteArray_Check(o)) {
-        Py_ssize_t n = PyBytes_Check(o) ? PyBytes_GET_SIZE(o) : PyByteArray_GET_SIZE(o);
+        Py_ssize_t n = PyBytes_Check(o) ? PyBytes_Size(o) : PyByteArray_Size(o);
         if ((size_t)n > UINT32_MAX) {
             PyErr_SetString(PyExc_OverflowError, "a bytes argument of 4 GiB or more");
             return -1;
         }
-        *v = disco_value_bytes(PyBytes_Check(o) ? PyBytes_AS_STRING(o) : PyByteArray_AS_STRING(o),
+        *v = disco_value_bytes(PyBytes_Check(o) ? PyBytes_AsString(o) : PyByteArray_AsString(o),
                                (uint32_t)n);
         return 0;
     }
@@ -253,8 +273,10 @@ int dp_to_value(SessionObject *so, PyObject *o, disco_value_t *v, dp_scratch_t *
         *v = disco_value_float(PyFloat_AsDouble(o));
         return 0;
     }
+    char tn[128];
+    dp_type_name(o, tn, sizeof tn);
     if ((dp_Device != NULL && PyObject_TypeCheck(o, (PyTypeObject *)dp_Device)) ||
-        strcmp(t->tp_name, "torch.device") == 0) {
+        strcmp(tn, "torch.device") == 0) {
         DLDevice d;
         if (dp_to_device(o, &d) < 0)
             return -1;
@@ -263,9 +285,9 @@ int dp_to_value(SessionObject *so, PyObject *o, disco_value_t *v, dp_scratch_t *
     }
     if (dp_is_array(o)) {
         PyErr_Format(PyExc_TypeError,
-                     "a %.80s cannot travel inside a call: tensors move by register (copy it "
+                     "a %s cannot travel inside a call: tensors move by register (copy it "
                      "with sess.copy_to_worker_0 or sess.broadcast and pass the DRef)",
-                     t->tp_name);
+                     tn);
         return -1;
     }
     if (PyIndex_Check(o)) { /* numpy integers */
@@ -283,7 +305,7 @@ int dp_to_value(SessionObject *so, PyObject *o, disco_value_t *v, dp_scratch_t *
         return 0;
     }
     PyErr_Clear();
-    if (t->tp_as_number != NULL && t->tp_as_number->nb_float != NULL) { /* numpy floats */
+    if (PyType_GetSlot(t, Py_nb_float) != NULL) { /* numpy floats */
         double x = PyFloat_AsDouble(o);
         if (x == -1.0 && PyErr_Occurred())
             return -1;
@@ -291,9 +313,9 @@ int dp_to_value(SessionObject *so, PyObject *o, disco_value_t *v, dp_scratch_t *
         return 0;
     }
     PyErr_Format(PyExc_TypeError,
-                 "cannot pass a %.80s to a disco function (int, float, bool, str, bytes, None, "
+                 "cannot pass a %s to a disco function (int, float, bool, str, bytes, None, "
                  "a shape, a dtype, a device or a DRef)",
-                 t->tp_name);
+                 tn);
     return -1;
 }
 
@@ -320,7 +342,7 @@ PyObject *dp_from_value(const disco_value_t *v)
                 Py_CLEAR(t);
                 break;
             }
-            PyTuple_SET_ITEM(t, i, x);
+            PyTuple_SetItem(t, i, x);
         }
         return t;
     }
@@ -432,8 +454,9 @@ static int from_dlpack(PyObject *o, dp_host_t *h)
 
 int dp_host_get(PyObject *o, bool writable, dp_host_t *h)
 {
+    char tn[128];
     memset(h, 0, sizeof *h);
-    if (PyObject_TypeCheck(o, &DiscoTensor_Type)) { /* ours: its DLTensor */
+    if (PyObject_TypeCheck(o, dp_Tensor_Type)) { /* ours: its DLTensor */
         h->t = ((TensorObject *)o)->dl;
         h->capsule = Py_NewRef(o);
         return 0;
@@ -459,8 +482,8 @@ int dp_host_get(PyObject *o, bool writable, dp_host_t *h)
     }
     PyErr_Format(PyExc_TypeError,
                  "a host array is anything with __dlpack__ or the buffer protocol (numpy, torch); "
-                 "got %.80s",
-                 Py_TYPE(o)->tp_name);
+                 "got %s",
+                 dp_type_name(o, tn, sizeof tn));
     return -1;
 }
 

@@ -2,6 +2,7 @@
  * (see _core.h for the rules on threads, the GIL and processes). */
 #include "_core.h"
 
+#include <stdlib.h>
 #include <dlfcn.h>
 #include <sched.h>
 #include <pthread.h>
@@ -201,7 +202,7 @@ static int parse_enum(PyObject *o, const char *what, const char *a, const char *
 {
     if (o == NULL || o == Py_None)
         return 0;
-    const char *s = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
+    const char *s = PyUnicode_Check(o) ? PyUnicode_AsUTF8AndSize(o, NULL) : NULL;
     if (s != NULL && strcmp(s, a) == 0)
         *out = 0;
     else if (s != NULL && strcmp(s, b) == 0)
@@ -274,12 +275,16 @@ static int session_init(SessionObject *so, PyObject *args, PyObject *kw)
     return 0;
 }
 
+void dp_free_self(PyObject *self)
+{
+    PyTypeObject *t = Py_TYPE(self);
+    freefunc f = (freefunc)PyType_GetSlot(t, Py_tp_free);
+    f(self);
+    Py_DECREF(t);
+}
+
 static void session_dealloc(SessionObject *so)
 {
-    if (PyType_IS_GC(Py_TYPE(so)))
-        PyObject_GC_UnTrack(so);
-    if (so->weakreflist != NULL)
-        PyObject_ClearWeakRefs((PyObject *)so);
     if (so->s != NULL && so->pid == dp_pid) {
         /* No view is left (each holds the session); pending ones go first. */
         while (so->npviews > 0) {
@@ -293,7 +298,7 @@ static void session_dealloc(SessionObject *so)
     }
     PyMem_Free(so->pending);
     PyMem_Free(so->pviews);
-    Py_TYPE(so)->tp_free((PyObject *)so);
+    dp_free_self((PyObject *)so);
 }
 
 static PyObject *session_shutdown(SessionObject *so, PyObject *unused)
@@ -355,7 +360,7 @@ static PyObject *session_sync_worker_0(SessionObject *so, PyObject *unused)
 
 static PyObject *session_get_global_func(SessionObject *so, PyObject *name)
 {
-    const char *n = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    const char *n = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
     if (n == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "get_global_func(name): name must be a str");
@@ -368,12 +373,12 @@ static PyObject *session_get_global_func(SessionObject *so, PyObject *name)
     dp_leave(so);
     if (st != DISCO_OK)
         return dp_raise(st);
-    return dp_dref_new(&DiscoFunc_Type, so, f, name);
+    return dp_dref_new(dp_Func_Type, so, f, name);
 }
 
 static PyObject *session_call_packed(SessionObject *so, PyObject *const *args, Py_ssize_t n)
 {
-    if (n < 1 || !PyObject_TypeCheck(args[0], &DiscoDRef_Type)) {
+    if (n < 1 || !PyObject_TypeCheck(args[0], dp_DRef_Type)) {
         PyErr_SetString(PyExc_TypeError, "call_packed(func, *args): func must be a DPackedFunc");
         return NULL;
     }
@@ -406,23 +411,19 @@ static PyObject *session_empty(SessionObject *so, PyObject *args)
     DLDevice dev;
     if (dp_to_dtype(dtype_o, &dt) < 0 || dp_to_device(dev_o, &dev) < 0)
         return NULL;
-    PyObject *seq = PySequence_Fast(shape_o, "shape must be a sequence of ints");
-    if (seq == NULL)
+    Py_ssize_t nd = PySequence_Size(shape_o);
+    if (nd < 0)
         return NULL;
-    Py_ssize_t nd = PySequence_Fast_GET_SIZE(seq);
-    if (nd > DISCO_MAX_NDIM) {
-        Py_DECREF(seq);
+    if (nd > DISCO_MAX_NDIM)
         return dp_raise_msg(DISCO_E_INVAL, "at most 8 dimensions");
-    }
     int64_t dims[DISCO_MAX_NDIM];
     for (Py_ssize_t i = 0; i < nd; i++) {
-        dims[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (dims[i] == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
+        PyObject *d = PySequence_GetItem(shape_o, i);
+        dims[i] = d != NULL ? PyLong_AsLongLong(d) : -1;
+        Py_XDECREF(d);
+        if (dims[i] == -1 && PyErr_Occurred())
             return NULL;
-        }
     }
-    Py_DECREF(seq);
     if (dp_enter(so) < 0)
         return NULL;
     disco_dref_t r;
@@ -441,12 +442,12 @@ static PyObject *session_empty(SessionObject *so, PyObject *args)
     dp_leave(so);
     if (st != DISCO_OK)
         return dp_raise(st);
-    return dp_dref_new(&DiscoDRef_Type, so, r, NULL);
+    return dp_dref_new(dp_DRef_Type, so, r, NULL);
 }
 
 static int own_dref(SessionObject *so, PyObject *o, const char *what, DRefObject **out)
 {
-    if (!PyObject_TypeCheck(o, &DiscoDRef_Type)) {
+    if (!PyObject_TypeCheck(o, dp_DRef_Type)) {
         PyErr_Format(PyExc_TypeError, "%s must be a DRef", what);
         return -1;
     }
@@ -487,7 +488,7 @@ static PyObject *session_copy_to_worker_0(SessionObject *so, PyObject *args, PyO
         Py_INCREF(remote_o);
         return remote_o;
     }
-    return dp_dref_new(&DiscoDRef_Type, so, r, NULL);
+    return dp_dref_new(dp_DRef_Type, so, r, NULL);
 }
 
 /* copy_from_worker_0(host_array, remote_array) */
@@ -526,7 +527,7 @@ static PyObject *session_alloc_reg(SessionObject *so, PyObject *unused)
     dp_leave(so);
     if (st != DISCO_OK)
         return dp_raise(st);
-    return dp_dref_new(&DiscoDRef_Type, so, r, NULL);
+    return dp_dref_new(dp_DRef_Type, so, r, NULL);
 }
 
 /* The trace: the summary as disco_trace_summary_print's JSON (text), or
@@ -579,7 +580,7 @@ static PyObject *session_write_trace(SessionObject *so, PyObject *path)
     PyObject *b;
     if (!PyUnicode_FSConverter(path, &b))
         return NULL;
-    PyObject *r = trace_op(so, PyBytes_AS_STRING(b));
+    PyObject *r = trace_op(so, PyBytes_AsString(b));
     Py_DECREF(b);
     return r;
 }
@@ -684,17 +685,22 @@ static PyGetSetDef session_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-PyTypeObject DiscoSession_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "disco._core.Session",
-    .tp_basicsize = sizeof(SessionObject),
-    .tp_dealloc = (destructor)session_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "A disco session (the C part of ProcessSession; subclasses add a __dict__).",
-    .tp_weaklistoffset = offsetof(SessionObject, weakreflist),
-    .tp_methods = session_methods,
-    .tp_getset = session_getset,
-    .tp_init = (initproc)session_init,
-    .tp_new = PyType_GenericNew,
+static PyType_Slot session_slots[] = {
+    {Py_tp_dealloc, session_dealloc},
+    {Py_tp_doc, "A disco session (the C part of ProcessSession; subclasses add __dict__ and\n"
+                "__weakref__)."},
+    {Py_tp_methods, session_methods},
+    {Py_tp_getset, session_getset},
+    {Py_tp_init, session_init},
+    {Py_tp_new, PyType_GenericNew},
+    {0, NULL},
+};
+
+PyType_Spec dp_session_spec = {
+    .name = "disco._core.Session",
+    .basicsize = sizeof(SessionObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .slots = session_slots,
 };
 
 /* ---- module functions ---- */
@@ -706,10 +712,13 @@ static PyObject *mod_set_types(PyObject *m, PyObject *args)
     PyObject *dt, *dev, *errs, *base;
     if (!PyArg_ParseTuple(args, "OOO!O", &dt, &dev, &PyDict_Type, &errs, &base))
         return NULL;
-    Py_XSETREF(dp_DataType, Py_NewRef(dt));
-    Py_XSETREF(dp_Device, Py_NewRef(dev));
-    Py_XSETREF(dp_error_classes, Py_NewRef(errs));
-    Py_XSETREF(dp_DiscoError, Py_NewRef(base));
+    PyObject *old[4] = {dp_DataType, dp_Device, dp_error_classes, dp_DiscoError};
+    dp_DataType = Py_NewRef(dt);
+    dp_Device = Py_NewRef(dev);
+    dp_error_classes = Py_NewRef(errs);
+    dp_DiscoError = Py_NewRef(base);
+    for (int i = 0; i < 4; i++)
+        Py_XDECREF(old[i]);
     Py_RETURN_NONE;
 }
 
@@ -740,7 +749,7 @@ static PyObject *mod_dtype_parse(PyObject *m, PyObject *arg)
 {
     (void)m;
     DLDataType t;
-    const char *s = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    const char *s = PyUnicode_Check(arg) ? PyUnicode_AsUTF8AndSize(arg, NULL) : NULL;
     if (s == NULL || !disco_dtype_parse(s, &t)) {
         if (!PyErr_Occurred())
             PyErr_Format(PyExc_ValueError, "not a dtype: %R", arg);
@@ -782,7 +791,7 @@ static PyObject *mod_c_call_sync(PyObject *m, PyObject *args)
     SessionObject *so;
     DRefObject *f;
     unsigned long long iters;
-    if (!PyArg_ParseTuple(args, "O!O!K", &DiscoSession_Type, &so, &DiscoDRef_Type, &f, &iters))
+    if (!PyArg_ParseTuple(args, "O!O!K", dp_Session_Type, &so, dp_DRef_Type, &f, &iters))
         return NULL;
     if (dp_enter(so) < 0)
         return NULL;
@@ -849,16 +858,18 @@ static struct PyModuleDef core_module = {
     .m_methods = module_methods,
 };
 
-static int add_type(PyObject *m, PyTypeObject *t, const char *name)
+PyTypeObject *dp_Session_Type, *dp_DRef_Type, *dp_Func_Type, *dp_Tensor_Type, *dp_RPC_Type;
+
+/* Makes a type from its spec (with base, or none) and adds it to m. */
+static int add_type(PyObject *m, PyType_Spec *spec, PyTypeObject *base, const char *name,
+                    PyTypeObject **out)
 {
-    if (PyType_Ready(t) < 0)
+    PyObject *t =
+        base != NULL ? PyType_FromSpecWithBases(spec, (PyObject *)base) : PyType_FromSpec(spec);
+    if (t == NULL)
         return -1;
-    Py_INCREF(t);
-    if (PyModule_AddObject(m, name, (PyObject *)t) < 0) {
-        Py_DECREF(t);
-        return -1;
-    }
-    return 0;
+    *out = (PyTypeObject *)t; /* kept for the life of the process */
+    return PyModule_AddObjectRef(m, name, t);
 }
 
 PyMODINIT_FUNC PyInit__core(void)
@@ -879,11 +890,11 @@ PyMODINIT_FUNC PyInit__core(void)
         return NULL;
     if (PyModule_AddFunctions(m, dp_pyfunc_methods) < 0 ||
         PyModule_AddFunctions(m, dp_rpc_methods) < 0 ||
-        add_type(m, &DiscoSession_Type, "Session") < 0 ||
-        add_type(m, &DiscoDRef_Type, "DRef") < 0 ||
-        add_type(m, &DiscoFunc_Type, "DPackedFunc") < 0 ||
-        add_type(m, &DiscoTensor_Type, "Tensor") < 0 ||
-        add_type(m, &DiscoRPC_Type, "RPCSession") < 0 ||
+        add_type(m, &dp_session_spec, NULL, "Session", &dp_Session_Type) < 0 ||
+        add_type(m, &dp_dref_spec, NULL, "DRef", &dp_DRef_Type) < 0 ||
+        add_type(m, &dp_func_spec, dp_DRef_Type, "DPackedFunc", &dp_Func_Type) < 0 ||
+        add_type(m, &dp_tensor_spec, NULL, "Tensor", &dp_Tensor_Type) < 0 ||
+        add_type(m, &dp_rpc_spec, NULL, "RPCSession", &dp_RPC_Type) < 0 ||
         PyModule_AddIntConstant(m, "DLPACK_VERSION", DLPACK_VERSION) < 0 ||
         PyModule_AddIntConstant(m, "MAX_NDIM", DISCO_MAX_NDIM) < 0) {
         Py_DECREF(m);

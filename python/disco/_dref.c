@@ -3,8 +3,18 @@
  * into values on the stack, one disco_session_call). */
 #include "_core.h"
 
+#ifndef Py_LIMITED_API
+#include <structmember.h>
+#endif
+
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#ifndef Py_LIMITED_API
+static PyObject *func_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames);
+#endif
 
 PyObject *dp_dref_new(PyTypeObject *type, SessionObject *so, uint64_t reg, PyObject *name)
 {
@@ -13,28 +23,27 @@ PyObject *dp_dref_new(PyTypeObject *type, SessionObject *so, uint64_t reg, PyObj
         dp_release_reg(so, reg);
         return NULL;
     }
-    Py_INCREF(so);
+    Py_INCREF((PyObject *)so);
     d->sess = so;
     d->reg = reg;
     d->pid = so->pid;
     d->name = name;
     Py_XINCREF(name);
-    d->vectorcall = NULL;
-    d->weakreflist = NULL;
-    if (type == &DiscoFunc_Type)
-        d->vectorcall = dp_func_vectorcall;
+#ifndef Py_LIMITED_API
+    d->vectorcall = type == dp_Func_Type ? func_vectorcall : NULL;
+#endif
     return (PyObject *)d;
 }
 
 static void dref_dealloc(DRefObject *d)
 {
-    if (d->weakreflist != NULL)
-        PyObject_ClearWeakRefs((PyObject *)d);
     if (d->sess != NULL && d->reg != 0 && d->pid == dp_pid)
         dp_release_reg(d->sess, d->reg);
     Py_CLEAR(d->sess);
     Py_CLEAR(d->name);
-    PyObject_Free(d);
+    PyTypeObject *t = Py_TYPE((PyObject *)d);
+    PyObject_Free(d); /* never a GC type: only this file makes DRefs */
+    Py_DECREF(t);
 }
 
 PyObject *dp_call(SessionObject *so, uint64_t func, PyObject *const *args, Py_ssize_t n)
@@ -74,18 +83,43 @@ PyObject *dp_call(SessionObject *so, uint64_t func, PyObject *const *args, Py_ss
         dp_scratch_free(&sc);
     if (st != DISCO_OK)
         return dp_raise(st);
-    return dp_dref_new(&DiscoDRef_Type, so, r, NULL);
+    return dp_dref_new(dp_DRef_Type, so, r, NULL);
 }
 
-PyObject *dp_func_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
-                             PyObject *kwnames)
+#ifndef Py_LIMITED_API
+/* DPackedFunc.__call__, the fast way: the arguments as the caller holds
+ * them. */
+static PyObject *func_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames)
 {
     DRefObject *f = (DRefObject *)self;
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0) {
+    if (kwnames != NULL && PyTuple_Size(kwnames) != 0) {
         PyErr_SetString(PyExc_TypeError, "a DPackedFunc takes no keyword arguments");
         return NULL;
     }
     return dp_call(f->sess, f->reg, args, PyVectorcall_NARGS(nargsf));
+}
+#endif
+
+/* DPackedFunc.__call__ with an argument tuple (the only way in 3.11's
+ * stable ABI), borrowed into an array for dp_call. */
+static PyObject *func_call(PyObject *self, PyObject *args, PyObject *kw)
+{
+    DRefObject *f = (DRefObject *)self;
+    if (kw != NULL && PyDict_Size(kw) != 0) {
+        PyErr_SetString(PyExc_TypeError, "a DPackedFunc takes no keyword arguments");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_Size(args);
+    if (n > DP_MAX_ARGS - 2) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "%zd arguments; at most %d", n, DP_MAX_ARGS - 2);
+        return dp_raise_msg(DISCO_E_ARG_COUNT, msg);
+    }
+    PyObject *a[DP_MAX_ARGS];
+    for (Py_ssize_t i = 0; i < n; i++)
+        a[i] = PyTuple_GetItem(args, i);
+    return dp_call(f->sess, f->reg, a, n);
 }
 
 /* debug_get_from_remote(worker_id): a tensor as a Tensor view of the
@@ -241,31 +275,49 @@ static PyGetSetDef dref_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-PyTypeObject DiscoDRef_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "disco.DRef",
-    .tp_basicsize = sizeof(DRefObject),
-    .tp_dealloc = (destructor)dref_dealloc,
-    .tp_repr = (reprfunc)dref_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "DRef: a register that exists on every worker of a session (TVM Disco's DRef).\n\n"
-              "Calls return DRefs at once; the value is computed on each worker in\n"
-              "order. The register is freed on every worker when the DRef is collected.",
-    .tp_weaklistoffset = offsetof(DRefObject, weakreflist),
-    .tp_methods = dref_methods,
-    .tp_getset = dref_getset,
+static PyType_Slot dref_slots[] = {
+    {Py_tp_dealloc, dref_dealloc},
+    {Py_tp_repr, dref_repr},
+    {Py_tp_doc, "DRef: a register that exists on every worker of a session (TVM Disco's DRef).\n\n"
+                "Calls return DRefs at once; the value is computed on each worker in\n"
+                "order. The register is freed on every worker when the DRef is collected."},
+    {Py_tp_methods, dref_methods},
+    {Py_tp_getset, dref_getset},
+    {0, NULL},
 };
 
-PyTypeObject DiscoFunc_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "disco.DPackedFunc",
-    .tp_basicsize = sizeof(DRefObject),
-    .tp_dealloc = (destructor)dref_dealloc,
-    .tp_repr = (reprfunc)dref_repr,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(DRefObject, vectorcall),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "DPackedFunc: a DRef holding a function of every worker.\n\n"
-              "f(*args) calls it on every worker (session.call_packed(f, *args)) and\n"
-              "returns the result's DRef at once; sync to wait and to see errors.",
-    .tp_weaklistoffset = offsetof(DRefObject, weakreflist),
-    .tp_base = &DiscoDRef_Type,
+PyType_Spec dp_dref_spec = {
+    .name = "disco.DRef",
+    .basicsize = sizeof(DRefObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = dref_slots,
+};
+
+#ifndef Py_LIMITED_API
+static PyMemberDef func_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(DRefObject, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+#endif
+
+static PyType_Slot func_slots[] = {
+    {Py_tp_call, func_call},
+#ifndef Py_LIMITED_API
+    {Py_tp_members, func_members},
+#endif
+    {Py_tp_doc, "DPackedFunc: a DRef holding a function of every worker.\n\n"
+                "f(*args) calls it on every worker (session.call_packed(f, *args)) and\n"
+                "returns the result's DRef at once; sync to wait and to see errors."},
+    {0, NULL},
+};
+
+PyType_Spec dp_func_spec = {
+    .name = "disco.DPackedFunc",
+    .basicsize = sizeof(DRefObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION
+#ifndef Py_LIMITED_API
+             | Py_TPFLAGS_HAVE_VECTORCALL
+#endif
+    ,
+    .slots = func_slots,
 };

@@ -22,6 +22,7 @@
  * register. */
 #include "_core.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -49,10 +50,13 @@ static void describe_exception(char *out, size_t cap)
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
-    const char *tname = type != NULL ? ((PyTypeObject *)type)->tp_name : "exception";
+    PyObject *tn = type != NULL ? PyType_GetName((PyTypeObject *)type) : NULL;
+    const char *tname = tn != NULL ? PyUnicode_AsUTF8AndSize(tn, NULL) : NULL;
+    if (tname == NULL)
+        tname = "exception";
     const char *dot = strrchr(tname, '.');
     PyObject *s = value != NULL ? PyObject_Str(value) : NULL;
-    const char *msg = s != NULL ? PyUnicode_AsUTF8(s) : NULL;
+    const char *msg = s != NULL ? PyUnicode_AsUTF8AndSize(s, NULL) : NULL;
     PyErr_Clear();
     int n = snprintf(out, cap, "%s: %s", dot != NULL ? dot + 1 : tname, msg != NULL ? msg : "?");
     /* Where it was raised: the innermost frame. */
@@ -63,7 +67,8 @@ static void describe_exception(char *out, size_t cap)
             Py_XDECREF(next);
             break;
         }
-        Py_SETREF(last, next);
+        Py_DECREF(last);
+        last = next;
     }
     if (last != NULL && n > 0 && (size_t)n < cap) {
         PyObject *line = PyObject_GetAttrString(last, "tb_lineno");
@@ -71,8 +76,10 @@ static void describe_exception(char *out, size_t cap)
         PyObject *code = frame != NULL ? PyObject_GetAttrString(frame, "f_code") : NULL;
         PyObject *file = code != NULL ? PyObject_GetAttrString(code, "co_filename") : NULL;
         PyObject *fname = code != NULL ? PyObject_GetAttrString(code, "co_name") : NULL;
-        const char *f = file != NULL && PyUnicode_Check(file) ? PyUnicode_AsUTF8(file) : NULL;
-        const char *fn = fname != NULL && PyUnicode_Check(fname) ? PyUnicode_AsUTF8(fname) : NULL;
+        const char *f =
+            file != NULL && PyUnicode_Check(file) ? PyUnicode_AsUTF8AndSize(file, NULL) : NULL;
+        const char *fn =
+            fname != NULL && PyUnicode_Check(fname) ? PyUnicode_AsUTF8AndSize(fname, NULL) : NULL;
         long ln = line != NULL ? PyLong_AsLong(line) : -1;
         if (f != NULL && fn != NULL) {
             const char *base = strrchr(f, '/');
@@ -84,6 +91,7 @@ static void describe_exception(char *out, size_t cap)
     }
     Py_XDECREF(last);
     Py_XDECREF(s);
+    Py_XDECREF(tn);
     Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(tb);
 }
 
@@ -128,7 +136,7 @@ static disco_status_t to_result(disco_ctx_t *ctx, PyObject *r, disco_value_t *re
 {
     if (r == Py_None)
         return DISCO_OK;
-    if (PyObject_TypeCheck(r, &DiscoTensor_Type) && ((TensorObject *)r)->orig != NULL &&
+    if (PyObject_TypeCheck(r, dp_Tensor_Type) && ((TensorObject *)r)->orig != NULL &&
         ((TensorObject *)r)->live) { /* one of its own arguments: the register's tensor */
         *ret = disco_value_tensor(((TensorObject *)r)->orig);
         return DISCO_OK;
@@ -138,7 +146,7 @@ static disco_status_t to_result(disco_ctx_t *ctx, PyObject *r, disco_value_t *re
     dp_scratch_t sc;
     sc.used = 0;
     sc.nheap = 0;
-    if (PyObject_TypeCheck(r, &DiscoDRef_Type) || dp_to_value(NULL, r, ret, &sc) < 0) {
+    if (PyObject_TypeCheck(r, dp_DRef_Type) || dp_to_value(NULL, r, ret, &sc) < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "a DRef cannot be a worker's result");
         describe_exception(why, cap);
@@ -186,7 +194,7 @@ static disco_status_t trampoline(disco_ctx_t *ctx, const disco_value_t *args, in
             Py_CLEAR(tuple);
             break;
         }
-        PyTuple_SET_ITEM(tuple, i, a);
+        PyTuple_SetItem(tuple, i, a);
     }
     if (tuple != NULL)
         r = PyObject_Call(pf->fn, tuple, NULL);
@@ -198,7 +206,7 @@ static disco_status_t trampoline(disco_ctx_t *ctx, const disco_value_t *args, in
     }
     Py_XDECREF(r);
     for (int i = 0; tuple != NULL && i < nargs; i++)
-        dp_tensor_expire(PyTuple_GET_ITEM(tuple, i));
+        dp_tensor_expire(PyTuple_GetItem(tuple, i));
     Py_XDECREF(tuple);
     PyErr_Clear();
     PyErr_Restore(et, ev, etb);
@@ -221,16 +229,17 @@ static PyObject *mod_register_func(PyObject *m, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_TypeError, "register_func: fn must be callable");
         return NULL;
     }
-    struct pyfunc *pf = PyMem_RawMalloc(sizeof *pf); /* kept: the registry keeps bindings */
+    struct pyfunc *pf = malloc(sizeof *pf); /* kept: the registry keeps bindings */
     if (pf == NULL)
         return PyErr_NoMemory();
     pf->name = Py_NewRef(name);
     pf->fn = Py_NewRef(fn);
-    disco_status_t st = disco_register_func_ex(PyUnicode_AsUTF8(name), sig, trampoline, pf);
+    disco_status_t st =
+        disco_register_func_ex(PyUnicode_AsUTF8AndSize(name, NULL), sig, trampoline, pf);
     if (st != DISCO_OK) {
         Py_DECREF(pf->name);
         Py_DECREF(pf->fn);
-        PyMem_RawFree(pf);
+        free(pf);
         return dp_raise(st);
     }
     Py_RETURN_NONE;
@@ -240,18 +249,18 @@ static PyObject *mod_register_func(PyObject *m, PyObject *args, PyObject *kw)
 static PyObject *mod_worker_main(PyObject *m, PyObject *arg)
 {
     (void)m;
-    PyObject *seq = PySequence_Fast(arg, "worker_main(argv): a list of str");
+    PyObject *seq = PySequence_List(arg);
     if (seq == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyList_Size(seq);
     char **argv = PyMem_Calloc((size_t)n + 1, sizeof *argv);
     PyObject **keep = PyMem_Calloc((size_t)n + 1, sizeof *keep);
     int rc = 2;
     bool ok = argv != NULL && keep != NULL;
     for (Py_ssize_t i = 0; ok && i < n; i++) {
-        ok = PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(seq, i), &keep[i]) != 0;
+        ok = PyUnicode_FSConverter(PyList_GetItem(seq, i), &keep[i]) != 0;
         if (ok)
-            argv[i] = PyBytes_AS_STRING(keep[i]);
+            argv[i] = PyBytes_AsString(keep[i]);
     }
     if (ok) {
         Py_BEGIN_ALLOW_THREADS rc = disco_worker_main((int)n, argv);

@@ -3,6 +3,7 @@
  * RPC session is used by one thread at a time). */
 #include "_core.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -41,7 +42,7 @@ static void rpc_leave(RPCObject *o)
 
 static PyObject *rpc_wrap(disco_rpc_t *r, PyObject *session)
 {
-    RPCObject *o = PyObject_New(RPCObject, &DiscoRPC_Type);
+    RPCObject *o = PyObject_New(RPCObject, dp_RPC_Type);
     if (o == NULL || (o->lock = PyThread_allocate_lock()) == NULL) {
         if (o != NULL) {
             o->r = NULL;
@@ -68,7 +69,7 @@ static void rpc_dealloc(RPCObject *o)
     if (o->lock != NULL)
         PyThread_free_lock(o->lock);
     Py_CLEAR(o->session);
-    PyObject_Free(o);
+    dp_free_self((PyObject *)o);
 }
 
 /* rpc_connect(address, timeout_ms=0, token=None, token_file=None) */
@@ -120,7 +121,7 @@ static PyObject *mod_rpc_from_worker(PyObject *m, PyObject *args)
     (void)m;
     SessionObject *so;
     int w;
-    if (!PyArg_ParseTuple(args, "O!i", &DiscoSession_Type, &so, &w))
+    if (!PyArg_ParseTuple(args, "O!i", dp_Session_Type, &so, &w))
         return NULL;
     if (dp_enter(so) < 0)
         return NULL;
@@ -140,7 +141,7 @@ static PyObject *mod_rpc_from_worker(PyObject *m, PyObject *args)
 
 static PyObject *rpc_get_func(RPCObject *o, PyObject *name)
 {
-    const char *n = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    const char *n = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
     if (n == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "get_func(name): name must be a str");
@@ -283,7 +284,7 @@ static PyObject *rpc_copy_from(RPCObject *o, PyObject *args, PyObject *kw)
         }
         if ((bytes = PyBytes_FromStringAndSize(NULL, n)) == NULL)
             return NULL;
-        b.buf = PyBytes_AS_STRING(bytes);
+        b.buf = PyBytes_AsString(bytes);
         b.len = n;
     } else if (PyObject_GetBuffer(out, &b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
         return NULL;
@@ -392,14 +393,19 @@ static PyGetSetDef rpc_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-PyTypeObject DiscoRPC_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "disco._core.RPCSession",
-    .tp_basicsize = sizeof(RPCObject),
-    .tp_dealloc = (destructor)rpc_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "An RPC session (disco/rpc.h); see disco.rpc.",
-    .tp_methods = rpc_methods,
-    .tp_getset = rpc_getset,
+static PyType_Slot rpc_slots[] = {
+    {Py_tp_dealloc, rpc_dealloc},
+    {Py_tp_doc, "An RPC session (disco/rpc.h); see disco.rpc."},
+    {Py_tp_methods, rpc_methods},
+    {Py_tp_getset, rpc_getset},
+    {0, NULL},
+};
+
+PyType_Spec dp_rpc_spec = {
+    .name = "disco._core.RPCSession",
+    .basicsize = sizeof(RPCObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = rpc_slots,
 };
 
 PyMethodDef dp_rpc_methods[] = {

@@ -30,7 +30,7 @@ static void fill_py_layout(TensorObject *t)
 
 static TensorObject *tensor_alloc(const DLTensor *src)
 {
-    TensorObject *t = PyObject_New(TensorObject, &DiscoTensor_Type);
+    TensorObject *t = PyObject_New(TensorObject, dp_Tensor_Type);
     if (t == NULL)
         return NULL;
     t->dl = *src;
@@ -47,7 +47,6 @@ static TensorObject *tensor_alloc(const DLTensor *src)
     t->sess = NULL;
     t->pid = dp_pid;
     t->live = true;
-    t->weakreflist = NULL;
     return t;
 }
 
@@ -73,18 +72,18 @@ PyObject *dp_tensor_borrow(DLTensor *src)
 
 void dp_tensor_expire(PyObject *o)
 {
-    if (o != NULL && PyObject_TypeCheck(o, &DiscoTensor_Type))
+    if (o != NULL && PyObject_TypeCheck(o, dp_Tensor_Type))
         ((TensorObject *)o)->live = false;
 }
 
 static void tensor_dealloc(TensorObject *t)
 {
-    if (t->weakreflist != NULL)
-        PyObject_ClearWeakRefs((PyObject *)t);
     if (t->view != NULL && t->sess != NULL && t->pid == dp_pid)
         dp_release_view(t->sess, t->view);
     Py_CLEAR(t->sess);
-    PyObject_Free(t);
+    PyTypeObject *tp = Py_TYPE((PyObject *)t);
+    PyObject_Free(t); /* never a GC type: only this file makes Tensors */
+    Py_DECREF(tp);
 }
 
 static int check_live(TensorObject *t)
@@ -186,11 +185,11 @@ static PyObject *tensor_dlpack(TensorObject *t, PyObject *args, PyObject *kw)
     }
     long major = 0;
     if (max_version != Py_None) {
-        if (!PyTuple_Check(max_version) || PyTuple_GET_SIZE(max_version) < 1) {
+        if (!PyTuple_Check(max_version) || PyTuple_Size(max_version) < 1) {
             PyErr_SetString(PyExc_TypeError, "max_version must be a (major, minor) tuple");
             return NULL;
         }
-        major = PyLong_AsLong(PyTuple_GET_ITEM(max_version, 0));
+        major = PyLong_AsLong(PyTuple_GetItem(max_version, 0));
         if (major == -1 && PyErr_Occurred())
             return NULL;
     }
@@ -290,8 +289,6 @@ static int tensor_getbuffer(TensorObject *t, Py_buffer *b, int flags)
     return 0;
 }
 
-static PyBufferProcs tensor_as_buffer = {.bf_getbuffer = (getbufferproc)tensor_getbuffer};
-
 /* ---- attributes ---- */
 
 static PyObject *get_shape(TensorObject *t, void *unused)
@@ -304,7 +301,7 @@ static PyObject *get_shape(TensorObject *t, void *unused)
             Py_CLEAR(r);
             break;
         }
-        PyTuple_SET_ITEM(r, i, x);
+        PyTuple_SetItem(r, i, x);
     }
     return r;
 }
@@ -399,14 +396,12 @@ static PyGetSetDef tensor_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-PyTypeObject DiscoTensor_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "disco.Tensor",
-    .tp_basicsize = sizeof(TensorObject),
-    .tp_dealloc = (destructor)tensor_dealloc,
-    .tp_repr = (reprfunc)tensor_repr,
-    .tp_as_buffer = &tensor_as_buffer,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Tensor: a tensor of a session seen from this process.\n\n"
+static PyType_Slot tensor_slots[] = {
+    {Py_tp_dealloc, tensor_dealloc},
+    {Py_tp_repr, tensor_repr},
+    {Py_bf_getbuffer, tensor_getbuffer},
+    {Py_tp_doc,
+     (void *)("Tensor: a tensor of a session seen from this process.\n\n"
               "From DRef.debug_get_from_remote(worker): a view of the worker's tensor\n"
               "in the shared heap, no copy. numpy.from_dlpack(t), torch.from_dlpack(t),\n"
               "memoryview(t) and numpy.asarray(t) share the bytes: a worker's later\n"
@@ -418,8 +413,15 @@ PyTypeObject DiscoTensor_Type = {
               "workers that share bytes (broadcast and scatter results are by\n"
               "reference) show the same bytes.\n\n"
               "Inside a Python worker function, tensor arguments arrive as Tensors\n"
-              "valid during the call only.",
-    .tp_weaklistoffset = offsetof(TensorObject, weakreflist),
-    .tp_methods = tensor_methods,
-    .tp_getset = tensor_getset,
+              "valid during the call only.")},
+    {Py_tp_methods, tensor_methods},
+    {Py_tp_getset, tensor_getset},
+    {0, NULL},
+};
+
+PyType_Spec dp_tensor_spec = {
+    .name = "disco.Tensor",
+    .basicsize = sizeof(TensorObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = tensor_slots,
 };
