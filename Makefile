@@ -159,7 +159,14 @@ PY_CORE    = python/disco/_core$(PY_EXT)
 PY_FILES  := $(wildcard python/disco/*.py) python/disco/disco-py-worker
 PYDIR     ?= $(PREFIX)/lib/python3/dist-packages
 
-python: $(PY_CORE) $(BUILD)/libdisco.so.1
+# The extension's file names depend on $(PYTHON), which deps.sh may only
+# install during this run (a bare Debian root): they are made by a second
+# make, which reads this file again once the dependencies are there.
+python: $(BUILD)/libdisco.so.1 | $(DEPS_STAMP)
+	@$(MAKE) --no-print-directory py-ext
+py-ext: $(PY_CORE)
+py-install-ext: $(BUILD)/pyinst/_core$(PY_EXT)
+.PHONY: py-ext py-install-ext
 
 $(PY_OBJDIR)/%.o: python/%.c python/disco/_core.h $(FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
@@ -281,7 +288,8 @@ valgrind: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-soak $(BUILD)/bin/disco-wor
 PC_PRIVATE = -Wl,-Bdynamic -rdynamic $(PKG_LIBS) $(if $(filter on,$(CUDA_MODE)),$(CUDART)) \
     -lrt -ldl -lpthread -lm
 PREFIX ?= /usr/local
-install: all $(BUILD)/pyinst/_core$(PY_EXT)
+install: all
+	@$(MAKE) --no-print-directory py-install-ext
 	install -d $(PREFIX)/include/disco/shm $(PREFIX)/lib/pkgconfig $(PREFIX)/bin
 	install -m 644 include/disco/*.h $(PREFIX)/include/disco/
 	install -m 644 include/disco/shm/*.h $(PREFIX)/include/disco/shm/
@@ -304,6 +312,7 @@ install: all $(BUILD)/pyinst/_core$(PY_EXT)
 	install -d $(PYDIR)/disco
 	install -m 644 $(filter %.py,$(PY_FILES)) $(PYDIR)/disco/
 	install -m 755 python/disco/disco-py-worker $(PYDIR)/disco/
+	rm -f $(PYDIR)/disco/_core.*.so # an earlier install's, of the other ABI
 	install -m 755 $(BUILD)/pyinst/_core$(PY_EXT) $(PYDIR)/disco/
 
 # Every C (and C++) source and header of the project, subfolders included.
