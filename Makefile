@@ -158,7 +158,9 @@ test: $(TEST_BIN) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API)
 # built with mpicc, not linked with disco, run by disco-bench through mpirun).
 # Debian's Open MPI is installed when mpicc or mpirun is missing (root only,
 # `tools/deps.sh mpi`); without it the MPI figures are skipped and the table
-# says so.
+# says so. Then tools/bench/py_bench.py adds the Python layer's figures
+# (py_call_sync_ns, py_copy_to_worker0_gbps) beside the C ones of the same
+# run in bench.json; without the Python package it says it skipped them.
 MPI_BENCH := $(BUILD)/bin/mpi_allreduce
 MPI_CC    := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(MPI_BENCH) tools/bench/mpi_allreduce.c
 
@@ -176,6 +178,7 @@ bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker
 	fi; \
 	echo "$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi"; \
 	$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi
+	$(PYTHON) tools/bench/py_bench.py --json $(BUILD)/bench.json
 
 demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(BUILD)/bin/disco $(DEMOLIB)
 	$(BUILD)/bin/disco-demo --trace $(BUILD)/demo-trace.json --json $(BUILD)/demo.json

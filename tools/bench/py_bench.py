@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""py_bench - what the Python layer costs, beside disco-bench's C figures of
+the same run (issue 18, item 4). `make bench` runs it after disco-bench.
+
+  py_bench.py [--json PATH] [--quick]
+
+Figures (ns or GB/s; merged into PATH's "results", whose other keys
+disco-bench wrote just before; the same flat key -> number shape):
+  py_call_sync_ns          a no-op DPackedFunc.__call__ (disco.noop on every
+                           worker) + sync_worker(1), 2 workers, pinned as
+                           disco-bench pins call_sync_ns (controller on the
+                           first CPU, worker 1 on the second); the results'
+                           DRefs are dropped between timed batches of 256, as
+                           the C bench frees its registers; median over reps
+                           of the mean per round. Baseline: call_sync_ns.
+  py_call_sync_p99_ns      the same round with the defaults (nothing pinned),
+                           each round timed alone: the 99th percentile of
+                           reps x 2000 rounds after 2000 warm-up rounds, as
+                           disco-bench's call_sync_p99_ns (its baseline).
+  py_copy_to_worker0_gbps  copy_to_worker_0 of a 64 MiB float32 NumPy array,
+                           the returned DRef dropped (which frees it), both
+                           timed; 4 warm-up rounds, then the median of reps
+                           single rounds, pinned: as copy_to_worker0_gbps
+                           (its baseline), in the same heap size.
+Target: the Python layer adds under 1 us to a call + sync
+(py_call_sync_ns - call_sync_ns < 1000 ns).
+
+Without the package (not built: `make python`) it prints one line saying so
+and exits 0, writing nothing.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+MIB = 1 << 20
+BIG = 64 * MIB
+HEAP_BYTES = 6 * BIG + 16 * MIB  # bench_tensor.c's heap
+BATCH = 256
+CALIBRATE_NS = 2_000_000
+MIN_ITERS, MAX_ITERS = 50, 1 << 22
+WARM_BIG = 4
+CALL_TARGET_NS = 1000.0  # what the Python layer may add to a call + sync
+
+now = time.perf_counter_ns
+
+
+class Opts:
+    reps = 15
+    rep_ns = 30_000_000
+
+
+def measure(fn):
+    """disco-bench's measure(): calibrate iters so one rep takes ~rep_ns
+    (warming up on the way), then the median of the reps' mean ns/round."""
+    iters = 8
+    while True:
+        t = fn(iters)
+        if t >= CALIBRATE_NS or iters >= MAX_ITERS:
+            break
+        iters *= 2
+    per = t / iters
+    iters = int(min(max(Opts.rep_ns / max(per, 1), MIN_ITERS), MAX_ITERS))
+    return statistics.median(fn(iters) / iters for _ in range(Opts.reps))
+
+
+def median_single(fn, warm, reps):
+    for _ in range(warm):
+        fn(1)
+    return statistics.median(fn(1) for _ in range(reps))
+
+
+def pin(sess, cpus):
+    """The controller on the first allowed CPU, worker 1 on the second."""
+    if len(cpus) >= 2:
+        os.sched_setaffinity(sess.worker_pid(1), {cpus[1]})
+        os.sched_setaffinity(0, {cpus[0]})
+
+
+def call_rounds(sess, noop):
+    """A round function: iters no-op calls + sync of worker 1, timed; the
+    results are dropped between batches, untimed."""
+
+    def rounds(iters):
+        total, held = 0, []
+        while iters > 0:
+            n = min(iters, BATCH)
+            t0 = now()
+            for _ in range(n):
+                held.append(noop())
+                sess.sync_worker(1)
+            total += now() - t0
+            held.clear()
+            iters -= n
+        return total
+
+    return rounds
+
+
+def py_call_sync(disco, cpus):
+    os.sched_setaffinity(0, cpus)  # worker 1 inherits the controller's mask
+    with disco.ProcessSession(2, call_timeout_ms=10000) as sess:
+        pin(sess, cpus)
+        ns = measure(call_rounds(sess, sess.get_global_func("disco.noop")))
+    os.sched_setaffinity(0, cpus)
+    return ns
+
+
+def py_call_sync_p99(disco, cpus):
+    os.sched_setaffinity(0, cpus)
+    with disco.ProcessSession(2, call_timeout_ms=10000) as sess:
+        noop = sess.get_global_func("disco.noop")
+        call_rounds(sess, noop)(2000)  # warm-up
+        lat, held = [], []
+        for _ in range(Opts.reps * 2000 // BATCH + 1):
+            for _ in range(BATCH):
+                t0 = now()
+                held.append(noop())
+                sess.sync_worker(1)
+                lat.append(now() - t0)
+            held.clear()
+    lat.sort()
+    return float(lat[(len(lat) - 1) * 99 // 100])
+
+
+def py_copy(disco, np, cpus):
+    os.sched_setaffinity(0, cpus)
+    host = np.ones(BIG // 4, dtype="float32")
+    with disco.ProcessSession(2, call_timeout_ms=30000, heap_bytes=HEAP_BYTES) as sess:
+        pin(sess, cpus)
+
+        def rounds(iters):
+            t0 = now()
+            for _ in range(iters):
+                sess.copy_to_worker_0(host)  # the DRef dies at once: freed
+            return now() - t0
+
+        ns = median_single(rounds, WARM_BIG, Opts.reps)
+    os.sched_setaffinity(0, cpus)
+    return BIG / ns
+
+
+ROW = "{:<22} {:>12} {:<4} {:<22} {:>12} {:<18} {}"
+
+
+def row(results, key, unit, base, ratio_label, target=None):
+    v, b = results.get(key), results.get(base)
+    if v is None:
+        return
+    bv, ratio, verdict = "-", "-", ""
+    if b is not None:
+        bv, ratio = f"{b:.1f}", f"{v / b:.2f} {ratio_label}"
+        if target is not None:
+            verdict = f"{v - b:+.0f} ns < {target:g} ns  {'PASS' if v - b < target else 'MISS'}"
+    elif target is not None:
+        verdict = f"< {target:g} ns over C  no baseline"
+    print(ROW.format(key, f"{v:.1f}", unit, base, bv, ratio, verdict))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", metavar="PATH", help="merge the figures into PATH's results")
+    ap.add_argument("--quick", action="store_true", help="fewer, shorter repetitions")
+    args = ap.parse_args()
+    if args.quick:
+        Opts.reps, Opts.rep_ns = 5, 5_000_000
+
+    sys.path.insert(0, str(ROOT / "python"))
+    try:
+        import numpy as np
+
+        import disco
+    except ImportError as e:
+        print(f"py_bench: skipped: the Python package is not built (make python): {e}")
+        return 0
+
+    cpus = sorted(os.sched_getaffinity(0))
+    load1 = os.getloadavg()[0]
+    print(f"py_bench: {Opts.reps} reps per figure{' (quick)' if args.quick else ''}, "
+          f"{len(cpus)} CPUs, load {load1:.2f} at start")
+    if len(cpus) < 2:
+        print("warning: only one CPU allowed; nothing is pinned")
+    got = {
+        "py_call_sync_ns": py_call_sync(disco, cpus),
+        "py_call_sync_p99_ns": py_call_sync_p99(disco, cpus),
+        "py_copy_to_worker0_gbps": py_copy(disco, np, cpus),
+    }
+    for k, v in got.items():
+        print(f"  {k:<20} {v:12.1f} {'GB/s' if k.endswith('gbps') else 'ns'}")
+
+    doc = {"results": {}}
+    if args.json and os.path.exists(args.json):
+        with open(args.json) as f:
+            doc = json.load(f)
+    results = doc.setdefault("results", {})
+    results.update(got)
+    print()
+    print(ROW.format("name", "value", "unit", "baseline", "base value", "ratio", "target"))
+    row(results, "py_call_sync_ns", "ns", "call_sync_ns", "py/C", CALL_TARGET_NS)
+    row(results, "py_call_sync_p99_ns", "ns", "call_sync_p99_ns", "py/C")
+    row(results, "py_copy_to_worker0_gbps", "GB/s", "copy_to_worker0_gbps", "py/C")
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, args.json)
+        print(f"\nmerged into {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
