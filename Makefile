@@ -5,6 +5,7 @@
 #   make demo       the main job
 #   make soak       the fault soak (SOAK_SECONDS); a bounded part runs in make test
 #   make valgrind   memcheck over whole sessions (demo and a short soak)
+#   make python     the Python package's C extension, in place (python/disco)
 # Missing Debian packages are installed first (tools/deps.sh).
 
 CC       ?= gcc
@@ -65,7 +66,7 @@ TESTLIB  := $(BUILD)/lib/libdisco_testlib.so
 # (disco.load_library) resolve disco_register_func & co. against it.
 WHOLE_LIB = -rdynamic -Wl,--whole-archive $(BUILD)/libdisco.a -Wl,--no-whole-archive
 
-.PHONY: all deps test bench demo soak valgrind clean format cppcheck fuzz install
+.PHONY: all deps test bench demo soak valgrind clean format cppcheck fuzz install python
 .SECONDARY: # keep object files (make would delete them as intermediates)
 all: $(BUILD)/libdisco.a $(BUILD)/libdisco.so $(TOOLS) $(DEMOLIB)
 
@@ -132,6 +133,42 @@ $(BUILD)/obj/tests/%.o: CFLAGS += -DDISCO_TEST_LIB='"$(abspath $(TESTLIB))"' \
 # third-party client it imports), not another python3 earlier on PATH.
 PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 
+# The Python package (python/disco): a CPython extension over libdisco.so,
+# built for $(PYTHON) (Debian's python3 and python3-dev). `make python`
+# builds it in place: python/disco/_core<EXT_SUFFIX> finds libdisco.so.1
+# through its rpath, $ORIGIN/../../build (PYTHONPATH=python is all a script
+# needs). `make install` links a copy whose rpath is $ORIGIN/../../.. (the
+# prefix's lib/, from lib/python3/dist-packages/disco) into PYDIR.
+PY_CONF    = $(shell $(PYTHON) -c 'import sysconfig as s; print(s.get_paths()["include"], s.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+PY_INCLUDE = $(word 1,$(PY_CONF))
+PY_EXT     = $(word 2,$(PY_CONF))
+PY_SRC    := $(wildcard python/disco/_*.c)
+PY_OBJ    := $(PY_SRC:python/%.c=$(BUILD)/pyobj/%.o)
+PY_CORE    = python/disco/_core$(PY_EXT)
+PY_FILES  := $(wildcard python/disco/*.py) python/disco/disco-py-worker
+PYDIR     ?= $(PREFIX)/lib/python3/dist-packages
+
+python: $(PY_CORE) $(BUILD)/libdisco.so.1
+
+$(BUILD)/pyobj/%.o: python/%.c python/disco/_core.h $(FLAGS_STAMP) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@test -n "$(PY_INCLUDE)" -a -f "$(PY_INCLUDE)/Python.h" || \
+	    { echo "make python: no Python.h for $(PYTHON) (install python3-dev)"; exit 1; }
+	$(CC) $(CFLAGS) -fvisibility=hidden -I$(PY_INCLUDE) $(PKG_CFLAGS) -c $< -o $@
+
+# The soname's link in the build tree, for the in-place extension.
+$(BUILD)/libdisco.so.1: $(BUILD)/libdisco.so
+	ln -sf libdisco.so $@
+
+$(PY_CORE): $(PY_OBJ) $(BUILD)/libdisco.so
+	$(CC) -shared $(LDFLAGS) -o $@ $(PY_OBJ) -L$(BUILD) -l:libdisco.so \
+	    -Wl,-rpath,'$$ORIGIN/../../$(BUILD)' -ldl
+
+$(BUILD)/pyinst/_core$(PY_EXT): $(PY_OBJ) $(BUILD)/libdisco.so
+	@mkdir -p $(@D)
+	$(CC) -shared $(LDFLAGS) -o $@ $(PY_OBJ) -L$(BUILD) -l:libdisco.so \
+	    -Wl,-rpath,'$$ORIGIN/../../..' -ldl
+
 # The public headers compile as C++: tests/cxx_api.cpp includes the
 # umbrella under g++ -std=c++17 -Wall -Wextra -Werror, calls the API and
 # runs a session against libdisco.a.
@@ -145,11 +182,18 @@ $(CXX_API): tests/cxx_api.cpp $(wildcard include/disco/*.h include/disco/shm/*.h
 # the layout on the built objects: no circles between files, no arrow up
 # the layers (shm <- workers <- scheduler), no ../ includes. Afterwards
 # nothing of ours may remain in /dev/shm (disco never names segments there).
-test: $(TEST_BIN) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API)
+# The Python tests (tests/python, pytest under $(PYTHON)) run against the
+# in-place package, not in sanitized builds (the interpreter is not built
+# with the sanitizer): DISCO_TEST_LIB, DISCO_WORKER and DISCO_TEST_BIN say
+# where the test library, the worker program and the tools are.
+PY_TEST_ENV = PYTHONPATH=$(abspath python) DISCO_QUIET=1 DISCO_TEST_LIB=$(abspath $(TESTLIB)) \
+    DISCO_WORKER=$(abspath $(BUILD)/bin/disco-worker) DISCO_TEST_BIN=$(abspath $(BUILD)/bin)
+test: $(TEST_BIN) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API) $(if $(SANITIZE),,python)
 	CK_FORK=yes $(TEST_BIN)
 	$(PYTHON) tests/arrows.py $(BUILD)/obj
 	DISCO_QUIET=1 $(CXX_API)
 	$(PYTHON) tests/jsonrpc_test.py $(BUILD)/bin/disco-jsonrpc $(TESTLIB)
+	$(if $(SANITIZE),,$(if $(wildcard tests/python),$(PY_TEST_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider tests/python))
 	$(if $(SANITIZE),,sh tests/install_test.sh)
 	@if ls /dev/shm 2>/dev/null | grep -qi disco; then \
 	    echo "FAIL: disco objects left in /dev/shm"; ls /dev/shm; exit 1; fi
@@ -225,7 +269,7 @@ valgrind: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-soak $(BUILD)/bin/disco-wor
 PC_PRIVATE = -Wl,-Bdynamic -rdynamic $(PKG_LIBS) $(if $(filter on,$(CUDA_MODE)),$(CUDART)) \
     -lrt -ldl -lpthread -lm
 PREFIX ?= /usr/local
-install: all
+install: all $(BUILD)/pyinst/_core$(PY_EXT)
 	install -d $(PREFIX)/include/disco/shm $(PREFIX)/lib/pkgconfig $(PREFIX)/bin
 	install -m 644 include/disco/*.h $(PREFIX)/include/disco/
 	install -m 644 include/disco/shm/*.h $(PREFIX)/include/disco/shm/
@@ -245,9 +289,13 @@ install: all
 	    'Libs: -L$${libdir} -Wl,-rpath,$${libdir} -ldisco' \
 	    'Libs.private: $(strip $(PC_PRIVATE))' 'Cflags: -I$${includedir}' \
 	    > $(PREFIX)/lib/pkgconfig/disco.pc
+	install -d $(PYDIR)/disco
+	install -m 644 $(filter %.py,$(PY_FILES)) $(PYDIR)/disco/
+	install -m 755 python/disco/disco-py-worker $(PYDIR)/disco/
+	install -m 755 $(BUILD)/pyinst/_core$(PY_EXT) $(PYDIR)/disco/
 
 # Every C (and C++) source and header of the project, subfolders included.
-FORMAT_SRC = $(shell find shm workers scheduler include tools tests -type f \
+FORMAT_SRC = $(shell find shm workers scheduler include tools tests python -type f \
     \( -name '*.[ch]' -o -name '*.cpp' \) | sort)
 format:
 	clang-format -i $(FORMAT_SRC)
@@ -296,7 +344,7 @@ cppcheck:
 	    --suppress=missingIncludeSystem -I. -Iinclude shm workers scheduler tools tests
 
 clean:
-	rm -rf build
+	rm -rf build python/disco/_core*.so
 
 # CUDA, whenever the toolkit is there ($(CUDA_HOME)/include/cuda_runtime.h,
 # the static runtime, libcudart_static.a, and nvcc):
@@ -336,4 +384,4 @@ $(BUILD)/obj/workers/device/cuda.o: $(BUILD)/.cuda-$(CUDA_MODE)
 $(BUILD)/.cuda-$(CUDA_MODE):
 	@mkdir -p $(@D) && rm -f $(BUILD)/.cuda-* && touch $@
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(DEMOLIB_SRC:%.c=$(BUILD)/obj/%.d)
+-include $(LIB_OBJ:.o=.d) $(PY_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(DEMOLIB_SRC:%.c=$(BUILD)/obj/%.d)

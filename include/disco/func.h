@@ -16,7 +16,11 @@
  *   n null  b bool  i int  f float  s str  y bytes  S shape  t dtype
  *   d device  h func  o opaque  T tensor  ? any one value  * any number of further values
  * NULL means "any arguments". Arguments that are DRefs are replaced by the
- * register's value on each worker before the check.
+ * register's value on each worker before the check. A string passed where
+ * the signature wants a dtype ('t') is parsed as one by the session's
+ * controller ("float32", as disco_dtype_parse reads it; a string that names
+ * no dtype fails the call with DISCO_E_BAD_TYPE), as TVM converts strings
+ * to DLDataType.
  */
 #ifndef DISCO_FUNC_H
 #define DISCO_FUNC_H

@@ -198,6 +198,33 @@ disco_status_t disco_session_copy_from_worker0(disco_session_t *sess, disco_dref
 disco_status_t disco_session_copy_into_worker0(disco_session_t *sess, const DLTensor *src,
                                                disco_dref_t reg);
 
+/** The tensor in register reg on worker, seen from the controller's process
+ *  as a DLManagedTensor: what a DLPack producer (the Python front) hands to
+ *  NumPy or PyTorch. A tensor in the shared heap is a view, no copy: its
+ *  data points at the heap bytes in this process's mapping, so writes by
+ *  any worker (an in-place function, a collective writing into it) show
+ *  through, and writes into it reach the worker's tensor. The view holds a
+ *  reference to the heap block: the bytes stay allocated after the
+ *  register is freed or overwritten, until the view's deleter runs. A
+ *  device (cuda, sim) tensor is not host-readable: the view holds a host
+ *  copy of its bytes instead (device kDLCPU either way). Call the deleter
+ *  (view->deleter(view)) from the session's thread before
+ *  disco_session_close, which unmaps the heap; after disco_session_shutdown
+ *  is fine. For worker 0 it answers at once; for another worker it waits
+ *  as debug get does (worker has executed every command sent before).
+ *  Returns DISCO_OK; DISCO_E_BAD_TYPE (the register holds no tensor on that
+ *  worker: its type named); DISCO_E_NOMEM; debug get's codes
+ *  (DISCO_E_BAD_REG, DISCO_E_INVAL for no such worker, a worker's pending
+ *  error, DISCO_E_WORKER_DIED, ...). */
+disco_status_t disco_session_tensor_view(disco_session_t *sess, disco_dref_t reg, int worker,
+                                         DLManagedTensor **view_out);
+
+/** Whether view (from disco_session_tensor_view) holds a host copy of a
+ *  device tensor rather than the tensor's own bytes: writes into a copy do
+ *  not reach the worker (disco_session_debug_set with bytes fills a device
+ *  tensor). Thread-safe. */
+bool disco_tensor_view_is_copy(const DLManagedTensor *view);
+
 #ifdef __cplusplus
 }
 #endif

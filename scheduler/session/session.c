@@ -392,16 +392,19 @@ static disco_status_t api_call(disco_session_t *s, disco_dref_t func, const disc
     for (int i = 0; i < nargs; i++)
         if (args[i].type == DISCO_T_DREF && !disco__regs_ok(&s->regs, args[i].v.reg))
             return disco__regs_bad(args[i].v.reg);
-    if ((st = disco__sig_check(s->regs.func[func], args, nargs, 1)) != DISCO_OK)
+    disco_value_t frame[DISCO_MAX_ARGS];
+    if (nargs > 0)
+        memcpy(frame + 2, args, (size_t)nargs * sizeof *args);
+    /* A string where the signature wants a dtype becomes one ("float32"). */
+    const struct disco__func *f = s->regs.func[func];
+    if ((st = disco__sig_coerce(f, frame + 2, nargs)) != DISCO_OK ||
+        (st = disco__sig_check(f, frame + 2, nargs, 1)) != DISCO_OK)
         return st;
     uint64_t res;
     if ((st = disco__regs_alloc(&s->regs, &res)) != DISCO_OK)
         return st;
-    disco_value_t frame[DISCO_MAX_ARGS];
     frame[0] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = res};
     frame[1] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = func};
-    if (nargs > 0)
-        memcpy(frame + 2, args, (size_t)nargs * sizeof *args);
     if ((st = issue(s, DISCO_CMD_CALL, frame, (uint32_t)nargs + 2, NULL)) != DISCO_OK) {
         disco__regs_release(&s->regs, res);
         return st;
@@ -583,4 +586,10 @@ disco_status_t disco__session_call(struct disco_session *s, disco_dref_t func,
 disco_status_t disco__session_free_reg(struct disco_session *s, disco_dref_t reg)
 {
     return api_free(s, reg);
+}
+
+disco_status_t disco__session_debug_get(struct disco_session *s, disco_dref_t reg, int worker,
+                                        disco_value_t *value_out)
+{
+    return api_debug_get(s, reg, worker, value_out);
 }

@@ -89,6 +89,11 @@ disco_status_t disco__session_call(struct disco_session *s, disco_dref_t func,
  *  disco_session_free_reg. */
 disco_status_t disco__session_free_reg(struct disco_session *s, disco_dref_t reg);
 
+/** disco_session_debug_get without disco__session_tell. Returns as
+ *  disco_session_debug_get. */
+disco_status_t disco__session_debug_get(struct disco_session *s, disco_dref_t reg, int worker,
+                                        disco_value_t *value_out);
+
 /** Marks the session broken with status and a message; the first cause wins.
  *  Wakes every waiter so workers see it. Returns status. */
 disco_status_t disco__session_break(struct disco_session *s, disco_status_t status, const char *fmt,

@@ -2,6 +2,7 @@
  * copies between host memory and worker 0, and empty tensors on every
  * worker. They build on the command path of session.c. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "shm/text.h"
@@ -226,6 +227,157 @@ static disco_status_t api_empty(disco_session_t *s, const int64_t *shape, int nd
     if (st == DISCO_OK)
         *reg_out = reg;
     return st;
+}
+
+/* ---- views (disco_session_tensor_view) ---- */
+
+/* A view and what it holds: a heap reference (ref) or a host copy (copy). */
+struct view {
+    DLManagedTensor m;
+    int64_t shape[DISCO_MAX_NDIM];
+    DLTensor *ref;
+    void *copy;
+};
+
+static void view_delete(DLManagedTensor *m)
+{
+    struct view *v = m->manager_ctx;
+    disco__tensor_release(v->ref);
+    free(v->copy);
+    free(v);
+}
+
+/* A view of shape and dtype: over ref's bytes (taking it), or, with ref
+ * NULL, over a new host buffer of its size for the caller to fill. */
+static disco_status_t view_make(const int64_t *shape, int ndim, DLDataType dtype, DLTensor *ref,
+                                struct view **out)
+{
+    size_t nbytes;
+    disco_status_t st = disco_shape_nbytes(shape, ndim, dtype, &nbytes);
+    struct view *v = st == DISCO_OK ? calloc(1, sizeof *v) : NULL;
+    if (st == DISCO_OK &&
+        (v == NULL || (ref == NULL && (v->copy = malloc(nbytes ? nbytes : 1)) == NULL)))
+        st = disco_set_error(DISCO_E_NOMEM, "tensor view of %zu bytes", nbytes);
+    if (st != DISCO_OK) {
+        disco__tensor_release(ref);
+        free(v);
+        return st;
+    }
+    memcpy(v->shape, shape, (size_t)ndim * sizeof *shape);
+    v->ref = ref;
+    v->m.manager_ctx = v;
+    v->m.deleter = view_delete;
+    v->m.dl_tensor =
+        (DLTensor){.data = ref != NULL ? (char *)ref->data + ref->byte_offset : v->copy,
+                   .device = {kDLCPU, 0},
+                   .ndim = ndim,
+                   .dtype = dtype,
+                   .shape = v->shape};
+    *out = v;
+    return DISCO_OK;
+}
+
+/* Worker 0's register: its tensor is in this process. */
+static disco_status_t view_w0(disco_session_t *s, disco_dref_t reg, struct view **out)
+{
+    const disco_value_t *val = disco__worker_get_reg(&s->w0, reg);
+    if (val == NULL || val->type != DISCO_T_TENSOR)
+        return disco_set_error(DISCO_E_BAD_TYPE, "register %llu on worker 0 holds %s, not a tensor",
+                               (unsigned long long)reg, disco_type_name(val ? val->type : 0));
+    DLTensor *t = val->v.tensor, *ref = NULL;
+    disco_status_t st;
+    if (!disco__tensor_is_device(t) && (st = disco__tensor_ref(t, &ref)) != DISCO_OK)
+        return st;
+    if ((st = view_make(t->shape, t->ndim, t->dtype, ref, out)) != DISCO_OK || ref != NULL)
+        return st;
+    if ((st = disco__tensor_to_host(t, (*out)->copy)) != DISCO_OK)
+        view_delete(&(*out)->m);
+    return st;
+}
+
+/* Another worker's register: disco.tensor_meta on every worker says what
+ * it holds (builtins.c), debug get fetches worker's answer; a heap tensor
+ * is then referenced here by its block, which the worker keeps alive until
+ * a later command of ours frees it. */
+static disco_status_t view_remote(disco_session_t *s, disco_dref_t reg, int worker,
+                                  struct view **out)
+{
+    disco_dref_t f, r;
+    disco_value_t arg = {.type = DISCO_T_DREF, .v.reg = reg}, meta = disco_value_null();
+    disco_status_t st = disco__session_get_func(s, "disco.tensor_meta", &f);
+    if (st != DISCO_OK)
+        return st;
+    if ((st = disco__session_call(s, f, &arg, 1, &r)) == DISCO_OK) {
+        st = disco__session_debug_get(s, r, worker, &meta);
+        disco_status_t fst = disco__session_free_reg(s, r);
+        st = st != DISCO_OK ? st : fst;
+    }
+    disco_status_t fst = disco__session_free_reg(s, f);
+    st = st != DISCO_OK ? st : fst;
+    const int64_t *m = meta.v.shape;
+    if (st == DISCO_OK && (meta.type != DISCO_T_SHAPE || meta.len < 2))
+        st = disco__session_break(s, DISCO_E_PROTOCOL, "worker %d: bad tensor_meta answer", worker);
+    else if (st == DISCO_OK && m[0] == 0)
+        st = disco_set_error(DISCO_E_BAD_TYPE, "register %llu on worker %d holds %s, not a tensor",
+                             (unsigned long long)reg, worker, disco_type_name((uint32_t)m[1]));
+    else if (st == DISCO_OK &&
+             (meta.len < 6 || m[5] < 0 || m[5] > DISCO_MAX_NDIM || meta.len != 6 + (uint32_t)m[5]))
+        st = disco__session_break(s, DISCO_E_PROTOCOL, "worker %d: bad tensor_meta answer", worker);
+    if (st != DISCO_OK) {
+        disco_value_clear(&meta);
+        return st;
+    }
+    DLDataType dt = {(uint8_t)m[4], (uint8_t)(m[4] >> 8), (uint16_t)(m[4] >> 16)};
+    DLTensor *ref = NULL;
+    if (m[1] == kDLCPU) /* checked against the heap's blocks before use */
+        st = disco__tensor_from_block(&s->heap, (uint64_t)m[2], (uint64_t)m[3], m + 6, (int)m[5],
+                                      dt, false, &ref);
+    if (st == DISCO_OK)
+        st = view_make(m + 6, (int)m[5], dt, ref, out);
+    disco_value_clear(&meta);
+    if (st != DISCO_OK || ref != NULL)
+        return st;
+    disco_value_t raw; /* a device tensor: its bytes, staged by the worker */
+    if ((st = disco__session_debug_get(s, reg, worker, &raw)) == DISCO_OK) {
+        size_t n = disco_tensor_nbytes(&(*out)->m.dl_tensor);
+        if (raw.type != DISCO_T_BYTES || raw.len != n)
+            st = disco_set_error(DISCO_E_MISMATCH, "worker %d sent %u bytes for a tensor of %zu",
+                                 worker, raw.len, n);
+        else
+            memcpy((*out)->copy, raw.v.bytes, n);
+        disco_value_clear(&raw);
+    }
+    if (st != DISCO_OK)
+        view_delete(&(*out)->m);
+    return st;
+}
+
+static disco_status_t api_tensor_view(disco_session_t *s, disco_dref_t reg, int worker,
+                                      DLManagedTensor **view_out)
+{
+    if (worker < 0 || worker >= s->world)
+        return disco_set_error(DISCO_E_INVAL, "no worker %d in a session of %d", worker, s->world);
+    disco_status_t st = disco__session_usable(s);
+    if (st != DISCO_OK)
+        return st;
+    if (!disco__regs_ok(&s->regs, reg))
+        return disco__regs_bad(reg);
+    struct view *v = NULL;
+    st = worker == 0 ? view_w0(s, reg, &v) : view_remote(s, reg, worker, &v);
+    if (st == DISCO_OK)
+        *view_out = &v->m;
+    return st;
+}
+
+disco_status_t disco_session_tensor_view(disco_session_t *s, disco_dref_t reg, int worker,
+                                         DLManagedTensor **view_out)
+{
+    return disco__session_tell(s, api_tensor_view(s, reg, worker, view_out));
+}
+
+bool disco_tensor_view_is_copy(const DLManagedTensor *view)
+{
+    return view->deleter == view_delete && ((const struct view *)view->manager_ctx)->ref == NULL;
 }
 
 disco_status_t disco_session_copy_to_worker0(disco_session_t *s, const DLTensor *host,

@@ -9,6 +9,7 @@
 #include "workers/core/registry.h"
 #include "workers/core/worker.h"
 #include "workers/data/arena.h"
+#include "workers/data/tensor_impl.h"
 
 /* disco.load_library(path): dlopen the library in this worker; its
  * DISCO_FUNC constructors register its functions. Libraries stay loaded. */
@@ -64,6 +65,8 @@ static disco_status_t noop(disco_ctx_t *ctx, const disco_value_t *args, int narg
 
 static disco_status_t tensor_span(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
                                   disco_value_t *ret);
+static disco_status_t tensor_meta(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                  disco_value_t *ret);
 
 /* disco.cpu_affinity(): the CPUs this worker may run on ("0-1,3"), as the
  * kernel sees them; shows that a placement plan took effect. */
@@ -116,6 +119,7 @@ void disco__builtins_register(void)
     disco_register_func("disco.echo", NULL, echo);
     disco_register_func("disco.noop", NULL, noop);
     disco__register_session_func("disco.tensor_span", "T", tensor_span);
+    disco__register_session_func("disco.tensor_meta", "?", tensor_meta);
     disco_register_func("disco.cpu_affinity", "", cpu_affinity);
     disco__register_session_func("disco.arena_stats", "", arena_stats);
 }
@@ -136,5 +140,39 @@ static disco_status_t tensor_span(disco_ctx_t *ctx, const disco_value_t *args, i
     span[0] = (int64_t)disco_heap_offset(ctx->worker->heap, t->data);
     span[1] = (int64_t)disco_tensor_nbytes(t);
     *ret = disco_value_shape(span, 2);
+    return DISCO_OK;
+}
+
+/* disco.tensor_meta(x): what x is on this worker, as a shape: for a tensor
+ * [1, device type, heap block, byte offset, dtype (code | bits << 8 |
+ * lanes << 16), ndim, dims...] (block and offset 0 for a device tensor);
+ * for anything else [0, its type code]. Never fails on a value, so that it
+ * can be called on every worker for one worker's answer (the controller's
+ * disco_session_tensor_view does). */
+static disco_status_t tensor_meta(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
+                                  disco_value_t *ret)
+{
+    (void)nargs;
+    int64_t *m = disco_ctx_alloc(ctx, (6 + DISCO_MAX_NDIM) * sizeof *m);
+    if (m == NULL)
+        return disco_ctx_fail(ctx, "out of memory");
+    if (args[0].type != DISCO_T_TENSOR || args[0].v.tensor == NULL ||
+        !disco__tensor_is_ours(args[0].v.tensor)) {
+        m[0] = 0;
+        m[1] = args[0].type;
+        *ret = disco_value_shape(m, 2);
+        return DISCO_OK;
+    }
+    const DLTensor *t = args[0].v.tensor;
+    bool dev = disco__tensor_is_device(t);
+    m[0] = 1;
+    m[1] = t->device.device_type;
+    m[2] = dev ? 0 : (int64_t)disco__tensor_block(t);
+    m[3] = dev ? 0 : (int64_t)disco__tensor_byte_offset(t);
+    m[4] = (int64_t)t->dtype.code | (int64_t)t->dtype.bits << 8 | (int64_t)t->dtype.lanes << 16;
+    m[5] = t->ndim;
+    for (int i = 0; i < t->ndim && i < DISCO_MAX_NDIM; i++)
+        m[6 + i] = t->shape[i];
+    *ret = disco_value_shape(m, (uint32_t)(6 + t->ndim));
     return DISCO_OK;
 }

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "disco/dtype.h"
+
 /* Entries are appended under the lock and never move or disappear, so a
  * handle (an index) stays valid for the life of the process. */
 static struct disco__func table[DISCO_FUNC_MAX];
@@ -157,5 +159,22 @@ disco_status_t disco__sig_check(const struct disco__func *f, const disco_value_t
     if (sig[i] != '*' && nargs != i)
         return disco_set_error(DISCO_E_ARG_COUNT, "%s takes %d arguments (\"%s\"), got %d", f->name,
                                i, sig, nargs);
+    return DISCO_OK;
+}
+
+disco_status_t disco__sig_coerce(const struct disco__func *f, disco_value_t *args, int nargs)
+{
+    if (!atomic_load_explicit(&f->has_sig, memory_order_acquire))
+        return DISCO_OK;
+    const char *sig = f->sig;
+    for (int i = 0; i < nargs && sig[i] != '\0' && sig[i] != '*'; i++) {
+        if (sig[i] != 't' || args[i].type != DISCO_T_STR)
+            continue;
+        DLDataType t;
+        if (!disco_dtype_parse(args[i].v.str, &t))
+            return disco_set_error(DISCO_E_BAD_TYPE, "%s argument %d: \"%.64s\" is not a dtype",
+                                   f->name, i, args[i].v.str);
+        args[i] = disco_value_dtype(t);
+    }
     return DISCO_OK;
 }

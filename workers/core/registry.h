@@ -48,6 +48,13 @@ disco_status_t disco__registry_find(const char *name, uint64_t *handle_out);
 /** Entry for a handle, or NULL if none. Thread-safe; entries never move. */
 const struct disco__func *disco__func_at(uint64_t handle);
 
+/** Where the signature wants a dtype ('t') and args holds a string, parses
+ *  the string as one ("float32"; disco_dtype_parse) and puts the dtype in
+ *  its place, as TVM converts a string argument that a function takes as a
+ *  DLDataType. Other arguments are left alone. Thread-safe. Returns
+ *  DISCO_OK or DISCO_E_BAD_TYPE (a string that names no dtype). */
+disco_status_t disco__sig_coerce(const struct disco__func *f, disco_value_t *args, int nargs);
+
 /** Checks args against a signature (see func.h). With dref_any, a DRef
  *  argument matches any letter (the controller cannot see register values).
  *  Thread-safe. Returns DISCO_OK, DISCO_E_ARG_COUNT or DISCO_E_BAD_TYPE with

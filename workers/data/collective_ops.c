@@ -45,14 +45,18 @@ static bool flag(const disco_value_t *args, int nargs, int i)
 
 /* ---- builtins ---- */
 
-/* disco.empty(shape, dtype, device, worker0_only): a new tensor (contents
- * unspecified); with worker0_only, null on the other workers. A CPU device
- * makes it in the shared heap; a sim or CUDA device in each worker's device
- * arena, on the worker's own device (worker i -> device i mod count: the
- * device's id is not used). */
+/* disco.empty(shape, dtype, device, worker0_only[, in_group]): a new tensor
+ * (contents unspecified); with worker0_only, null on the other workers, or,
+ * with in_group too (TVM's meaning), on every worker but each group's first.
+ * A CPU device makes it in the shared heap; a sim or CUDA device in each
+ * worker's device arena, on the worker's own device (worker i -> device i
+ * mod count: the device's id is not used). */
 static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
-    if (flag(a, n, 3) && ctx->worker_id != 0)
+    uint32_t groups = ctx->worker != NULL && ctx->worker->ngroups > 1 ? ctx->worker->ngroups : 1;
+    int group_size = ctx->world / (int)groups;
+    int leader = flag(a, n, 4) && group_size > 0 ? ctx->worker_id / group_size * group_size : 0;
+    if (flag(a, n, 3) && ctx->worker_id != leader)
         return DISCO_OK;
     DLDevice dev = a[2].v.device;
     DLTensor *t;
@@ -333,15 +337,50 @@ static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n,
     return disco__coll_end(&c, st); /* one more barrier before slots are reused */
 }
 
+/* disco.copy_into(dst, src): copies src's bytes into dst on every worker
+ * where src is a tensor (nothing where it is null, as a worker0_only
+ * register or gather_to_worker0's result on the others). Same dtype and
+ * element count (the shapes may differ: scatter's rows into a tensor of
+ * one dimension fewer); heap or device tensors, either way. The result is
+ * null. TVM's collectives write into a destination; disco's return a new
+ * tensor, and the Python front copies it in with this. */
+static disco_status_t copy_into(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)ctx;
+    (void)n;
+    (void)ret;
+    if (a[1].type == DISCO_T_NULL)
+        return DISCO_OK;
+    DLTensor *dst, *src;
+    disco_status_t st = tensor_arg_on(&a[0], "copy_into: dst", true, &dst);
+    if (st == DISCO_OK)
+        st = tensor_arg_on(&a[1], "copy_into: src", true, &src);
+    if (st != DISCO_OK)
+        return st;
+    if (dst->dtype.code != src->dtype.code || dst->dtype.bits != src->dtype.bits ||
+        dst->dtype.lanes != src->dtype.lanes ||
+        disco_tensor_numel(dst) != disco_tensor_numel(src)) {
+        char a1[32], a2[32];
+        return disco_set_error(
+            DISCO_E_MISMATCH, "copy_into: dst is %s with %lld elements, src %s with %lld",
+            disco_dtype_str(dst->dtype, a1, sizeof a1), (long long)disco_tensor_numel(dst),
+            disco_dtype_str(src->dtype, a2, sizeof a2), (long long)disco_tensor_numel(src));
+    }
+    if (dst->data == src->data)
+        return DISCO_OK;
+    return disco__tensor_copy_out(src, dst);
+}
+
 void disco__coll_register(void)
 {
     /* Each needs a session worker (its heap and collective area): refused
      * outside a session instead of dereferencing NULL. */
-    disco__register_session_func("disco.empty", "Stdb", empty);
+    disco__register_session_func("disco.empty", "Stdb*", empty);
     disco__register_session_func("disco.allreduce", NULL, allreduce);
     disco__register_session_func("disco.allgather", NULL, allgather);
     disco__register_session_func("disco.broadcast_from_worker0", NULL, broadcast);
     disco__register_session_func("disco.scatter_from_worker0", NULL, scatter);
     disco__register_session_func("disco.gather_to_worker0", NULL, gather);
     disco__register_session_func("disco.send_recv", NULL, send_recv);
+    disco__register_session_func("disco.copy_into", "??", copy_into);
 }

@@ -1,0 +1,798 @@
+/* _core.c - the extension module: errors, the Session type and its lock
+ * (see _core.h for the rules on threads, the GIL and processes). */
+#include "_core.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+PyObject *dp_DataType, *dp_Device, *dp_error_classes, *dp_DiscoError;
+
+/* ---- errors ---- */
+
+PyObject *dp_raise_msg(disco_status_t st, const char *msg)
+{
+    PyObject *cls = NULL;
+    if (dp_error_classes != NULL) {
+        PyObject *key = PyLong_FromLong(st);
+        cls = key ? PyDict_GetItemWithError(dp_error_classes, key) : NULL;
+        Py_XDECREF(key);
+        if (cls == NULL && PyErr_Occurred())
+            return NULL;
+    }
+    if (cls == NULL)
+        cls = dp_DiscoError != NULL ? dp_DiscoError : PyExc_RuntimeError;
+    PyObject *exc = PyObject_CallFunction(cls, "si", msg, (int)st);
+    if (exc == NULL)
+        return NULL;
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+PyObject *dp_raise(disco_status_t st)
+{
+    char msg[1024];
+    const char *detail = disco_last_error();
+    snprintf(msg, sizeof msg, "%s", detail[0] != '\0' ? detail : disco_strerror(st));
+    return dp_raise_msg(st, msg);
+}
+
+/* ---- the session's lock and pending work ---- */
+
+/* Frees and releases what collection left for later; the first failure is
+ * returned with its message in disco_last_error(). Lock held. */
+static disco_status_t flush(SessionObject *so)
+{
+    disco_status_t first = DISCO_OK;
+    char why[512] = "";
+    while (so->npviews > 0) {
+        DLManagedTensor *v = so->pviews[--so->npviews];
+        v->deleter(v);
+    }
+    while (so->npending > 0) {
+        disco_status_t st = disco_session_free_reg(so->s, so->pending[--so->npending]);
+        if (st != DISCO_OK && st != DISCO_E_BROKEN && st != DISCO_E_SHUTDOWN && first == DISCO_OK) {
+            first = st;
+            snprintf(why, sizeof why, "%s", disco_last_error());
+        }
+    }
+    if (first != DISCO_OK)
+        disco_set_error(first, "%s", why);
+    return first;
+}
+
+static void lock(SessionObject *so)
+{
+    if (!PyThread_acquire_lock(so->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(so->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+int dp_enter(SessionObject *so)
+{
+    if (so->pid != getpid()) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "disco: this session belongs to process %d (this is %d, a worker or a "
+                     "fork): use it from the process that opened it",
+                     (int)so->pid, (int)getpid());
+        return -1;
+    }
+    lock(so);
+    if (so->s == NULL) {
+        PyThread_release_lock(so->lock);
+        dp_raise_msg(DISCO_E_SHUTDOWN, "session is closed");
+        return -1;
+    }
+    if (so->deferred != DISCO_OK) {
+        disco_status_t st = so->deferred;
+        so->deferred = DISCO_OK;
+        PyThread_release_lock(so->lock);
+        dp_raise_msg(st, so->deferred_msg);
+        return -1;
+    }
+    if (so->npending + so->npviews > 0) {
+        disco_status_t st = flush(so);
+        if (st != DISCO_OK) {
+            PyThread_release_lock(so->lock);
+            dp_raise(st);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void dp_leave(SessionObject *so)
+{
+    PyThread_release_lock(so->lock);
+}
+
+static int grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 16;
+    void *p = PyMem_Realloc(*arr, c * elem);
+    if (p == NULL)
+        return -1;
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
+void dp_release_reg(SessionObject *so, uint64_t reg)
+{
+    if (so->s == NULL || so->shut || so->pid != getpid())
+        return;
+    if (PyThread_acquire_lock(so->lock, NOWAIT_LOCK)) {
+        disco_status_t st = disco_session_free_reg(so->s, reg);
+        /* The cause of a break is what the user's next call must see:
+         * kept for it instead of lost in a destructor. */
+        if (st != DISCO_OK && st != DISCO_E_BROKEN && st != DISCO_E_SHUTDOWN &&
+            so->deferred == DISCO_OK) {
+            so->deferred = st;
+            snprintf(so->deferred_msg, sizeof so->deferred_msg, "%s", disco_last_error());
+        }
+        PyThread_release_lock(so->lock);
+        return;
+    }
+    if (grow((void **)&so->pending, &so->cap_pending, so->npending, sizeof *so->pending) == 0)
+        so->pending[so->npending++] = reg;
+}
+
+void dp_release_view(SessionObject *so, DLManagedTensor *view)
+{
+    if (so->s == NULL || so->pid != getpid())
+        return; /* a fork's copy, or the heap is gone with the session */
+    if (PyThread_acquire_lock(so->lock, NOWAIT_LOCK)) {
+        view->deleter(view);
+        PyThread_release_lock(so->lock);
+        return;
+    }
+    if (grow((void **)&so->pviews, &so->cap_pviews, so->npviews, sizeof *so->pviews) == 0)
+        so->pviews[so->npviews++] = view;
+}
+
+/* ---- Session ---- */
+
+static int parse_enum(PyObject *o, const char *what, const char *a, const char *b, int *out)
+{
+    if (o == NULL || o == Py_None)
+        return 0;
+    const char *s = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
+    if (s != NULL && strcmp(s, a) == 0)
+        *out = 0;
+    else if (s != NULL && strcmp(s, b) == 0)
+        *out = 1;
+    else {
+        PyErr_Format(PyExc_ValueError, "%s must be \"%s\" or \"%s\"", what, a, b);
+        return -1;
+    }
+    return 0;
+}
+
+static int session_init(SessionObject *so, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"num_workers", "num_groups",      "launch",     "worker_path",
+                             "transport",   "call_timeout_ms", "heap_bytes", "device_arena_bytes",
+                             "max_msg",     "trace",           "place",      "cpus",
+                             NULL};
+    int n, groups = 1, trace = 1;
+    PyObject *launch = NULL, *transport = NULL;
+    const char *worker_path = NULL, *place = NULL, *cpus = NULL;
+    unsigned int timeout = 0, max_msg = 0;
+    unsigned long long heap = 0, arena = 0;
+    if (so->s != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "session already open");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "i|i$OzOIKKIpzz", kwlist, &n, &groups, &launch,
+                                     &worker_path, &transport, &timeout, &heap, &arena, &max_msg,
+                                     &trace, &place, &cpus))
+        return -1;
+    disco_session_config_t cfg = disco_session_config_default(n);
+    int l = 0, t = 0;
+    if (parse_enum(launch, "launch", "fork", "spawn", &l) < 0 ||
+        parse_enum(transport, "transport", "ring", "pipe", &t) < 0)
+        return -1;
+    cfg.num_groups = groups;
+    cfg.launch = l ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
+    cfg.transport = t ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING;
+    cfg.worker_path = worker_path;
+    cfg.call_timeout_ms = timeout;
+    cfg.heap_bytes = heap;
+    cfg.device_arena_bytes = arena;
+    cfg.max_msg = max_msg;
+    cfg.trace_off = !trace;
+    if (place != NULL && disco_place_policy_parse(place, &cfg.place.policy) != DISCO_OK) {
+        dp_raise(DISCO_E_INVAL);
+        return -1;
+    }
+    cfg.place.cpus = cpus;
+    if (so->lock == NULL && (so->lock = PyThread_allocate_lock()) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    /* Forked workers start here: the GIL stays held, so this thread's
+     * state is current in each child (see _pyfunc.c). */
+    disco_session_t *s;
+    disco_status_t st = disco_session_open(&cfg, &s);
+    if (st != DISCO_OK) {
+        dp_raise(st);
+        return -1;
+    }
+    so->s = s;
+    so->pid = getpid();
+    so->num_workers = n;
+    so->num_groups = groups;
+    so->shut = false;
+    return 0;
+}
+
+static void session_dealloc(SessionObject *so)
+{
+    if (PyType_IS_GC(Py_TYPE(so)))
+        PyObject_GC_UnTrack(so);
+    if (so->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)so);
+    if (so->s != NULL && so->pid == getpid()) {
+        /* No view is left (each holds the session); pending ones go first. */
+        while (so->npviews > 0) {
+            DLManagedTensor *v = so->pviews[--so->npviews];
+            v->deleter(v);
+        }
+        disco_session_t *s = so->s;
+        so->s = NULL;
+        Py_BEGIN_ALLOW_THREADS disco_session_close(s);
+        Py_END_ALLOW_THREADS
+    }
+    if (so->lock != NULL)
+        PyThread_free_lock(so->lock);
+    PyMem_Free(so->pending);
+    PyMem_Free(so->pviews);
+    Py_TYPE(so)->tp_free((PyObject *)so);
+}
+
+static PyObject *session_shutdown(SessionObject *so, PyObject *unused)
+{
+    (void)unused;
+    if (so->s == NULL || so->shut || so->pid != getpid())
+        Py_RETURN_NONE;
+    lock(so);
+    so->npending = 0; /* the registers go with the workers */
+    so->deferred = DISCO_OK;
+    so->shut = true;
+    disco_session_t *s = so->s;
+    Py_BEGIN_ALLOW_THREADS disco_session_shutdown(s);
+    Py_END_ALLOW_THREADS dp_leave(so);
+    Py_RETURN_NONE;
+}
+
+static int worker_arg(SessionObject *so, PyObject *o, int *w)
+{
+    long v = PyLong_AsLong(o);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 0 || v >= so->num_workers) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "no worker %ld in a session of %d", v, so->num_workers);
+        dp_raise_msg(DISCO_E_INVAL, msg);
+        return -1;
+    }
+    *w = (int)v;
+    return 0;
+}
+
+static PyObject *sync_on(SessionObject *so, int w)
+{
+    if (dp_enter(so) < 0)
+        return NULL;
+    disco_status_t st;
+    Py_BEGIN_ALLOW_THREADS st = disco_session_sync(so->s, w);
+    Py_END_ALLOW_THREADS dp_leave(so);
+    if (st != DISCO_OK)
+        return dp_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *session_sync_worker(SessionObject *so, PyObject *arg)
+{
+    int w;
+    if (worker_arg(so, arg, &w) < 0)
+        return NULL;
+    return sync_on(so, w);
+}
+
+static PyObject *session_sync_worker_0(SessionObject *so, PyObject *unused)
+{
+    (void)unused;
+    return sync_on(so, 0);
+}
+
+static PyObject *session_get_global_func(SessionObject *so, PyObject *name)
+{
+    const char *n = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    if (n == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "get_global_func(name): name must be a str");
+        return NULL;
+    }
+    if (dp_enter(so) < 0)
+        return NULL;
+    disco_dref_t f;
+    disco_status_t st = disco_session_get_func(so->s, n, &f);
+    dp_leave(so);
+    if (st != DISCO_OK)
+        return dp_raise(st);
+    return dp_dref_new(&DiscoFunc_Type, so, f, name);
+}
+
+static PyObject *session_call_packed(SessionObject *so, PyObject *const *args, Py_ssize_t n)
+{
+    if (n < 1 || !PyObject_TypeCheck(args[0], &DiscoDRef_Type)) {
+        PyErr_SetString(PyExc_TypeError, "call_packed(func, *args): func must be a DPackedFunc");
+        return NULL;
+    }
+    DRefObject *f = (DRefObject *)args[0];
+    if (f->sess != so) {
+        PyErr_SetString(PyExc_ValueError, "call_packed: the function is another session's");
+        return NULL;
+    }
+    return dp_call(so, f->reg, args + 1, n - 1);
+}
+
+static PyObject *session_worker_pid(SessionObject *so, PyObject *arg)
+{
+    int w;
+    if (so->s == NULL)
+        return dp_raise_msg(DISCO_E_SHUTDOWN, "session is closed");
+    if (worker_arg(so, arg, &w) < 0)
+        return NULL;
+    return PyLong_FromLong(disco_session_worker_pid(so->s, w));
+}
+
+/* _empty(shape, dtype, device, worker0_only, in_group) */
+static PyObject *session_empty(SessionObject *so, PyObject *args)
+{
+    PyObject *shape_o, *dtype_o, *dev_o;
+    int w0 = 0, in_group = 1;
+    if (!PyArg_ParseTuple(args, "OOO|pp", &shape_o, &dtype_o, &dev_o, &w0, &in_group))
+        return NULL;
+    DLDataType dt;
+    DLDevice dev;
+    if (dp_to_dtype(dtype_o, &dt) < 0 || dp_to_device(dev_o, &dev) < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(shape_o, "shape must be a sequence of ints");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t nd = PySequence_Fast_GET_SIZE(seq);
+    if (nd > DISCO_MAX_NDIM) {
+        Py_DECREF(seq);
+        return dp_raise_msg(DISCO_E_INVAL, "at most 8 dimensions");
+    }
+    int64_t dims[DISCO_MAX_NDIM];
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        dims[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (dims[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    if (dp_enter(so) < 0)
+        return NULL;
+    disco_dref_t r;
+    disco_status_t st;
+    if (w0 && in_group && so->num_groups > 1) { /* each group's first worker */
+        disco_value_t a[5] = {disco_value_shape(dims, (uint32_t)nd), disco_value_dtype(dt),
+                              disco_value_device(dev), disco_value_bool(true),
+                              disco_value_bool(true)};
+        Py_BEGIN_ALLOW_THREADS st = disco_session_call_by_name(so->s, "disco.empty", a, 5, &r);
+        Py_END_ALLOW_THREADS
+    } else {
+        Py_BEGIN_ALLOW_THREADS st =
+            disco_session_empty_device(so->s, dims, (int)nd, dt, dev, w0 != 0, &r);
+        Py_END_ALLOW_THREADS
+    }
+    dp_leave(so);
+    if (st != DISCO_OK)
+        return dp_raise(st);
+    return dp_dref_new(&DiscoDRef_Type, so, r, NULL);
+}
+
+static int own_dref(SessionObject *so, PyObject *o, const char *what, DRefObject **out)
+{
+    if (!PyObject_TypeCheck(o, &DiscoDRef_Type)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a DRef", what);
+        return -1;
+    }
+    if (((DRefObject *)o)->sess != so) {
+        PyErr_Format(PyExc_ValueError, "%s is another session's DRef", what);
+        return -1;
+    }
+    *out = (DRefObject *)o;
+    return 0;
+}
+
+/* copy_to_worker_0(host_array, remote_array=None) */
+static PyObject *session_copy_to_worker_0(SessionObject *so, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"host_array", "remote_array", NULL};
+    PyObject *host_o, *remote_o = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &host_o, &remote_o))
+        return NULL;
+    DRefObject *remote = NULL;
+    if (remote_o != Py_None && own_dref(so, remote_o, "remote_array", &remote) < 0)
+        return NULL;
+    dp_host_t h;
+    if (dp_host_get(host_o, false, &h) < 0)
+        return NULL;
+    if (dp_enter(so) < 0) {
+        dp_host_release(&h);
+        return NULL;
+    }
+    disco_dref_t r = remote != NULL ? remote->reg : 0;
+    disco_status_t st;
+    Py_BEGIN_ALLOW_THREADS st = remote != NULL ? disco_session_copy_into_worker0(so->s, &h.t, r)
+                                               : disco_session_copy_to_worker0(so->s, &h.t, &r);
+    Py_END_ALLOW_THREADS dp_leave(so);
+    dp_host_release(&h);
+    if (st != DISCO_OK)
+        return dp_raise(st);
+    if (remote != NULL) {
+        Py_INCREF(remote_o);
+        return remote_o;
+    }
+    return dp_dref_new(&DiscoDRef_Type, so, r, NULL);
+}
+
+/* copy_from_worker_0(host_array, remote_array) */
+static PyObject *session_copy_from_worker_0(SessionObject *so, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"host_array", "remote_array", NULL};
+    PyObject *host_o, *remote_o;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO", kwlist, &host_o, &remote_o))
+        return NULL;
+    DRefObject *remote;
+    if (own_dref(so, remote_o, "remote_array", &remote) < 0)
+        return NULL;
+    dp_host_t h;
+    if (dp_host_get(host_o, true, &h) < 0)
+        return NULL;
+    if (dp_enter(so) < 0) {
+        dp_host_release(&h);
+        return NULL;
+    }
+    disco_status_t st;
+    Py_BEGIN_ALLOW_THREADS st = disco_session_copy_from_worker0(so->s, remote->reg, &h.t);
+    Py_END_ALLOW_THREADS dp_leave(so);
+    dp_host_release(&h);
+    if (st != DISCO_OK)
+        return dp_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *session_alloc_reg(SessionObject *so, PyObject *unused)
+{
+    (void)unused;
+    if (dp_enter(so) < 0)
+        return NULL;
+    disco_dref_t r;
+    disco_status_t st = disco_session_alloc_reg(so->s, &r);
+    dp_leave(so);
+    if (st != DISCO_OK)
+        return dp_raise(st);
+    return dp_dref_new(&DiscoDRef_Type, so, r, NULL);
+}
+
+/* The trace: the summary as disco_trace_summary_print's JSON (text), or
+ * the Perfetto JSON written to a path. */
+static PyObject *trace_op(SessionObject *so, const char *path)
+{
+    if (dp_enter(so) < 0)
+        return NULL;
+    disco_trace_t *t = NULL;
+    disco_trace_summary_t *sum = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    disco_status_t st;
+    Py_BEGIN_ALLOW_THREADS st = disco_session_trace(so->s, &t);
+    if (st == DISCO_OK && path != NULL) {
+        FILE *f = fopen(path, "w");
+        st = f == NULL ? disco_set_error(DISCO_E_SYS, "cannot write %s", path)
+                       : disco_trace_write_json(t, f);
+        if (f != NULL && fclose(f) != 0 && st == DISCO_OK)
+            st = disco_set_error(DISCO_E_SYS, "cannot write %s", path);
+    } else if (st == DISCO_OK && (st = disco_trace_summarize(t, &sum)) == DISCO_OK) {
+        FILE *f = open_memstream(&buf, &len);
+        st = f == NULL ? disco_set_error(DISCO_E_NOMEM, "trace summary")
+                       : disco_trace_summary_print(sum, f, true);
+        if (f != NULL)
+            fclose(f);
+    }
+    disco_trace_summary_free(sum);
+    disco_trace_free(t);
+    Py_END_ALLOW_THREADS dp_leave(so);
+    if (st != DISCO_OK) {
+        free(buf);
+        return dp_raise(st);
+    }
+    if (path != NULL)
+        Py_RETURN_NONE;
+    PyObject *r = PyUnicode_FromStringAndSize(buf, (Py_ssize_t)len);
+    free(buf);
+    return r;
+}
+
+static PyObject *session_trace_json(SessionObject *so, PyObject *unused)
+{
+    (void)unused;
+    return trace_op(so, NULL);
+}
+
+static PyObject *session_write_trace(SessionObject *so, PyObject *path)
+{
+    PyObject *b;
+    if (!PyUnicode_FSConverter(path, &b))
+        return NULL;
+    PyObject *r = trace_op(so, PyBytes_AS_STRING(b));
+    Py_DECREF(b);
+    return r;
+}
+
+static PyObject *session_heap_stats(SessionObject *so, PyObject *unused)
+{
+    (void)unused;
+    if (dp_enter(so) < 0)
+        return NULL;
+    disco_heap_stats_t hs;
+    disco_status_t st = disco_session_heap_stats(so->s, &hs);
+    dp_leave(so);
+    if (st != DISCO_OK)
+        return dp_raise(st);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "blocks", (unsigned long long)hs.live_blocks,
+                         "used_bytes", (unsigned long long)hs.used_bytes, "free_bytes",
+                         (unsigned long long)hs.free_bytes, "capacity",
+                         (unsigned long long)hs.capacity, "recoveries",
+                         (unsigned long long)hs.recoveries);
+}
+
+static PyObject *session_health(SessionObject *so, PyObject *unused)
+{
+    (void)unused;
+    if (so->s == NULL)
+        return Py_BuildValue("(is)", DISCO_E_SHUTDOWN, disco_err_name(DISCO_E_SHUTDOWN));
+    disco_status_t st = disco_session_health(so->s);
+    return Py_BuildValue("(is)", (int)st, disco_err_name(st));
+}
+
+static PyObject *get_num_workers(SessionObject *so, void *unused)
+{
+    (void)unused;
+    return PyLong_FromLong(so->num_workers);
+}
+
+static PyObject *get_num_groups(SessionObject *so, void *unused)
+{
+    (void)unused;
+    return PyLong_FromLong(so->num_groups);
+}
+
+static PyObject *get_is_shutdown(SessionObject *so, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(so->s == NULL || so->shut);
+}
+
+static PyMethodDef session_methods[] = {
+    {"shutdown", (PyCFunction)session_shutdown, METH_NOARGS,
+     "shutdown()\n--\n\nShuts the workers down (asks, then kills stragglers after a grace period)\n"
+     "and reaps them. Harmless twice. Later calls raise SessionShutdownError. Views of\n"
+     "the shared heap (Tensors, arrays made from them) stay readable until they go."},
+    {"sync_worker", (PyCFunction)session_sync_worker, METH_O,
+     "sync_worker(worker_id)\n--\n\nWaits until worker worker_id has run every command sent "
+     "before;\nraises the error any worker reported since the last report (RemoteError\n"
+     "naming the worker, the function and the message), WorkerDiedError, DeadlineError."},
+    {"_sync_worker", (PyCFunction)session_sync_worker, METH_O, "TVM's name of sync_worker."},
+    {"sync_worker_0", (PyCFunction)session_sync_worker_0, METH_NOARGS,
+     "sync_worker_0()\n--\n\nsync_worker(0)."},
+    {"get_global_func", (PyCFunction)session_get_global_func, METH_O,
+     "get_global_func(name)\n--\n\nLooks a function up by name on every worker: a DPackedFunc "
+     "(a DRef\nholding it; call it to run it on every worker). Raises NoFunctionError when\n"
+     "worker 0 does not know it (another worker that lacks it reports at the next sync)."},
+    {"call_packed", (PyCFunction)(void (*)(void))session_call_packed, METH_FASTCALL,
+     "call_packed(func, *args)\n--\n\nCalls func (a DPackedFunc) on every worker with args and "
+     "returns the\nresult register at once, as a DRef. args: int, float, bool, str, bytes,\n"
+     "None, shapes (tuples or lists of ints), dtypes (DataType, numpy or torch dtypes;\n"
+     "\"float32\" strings where the function's signature wants one), devices, DRefs."},
+    {"worker_pid", (PyCFunction)session_worker_pid, METH_O,
+     "worker_pid(worker_id)\n--\n\nProcess id of a worker (this process for worker 0)."},
+    {"_empty", (PyCFunction)session_empty, METH_VARARGS, NULL},
+    {"copy_to_worker_0", (PyCFunction)(void (*)(void))session_copy_to_worker_0,
+     METH_VARARGS | METH_KEYWORDS,
+     "copy_to_worker_0(host_array, remote_array=None)\n--\n\nCopies a host array (anything with "
+     "__dlpack__ or the buffer protocol,\ncompact) into worker 0: into remote_array (a DRef of a "
+     "tensor of the same\nshape and dtype), or into a new register (null on the other workers).\n"
+     "Returns the DRef. The host array may be reused when this returns."},
+    {"copy_from_worker_0", (PyCFunction)(void (*)(void))session_copy_from_worker_0,
+     METH_VARARGS | METH_KEYWORDS,
+     "copy_from_worker_0(host_array, remote_array)\n--\n\nCopies worker 0's tensor in "
+     "remote_array into host_array (writable, same\nshape and dtype). No sync is needed first: "
+     "worker 0 runs every command\nbefore the call that sent it returns."},
+    {"_alloc_reg", (PyCFunction)session_alloc_reg, METH_NOARGS, NULL},
+    {"_trace_json", (PyCFunction)session_trace_json, METH_NOARGS, NULL},
+    {"write_trace", (PyCFunction)session_write_trace, METH_O,
+     "write_trace(path)\n--\n\nWrites the trace so far (the last 8192 commands per worker) as "
+     "Chrome\nTrace Event JSON, which Perfetto (ui.perfetto.dev) opens."},
+    {"heap_stats", (PyCFunction)session_heap_stats, METH_NOARGS,
+     "heap_stats()\n--\n\nThe shared heap: live blocks, used and free bytes, capacity, "
+     "recoveries."},
+    {"health", (PyCFunction)session_health, METH_NOARGS,
+     "health()\n--\n\n(code, name): (0, 'DISCO_OK') while usable, else what broke or ended it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef session_getset[] = {
+    {"num_workers", (getter)get_num_workers, NULL, "Number of workers, worker 0 included.", NULL},
+    {"num_groups", (getter)get_num_groups, NULL, "Worker groups (in-group collectives).", NULL},
+    {"is_shutdown", (getter)get_is_shutdown, NULL, "Whether shutdown() has run.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject DiscoSession_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "disco._core.Session",
+    .tp_basicsize = sizeof(SessionObject),
+    .tp_dealloc = (destructor)session_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "A disco session (the C part of ProcessSession; subclasses add a __dict__).",
+    .tp_weaklistoffset = offsetof(SessionObject, weakreflist),
+    .tp_methods = session_methods,
+    .tp_getset = session_getset,
+    .tp_init = (initproc)session_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- module functions ---- */
+
+/* _set_types(DataType, Device, error_classes, DiscoError) */
+static PyObject *mod_set_types(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *dt, *dev, *errs, *base;
+    if (!PyArg_ParseTuple(args, "OOO!O", &dt, &dev, &PyDict_Type, &errs, &base))
+        return NULL;
+    Py_XSETREF(dp_DataType, Py_NewRef(dt));
+    Py_XSETREF(dp_Device, Py_NewRef(dev));
+    Py_XSETREF(dp_error_classes, Py_NewRef(errs));
+    Py_XSETREF(dp_DiscoError, Py_NewRef(base));
+    Py_RETURN_NONE;
+}
+
+/* status_table(): [(code, "DISCO_E_...", message), ...], from the one table */
+static PyObject *mod_status_table(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    PyObject *l = PyList_New(0);
+    if (l == NULL)
+        return NULL;
+#define DP_ROW(name, value, msg)                                                                   \
+    do {                                                                                           \
+        PyObject *row = Py_BuildValue("(iss)", value, "DISCO_" #name, msg);                        \
+        if (row == NULL || PyList_Append(l, row) < 0) {                                            \
+            Py_XDECREF(row);                                                                       \
+            Py_DECREF(l);                                                                          \
+            return NULL;                                                                           \
+        }                                                                                          \
+        Py_DECREF(row);                                                                            \
+    } while (0);
+    DISCO_STATUS_TABLE(DP_ROW)
+#undef DP_ROW
+    return l;
+}
+
+/* dtype_parse(name) -> (code, bits, lanes); dtype_str(code, bits, lanes) -> name */
+static PyObject *mod_dtype_parse(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    DLDataType t;
+    const char *s = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    if (s == NULL || !disco_dtype_parse(s, &t)) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "not a dtype: %R", arg);
+        return NULL;
+    }
+    return Py_BuildValue("(iii)", t.code, t.bits, t.lanes);
+}
+
+static PyObject *mod_dtype_str(PyObject *m, PyObject *args)
+{
+    (void)m;
+    int code, bits, lanes = 1;
+    if (!PyArg_ParseTuple(args, "ii|i", &code, &bits, &lanes))
+        return NULL;
+    char buf[DISCO_DTYPE_STR_MAX];
+    DLDataType t = {(uint8_t)code, (uint8_t)bits, (uint16_t)lanes};
+    return PyUnicode_FromString(disco_dtype_str(t, buf, sizeof buf));
+}
+
+/* library_path(): where libdisco.so is (the C disco-worker is beside it:
+ * ../bin when it is installed in a lib folder, bin/ in the build tree). */
+static PyObject *mod_library_path(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    Dl_info info;
+    if (dladdr((void *)disco_session_open, &info) == 0 || info.dli_fname == NULL)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeFSDefault(info.dli_fname);
+}
+
+static PyObject *mod_last_error(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    return PyUnicode_FromString(disco_last_error());
+}
+
+static PyMethodDef module_methods[] = {
+    {"_set_types", mod_set_types, METH_VARARGS, NULL},
+    {"status_table", mod_status_table, METH_NOARGS,
+     "status_table()\n--\n\nEvery disco status: [(code, 'DISCO_E_...', message)]."},
+    {"dtype_parse", mod_dtype_parse, METH_O,
+     "dtype_parse(name)\n--\n\n'float32' -> (code, bits, lanes)."},
+    {"dtype_str", mod_dtype_str, METH_VARARGS,
+     "dtype_str(code, bits, lanes=1)\n--\n\n(2, 32, 1) -> 'float32'."},
+    {"library_path", mod_library_path, METH_NOARGS,
+     "library_path()\n--\n\nThe path of the libdisco.so this module uses."},
+    {"last_error", mod_last_error, METH_NOARGS,
+     "last_error()\n--\n\ndisco_last_error() of this thread."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "disco._core",
+    .m_doc = "The C part of the disco package (see disco/__init__.py).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+static int add_type(PyObject *m, PyTypeObject *t, const char *name)
+{
+    if (PyType_Ready(t) < 0)
+        return -1;
+    Py_INCREF(t);
+    if (PyModule_AddObject(m, name, (PyObject *)t) < 0) {
+        Py_DECREF(t);
+        return -1;
+    }
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    /* Libraries loaded with disco.load_library are not linked against
+     * libdisco: they find disco_register_func & co. in the global scope,
+     * where this extension's dependency is not (Python loads extensions
+     * RTLD_LOCAL). Promote it. */
+    Dl_info info;
+    if (dladdr((void *)disco_session_open, &info) != 0 && info.dli_fname != NULL)
+        (void)dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+    dp_python_pid = getpid();
+    PyObject *m = PyModule_Create(&core_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddFunctions(m, dp_pyfunc_methods) < 0 ||
+        PyModule_AddFunctions(m, dp_rpc_methods) < 0 ||
+        add_type(m, &DiscoSession_Type, "Session") < 0 ||
+        add_type(m, &DiscoDRef_Type, "DRef") < 0 ||
+        add_type(m, &DiscoFunc_Type, "DPackedFunc") < 0 ||
+        add_type(m, &DiscoTensor_Type, "Tensor") < 0 ||
+        add_type(m, &DiscoRPC_Type, "RPCSession") < 0 ||
+        PyModule_AddIntConstant(m, "DLPACK_VERSION", DLPACK_VERSION) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_NDIM", DISCO_MAX_NDIM) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

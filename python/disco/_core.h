@@ -1,0 +1,211 @@
+/*
+ * _core.h - the CPython extension behind the disco package (internal).
+ *
+ * Objects:
+ *   Session      a disco_session_t; the Python ProcessSession subclasses it
+ *   DRef         a register of a session (frees it when collected)
+ *   DPackedFunc  a DRef holding a function; calling it is the hot path
+ *   Tensor       a tensor seen from this process, with __dlpack__ and the
+ *                buffer protocol: a view of a session's heap, or a worker
+ *                function's argument during the call
+ *   RPCSession   a disco_rpc_t
+ *
+ * Threads and the GIL. The C session is used by one thread at a time, so
+ * each Session has a lock; a method takes it (waiting without the GIL when
+ * another thread holds it) and keeps the GIL unless it may block for long
+ * (syncs, debug gets, copies, collectives), which it runs with the GIL
+ * released. A DRef or Tensor collected while another thread holds the lock
+ * does not wait: its register or view goes on the session's pending list,
+ * which the next method empties first. Pending work and deferred errors
+ * are only touched under the GIL.
+ *
+ * Processes. Workers are forked inside disco_session_open, with the GIL
+ * held by the opening thread, so that thread's state is current in the
+ * child; the child never returns to Python, it runs the worker loop, and
+ * the first Python function it runs calls PyOS_AfterFork_Child first
+ * (_pyfunc.c). Every object remembers the pid that made it: in a child,
+ * collecting a parent's DRef, Tensor or Session touches nothing.
+ */
+#ifndef DISCO_PY_CORE_H
+#define DISCO_PY_CORE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <disco/disco.h>
+
+/* Most arguments a call takes (the session's limit is 62: 64 less the
+ * result and function registers); more is refused before conversion. */
+#define DP_MAX_ARGS 64
+
+/* A worker function's failure message, as long as a worker's error box
+ * holds (DISCO_ERR_MSG_MAX in workers/core/protocol.h). */
+#define DP_MSG_MAX 384
+
+/* ---- Session ---- */
+
+typedef struct {
+    PyObject_HEAD disco_session_t *s; /* NULL once closed */
+    pid_t pid;                        /* the process that opened it */
+    PyThread_type_lock lock;          /* one thread in the C session at a time */
+    int num_workers;
+    int num_groups;
+    bool shut;         /* disco_session_shutdown has run */
+    uint64_t *pending; /* registers to free (collected while locked) */
+    size_t npending, cap_pending;
+    DLManagedTensor **pviews; /* views to release (collected while locked) */
+    size_t npviews, cap_pviews;
+    disco_status_t deferred; /* an error met while freeing in a dealloc */
+    char deferred_msg[512];
+    PyObject *weakreflist;
+} SessionObject;
+
+extern PyTypeObject DiscoSession_Type;
+
+/** Takes so's lock and empties its pending list; raises (returning -1)
+ *  when the session is closed, belongs to another process, or a deferred
+ *  or pending free failed (the lock is then not held). */
+int dp_enter(SessionObject *so);
+
+/** Releases the lock taken by dp_enter. */
+void dp_leave(SessionObject *so);
+
+/** Frees register reg of so now if its lock is free, else later. Never
+ *  raises (a failure is raised by the session's next method). */
+void dp_release_reg(SessionObject *so, uint64_t reg);
+
+/** Releases a view of so's heap now if its lock is free, else later. */
+void dp_release_view(SessionObject *so, DLManagedTensor *view);
+
+/* ---- DRef, DPackedFunc ---- */
+
+typedef struct {
+    PyObject_HEAD SessionObject *sess;
+    uint64_t reg;
+    pid_t pid;
+    PyObject *name;            /* DPackedFunc: the function's name */
+    vectorcallfunc vectorcall; /* DPackedFunc: the call */
+    PyObject *weakreflist;
+} DRefObject;
+
+extern PyTypeObject DiscoDRef_Type, DiscoFunc_Type;
+
+/** A new DRef (or DPackedFunc, type) owning register reg of so. On
+ *  failure the register is freed and NULL returned with an error set. */
+PyObject *dp_dref_new(PyTypeObject *type, SessionObject *so, uint64_t reg, PyObject *name);
+
+/** DPackedFunc.__call__ (vectorcall). */
+PyObject *dp_func_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                             PyObject *kwnames);
+
+/** disco_session_call of func with Python arguments: a new DRef. */
+PyObject *dp_call(SessionObject *so, uint64_t func, PyObject *const *args, Py_ssize_t n);
+
+/* ---- Tensor ---- */
+
+typedef struct {
+    PyObject_HEAD DLTensor dl; /* what consumers see; shape points at shape */
+    int64_t shape[DISCO_MAX_NDIM];
+    Py_ssize_t pyshape[DISCO_MAX_NDIM], pystrides[DISCO_MAX_NDIM]; /* buffer protocol */
+    DLManagedTensor *view; /* a session's view (owned), or NULL */
+    DLTensor *orig;        /* a worker function's argument, or NULL */
+    SessionObject *sess;   /* keeps the heap mapped while views live */
+    pid_t pid;
+    bool live; /* false: an argument after its call */
+    PyObject *weakreflist;
+} TensorObject;
+
+extern PyTypeObject DiscoTensor_Type;
+
+/** A Tensor over a session's view (taken: released when the Tensor goes). */
+PyObject *dp_tensor_from_view(SessionObject *so, DLManagedTensor *view);
+
+/** A Tensor borrowing t (a worker function's argument) for one call. */
+PyObject *dp_tensor_borrow(DLTensor *t);
+
+/** Ends a borrowed Tensor's call: it refuses new exports (o may be any
+ *  object; only a Tensor is touched). */
+void dp_tensor_expire(PyObject *o);
+
+/* ---- values ---- */
+
+/* Scratch for one conversion of Python arguments: shapes and buffers live
+ * here until the call returns. */
+typedef struct {
+    int64_t dims[256];
+    size_t used;
+    void *heap[DP_MAX_ARGS];
+    int nheap;
+} dp_scratch_t;
+
+/** Converts o to a value for a call of so (borrowing o's memory: keep o
+ *  alive). Returns 0, or -1 with TypeError/ValueError set. */
+int dp_to_value(SessionObject *so, PyObject *o, disco_value_t *v, dp_scratch_t *sc);
+
+void dp_scratch_free(dp_scratch_t *sc);
+
+/** A Python object for v (copies str, bytes and shape payloads); a tensor
+ *  value becomes a borrowed Tensor (for worker functions). */
+PyObject *dp_from_value(const disco_value_t *v);
+
+/* A host array (anything with __dlpack__ or the buffer protocol) as a
+ * DLTensor, for one copy. */
+typedef struct {
+    DLTensor t;
+    int64_t shape[DISCO_MAX_NDIM], strides[DISCO_MAX_NDIM];
+    Py_buffer view;
+    bool has_view;
+    PyObject *capsule;
+} dp_host_t;
+
+/** Fills h from o; writable asks for memory that may be written. Returns
+ *  0, or -1 with an error set. */
+int dp_host_get(PyObject *o, bool writable, dp_host_t *h);
+
+void dp_host_release(dp_host_t *h);
+
+/** Whether o looks like an array (has __dlpack__ or the buffer protocol,
+ *  and is not str or bytes). */
+bool dp_is_array(PyObject *o);
+
+/** DLDataType of a dtype-like object (str, DataType, numpy or torch dtype).
+ *  Returns 0, or -1 with an error set. */
+int dp_to_dtype(PyObject *o, DLDataType *out);
+
+/** DLDevice of None (cpu), a Device, or a (type, id) pair. */
+int dp_to_device(PyObject *o, DLDevice *out);
+
+PyObject *dp_dtype_obj(DLDataType t);
+PyObject *dp_device_obj(DLDevice d);
+
+/* ---- errors ---- */
+
+/** Raises the exception class of st with disco_last_error()'s text; returns
+ *  NULL (for `return dp_raise(st);`). */
+PyObject *dp_raise(disco_status_t st);
+
+/** Raises the class of st with msg. */
+PyObject *dp_raise_msg(disco_status_t st, const char *msg);
+
+/* Classes the Python part hands over (_core._set_types): DataType, Device,
+ * and the error classes by code. */
+extern PyObject *dp_DataType, *dp_Device, *dp_error_classes, *dp_DiscoError;
+
+/* ---- Python functions on workers (_pyfunc.c) ---- */
+
+extern PyMethodDef dp_pyfunc_methods[];
+
+/** The pid whose Python runtime is set up (the module's process, or a fork
+ *  that ran PyOS_AfterFork_Child). */
+extern pid_t dp_python_pid;
+
+/* ---- RPC (_rpc.c) ---- */
+
+extern PyTypeObject DiscoRPC_Type;
+extern PyMethodDef dp_rpc_methods[];
+
+#endif

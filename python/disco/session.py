@@ -1,0 +1,338 @@
+"""disco.session - the Disco session, as TVM Disco's Python session.
+
+The hot calls (a DPackedFunc's ``__call__``, ``call_packed``, ``sync_worker``,
+the copies, DRef's debug calls) are in the C extension (``disco._core``);
+this module adds what TVM's ``session.py`` does in Python: the collectives
+with their destinations, ``empty``, ``load_library`` (TVM's
+``load_vm_module``), the trace as Python data, and the context manager.
+"""
+
+import atexit
+import json
+import os
+import sys
+import weakref
+
+from . import _core
+from ._types import DataType
+
+__all__ = ["Session", "ProcessSession", "DRef", "DPackedFunc", "DModule", "Tensor",
+           "register_func", "REDUCE_OPS"]
+
+DRef = _core.DRef
+DPackedFunc = _core.DPackedFunc
+Tensor = _core.Tensor
+
+REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+"""The reduce operations of allreduce (TVM's numbering)."""
+
+_live = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_all():
+    for sess in list(_live):
+        try:
+            sess.shutdown()
+        except Exception:  # pylint: disable=broad-except
+            pass
+
+
+class DModule:
+    """What :meth:`Session.load_library` returns: ``mod["name"]`` is the
+    function ``name`` (a DPackedFunc), as TVM's DModule. Functions are
+    global in disco: every function a library registers is also
+    ``sess.get_global_func(name)``."""
+
+    def __init__(self, session, path):
+        self.session = session
+        self.path = path
+
+    def __getitem__(self, name):
+        return self.session.get_global_func(name)
+
+    def get_function(self, name):
+        """``mod[name]``."""
+        return self.session.get_global_func(name)
+
+    def __repr__(self):
+        return f"<disco.DModule {self.path}>"
+
+
+class Session(_core.Session):
+    """A Disco session: one controller (this process, which is worker 0) and
+    workers 1..N-1, all running every command in the same order (SPMD).
+
+    Calls return at once with a :class:`DRef` (a register that exists on
+    every worker); :meth:`sync_worker` waits for a worker and raises the
+    errors any worker reported (a :class:`disco.RemoteError` naming the
+    worker, the function and the message). A worker that dies raises
+    :class:`disco.WorkerDiedError` from the next call that meets it (within
+    about 5 ms of a wait), never a hang; the session is then broken and
+    later calls raise :class:`disco.SessionBrokenError`.
+
+    Use :class:`ProcessSession` to open one. A session is used by one
+    thread at a time (others wait for it); the methods that may block
+    release the GIL.
+    """
+
+    def _get_cached_method(self, name):
+        cache = self.__dict__.setdefault("_cache", {})
+        func = cache.get(name)
+        if func is None:
+            func = cache[name] = self.get_global_func(name)
+        return func
+
+    # ---- tensors ----
+
+    def empty(self, shape, dtype, device=None, worker0_only=False, in_group=True):
+        """A new tensor on every worker (contents unspecified), as a DRef.
+
+        shape: a sequence of ints; dtype: "float32", a DataType, a numpy or
+        torch dtype; device: None (the shared heap, cpu), disco.cpu(),
+        disco.cuda(i) or disco.sim(i) (each worker uses its own device of
+        that type: worker i -> device i mod count). worker0_only: only on
+        worker 0 (null elsewhere), or with in_group and several groups, on
+        each group's first worker.
+        """
+        return self._empty(tuple(shape), dtype, device, bool(worker0_only), bool(in_group))
+
+    def broadcast(self, src, dst=None, in_group=True):
+        """Copies src (a host array; or a DRef on worker 0) to every worker.
+
+        Into dst (a DRef of a tensor of src's shape and dtype on every
+        worker) when given, else into a new tensor on each worker. Returns
+        the destination's DRef.
+        """
+        src_ref = src if isinstance(src, DRef) else self.copy_to_worker_0(src)
+        if dst is None:
+            if isinstance(src, DRef):
+                return self.broadcast_from_worker0(src_ref, None, in_group)
+            dst = self.empty(src.shape, _dtype_of(src))
+        self.broadcast_from_worker0(src_ref, dst, in_group)
+        return dst
+
+    def broadcast_from_worker0(self, src, dst=None, in_group=True):
+        """Worker 0's tensor src (a DRef) into dst on every worker (TVM's
+        in-place form). Without dst it returns the broadcast by reference
+        (O(1) in the size: every worker's register shares worker 0's bytes;
+        treat it as read-only), a disco extension."""
+        res = self._get_cached_method("disco.broadcast_from_worker0")(src, bool(in_group))
+        return self._into(dst, res)
+
+    def scatter(self, src, dst=None, in_group=True):
+        """Splits src (a host array whose dimension 0 is the number of
+        workers, or of a group's workers with in_group and groups) along
+        dimension 0: worker i gets src[i], into dst (a DRef of shape
+        src.shape[1:]) or into a new tensor. Returns the destination."""
+        size = self.num_workers // self.num_groups if in_group else self.num_workers
+        if not isinstance(src, DRef) and src.shape[0] != size:
+            raise ValueError(f"scatter: dimension 0 of src is {src.shape[0]}, "
+                             f"not the number of workers ({size})")
+        src_ref = src if isinstance(src, DRef) else self.copy_to_worker_0(src)
+        if dst is None and not isinstance(src, DRef):
+            dst = self.empty(tuple(src.shape[1:]), _dtype_of(src))
+        return self.scatter_from_worker0(src_ref, dst, in_group)
+
+    def scatter_from_worker0(self, from_array, to_array=None, in_group=True):
+        """Worker 0's tensor split along dimension 0, piece i into to_array
+        on worker i (TVM's in-place form). Without to_array: the pieces by
+        reference (each worker's register views worker 0's bytes)."""
+        res = self._get_cached_method("disco.scatter_from_worker0")(from_array, bool(in_group))
+        return self._into(to_array, res)
+
+    def gather_to_worker0(self, from_array, to_array=None, in_group=True):
+        """Every worker's from_array stacked along dimension 0 into
+        to_array on worker 0 (each group's first worker with in_group);
+        without to_array, a new tensor there (null elsewhere)."""
+        res = self._get_cached_method("disco.gather_to_worker0")(from_array, bool(in_group))
+        return self._into(to_array, res)
+
+    def allreduce(self, src, dst=None, op="sum", in_group=True):
+        """op ("sum", "prod", "min", "max", "avg") over every worker's src,
+        into dst on every worker (without dst: a new tensor). Returns the
+        destination."""
+        if op not in REDUCE_OPS:
+            raise ValueError(f"Unsupported reduce op: {op}. Available ops are: "
+                             f"{REDUCE_OPS.keys()}")
+        res = self._get_cached_method("disco.allreduce")(src, op, bool(in_group))
+        return self._into(dst, res)
+
+    def allgather(self, src, dst=None, in_group=True):
+        """Every worker's src stacked along dimension 0, into dst on every
+        worker (without dst: a new tensor). Returns the destination."""
+        res = self._get_cached_method("disco.allgather")(src, bool(in_group))
+        return self._into(dst, res)
+
+    def send_recv(self, src, src_worker, dst_worker):
+        """Worker dst_worker gets worker src_worker's tensor src (by
+        reference); the others get null. Returns the result's DRef."""
+        return self._get_cached_method("disco.send_recv")(src, int(src_worker), int(dst_worker))
+
+    def _into(self, dst, res):
+        if dst is None:
+            return res
+        self._get_cached_method("disco.copy_into")(dst, res)
+        return dst
+
+    # ---- code ----
+
+    def load_library(self, path, device=None):
+        """Loads a shared library into every worker; its DISCO_FUNC
+        functions register themselves (TVM: load_vm_module). Waits for
+        every worker and raises LibraryError naming the worker that could
+        not load it. Returns a DModule (``mod["fn"]``). device is accepted
+        for TVM's signature and not used."""
+        del device
+        path = os.fspath(path)
+        self._get_cached_method("disco.load_library")(path)
+        for worker in range(self.num_workers):
+            self.sync_worker(worker)
+        return DModule(self, path)
+
+    def import_python_module(self, module_name):
+        """Imports a Python module on every worker (TVM's
+        import_python_module): a spawned worker then has the functions the
+        module registers."""
+        self._get_cached_method("disco._import_python_module")(module_name)
+        for worker in range(self.num_workers):
+            self.sync_worker(worker)
+
+    # ---- profiling ----
+
+    def trace(self):
+        """The trace summary as plain Python data (the JSON of ``disco trace
+        --json``): per worker busy % and queue delay p50/p99, per function
+        count and time, the worst straggler step. Needs tracing on (the
+        default)."""
+        return json.loads(self._trace_json())
+
+    # ---- lifetime ----
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+        return False
+
+    def __repr__(self):
+        state = "shut down" if self.is_shutdown else f"{self.num_workers} workers"
+        return f"<disco.{type(self).__name__} {state}>"
+
+
+class ProcessSession(Session):
+    """A session of forked (or spawned) worker processes on this machine.
+
+    ``ProcessSession(num_workers, num_groups=1)`` as in TVM, plus keyword
+    options: launch ("fork", the default, or "spawn"), imports (modules a
+    spawned worker imports), worker_path, call_timeout_ms (each wait's
+    deadline; 0: 60 s), heap_bytes (the shared tensor heap; 0: 16 MiB),
+    device_arena_bytes, max_msg, transport ("ring" or "pipe"), trace
+    (command stamps, on by default), place (a placement policy: "spread",
+    "compact", "gpu", "list", "none") and cpus (for "list").
+
+    Forked workers are copies of this process at the time of the call:
+    they have every module it imported and every function registered
+    with :func:`disco.register_func` so far (functions registered later do
+    not exist in them), and run Python functions in their own interpreter.
+    Open sessions before starting threads or initializing CUDA here, as
+    with any fork. Spawned workers (launch="spawn") are fresh Python
+    processes (``disco-py-worker``, this interpreter) that import disco,
+    then each module in imports, and have only what those register; with
+    worker_path they run that program instead (the C ``disco-worker``:
+    ``disco.worker_program()``), which has only builtins and libraries.
+
+    Also a context manager: ``with disco.ProcessSession(2) as sess:`` shuts
+    the workers down at the end.
+    """
+
+    def __init__(self, num_workers, num_groups=1, entrypoint=None, *, launch="fork",
+                 imports=(), worker_path=None, **options):
+        if entrypoint is not None and entrypoint != "tvm.exec.disco_worker":
+            imports = tuple(imports) + (entrypoint,)
+        env = {}
+        if launch == "spawn" and worker_path is None:
+            worker_path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                       "disco-py-worker")
+            env = {"DISCO_PYTHON": sys.executable,
+                   "DISCO_PY_IMPORTS": ",".join(imports),
+                   "DISCO_PY_PATH": os.pathsep.join(p for p in sys.path if p)}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            super().__init__(num_workers, num_groups, launch=launch, worker_path=worker_path,
+                             **options)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        _live.add(self)
+
+
+def _dtype_of(array):
+    return DataType(array.dtype)
+
+
+_registered = {}
+
+
+def register_func(func_name, f=None, override=False, sig=None):
+    """Registers a Python function that workers run, by name (TVM's
+    register_func)::
+
+        @disco.register_func("my.scale")
+        def scale(x, k):
+            a = numpy.from_dlpack(x)   # x: a disco.Tensor, valid during the call
+            a *= k                     # in place, in the shared heap
+
+    A session's ``get_global_func("my.scale")`` then finds it on worker 0
+    (this process) and on forked workers opened afterwards. Arguments
+    arrive as Python values (tensors as :class:`disco.Tensor`, usable with
+    numpy.from_dlpack / torch.from_dlpack during the call only); the result
+    may be None, a bool, int, float, str, bytes, a shape (tuple of ints), a
+    DataType, a Device, one of the tensor arguments, or an array (anything
+    with __dlpack__ or the buffer protocol), which is copied into a new
+    tensor of the shared heap. An exception fails the call on that worker:
+    the next sync raises RemoteError "worker 1: my.scale: ValueError:
+    message (file.py:12 in scale)", and the session goes on.
+
+    sig (optional): a disco signature string (disco/func.h: "iS" for an int
+    and a shape...), checked before each call. override: replace an earlier
+    Python registration of the name (else ValueError). Usable as
+    ``@register_func`` (the function's name) or ``register_func(name, f)``.
+    """
+    if callable(func_name) and f is None:
+        f, func_name = func_name, func_name.__name__
+
+    def register(fn):
+        if func_name in _registered and not override:
+            raise ValueError(f"register_func: {func_name} is already registered "
+                             "(override=True replaces it)")
+        _core.register_func(func_name, fn, sig)
+        _registered[func_name] = fn
+        return fn
+
+    return register(f) if f is not None else register
+
+
+@register_func("disco._import_python_module")
+def _import_python_module(module_name):
+    __import__(module_name)
+
+
+def worker_program():
+    """The path of the C worker program (``disco-worker``) beside the
+    libdisco.so in use (for ``ProcessSession(launch="spawn",
+    worker_path=...)``), or None."""
+    lib = _core.library_path()
+    if lib is None:
+        return None
+    libdir = os.path.dirname(os.path.realpath(lib))
+    for cand in (os.path.join(libdir, "bin", "disco-worker"),
+                 os.path.join(os.path.dirname(libdir), "bin", "disco-worker")):
+        if os.access(cand, os.X_OK):
+            return cand
+    return None
