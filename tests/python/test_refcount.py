@@ -80,13 +80,13 @@ def test_shared_block_lives_until_last_ref(sess):
 def test_register_ids_recycled(sess):
     f = sess.get_global_func("disco.worker_id")
     r = f()
-    first = r.reg_id
+    first = r.reg
     del r
     top = first
     for _ in range(1000):
-        top = max(top, f().reg_id)
+        top = max(top, f().reg)
     for _ in range(100):
-        top = max(top, sess.get_global_func("test.add").reg_id)
+        top = max(top, sess.get_global_func("test.add").reg)
     sync_all(sess)
     assert top <= first + 8, f"register ids grew from {first} to {top}: registers leak"
 

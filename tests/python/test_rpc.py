@@ -1,7 +1,7 @@
 """RPC from Python: disco.rpc.connect(address, ...) to a disco-rpc-server,
-the C RPC session's calls (get_func, call), authentication by the token file
-($DISCO_TOKEN_FILE, as the C client), and the server's session timeout as
-SessionTimeoutError."""
+the C RPC session's calls (get a function, call it, copy to and from remote
+memory), authentication by the token file ($DISCO_TOKEN_FILE, as the C
+client), and the server's session timeout as SessionTimeoutError."""
 
 import os
 import select
@@ -12,7 +12,7 @@ import pytest
 
 import disco
 import disco.rpc
-from conftest import BUILD, CODE, TESTLIB, error_class
+from conftest import BIN, CODE, TESTLIB, error_class
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def server(tmp_path, monkeypatch):
     sessions expire after 400 ms of one call; yields its address."""
     token = tmp_path / "token"
     p = subprocess.Popen(
-        [str(BUILD / "bin" / "disco-rpc-server"), "--listen", f"unix:{tmp_path}/rpc.sock",
+        [str(BIN / "disco-rpc-server"), "--listen", f"unix:{tmp_path}/rpc.sock",
          "--load", TESTLIB, "--token-file", str(token), "--session-timeout", "400"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -42,18 +42,19 @@ def server(tmp_path, monkeypatch):
         p.wait()
 
 
-# A call through the server: get_func, then call with arguments, the result
-# as a Python value.
+# A call through the server: a function by name, called with arguments, the
+# result as a Python value; remote memory written and read back.
 def test_rpc_call(server):
-    c = disco.rpc.connect(server)
-    try:
-        add = c.get_func("test.add")
-        assert c.call(add, 40, 2) == 42
-        assert c.call(c.get_func("test.concat"), "ab", "cd") == "abcd"
+    with disco.rpc.connect(server) as c:
+        add = c.get_function("test.add")
+        assert add(40, 2) == 42
+        assert c.get_function("test.concat")("ab", "cd") == "abcd"
         with pytest.raises(error_class(CODE["E_NO_FUNC"])):
-            c.get_func("no.such.function")
-    finally:
-        c.close()
+            c.get_function("no.such.function")
+        mem = c.alloc(4096)
+        c.copy_to_remote(bytes(range(256)) * 16, mem)
+        assert bytes(c.copy_from_remote(mem, 4096)) == bytes(range(256)) * 16
+        c.free(mem)
 
 
 # A wrong token is refused (AuthError), not served.
@@ -69,13 +70,10 @@ def test_rpc_bad_token(server, tmp_path, monkeypatch):
 # A call that outlives the server's --session-timeout: SessionTimeoutError,
 # within a bound, not a hang.
 def test_rpc_session_timeout(server):
-    c = disco.rpc.connect(server)
-    try:
-        spin = c.get_func("test.spin_ms")
+    with disco.rpc.connect(server) as c:
+        spin = c.get_function("test.spin_ms")
         t0 = time.monotonic()
         with pytest.raises(disco.SessionTimeoutError) as ei:
-            c.call(spin, 5000)
+            spin(5000)
         assert time.monotonic() - t0 < 4.0
         assert ei.value.code == CODE["E_SESSION_TIMEOUT"]
-    finally:
-        c.close()

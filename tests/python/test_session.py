@@ -4,10 +4,11 @@ libraries, spawned workers, profiling (issue 18, item 2's session calls)."""
 import json
 import os
 
+import numpy as np
 import pytest
 
 import disco
-from conftest import CODE, TESTLIB, error_class, open_session, pid_alive, sync_all
+from conftest import BIN, CODE, TESTLIB, error_class, open_session, pid_alive, sync_all
 
 
 # num_workers is TVM's, and so are DPackedFunc (a DRef) and its session.
@@ -90,8 +91,6 @@ def test_echo_shape(sess):
 # "float32" strings stand for dtypes where the signature asks for one
 # (test.fill's is "Sti": shape, dtype, int), and so do shapes as lists.
 def test_dtype_string_and_shape_list(sess):
-    import numpy as np
-
     x = sess.get_global_func("test.fill")([2, 3], "float32", 5)
     v = np.from_dlpack(x.debug_get_from_remote(1))
     assert v.shape == (2, 3) and v.dtype == np.float32
@@ -141,18 +140,27 @@ def test_load_library(bare):
     assert r.debug_get_from_remote(1) == "abcd"
 
 
-# Spawned workers (the disco-worker program) run the builtins and the
-# libraries they load, and are not children forked from this interpreter's
-# image.
-def test_spawned_session():
-    with open_session(2, launch="spawn") as s:
-        p1 = s.worker_pid(1)
-        with open(f"/proc/{p1}/cmdline", "rb") as f:
-            assert b"disco-worker" in f.read().split(b"\0")[0]
+# Spawned workers are fresh processes (launch="spawn": a Python worker
+# program, not a fork of this interpreter's image) that run the builtins
+# and the libraries they load; so is the C worker program (worker_path).
+@pytest.mark.parametrize("c_worker", [False, True], ids=["python-worker", "c-worker"])
+def test_spawned_session(c_worker):
+    kw = {"worker_path": str(BIN / "disco-worker")} if c_worker else {}
+    with open_session(2, launch="spawn", **kw) as s:
         s.load_library(TESTLIB)
-        sync_all(s)
+        sync_all(s)  # the workers have started (open does not wait for them)
+        with open(f"/proc/{s.worker_pid(1)}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        if c_worker:
+            assert argv[0].endswith(b"disco-worker"), argv
+        else:
+            assert any(b"disco.worker" in a for a in argv), argv
         r = s.get_global_func("test.add")(s.get_global_func("disco.worker_id")(), 5)
         assert r.debug_get_from_remote(1) == 6
+        x = s.broadcast(np.arange(4, dtype="float32"))
+        y = s.allreduce(x, s.empty((4,), "float32"), "sum")
+        sync_all(s)
+        assert np.from_dlpack(y.debug_get_from_remote(1)).tolist() == [0, 2, 4, 6]
 
 
 # trace() is the profiling summary as plain data (the shape of `disco trace

@@ -129,6 +129,19 @@ def test_debug_copy_from(sess):
     np.testing.assert_array_equal(np.from_dlpack(x.debug_get_from_remote(1)), a1)
 
 
+# As in TVM (whose test_ccl.py does this), debug_copy_from takes a host
+# array of the tensor's dtype and size in another shape: the bytes are
+# copied in order.
+def test_debug_copy_from_other_shape(sess):
+    x = sess.empty((3, 3, 2), "float32")
+    flat = np.arange(18, dtype="float32")
+    x.debug_copy_from(0, flat)
+    x.debug_copy_from(1, flat.reshape(9, 2))
+    for w in range(2):
+        np.testing.assert_array_equal(np.from_dlpack(x.debug_get_from_remote(w)),
+                                      flat.reshape(3, 3, 2))
+
+
 # Tensors that a C function made on each worker (test.fill) read back with
 # each worker's own values.
 def test_worker_made_tensor(sess):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import disco
+import spawn_funcs  # noqa: F401  (pyt.spawn.pid on worker 0)
 from conftest import CODE, error_class, open_session, settle, sync_all
 
 # Registered at import, so before any session of the suite forks.
@@ -144,10 +145,15 @@ def test_exception_everywhere(bare):
     assert seen == {0, 1}
 
 
-# Spawned workers have only what they load: a Python function of the
-# controller is not there, and the call says so (no function of that name).
-def test_spawned_workers_lack_python_functions():
+# Spawned workers have only what they import: a Python function of this
+# process is not there (the call says there is no such function) until the
+# worker imports the module that registers it.
+def test_spawned_workers_have_what_they_import():
     with open_session(2, launch="spawn") as s:
         with pytest.raises(error_class(CODE["E_NO_FUNC"])):
             s.get_global_func("pyt.wf.pid")()
             sync_all(s)
+    with open_session(2, launch="spawn", imports=("spawn_funcs",)) as s:
+        r = s.get_global_func("pyt.spawn.pid")()
+        sync_all(s)
+        assert r.debug_get_from_remote(1) == s.worker_pid(1) != os.getpid()

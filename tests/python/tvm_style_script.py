@@ -2,8 +2,6 @@
 interpreter: written against tvm.runtime.disco, with only the import
 (`import tvm.runtime.disco as di` -> `import disco as di`) and the module
 loading (`sess.load_vm_module(path)` -> `sess.load_library(path)`) changed.
-Where TVM's script would call .numpy() on a fetched tensor it calls
-np.from_dlpack(), which both accept.
 
 usage: tvm_style_script.py LIBRARY   (tests/testlib.c, built)
 """
@@ -66,7 +64,7 @@ def main(library):
     ]:
         dst_array = sess.empty((3, 4), "float32")
         sess.allreduce(d_array, dst_array, op=op)
-        result = np.from_dlpack(dst_array.debug_get_from_remote(0))
+        result = dst_array.debug_get_from_remote(0).numpy()
         np.testing.assert_equal(result, np_op(array_1, array_2))
 
     # allgather
@@ -76,8 +74,8 @@ def main(library):
     d_src.debug_copy_from(0, array[:18])
     d_src.debug_copy_from(1, array[18:])
     sess.allgather(d_src, d_dst)
-    np.testing.assert_equal(np.from_dlpack(d_dst.debug_get_from_remote(0)), array.reshape(3, 4, 3))
-    np.testing.assert_equal(np.from_dlpack(d_dst.debug_get_from_remote(1)), array.reshape(3, 4, 3))
+    np.testing.assert_equal(d_dst.debug_get_from_remote(0).numpy(), array.reshape(3, 4, 3))
+    np.testing.assert_equal(d_dst.debug_get_from_remote(1).numpy(), array.reshape(3, 4, 3))
 
     # broadcast, both ways
     array = np.arange(12, dtype="float32").reshape(3, 4)
@@ -85,9 +83,9 @@ def main(library):
     src_array.debug_copy_from(0, array)
     dst_array = sess.empty((3, 4), "float32")
     sess.broadcast_from_worker0(src_array, dst_array)
-    np.testing.assert_equal(np.from_dlpack(dst_array.debug_get_from_remote(1)), array)
+    np.testing.assert_equal(dst_array.debug_get_from_remote(1).numpy(), array)
     dst_array = sess.broadcast(array)
-    np.testing.assert_equal(np.from_dlpack(dst_array.debug_get_from_remote(1)), array)
+    np.testing.assert_equal(dst_array.debug_get_from_remote(1).numpy(), array)
 
     # scatter, both ways
     array = np.arange(36, dtype="float32").reshape(2, 6, 3)
@@ -95,10 +93,10 @@ def main(library):
     d_dst = sess.empty((6, 3), "float32")
     d_src.debug_copy_from(0, array)
     sess.scatter_from_worker0(d_src, d_dst)
-    np.testing.assert_equal(np.from_dlpack(d_dst.debug_get_from_remote(0)), array[0, :, :])
-    np.testing.assert_equal(np.from_dlpack(d_dst.debug_get_from_remote(1)), array[1, :, :])
+    np.testing.assert_equal(d_dst.debug_get_from_remote(0).numpy(), array[0, :, :])
+    np.testing.assert_equal(d_dst.debug_get_from_remote(1).numpy(), array[1, :, :])
     d_dst = sess.scatter(array)
-    np.testing.assert_equal(np.from_dlpack(d_dst.debug_get_from_remote(1)), array[1, :, :])
+    np.testing.assert_equal(d_dst.debug_get_from_remote(1).numpy(), array[1, :, :])
 
     # gather
     d_src = sess.empty((6, 3), "float32")
@@ -106,7 +104,7 @@ def main(library):
     d_src.debug_copy_from(1, array[1])
     d_dst = sess.empty((2, 6, 3), "float32", worker0_only=True)
     sess.gather_to_worker0(d_src, d_dst)
-    np.testing.assert_equal(np.from_dlpack(d_dst.debug_get_from_remote(0)), array)
+    np.testing.assert_equal(d_dst.debug_get_from_remote(0).numpy(), array)
 
     sess.sync_worker_0()
     sess.shutdown()
