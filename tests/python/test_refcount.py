@@ -105,6 +105,19 @@ def test_view_keeps_register_alive(sess):
     assert live(sess) == base
 
 
+# A view keeps the heap mapped after shutdown(): its bytes stay readable
+# until it goes (the Tensor holds the session object).
+def test_view_outlives_shutdown():
+    s = open_session(2)
+    x = s.copy_to_worker_0(np.arange(16, dtype="int32"))
+    a = np.from_dlpack(x.debug_get_from_remote(0))
+    del x
+    s.shutdown()
+    del s
+    gc.collect()
+    assert a.tolist() == list(range(16))
+
+
 # A tensor value fetched from worker 1 stays valid after its DRef dies, and
 # nothing is left once both are gone.
 def test_worker1_value_outlives_dref(sess):

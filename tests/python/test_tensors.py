@@ -200,6 +200,20 @@ def test_consumer_writes_reach_worker(sess):
     assert got % 2**64 == fnv, "worker 0 read other bytes than the consumer wrote"
 
 
+# The buffer protocol too: numpy.asarray(t) and memoryview(t) are writable
+# views of the same bytes (NumPy 1.24's from_dlpack arrays are read-only).
+def test_buffer_protocol_view(sess):
+    x = sess.copy_to_worker_0(np.zeros(4, "float32"))
+    v = x.debug_get_from_remote(0)
+    a = np.asarray(v)
+    assert a.flags.writeable and a.ctypes.data == np.from_dlpack(v).ctypes.data
+    a[1] = 5.0
+    memoryview(v).cast("B")[0:4] = np.float32(2.0).tobytes()
+    out = np.empty(4, "float32")
+    sess.copy_from_worker_0(out, x)
+    assert out.tolist() == [2.0, 5.0, 0.0, 0.0]
+
+
 # Worker 1's tensor (another process) reads back through DLPack too.
 def test_from_dlpack_of_worker1(sess):
     x = sess.empty((5,), "float32")

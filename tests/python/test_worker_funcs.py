@@ -41,6 +41,14 @@ def _none():
     return None
 
 
+_kept = []
+
+
+@disco.register_func("pyt.wf.keep")
+def _keep(x):
+    _kept.append(x)
+
+
 @disco.register_func("pyt.wf.raise_on")
 def _raise_on(worker_pid, message):
     if os.getpid() == worker_pid:
@@ -88,6 +96,20 @@ def test_tensor_argument(bare):
     sync_all(bare)
     assert [s.debug_get_from_remote(i) for i in range(2)] == [10.0, 45.0]
     assert d.debug_get_from_remote(1) == "float32[2, 5]"
+
+
+# A tensor argument is valid during its call only: kept past it, it refuses
+# to export its bytes (BufferError) instead of handing out memory that the
+# call no longer owns.
+def test_tensor_argument_expires(bare):
+    _kept.clear()
+    x = bare.empty((4,), "float32")
+    bare.get_global_func("pyt.wf.keep")(x)
+    sync_all(bare)
+    assert len(_kept) == 1  # worker 0's (this process); worker 1 kept its own
+    with pytest.raises(BufferError):
+        np.from_dlpack(_kept[0])
+    _kept.clear()
 
 
 # A Python function's result feeds C functions and collectives: the chain
