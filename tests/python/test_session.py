@@ -67,6 +67,14 @@ def test_world_size(n):
         assert [wid.debug_get_from_remote(i) for i in range(n)] == list(range(n))
 
 
+# The pipe transport (as TVM's ProcessSession) runs the same calls.
+def test_pipe_transport():
+    with open_session(2, transport="pipe") as s:
+        r = s.get_global_func("disco.worker_id")()
+        s.sync_worker(1)
+        assert r.debug_get_from_remote(1) == 1
+
+
 # Arguments of every kind the issue lists reach the workers and come back as
 # the same Python values (test.echo returns its argument).
 @pytest.mark.parametrize(

@@ -36,6 +36,11 @@ def _describe(x):
     return f"{a.dtype}{list(a.shape)}"
 
 
+@disco.register_func("pyt.wf.arange")
+def _arange(n):
+    return np.arange(n, dtype="int16") * (os.getpid() % 7)
+
+
 @disco.register_func("pyt.wf.none")
 def _none():
     return None
@@ -83,6 +88,15 @@ def test_none_result(bare):
     r = bare.get_global_func("pyt.wf.none")()
     sync_all(bare)
     assert r.debug_get_from_remote(1) is None
+
+
+# An array result is copied into a new tensor of the heap on each worker.
+def test_array_result(bare):
+    r = bare.get_global_func("pyt.wf.arange")(5)
+    sync_all(bare)
+    for i in range(2):
+        k = bare.worker_pid(i) % 7
+        assert np.from_dlpack(r.debug_get_from_remote(i)).tolist() == [k * j for j in range(5)]
 
 
 # A tensor argument (a DRef holding a tensor on every worker) arrives as an
