@@ -203,12 +203,13 @@ test: $(TEST_BIN) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API)
 # Debian's Open MPI is installed when mpicc or mpirun is missing (root only,
 # `tools/deps.sh mpi`); without it the MPI figures are skipped and the table
 # says so. Then tools/bench/py_bench.py adds the Python layer's figures
-# (py_call_sync_ns, py_copy_to_worker0_gbps) beside the C ones of the same
-# run in bench.json; without the Python package it says it skipped them.
+# (py_call_sync_ns beside the same rounds in C on its session,
+# py_call_sync_p99_ns, py_copy_to_worker0_gbps) to bench.json beside the C
+# ones of the same run (run by hand without the package, it says it skipped).
 MPI_BENCH := $(BUILD)/bin/mpi_allreduce
 MPI_CC    := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(MPI_BENCH) tools/bench/mpi_allreduce.c
 
-bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker
+bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker python
 	@sh tools/deps.sh mpi $(BUILD)/mpi-install.log
 	@mpi=""; \
 	if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
@@ -222,7 +223,9 @@ bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker
 	fi; \
 	echo "$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi"; \
 	$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi
-	$(PYTHON) tools/bench/py_bench.py --json $(BUILD)/bench.json
+	@# The Python front's figures beside the C ones (tools/bench/py_bench.py),
+	@# added to bench.json.
+	PYTHONPATH=python DISCO_QUIET=1 $(PYTHON) tools/bench/py_bench.py --json $(BUILD)/bench.json
 
 demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(BUILD)/bin/disco $(DEMOLIB)
 	$(BUILD)/bin/disco-demo --trace $(BUILD)/demo-trace.json --json $(BUILD)/demo.json
@@ -342,6 +345,9 @@ fuzz: $(FUZZERS) $(FUZZ_DIR)/make_seeds
 cppcheck:
 	cppcheck --quiet --enable=warning,performance,portability --error-exitcode=1 \
 	    --suppress=missingIncludeSystem -I. -Iinclude shm workers scheduler tools tests
+	cppcheck --quiet --enable=warning,performance,portability --error-exitcode=1 \
+	    --suppress=missingIncludeSystem --suppress=toomanyconfigs -I. -Iinclude \
+	    $(if $(PY_INCLUDE),-I$(PY_INCLUDE)) python
 
 clean:
 	rm -rf build python/disco/_core*.so

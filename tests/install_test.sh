@@ -37,5 +37,22 @@ for t in disco disco-demo disco-bench disco-rpc-server disco-jsonrpc disco-worke
 done
 readelf -d "$tmp/prefix/lib/libdisco.so" | grep -q 'SONAME.*libdisco\.so\.1\]' ||
     { echo "install test: no versioned soname"; exit 1; }
-echo "install test: headers, libdisco.so (soname libdisco.so.1), libdisco.a, tools and disco.pc" \
-    "work; the README's example builds and runs shared and static"
+
+# the Python package, where the prefix's Debian python3 looks
+# (lib/python3/dist-packages), using the installed libdisco.so.1
+py=${PYTHON:-/usr/bin/python3}
+pkg="$tmp/prefix/lib/python3/dist-packages"
+out=$(cd "$tmp" && DISCO_QUIET=1 "$py" -c '
+import os, sys; sys.path.insert(0, sys.argv[1])
+import disco
+assert disco.__file__.startswith(sys.argv[1]), disco.__file__
+lib = os.path.realpath(disco._core.library_path())
+assert os.path.dirname(lib) == os.path.realpath(sys.argv[1] + "/../.."), lib
+with disco.ProcessSession(2) as s:
+    r = s.get_global_func("disco.worker_id")()
+    s.sync_worker(1)
+    print("worker", r.debug_get_from_remote(1))
+' "$pkg")
+[ "$out" = "worker 1" ] || { echo "install test: the installed Python package said: $out"; exit 1; }
+echo "install test: headers, libdisco.so (soname libdisco.so.1), libdisco.a, tools, disco.pc" \
+    "and the Python package work; the README's example builds and runs shared and static"

@@ -66,10 +66,15 @@ have_pc check || missing="$missing check libsubunit-dev"
 have_pc jansson || missing="$missing libjansson-dev"
 have_pc libsodium || missing="$missing libsodium-dev" # RPC authentication (HMAC, random tokens)
 [ -f /usr/include/dlpack/dlpack.h ] || missing="$missing libdlpack-dev"
-# A JSON-RPC client nobody here wrote, for tests/jsonrpc_test.py (Debian's python3).
-if command -v dpkg-query >/dev/null 2>&1 &&
-    ! dpkg-query -W -f='${Status}' python3-pylsp-jsonrpc 2>/dev/null | grep -q 'ok installed'; then
-    missing="$missing python3-pylsp-jsonrpc"
+# Debian packages checked by name (dpkg-query), for Debian's python3:
+#   python3-pylsp-jsonrpc  a JSON-RPC client nobody here wrote (tests/jsonrpc_test.py)
+#   python3-dev            Python.h, for the Python package's extension (make python)
+#   python3-numpy, python3-torch, python3-pytest   the Python tests (tests/python)
+if command -v dpkg-query >/dev/null 2>&1; then
+    for p in python3-pylsp-jsonrpc python3-dev python3-numpy python3-torch python3-pytest; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
+            missing="$missing $p"
+    done
 fi
 # shellcheck disable=SC2086 # one word per package
 install $missing

@@ -3,11 +3,20 @@
 #include "_core.h"
 
 #include <dlfcn.h>
+#include <sched.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 PyObject *dp_DataType, *dp_Device, *dp_error_classes, *dp_DiscoError;
+pid_t dp_pid;
+int dp_call_nogil = 1;
+
+static void note_fork(void)
+{
+    dp_pid = getpid();
+}
 
 /* ---- errors ---- */
 
@@ -63,40 +72,71 @@ static disco_status_t flush(SessionObject *so)
     return first;
 }
 
-static void lock(SessionObject *so)
+/* The session's lock is a flag that only threads holding the GIL read or
+ * write, so a plain store takes it: the GIL orders every access. A thread
+ * that finds it taken (its holder runs C code without the GIL) polls it
+ * with the GIL released, yielding, then sleeping 50 us between looks:
+ * threads rarely share a session, and a sleeping waiter costs the holder
+ * nothing. */
+static int lock(SessionObject *so)
 {
-    if (!PyThread_acquire_lock(so->lock, NOWAIT_LOCK)) {
-        Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(so->lock, WAIT_LOCK);
+    if (so->busy && so->owner == PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "disco: this thread is inside a call of this session (a Python "
+                        "function running on worker 0 cannot use its own session)");
+        return -1;
+    }
+    for (int spins = 0; so->busy; spins++) {
+        Py_BEGIN_ALLOW_THREADS if (spins < 100) sched_yield();
+        else usleep(50);
         Py_END_ALLOW_THREADS
     }
+    so->busy = true;
+    so->owner = PyThread_get_thread_ident();
+    return 0;
+}
+
+static bool trylock(SessionObject *so)
+{
+    if (so->busy)
+        return false;
+    so->busy = true;
+    so->owner = PyThread_get_thread_ident();
+    return true;
+}
+
+static void unlock(SessionObject *so)
+{
+    so->busy = false;
 }
 
 int dp_enter(SessionObject *so)
 {
-    if (so->pid != getpid()) {
+    if (so->pid != dp_pid) {
         PyErr_Format(PyExc_RuntimeError,
                      "disco: this session belongs to process %d (this is %d, a worker or a "
                      "fork): use it from the process that opened it",
-                     (int)so->pid, (int)getpid());
+                     (int)so->pid, (int)dp_pid);
         return -1;
     }
-    lock(so);
+    if (lock(so) < 0)
+        return -1;
     if (so->s == NULL) {
-        PyThread_release_lock(so->lock);
+        unlock(so);
         dp_raise_msg(DISCO_E_SHUTDOWN, "session is closed");
         return -1;
     }
     if (so->deferred != DISCO_OK) {
         disco_status_t st = so->deferred;
         so->deferred = DISCO_OK;
-        PyThread_release_lock(so->lock);
+        unlock(so);
         dp_raise_msg(st, so->deferred_msg);
         return -1;
     }
     if (so->npending + so->npviews > 0) {
         disco_status_t st = flush(so);
         if (st != DISCO_OK) {
-            PyThread_release_lock(so->lock);
+            unlock(so);
             dp_raise(st);
             return -1;
         }
@@ -106,7 +146,7 @@ int dp_enter(SessionObject *so)
 
 void dp_leave(SessionObject *so)
 {
-    PyThread_release_lock(so->lock);
+    unlock(so);
 }
 
 static int grow(void **arr, size_t *cap, size_t n, size_t elem)
@@ -124,9 +164,9 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 
 void dp_release_reg(SessionObject *so, uint64_t reg)
 {
-    if (so->s == NULL || so->shut || so->pid != getpid())
+    if (so->s == NULL || so->shut || so->pid != dp_pid)
         return;
-    if (PyThread_acquire_lock(so->lock, NOWAIT_LOCK)) {
+    if (trylock(so)) {
         disco_status_t st = disco_session_free_reg(so->s, reg);
         /* The cause of a break is what the user's next call must see:
          * kept for it instead of lost in a destructor. */
@@ -135,7 +175,7 @@ void dp_release_reg(SessionObject *so, uint64_t reg)
             so->deferred = st;
             snprintf(so->deferred_msg, sizeof so->deferred_msg, "%s", disco_last_error());
         }
-        PyThread_release_lock(so->lock);
+        unlock(so);
         return;
     }
     if (grow((void **)&so->pending, &so->cap_pending, so->npending, sizeof *so->pending) == 0)
@@ -144,11 +184,11 @@ void dp_release_reg(SessionObject *so, uint64_t reg)
 
 void dp_release_view(SessionObject *so, DLManagedTensor *view)
 {
-    if (so->s == NULL || so->pid != getpid())
+    if (so->s == NULL || so->pid != dp_pid)
         return; /* a fork's copy, or the heap is gone with the session */
-    if (PyThread_acquire_lock(so->lock, NOWAIT_LOCK)) {
+    if (trylock(so)) {
         view->deleter(view);
-        PyThread_release_lock(so->lock);
+        unlock(so);
         return;
     }
     if (grow((void **)&so->pviews, &so->cap_pviews, so->npviews, sizeof *so->pviews) == 0)
@@ -211,20 +251,23 @@ static int session_init(SessionObject *so, PyObject *args, PyObject *kw)
         return -1;
     }
     cfg.place.cpus = cpus;
-    if (so->lock == NULL && (so->lock = PyThread_allocate_lock()) == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    /* Forked workers start here: the GIL stays held, so this thread's
-     * state is current in each child (see _pyfunc.c). */
+    /* Forked workers start here, as os.fork starts a child: the at-fork
+     * "before" hooks run and the import lock is taken first, the "parent"
+     * hooks after; the GIL stays held throughout, so this thread's state
+     * is current in each child, which runs the "child" hooks itself
+     * (PyOS_AfterFork_Child) before its first Python function (_pyfunc.c). */
     disco_session_t *s;
+    if (cfg.launch == DISCO_LAUNCH_FORK)
+        PyOS_BeforeFork();
     disco_status_t st = disco_session_open(&cfg, &s);
+    if (cfg.launch == DISCO_LAUNCH_FORK)
+        PyOS_AfterFork_Parent();
     if (st != DISCO_OK) {
         dp_raise(st);
         return -1;
     }
     so->s = s;
-    so->pid = getpid();
+    so->pid = dp_pid;
     so->num_workers = n;
     so->num_groups = groups;
     so->shut = false;
@@ -237,7 +280,7 @@ static void session_dealloc(SessionObject *so)
         PyObject_GC_UnTrack(so);
     if (so->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)so);
-    if (so->s != NULL && so->pid == getpid()) {
+    if (so->s != NULL && so->pid == dp_pid) {
         /* No view is left (each holds the session); pending ones go first. */
         while (so->npviews > 0) {
             DLManagedTensor *v = so->pviews[--so->npviews];
@@ -248,8 +291,6 @@ static void session_dealloc(SessionObject *so)
         Py_BEGIN_ALLOW_THREADS disco_session_close(s);
         Py_END_ALLOW_THREADS
     }
-    if (so->lock != NULL)
-        PyThread_free_lock(so->lock);
     PyMem_Free(so->pending);
     PyMem_Free(so->pviews);
     Py_TYPE(so)->tp_free((PyObject *)so);
@@ -258,9 +299,10 @@ static void session_dealloc(SessionObject *so)
 static PyObject *session_shutdown(SessionObject *so, PyObject *unused)
 {
     (void)unused;
-    if (so->s == NULL || so->shut || so->pid != getpid())
+    if (so->s == NULL || so->shut || so->pid != dp_pid)
         Py_RETURN_NONE;
-    lock(so);
+    if (lock(so) < 0)
+        return NULL;
     so->npending = 0; /* the registers go with the workers */
     so->deferred = DISCO_OK;
     so->shut = true;
@@ -552,11 +594,12 @@ static PyObject *session_heap_stats(SessionObject *so, PyObject *unused)
     dp_leave(so);
     if (st != DISCO_OK)
         return dp_raise(st);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "blocks", (unsigned long long)hs.live_blocks,
-                         "used_bytes", (unsigned long long)hs.used_bytes, "free_bytes",
-                         (unsigned long long)hs.free_bytes, "capacity",
-                         (unsigned long long)hs.capacity, "recoveries",
-                         (unsigned long long)hs.recoveries);
+    return Py_BuildValue(
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "live_blocks", (unsigned long long)hs.live_blocks,
+        "free_blocks", (unsigned long long)hs.free_blocks, "used_bytes",
+        (unsigned long long)hs.used_bytes, "free_bytes", (unsigned long long)hs.free_bytes,
+        "largest_free", (unsigned long long)hs.largest_free, "capacity",
+        (unsigned long long)hs.capacity, "recoveries", (unsigned long long)hs.recoveries);
 }
 
 static PyObject *session_health(SessionObject *so, PyObject *unused)
@@ -728,6 +771,53 @@ static PyObject *mod_library_path(PyObject *m, PyObject *unused)
     return PyUnicode_DecodeFSDefault(info.dli_fname);
 }
 
+/* _c_call_sync(session, func, iters) -> ns: disco-bench's call_sync round
+ * (tools/bench/bench_session.c) in C on this session, for py_bench.py to
+ * set beside the same rounds through Python: iters calls of func (no
+ * arguments) each followed by a sync of worker 1, results freed between
+ * timed batches of 256. */
+static PyObject *mod_c_call_sync(PyObject *m, PyObject *args)
+{
+    (void)m;
+    SessionObject *so;
+    DRefObject *f;
+    unsigned long long iters;
+    if (!PyArg_ParseTuple(args, "O!O!K", &DiscoSession_Type, &so, &DiscoDRef_Type, &f, &iters))
+        return NULL;
+    if (dp_enter(so) < 0)
+        return NULL;
+    disco_dref_t res[256];
+    int64_t total = 0;
+    disco_status_t st = DISCO_OK;
+    Py_BEGIN_ALLOW_THREADS while (iters > 0 && st == DISCO_OK)
+    {
+        unsigned long long n = iters < 256 ? iters : 256, done = 0;
+        int64_t t0 = disco_now_ns();
+        for (; done < n && st == DISCO_OK; done++)
+            if ((st = disco_session_call(so->s, f->reg, NULL, 0, &res[done])) == DISCO_OK)
+                st = disco_session_sync(so->s, 1);
+        total += disco_now_ns() - t0;
+        for (unsigned long long i = 0; i < done; i++)
+            (void)disco_session_free_reg(so->s, res[i]);
+        iters -= n;
+    }
+    Py_END_ALLOW_THREADS dp_leave(so);
+    if (st != DISCO_OK)
+        return dp_raise(st);
+    return PyLong_FromLongLong(total);
+}
+
+/* _set_call_nogil(flag): whether calls release the GIL (for measuring). */
+static PyObject *mod_set_call_nogil(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    int v = PyObject_IsTrue(arg);
+    if (v < 0)
+        return NULL;
+    dp_call_nogil = v;
+    Py_RETURN_NONE;
+}
+
 static PyObject *mod_last_error(PyObject *m, PyObject *unused)
 {
     (void)m, (void)unused;
@@ -736,6 +826,8 @@ static PyObject *mod_last_error(PyObject *m, PyObject *unused)
 
 static PyMethodDef module_methods[] = {
     {"_set_types", mod_set_types, METH_VARARGS, NULL},
+    {"_set_call_nogil", mod_set_call_nogil, METH_O, NULL},
+    {"_c_call_sync", mod_c_call_sync, METH_VARARGS, NULL},
     {"status_table", mod_status_table, METH_NOARGS,
      "status_table()\n--\n\nEvery disco status: [(code, 'DISCO_E_...', message)]."},
     {"dtype_parse", mod_dtype_parse, METH_O,
@@ -778,7 +870,10 @@ PyMODINIT_FUNC PyInit__core(void)
     Dl_info info;
     if (dladdr((void *)disco_session_open, &info) != 0 && info.dli_fname != NULL)
         (void)dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
-    dp_python_pid = getpid();
+    dp_pid = getpid();
+    dp_python_pid = dp_pid;
+    if (pthread_atfork(NULL, NULL, note_fork) != 0)
+        return PyErr_NoMemory();
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;

@@ -51,7 +51,9 @@
 typedef struct {
     PyObject_HEAD disco_session_t *s; /* NULL once closed */
     pid_t pid;                        /* the process that opened it */
-    PyThread_type_lock lock;          /* one thread in the C session at a time */
+    bool busy;                        /* one thread in the C session at a time (the
+                                         GIL orders it: see _core.c) */
+    unsigned long owner;              /* the thread that holds it */
     int num_workers;
     int num_groups;
     bool shut;         /* disco_session_shutdown has run */
@@ -198,6 +200,14 @@ extern PyObject *dp_DataType, *dp_Device, *dp_error_classes, *dp_DiscoError;
 /* ---- Python functions on workers (_pyfunc.c) ---- */
 
 extern PyMethodDef dp_pyfunc_methods[];
+
+/** Whether calls release the GIL around disco_session_call (1). */
+extern int dp_call_nogil;
+
+/** This process's pid, without a system call (glibc's getpid() makes one):
+ *  set at import and by a pthread_atfork child handler, so it is right in
+ *  every fork, disco's and os.fork's alike. */
+extern pid_t dp_pid;
 
 /** The pid whose Python runtime is set up (the module's process, or a fork
  *  that ran PyOS_AfterFork_Child). */

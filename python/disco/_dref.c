@@ -30,7 +30,7 @@ static void dref_dealloc(DRefObject *d)
 {
     if (d->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)d);
-    if (d->sess != NULL && d->reg != 0 && d->pid == getpid())
+    if (d->sess != NULL && d->reg != 0 && d->pid == dp_pid)
         dp_release_reg(d->sess, d->reg);
     Py_CLEAR(d->sess);
     Py_CLEAR(d->name);
@@ -63,8 +63,13 @@ PyObject *dp_call(SessionObject *so, uint64_t func, PyObject *const *args, Py_ss
      * long. Other Python threads run meanwhile (a Python function on
      * worker 0 takes the GIL back, _pyfunc.c). */
     disco_status_t st;
-    Py_BEGIN_ALLOW_THREADS st = disco_session_call(so->s, func, v, (int)n, &r);
-    Py_END_ALLOW_THREADS dp_leave(so);
+    if (dp_call_nogil) {
+        Py_BEGIN_ALLOW_THREADS st = disco_session_call(so->s, func, v, (int)n, &r);
+        Py_END_ALLOW_THREADS
+    } else {
+        st = disco_session_call(so->s, func, v, (int)n, &r);
+    }
+    dp_leave(so);
     if (sc.nheap != 0)
         dp_scratch_free(&sc);
     if (st != DISCO_OK)

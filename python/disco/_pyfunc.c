@@ -36,9 +36,9 @@ struct pyfunc {
  * worker forked by disco_session_open, once (see the top). */
 static void ensure_python(void)
 {
-    if (getpid() != dp_python_pid) {
+    if (dp_pid != dp_python_pid) {
         PyOS_AfterFork_Child();
-        dp_python_pid = getpid();
+        dp_python_pid = dp_pid;
     }
 }
 
@@ -271,7 +271,7 @@ static PyObject *mod_worker_main(PyObject *m, PyObject *arg)
 static PyObject *mod_forked(PyObject *m, PyObject *unused)
 {
     (void)m, (void)unused;
-    dp_python_pid = getpid();
+    dp_python_pid = dp_pid;
     Py_RETURN_NONE;
 }
 

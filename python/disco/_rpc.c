@@ -15,7 +15,7 @@ typedef struct {
 
 static int rpc_enter(RPCObject *o)
 {
-    if (o->r == NULL || o->pid != getpid()) {
+    if (o->r == NULL || o->pid != dp_pid) {
         dp_raise_msg(DISCO_E_CLOSED,
                      o->r == NULL ? "RPC session is closed" : "RPC session of another process");
         return -1;
@@ -40,14 +40,14 @@ static PyObject *rpc_wrap(disco_rpc_t *r, PyObject *session)
         return o == NULL ? NULL : PyErr_NoMemory();
     }
     o->r = r;
-    o->pid = getpid();
+    o->pid = dp_pid;
     o->session = Py_XNewRef(session);
     return (PyObject *)o;
 }
 
 static void rpc_dealloc(RPCObject *o)
 {
-    if (o->r != NULL && o->pid == getpid()) {
+    if (o->r != NULL && o->pid == dp_pid) {
         disco_rpc_t *r = o->r;
         o->r = NULL;
         Py_BEGIN_ALLOW_THREADS disco_rpc_close(r);
@@ -325,7 +325,7 @@ static PyObject *rpc_wait(RPCObject *o, PyObject *unused)
 static PyObject *rpc_close(RPCObject *o, PyObject *unused)
 {
     (void)unused;
-    if (o->r == NULL || o->pid != getpid())
+    if (o->r == NULL || o->pid != dp_pid)
         Py_RETURN_NONE;
     if (rpc_enter(o) < 0)
         return NULL;

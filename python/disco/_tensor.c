@@ -45,7 +45,7 @@ static TensorObject *tensor_alloc(const DLTensor *src)
     t->view = NULL;
     t->orig = NULL;
     t->sess = NULL;
-    t->pid = getpid();
+    t->pid = dp_pid;
     t->live = true;
     t->weakreflist = NULL;
     return t;
@@ -81,7 +81,7 @@ static void tensor_dealloc(TensorObject *t)
 {
     if (t->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)t);
-    if (t->view != NULL && t->sess != NULL && t->pid == getpid())
+    if (t->view != NULL && t->sess != NULL && t->pid == dp_pid)
         dp_release_view(t->sess, t->view);
     Py_CLEAR(t->sess);
     PyObject_Free(t);
@@ -89,7 +89,7 @@ static void tensor_dealloc(TensorObject *t)
 
 static int check_live(TensorObject *t)
 {
-    if (t->live && t->pid == getpid())
+    if (t->live && t->pid == dp_pid)
         return 0;
     PyErr_SetString(PyExc_BufferError,
                     "this disco.Tensor was a worker function's argument: its bytes belong "
