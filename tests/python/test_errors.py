@@ -124,6 +124,31 @@ def test_mismatch_and_inval(sess):
     assert np.from_dlpack(y.debug_get_from_remote(0)).shape == (8,)
 
 
+# A device that does not exist (sim without DISCO_SIM_GPUS): NoDeviceError
+# naming it, from each worker; the session goes on.
+def test_no_device(bare, monkeypatch):
+    if os.environ.get("DISCO_SIM_GPUS"):
+        pytest.skip("DISCO_SIM_GPUS is set: sim devices exist")
+    no_dev = error_class(CODE["E_NO_DEVICE"])
+    with pytest.raises(no_dev) as ei:
+        bare.empty((4,), "float32", device=disco.sim(0))
+        sync_all(bare)
+    assert "sim" in str(ei.value)
+    settle(bare, no_dev)
+    assert bare.get_global_func("disco.worker_id")().debug_get_from_remote(1) == 1
+
+
+# A DRef belongs to its session: passing it to another is refused before
+# anything is sent (never read as that session's register of the same id).
+def test_dref_of_another_session(bare):
+    with open_session(2) as other:
+        r = other.get_global_func("disco.worker_id")()
+        with pytest.raises((ValueError, disco.DiscoError)):
+            bare.get_global_func("disco.echo")(r)
+        sync_all(bare)
+        assert r.debug_get_from_remote(1) == 1
+
+
 # ---- dead and hung workers ----
 
 
