@@ -24,7 +24,19 @@ static int rpc_enter(RPCObject *o)
         Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(o->lock, WAIT_LOCK);
         Py_END_ALLOW_THREADS
     }
+    /* A worker's view uses the Disco session: its lock too. */
+    if (o->session != NULL && dp_enter((SessionObject *)o->session) < 0) {
+        PyThread_release_lock(o->lock);
+        return -1;
+    }
     return 0;
+}
+
+static void rpc_leave(RPCObject *o)
+{
+    if (o->session != NULL)
+        dp_leave((SessionObject *)o->session);
+    PyThread_release_lock(o->lock);
 }
 
 static PyObject *rpc_wrap(disco_rpc_t *r, PyObject *session)
@@ -123,7 +135,7 @@ static PyObject *mod_rpc_from_worker(PyObject *m, PyObject *args)
 #define RPC_RUN(o, st, expr)                                                                       \
     do {                                                                                           \
         Py_BEGIN_ALLOW_THREADS(st) = (expr);                                                       \
-        Py_END_ALLOW_THREADS PyThread_release_lock((o)->lock);                                     \
+        Py_END_ALLOW_THREADS rpc_leave(o);                                                         \
     } while (0)
 
 static PyObject *rpc_get_func(RPCObject *o, PyObject *name)
@@ -332,7 +344,7 @@ static PyObject *rpc_close(RPCObject *o, PyObject *unused)
     disco_rpc_t *r = o->r;
     o->r = NULL;
     Py_BEGIN_ALLOW_THREADS disco_rpc_close(r);
-    Py_END_ALLOW_THREADS PyThread_release_lock(o->lock);
+    Py_END_ALLOW_THREADS rpc_leave(o);
     Py_RETURN_NONE;
 }
 
