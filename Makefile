@@ -221,7 +221,10 @@ test: $(TEST_BIN) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API)
 # built with mpicc, not linked with disco, run by disco-bench through mpirun).
 # Debian's Open MPI is installed when mpicc or mpirun is missing (root only,
 # `tools/deps.sh mpi`); without it the MPI figures are skipped and the table
-# says so.
+# says so. Then tools/bench/py_bench.py adds the Python layer's figures
+# (py_call_sync_ns beside the same rounds in C on its session,
+# py_call_sync_p99_ns, py_copy_to_worker0_gbps) to bench.json beside the C
+# ones of the same run (run by hand without the package, it says it skipped).
 MPI_BENCH := $(BUILD)/bin/mpi_allreduce
 MPI_CC    := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(MPI_BENCH) tools/bench/mpi_allreduce.c
 
@@ -239,7 +242,7 @@ bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker python
 	fi; \
 	echo "$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi"; \
 	$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi
-	@# The Python front's call + sync beside the C one (tools/bench/py_bench.py),
+	@# The Python front's figures beside the C ones (tools/bench/py_bench.py),
 	@# added to bench.json.
 	PYTHONPATH=python DISCO_QUIET=1 $(PYTHON) tools/bench/py_bench.py --json $(BUILD)/bench.json
 

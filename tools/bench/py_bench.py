@@ -1,110 +1,244 @@
-#!/usr/bin/python3
-"""py_bench.py - what the Python front adds to a call, beside the C figure.
+#!/usr/bin/env python3
+"""py_bench - what the Python layer costs, beside disco-bench's C figures of
+the same run (issue 18, item 4). `make bench` runs it after disco-bench.
 
-Usage: PYTHONPATH=python py_bench.py [--json BENCH_JSON] [--quick]
+  py_bench.py [--json PATH] [--quick]
 
-py_call_sync_ns: a no-op (disco.noop) called through DPackedFunc.__call__
-plus sess.sync_worker(1), 2 workers, measured as disco-bench measures
-call_sync_ns (tools/bench/bench_session.c): the controller (worker 0) on
-the first CPU and worker 1 on the second, results kept in batches of 256
-and freed between timed batches, rounds calibrated to ~30 ms (5 ms with
---quick), the median of 15 (5) rounds' means.
+Figures (ns or GB/s; merged into PATH's "results", whose other keys
+disco-bench wrote just before; the same flat key -> number shape):
+  py_call_sync_ns          a no-op DPackedFunc.__call__ (disco.noop on every
+                           worker) + sync_worker(1), 2 workers, pinned as
+                           disco-bench pins call_sync_ns (controller on the
+                           first CPU, worker 1 on the second); the results'
+                           DRefs are dropped between timed batches of 256, as
+                           the C bench frees its registers; median over reps
+                           of the mean per round. Baseline: call_sync_ns.
+  py_c_call_sync_ns        the same rounds in C on the same session
+                           (disco._core._c_call_sync: bench_session.c's loop),
+                           each C rep right after a Python rep, so both see
+                           the same machine; py_call_overhead_ns is the
+                           difference of the two medians: what the Python
+                           layer adds. (The cyclic GC is off while both run.)
+  py_call_sync_p99_ns      the same round with the defaults (nothing pinned),
+                           each round timed alone: the 99th percentile of
+                           reps x 2000 rounds after 2000 warm-up rounds, as
+                           disco-bench's call_sync_p99_ns (its baseline).
+  py_copy_to_worker0_gbps  copy_to_worker_0 of a 64 MiB float32 NumPy array,
+                           the returned DRef dropped (which frees it), both
+                           timed; 4 warm-up rounds, then the median of reps
+                           single rounds, pinned: as copy_to_worker0_gbps
+                           (its baseline), in the same heap size.
+Target: the Python layer adds under 1 us to a call + sync
+(py_call_overhead_ns < 1000 ns; also shown against disco-bench's own
+call_sync_ns, another session a few seconds earlier).
 
-py_c_call_sync_ns: the same rounds in C (disco._core._c_call_sync: the
-loop of bench_session.c) on the same session, each C round right after a
-Python round, so that both see the same machine; py_call_overhead_ns is
-the difference of the two medians: what the Python layer adds (target:
-under 1 us). With --json the figures go into BENCH_JSON's "results" (the
-file disco-bench wrote in the same `make bench`), beside call_sync_ns.
+Without the package (not built: `make python`) it prints one line saying so
+and exits 0, writing nothing.
 """
 
+import argparse
 import gc
 import json
 import os
+import pathlib
+import statistics
 import sys
 import time
 
-import disco
-from disco import _core
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
+MIB = 1 << 20
+BIG = 64 * MIB
+HEAP_BYTES = 6 * BIG + 16 * MIB  # bench_tensor.c's heap
 BATCH = 256
+CALIBRATE_NS = 2_000_000
+MIN_ITERS, MAX_ITERS = 50, 1 << 22
+WARM_BIG = 4
+CALL_TARGET_NS = 1000.0  # what the Python layer may add to a call + sync
+
+now = time.perf_counter_ns
 
 
-def py_rounds(sess, f, iters):
-    """ns for iters rounds of f() + sync_worker(1); results freed untimed."""
-    sync = sess.sync_worker
-    total = 0
-    while iters > 0:
-        n = min(iters, BATCH)
-        res = [None] * n
-        t0 = time.perf_counter_ns()
-        for i in range(n):
-            res[i] = f()
-            sync(1)
-        total += time.perf_counter_ns() - t0
-        del res  # the registers are freed here, untimed
-        iters -= n
-    return total
+class Opts:
+    reps = 15
+    rep_ns = 30_000_000
 
 
-def calibrate(fn, rep_ns):
+def calibrate(fn):
+    """disco-bench's calibration: iters doubling (the warm-up) until a run
+    takes 2 ms, then as many as make one rep ~rep_ns."""
     iters = 8
     while True:
         t = fn(iters)
-        if t >= 2_000_000 or iters >= 1 << 22:
+        if t >= CALIBRATE_NS or iters >= MAX_ITERS:
             break
         iters *= 2
-    return int(min(max(rep_ns / max(t / iters, 1), 50), 1 << 22))
+    per = t / iters
+    return int(min(max(Opts.rep_ns / max(per, 1), MIN_ITERS), MAX_ITERS))
 
 
-def median(vals):
-    vals = sorted(vals)
-    return vals[len(vals) // 2]
+def median_single(fn, warm, reps):
+    for _ in range(warm):
+        fn(1)
+    return statistics.median(fn(1) for _ in range(reps))
 
 
-def main(argv):
-    quick = "--quick" in argv
-    path = argv[argv.index("--json") + 1] if "--json" in argv else None
-    reps, rep_ns = (5, 5_000_000) if quick else (15, 30_000_000)
-    cpus = sorted(os.sched_getaffinity(0))
-    sess = disco.ProcessSession(2, call_timeout_ms=10000)
-    pinned = len(cpus) >= 2
-    if pinned:
+def pin(sess, cpus):
+    """The controller on the first allowed CPU, worker 1 on the second."""
+    if len(cpus) >= 2:
         os.sched_setaffinity(sess.worker_pid(1), {cpus[1]})
         os.sched_setaffinity(0, {cpus[0]})
-    f = sess.get_global_func("disco.noop")
-    py = lambda n: py_rounds(sess, f, n)  # noqa: E731
-    c = lambda n: _core._c_call_sync(sess, f, n)  # noqa: E731
-    gc.disable()
+
+
+def call_rounds(sess, noop):
+    """A round function: iters no-op calls + sync of worker 1, timed; the
+    results are dropped between batches, untimed."""
+
+    def rounds(iters):
+        total, held = 0, []
+        while iters > 0:
+            n = min(iters, BATCH)
+            t0 = now()
+            for _ in range(n):
+                held.append(noop())
+                sess.sync_worker(1)
+            total += now() - t0
+            held.clear()
+            iters -= n
+        return total
+
+    return rounds
+
+
+def py_call_sync(disco, cpus):
+    """(py_call_sync_ns, py_c_call_sync_ns or None): Python reps and, when
+    the extension has it, C reps on the same session, alternated."""
+    c_loop = getattr(disco._core, "_c_call_sync", None)  # pylint: disable=protected-access
+    os.sched_setaffinity(0, cpus)  # worker 1 inherits the controller's mask
+    with disco.ProcessSession(2, call_timeout_ms=10000) as sess:
+        pin(sess, cpus)
+        noop = sess.get_global_func("disco.noop")
+        py = call_rounds(sess, noop)
+        gc.disable()
+        try:
+            py_iters = calibrate(py)
+            py_vals, c_vals = [], []
+            c_iters = calibrate(lambda n: c_loop(sess, noop, n)) if c_loop else 0
+            for _ in range(Opts.reps):
+                py_vals.append(py(py_iters) / py_iters)
+                if c_loop:
+                    c_vals.append(c_loop(sess, noop, c_iters) / c_iters)
+        finally:
+            gc.enable()
+    os.sched_setaffinity(0, cpus)
+    return statistics.median(py_vals), statistics.median(c_vals) if c_vals else None
+
+
+def py_call_sync_p99(disco, cpus):
+    os.sched_setaffinity(0, cpus)
+    with disco.ProcessSession(2, call_timeout_ms=10000) as sess:
+        noop = sess.get_global_func("disco.noop")
+        call_rounds(sess, noop)(2000)  # warm-up
+        lat, held = [], []
+        for _ in range(Opts.reps * 2000 // BATCH + 1):
+            for _ in range(BATCH):
+                t0 = now()
+                held.append(noop())
+                sess.sync_worker(1)
+                lat.append(now() - t0)
+            held.clear()
+    lat.sort()
+    return float(lat[(len(lat) - 1) * 99 // 100])
+
+
+def py_copy(disco, np, cpus):
+    os.sched_setaffinity(0, cpus)
+    host = np.ones(BIG // 4, dtype="float32")
+    with disco.ProcessSession(2, call_timeout_ms=30000, heap_bytes=HEAP_BYTES) as sess:
+        pin(sess, cpus)
+
+        def rounds(iters):
+            t0 = now()
+            for _ in range(iters):
+                sess.copy_to_worker_0(host)  # the DRef dies at once: freed
+            return now() - t0
+
+        ns = median_single(rounds, WARM_BIG, Opts.reps)
+    os.sched_setaffinity(0, cpus)
+    return BIG / ns
+
+
+ROW = "{:<22} {:>12} {:<4} {:<22} {:>12} {:<18} {}"
+
+
+def row(results, key, unit, base, ratio_label, target=None):
+    v, b = results.get(key), results.get(base)
+    if v is None:
+        return
+    bv, ratio, verdict = "-", "-", ""
+    if b is not None:
+        bv, ratio = f"{b:.1f}", f"{v / b:.2f} {ratio_label}"
+        if target is not None:
+            verdict = f"{v - b:+.0f} ns < {target:g} ns  {'PASS' if v - b < target else 'MISS'}"
+    elif target is not None:
+        verdict = f"< {target:g} ns over C  no baseline"
+    print(ROW.format(key, f"{v:.1f}", unit, base, bv, ratio, verdict))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", metavar="PATH", help="merge the figures into PATH's results")
+    ap.add_argument("--quick", action="store_true", help="fewer, shorter repetitions")
+    args = ap.parse_args()
+    if args.quick:
+        Opts.reps, Opts.rep_ns = 5, 5_000_000
+
+    sys.path.insert(0, str(ROOT / "python"))
     try:
-        py_iters, c_iters = calibrate(py, rep_ns), calibrate(c, rep_ns)
-        py_vals, c_vals = [], []
-        for _ in range(reps):
-            py_vals.append(py(py_iters) / py_iters)
-            c_vals.append(c(c_iters) / c_iters)
-    finally:
-        gc.enable()
-        sess.shutdown()
-        if pinned:
-            os.sched_setaffinity(0, cpus)
-    py_ns, c_ns = median(py_vals), median(c_vals)
-    results = {"py_call_sync_ns": py_ns, "py_c_call_sync_ns": c_ns,
-               "py_call_overhead_ns": py_ns - c_ns}
-    verdict = "PASS" if py_ns - c_ns < 1000 else "MISS"
-    print(f"  {'py_call_sync_ns':<20} {py_ns:12.1f} ns   (DPackedFunc.__call__ + sync_worker(1))")
-    print(f"  {'py_c_call_sync_ns':<20} {c_ns:12.1f} ns   (the same rounds in C, same session)")
-    print(f"  {'py_call_overhead_ns':<20} {py_ns - c_ns:12.1f} ns   target < 1000 ns {verdict}")
-    if path is not None and os.path.exists(path):
-        with open(path, encoding="utf-8") as fh:
-            report = json.load(fh)
-        c_bench = report.get("results", {}).get("call_sync_ns")
-        if c_bench:
-            print(f"  {'call_sync_ns':<20} {c_bench:12.1f} ns   (disco-bench, its own session)")
-        report.setdefault("results", {}).update(results)
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=2)
+        import numpy as np
+
+        import disco
+    except ImportError as e:
+        print(f"py_bench: skipped: the Python package is not built (make python): {e}")
+        return 0
+
+    cpus = sorted(os.sched_getaffinity(0))
+    load1 = os.getloadavg()[0]
+    print(f"py_bench: {Opts.reps} reps per figure{' (quick)' if args.quick else ''}, "
+          f"{len(cpus)} CPUs, load {load1:.2f} at start")
+    if len(cpus) < 2:
+        print("warning: only one CPU allowed; nothing is pinned")
+    py_ns, c_ns = py_call_sync(disco, cpus)
+    got = {"py_call_sync_ns": py_ns}
+    if c_ns is not None:
+        got["py_c_call_sync_ns"] = c_ns
+        got["py_call_overhead_ns"] = py_ns - c_ns
+    got["py_call_sync_p99_ns"] = py_call_sync_p99(disco, cpus)
+    got["py_copy_to_worker0_gbps"] = py_copy(disco, np, cpus)
+    for k, v in got.items():
+        print(f"  {k:<23} {v:12.1f} {'GB/s' if k.endswith('gbps') else 'ns'}")
+
+    doc = {"results": {}}
+    if args.json and os.path.exists(args.json):
+        with open(args.json) as f:
+            doc = json.load(f)
+    results = doc.setdefault("results", {})
+    results.update(got)
+    print()
+    print(ROW.format("name", "value", "unit", "baseline", "base value", "ratio", "target"))
+    row(results, "py_call_sync_ns", "ns", "py_c_call_sync_ns", "py/C", CALL_TARGET_NS)
+    row(results, "py_call_sync_ns", "ns", "call_sync_ns", "py/C", CALL_TARGET_NS)
+    row(results, "py_call_sync_p99_ns", "ns", "call_sync_p99_ns", "py/C")
+    row(results, "py_copy_to_worker0_gbps", "GB/s", "copy_to_worker0_gbps", "py/C")
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, args.json)
+        print(f"\nmerged into {args.json}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
