@@ -21,4 +21,22 @@ static inline disco_session_t *tu_open_with_testlib(const disco_session_config_t
     return s;
 }
 
+/* A register as an argument. */
+static inline disco_value_t tu_dref(disco_dref_t r)
+{
+    disco_value_t v = {.type = DISCO_T_DREF, .v.reg = r};
+    return v;
+}
+
+/* test.checksum (FNV-1a of the tensor's bytes) of register reg on worker w. */
+static inline int64_t tu_checksum_on(disco_session_t *s, disco_dref_t reg, int w)
+{
+    disco_value_t a = tu_dref(reg), v;
+    disco_dref_t c;
+    CK_OK(disco_session_call_by_name(s, "test.checksum", &a, 1, &c));
+    CK_OK(disco_session_debug_get(s, c, w, &v));
+    CK_OK(disco_session_free_reg(s, c));
+    return v.v.i;
+}
+
 #endif

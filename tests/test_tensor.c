@@ -31,12 +31,6 @@ static disco_session_t *open_tensor_session(int n, int groups, uint64_t heap)
     return tu_open_with_testlib(&cfg);
 }
 
-static disco_value_t dref(disco_dref_t r)
-{
-    disco_value_t v = {.type = DISCO_T_DREF, .v.reg = r};
-    return v;
-}
-
 /* The pattern of tests/testlib.c's test.fill, as stored in the dtype, read
  * back as a double. */
 static double pattern(int64_t seed, int64_t w, int64_t i)
@@ -172,16 +166,6 @@ static void *fetch(disco_session_t *s, disco_dref_t reg, DLDataType t, int64_t *
     return buf;
 }
 
-static int64_t checksum_on(disco_session_t *s, disco_dref_t reg, int w)
-{
-    disco_value_t a = dref(reg), v;
-    disco_dref_t c;
-    CK_OK(disco_session_call_by_name(s, "test.checksum", &a, 1, &c));
-    CK_OK(disco_session_debug_get(s, c, w, &v));
-    CK_OK(disco_session_free_reg(s, c));
-    return v.v.i;
-}
-
 static disco_dref_t fill(disco_session_t *s, int64_t count, DLDataType t, int64_t seed)
 {
     int64_t shape[1] = {count};
@@ -198,7 +182,7 @@ static void check_allreduce(disco_session_t *s, int n, int groups, DLDataType t,
 {
     int64_t seed = count % 5 + op;
     disco_dref_t x = fill(s, count, t, seed), y;
-    disco_value_t a[3] = {dref(x), disco_value_str(disco_reduce_name(op)),
+    disco_value_t a[3] = {tu_dref(x), disco_value_str(disco_reduce_name(op)),
                           disco_value_bool(groups > 1)};
     CK_OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y));
     for (int w = n - 1; w >= 0; w--)
@@ -230,7 +214,7 @@ static void check_allreduce(disco_session_t *s, int n, int groups, DLDataType t,
     }
     for (int w = 1; w < n; w++)
         if (w % gsize != 0)
-            ck_assert_msg(checksum_on(s, y, w) == checksum_on(s, y, w / gsize * gsize),
+            ck_assert_msg(tu_checksum_on(s, y, w) == tu_checksum_on(s, y, w / gsize * gsize),
                           "worker %d differs from its group leader", w);
     CK_OK(disco_session_free_reg(s, y));
     CK_OK(disco_session_free_reg(s, x));
@@ -366,18 +350,18 @@ START_TEST(test_data_movement)
     DLDataType f32 = {kDLFloat, 32, 1};
     int64_t count = 12 * n;
     disco_dref_t x = fill(s, count, f32, 1), y;
-    disco_value_t a[2] = {dref(x), disco_value_bool(false)};
+    disco_value_t a[2] = {tu_dref(x), disco_value_bool(false)};
     /* broadcast */
     CK_OK(disco_session_call_by_name(s, "disco.broadcast_from_worker0", a, 2, &y));
-    int64_t c0 = checksum_on(s, x, 0);
+    int64_t c0 = tu_checksum_on(s, x, 0);
     for (int w = 0; w < n; w++)
-        ck_assert_msg(checksum_on(s, y, w) == c0, "broadcast: worker %d", w);
+        ck_assert_msg(tu_checksum_on(s, y, w) == c0, "broadcast: worker %d", w);
     CK_OK(disco_session_free_reg(s, x)); /* the broadcast copies keep the bytes alive */
     for (int w = 0; w < n; w++)
-        ck_assert_msg(checksum_on(s, y, w) == c0, "broadcast after free: worker %d", w);
+        ck_assert_msg(tu_checksum_on(s, y, w) == c0, "broadcast after free: worker %d", w);
     /* scatter: worker w gets rows [12w, 12w+12) of worker 0's y */
     disco_dref_t z;
-    a[0] = dref(y);
+    a[0] = tu_dref(y);
     CK_OK(disco_session_call_by_name(s, "disco.scatter_from_worker0", a, 2, &z));
     for (int w = 0; w < n; w++) {
         disco_value_t v;
@@ -390,15 +374,15 @@ START_TEST(test_data_movement)
     }
     /* gather the scattered pieces back: worker 0 gets y again */
     disco_dref_t g;
-    a[0] = dref(z);
+    a[0] = tu_dref(z);
     CK_OK(disco_session_call_by_name(s, "disco.gather_to_worker0", a, 2, &g));
-    ck_assert(checksum_on(s, g, 0) == c0);
+    ck_assert(tu_checksum_on(s, g, 0) == c0);
     disco_value_t v;
     CK_OK(disco_session_debug_get(s, g, n - 1, &v));
     ck_assert_int_eq(v.type, DISCO_T_NULL);
     /* allgather of per-worker fills: every worker sees every worker's part */
     disco_dref_t p = fill(s, 3, f32, 2), ag;
-    a[0] = dref(p);
+    a[0] = tu_dref(p);
     CK_OK(disco_session_call_by_name(s, "disco.allgather", a, 2, &ag));
     for (int w = 0; w < n; w++) {
         CK_OK(disco_session_debug_get(s, ag, w, &v));
@@ -409,7 +393,7 @@ START_TEST(test_data_movement)
         disco_value_clear(&v);
     }
     /* send_recv: the last worker gets worker 1's part; the rest null */
-    disco_value_t sr[3] = {dref(p), disco_value_int(1), disco_value_int(n - 1)};
+    disco_value_t sr[3] = {tu_dref(p), disco_value_int(1), disco_value_int(n - 1)};
     disco_dref_t got;
     CK_OK(disco_session_call_by_name(s, "disco.send_recv", sr, 3, &got));
     CK_OK(disco_session_debug_get(s, got, n - 1, &v));
@@ -437,7 +421,7 @@ START_TEST(test_copy_then_broadcast)
     for (int i = 0; i < 40; i++) /* push the id past what the workers have seen */
         CK_OK(disco_session_alloc_reg(s, &pad[i]));
     CK_OK(disco_session_copy_to_worker0(s, &h, &x));
-    disco_value_t a[2] = {dref(x), disco_value_bool(false)};
+    disco_value_t a[2] = {tu_dref(x), disco_value_bool(false)};
     CK_OK(disco_session_call_by_name(s, "disco.broadcast_from_worker0", a, 2, &y));
     for (int w = 0; w < 3; w++) {
         disco_value_t v;
@@ -472,7 +456,7 @@ START_TEST(test_mismatches)
         static const char *const ops[] = {"disco.allreduce", "disco.allgather",
                                           "disco.gather_to_worker0"};
         for (int o = 0; o < 3; o++) {
-            disco_value_t a[3] = {dref(x),
+            disco_value_t a[3] = {tu_dref(x),
                                   o == 0 ? disco_value_str("sum") : disco_value_bool(false),
                                   disco_value_bool(false)};
             CK_OK(disco_session_call_by_name(s, ops[o], a, o == 0 ? 3 : 2, &y));
@@ -495,14 +479,14 @@ START_TEST(test_mismatches)
     for (int w = 1; w < 3; w++)
         (void)disco_session_sync(s, w);
     /* bad op */
-    disco_value_t a[3] = {dref(x), disco_value_str("median"), disco_value_bool(false)};
+    disco_value_t a[3] = {tu_dref(x), disco_value_str("median"), disco_value_bool(false)};
     CK_OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &bad));
     CK_STATUS(disco_session_sync(s, 0), DISCO_E_INVAL);
     CK_HAS("op must be");
     for (int w = 1; w < 3; w++)
         (void)disco_session_sync(s, w);
     /* scatter of 10 rows over 3 workers */
-    disco_value_t sc[2] = {dref(x), disco_value_bool(false)};
+    disco_value_t sc[2] = {tu_dref(x), disco_value_bool(false)};
     CK_OK(disco_session_call_by_name(s, "disco.scatter_from_worker0", sc, 2, &bad));
     CK_STATUS(disco_session_sync(s, 0), DISCO_E_MISMATCH);
     CK_HAS("not a multiple of 3");
@@ -563,7 +547,7 @@ START_TEST(test_collective_dead_member)
     disco_dref_t x = fill(s, 100, (DLDataType){kDLFloat, 32, 1}, 0), y;
     CK_OK(disco_session_sync(s, 2));
     kill(disco_session_worker_pid(s, 2), SIGKILL);
-    disco_value_t a[3] = {dref(x), disco_value_str("sum"), disco_value_bool(false)};
+    disco_value_t a[3] = {tu_dref(x), disco_value_str("sum"), disco_value_bool(false)};
     CK_STATUS(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y), DISCO_E_WORKER_DIED);
     CK_HAS("worker 2");
     CK_HAS("signal 9");

@@ -20,12 +20,6 @@ static disco_session_t *open_view_session(int n, int groups)
     return tu_open_with_testlib(&cfg);
 }
 
-static disco_value_t dref(disco_dref_t r)
-{
-    disco_value_t v = {.type = DISCO_T_DREF, .v.reg = r};
-    return v;
-}
-
 /* test.fill(shape {count}, float32, seed) on every worker. */
 static disco_dref_t fill(disco_session_t *s, int64_t count, int64_t seed)
 {
@@ -35,16 +29,6 @@ static disco_dref_t fill(disco_session_t *s, int64_t count, int64_t seed)
     disco_dref_t r;
     CK_OK(disco_session_call_by_name(s, "test.fill", a, 3, &r));
     return r;
-}
-
-static int64_t checksum_on(disco_session_t *s, disco_dref_t reg, int w)
-{
-    disco_value_t a = dref(reg), v;
-    disco_dref_t r;
-    CK_OK(disco_session_call_by_name(s, "test.checksum", &a, 1, &r));
-    CK_OK(disco_session_debug_get(s, r, w, &v));
-    CK_OK(disco_session_free_reg(s, r));
-    return v.v.i;
 }
 
 /* A view of worker 0's and worker 2's tensor shows the heap bytes with no
@@ -69,9 +53,9 @@ START_TEST(test_view_zero_copy)
         ck_assert_uint_eq(v.len, 64 * 4);
         ck_assert(memcmp(v.v.bytes, (char *)t->data + t->byte_offset, v.len) == 0);
         disco_value_clear(&v);
-        int64_t before = checksum_on(s, x, w);
+        int64_t before = tu_checksum_on(s, x, w);
         ((float *)t->data)[3] = 1234.5f; /* seen by the worker: the same bytes */
-        ck_assert(checksum_on(s, x, w) != before);
+        ck_assert(tu_checksum_on(s, x, w) != before);
         CK_OK(disco_session_debug_get(s, x, w, &v));
         ck_assert(((const float *)v.v.bytes)[3] == 1234.5f);
         disco_value_clear(&v);
@@ -165,22 +149,22 @@ START_TEST(test_copy_into)
 {
     disco_session_t *s = open_view_session(2, 1);
     disco_dref_t x = fill(s, 8, 1), d = fill(s, 8, 2), r, c;
-    disco_value_t a[3] = {dref(x), disco_value_str("sum"), disco_value_bool(false)};
+    disco_value_t a[3] = {tu_dref(x), disco_value_str("sum"), disco_value_bool(false)};
     CK_OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &r));
-    disco_value_t ci[2] = {dref(d), dref(r)};
+    disco_value_t ci[2] = {tu_dref(d), tu_dref(r)};
     CK_OK(disco_session_call_by_name(s, "disco.copy_into", ci, 2, &c));
     for (int w = 0; w < 2; w++)
-        ck_assert(checksum_on(s, d, w) == checksum_on(s, r, w));
-    disco_value_t g[2] = {dref(x), disco_value_bool(false)};
+        ck_assert(tu_checksum_on(s, d, w) == tu_checksum_on(s, r, w));
+    disco_value_t g[2] = {tu_dref(x), disco_value_bool(false)};
     disco_dref_t gr, big = fill(s, 16, 3);
     CK_OK(disco_session_call_by_name(s, "disco.gather_to_worker0", g, 2, &gr));
-    int64_t before = checksum_on(s, big, 1);
-    ci[0] = dref(big);
-    ci[1] = dref(gr);
+    int64_t before = tu_checksum_on(s, big, 1);
+    ci[0] = tu_dref(big);
+    ci[1] = tu_dref(gr);
     CK_OK(disco_session_call_by_name(s, "disco.copy_into", ci, 2, &c));
-    ck_assert(checksum_on(s, big, 0) == checksum_on(s, gr, 0));
-    ck_assert(checksum_on(s, big, 1) == before);
-    ci[0] = dref(x); /* 8 elements from 16 */
+    ck_assert(tu_checksum_on(s, big, 0) == tu_checksum_on(s, gr, 0));
+    ck_assert(tu_checksum_on(s, big, 1) == before);
+    ci[0] = tu_dref(x); /* 8 elements from 16 */
     CK_OK(disco_session_call_by_name(s, "disco.copy_into", ci, 2, &c));
     CK_STATUS(disco_session_sync(s, 0), DISCO_E_MISMATCH);
     CK_HAS("dst is float32 with 8 elements, src float32 with 16");
