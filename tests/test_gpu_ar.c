@@ -243,6 +243,9 @@ static const struct shape_case CASES[] = {
 };
 #define NCASES (int)(sizeof CASES / sizeof CASES[0])
 
+/* Each wait's deadline: generous, 8 workers share 2 cores. */
+static uint32_t call_timeout_ms = 120000;
+
 /* Opens the session of case k on type, its allreduces forced one-shot or
  * two-shot (DISCO_AR_TWO_SHOT_BYTES, inherited by the workers). */
 static disco_session_t *open_case(DLDeviceType type, const struct shape_case *k,
@@ -251,7 +254,7 @@ static disco_session_t *open_case(DLDeviceType type, const struct shape_case *k,
     setenv("DISCO_AR_TWO_SHOT_BYTES", k->two_shot ? "0" : "1099511627776", 1);
     disco_session_config_t c = disco_session_config_default(k->world);
     c.num_groups = k->groups;
-    c.call_timeout_ms = 120000; /* 8 workers on 2 shared cores */
+    c.call_timeout_ms = call_timeout_ms;
     c.device_arena_bytes = arena_bytes;
     c.max_msg = 2u << 20; /* debug_set of a whole input */
     if (k->spawn || type == kDLCUDA) {
@@ -422,6 +425,42 @@ START_TEST(test_large_group_staged)
 }
 END_TEST
 
+/* A member whose kernel launch fails after the go barrier
+ * (DISCO_SIM_AR_LAUNCH_FAIL), while the others already wait for its flags
+ * inside theirs: the call is given up at once instead of the others
+ * waiting out the 20 s deadline. Worker 0's failure breaks the session
+ * with its detail; another worker's ends that worker, which the session
+ * reports as its death. */
+START_TEST(test_launch_fails)
+{
+    NEED_DEVICE(kDLExtDev);
+    int rank = _i % 2;
+    setenv("DISCO_SIM_AR_LAUNCH_FAIL", rank ? "1" : "0", 1);
+    call_timeout_ms = 20000;
+    const struct shape_case k = {3, 1, false, _i >= 2};
+    disco_session_t *s = open_case(kDLExtDev, &k, 1u << 20);
+    disco_dref_t x = patterned(s, kDLExtDev, 64);
+    disco_value_t args[3] = {
+        {.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("sum"), disco_value_bool(false)};
+    int64_t t0 = disco_now_ns();
+    disco_dref_t r;
+    disco_status_t st = disco_session_call_by_name(s, "disco.allreduce", args, 3, &r);
+    for (int w = 0; w < k.world && st == DISCO_OK; w++)
+        st = disco_session_sync(s, w);
+    if (rank == 0) {
+        CK_STATUS(st, DISCO_E_SYS);
+        CK_HAS("launch refused");
+    } else {
+        CK_STATUS(st, DISCO_E_WORKER_DIED);
+        CK_HAS("worker 1");
+    }
+    ck_assert_msg(disco_now_ns() - t0 < 10 * 1000000000LL, "took %lld ms",
+                  (long long)((disco_now_ns() - t0) / 1000000));
+    CK_STATUS(disco_session_sync(s, 0), DISCO_E_BROKEN);
+    disco_session_close(s);
+}
+END_TEST
+
 /* A member killed inside the kernel: every read of a peer's bytes waits
  * 300 ms first (DISCO_SIM_PEER_COPY_US), so the others are waiting for its
  * flags when it dies; the call (or the next sync) fails with
@@ -454,6 +493,7 @@ Suite *suite_gpu_ar(void)
     tcase_add_loop_test(tc, test_back_to_back, 0, 8);
     tcase_add_loop_test(tc, test_straggler, 0, 4);
     tcase_add_test(tc, test_large_group_staged);
+    tcase_add_loop_test(tc, test_launch_fails, 0, 4);
     tcase_add_loop_test(tc, test_death_in_kernel, 0, 6);
     suite_add_tcase(s, tc);
     return s;

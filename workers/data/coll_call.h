@@ -96,6 +96,13 @@ disco_status_t disco__coll_go(struct disco__coll_call *c, disco_status_t mine, u
  *  decides (else the sync's). */
 disco_status_t disco__coll_dev_sync(struct disco__coll_call *c);
 
+/** Gives the call up (A3) with st after a point where the others may wait
+ *  for this member inside the device (a kernel's flags, after the go
+ *  barrier): every other member goes to the abandon hook, which breaks the
+ *  session (worker 0) or ends this worker process, so that no member waits
+ *  on for a kernel that will never arrive. Returns the hook's status. */
+disco_status_t disco__coll_give_up(struct disco__coll_call *c, disco_status_t st);
+
 /** The last barrier of a call whose status so far is st: passed if the
  *  meeting succeeded or st is DISCO_OK (a failed meeting needs none: every
  *  member failed alike after the same barriers); in a device call this

@@ -317,6 +317,11 @@ disco_status_t disco__coll_dev_sync(struct disco__coll_call *c)
     return abandon(c, st, true);
 }
 
+disco_status_t disco__coll_give_up(struct disco__coll_call *c, disco_status_t st)
+{
+    return abandon(c, st, true);
+}
+
 disco_status_t disco__coll_end(struct disco__coll_call *c, disco_status_t st)
 {
     if (st == DISCO_OK || c->met) {

@@ -176,14 +176,28 @@ static disco_status_t make_job(struct disco__coll_call *c, disco_reduce_op_t op,
 }
 
 /* The nanoseconds a kernel's wait may spin: what is left of the call's
- * deadline or timeout (0: no limit; the watched sync can still abort it). */
+ * deadline or timeout, and a second more, so that the host's watched sync
+ * (whose deadline starts at the sync) normally decides and names the late
+ * member; 0: no limit (the watched sync can still abort it). */
 static uint64_t budget_ns(const struct disco__coll_call *c)
 {
     const disco_wait_t *w = c->w->wait;
-    int64_t left = w->deadline_ns > 0 ? w->deadline_ns - disco_now_ns() : 0;
-    if (w->deadline_ns > 0)
-        return left > 0 ? (uint64_t)left : 1;
-    return w->timeout_ns > 0 ? (uint64_t)w->timeout_ns : 0;
+    int64_t left = w->deadline_ns > 0 ? w->deadline_ns - disco_now_ns() : w->timeout_ns;
+    if (w->deadline_ns <= 0 && w->timeout_ns <= 0)
+        return 0;
+    return (uint64_t)(left > 0 ? left : 0) + 1000000000u;
+}
+
+/* A failure after the go barrier: the others may already wait for this
+ * member's flags inside their kernels, so the call is given up (every
+ * other member to the abandon hook) instead of returning as if alone. A
+ * worker process ends itself there: its detail goes to stderr first. */
+static disco_status_t after_go(struct disco__coll_call *c, disco_status_t st)
+{
+    st = disco_set_error(st, "%s: worker %d: %s", c->what, c->w->id, disco_last_error());
+    if (c->w->id != 0)
+        fprintf(stderr, "disco worker %d: %s\n", c->w->id, disco_last_error());
+    return disco__coll_give_up(c, st);
 }
 
 /* Allreduce by a kernel on every member (ar.h): after the meeting, each
@@ -205,11 +219,11 @@ static disco_status_t kernel_allreduce(struct disco__coll_call *c, disco_reduce_
     j.pieces = disco__ar_plan(j.count, disco_dtype_bytes(x->dtype), j.size, j.two_shot);
     j.budget_ns = budget_ns(c);
     if ((st = disco__ar_launch(disco__arena_device(a), disco__arena_stream(a), &j)) != DISCO_OK)
-        return disco_set_error(st, "%s: worker %d: %s", c->what, c->w->id, disco_last_error());
+        return after_go(c, st);
     if ((st = disco__coll_dev_sync(c)) != DISCO_OK)
         return st; /* the call is given up; the detail says why */
     if ((st = disco__ar_check(disco__arena_device(a))) != DISCO_OK)
-        return disco_set_error(st, "%s: worker %d: %s", c->what, c->w->id, disco_last_error());
+        return after_go(c, st);
     disco__arena_count_ar(a, j.two_shot);
     return DISCO_OK;
 }

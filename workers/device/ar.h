@@ -40,8 +40,10 @@
  * p, b, r) hold the epoch for every r. The epoch is the same on every
  * member (the collective's number, which every worker counts alike) and
  * never 0; waits compare for equality, so a flag left over from an earlier
- * call (even a failed one) is never taken for this call's. Consecutive
- * calls use alternate slots: a member that finished call k can write call
+ * call (even a failed one) is never taken for this call's. The slot is
+ * the parity of the collective's number, so consecutive collectives
+ * alternate (an allreduce and the next one share a slot when one other
+ * collective came between: still safe, by the argument below): a member that finished call k can write call
  * k+1's START while a slow one still waits for k's END, without touching
  * what the slow one reads; it cannot reach k+2 (the same slot as k) before
  * every member arrived at k+1's START, which each does only after k's END.
@@ -66,7 +68,10 @@
  * watch.h); on CUDA, at the job's time budget or when the host sets the
  * process's abort word (the watched sync does when its watch fires), the
  * kernel then records the phase and the member it waited for in a word the
- * host reads after the sync (disco__ar_check).
+ * host reads after the sync (disco__ar_check). A member whose launch or
+ * kernel fails gives the whole call up (collective_dev.c): the others may
+ * be waiting for its flags, so the session is broken (worker 0) or the
+ * worker process ends (another worker), which the others' watches see.
  */
 #ifndef DISCO_WORKERS_DEVICE_AR_H
 #define DISCO_WORKERS_DEVICE_AR_H
@@ -140,7 +145,7 @@ DISCO_AR_HD static inline void disco__ar_range(const struct disco__ar_job *j, ui
     *hi = plo + (phi - plo) * (piece + 1) / j->pieces;
 }
 
-/** The number of pieces for count elements of esz bytes: one per 256 KiB
+/** The number of pieces for count elements of esz bytes: one per 64 KiB
  *  of what a member reduces, at least 1, at most DISCO_AR_MAX_PIECES. */
 uint32_t disco__ar_plan(uint64_t count, size_t esz, uint32_t size, bool two_shot);
 

@@ -154,9 +154,23 @@ static disco_status_t run_job(void *arg)
     return st;
 }
 
+/* DISCO_SIM_AR_LAUNCH_FAIL="rank": the launch of that rank fails (as a
+ * CUDA launch can after the go barrier): a test knob. */
+static bool launch_refused(uint32_t rank)
+{
+    const char *e = getenv("DISCO_SIM_AR_LAUNCH_FAIL");
+    unsigned r;
+    char extra;
+    return e != NULL && sscanf(e, "%u%c", &r, &extra) == 1 && r == rank;
+}
+
 disco_status_t disco__sim_ar_launch(int device_id, disco_stream_t stream,
                                     const struct disco__ar_job *job)
 {
+    if (launch_refused(job->rank))
+        return disco_set_error(
+            DISCO_E_SYS, "allreduce kernel on sim:%d: launch refused (DISCO_SIM_AR_LAUNCH_FAIL)",
+            device_id);
     struct sim_job *s = calloc(1, sizeof *s);
     if (s == NULL)
         return disco_set_error(DISCO_E_NOMEM, "allreduce kernel on sim:%d: its job", device_id);
