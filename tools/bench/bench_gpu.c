@@ -360,6 +360,21 @@ static int warm_for(size_t bytes)
     return bytes >= 64 * MIB ? 3 : 20;
 }
 
+/* Median us of c's allreduce (sum) of bytes of ones (dtype dt) on n
+ * workers, checked once first; the input is freed after. */
+static double time_allreduce(coll_ctx_t *c, size_t bytes, DLDataType dt, int n)
+{
+    disco_dref_t x = ones(c->s, bytes, dt);
+    c->args[0] = dref(x);
+    c->args[1] = disco_value_str("sum");
+    c->args[2] = disco_value_bool(false);
+    check_allreduce(c, bytes, dt, n);
+    double ns = median_single(coll_rounds, c, warm_for(bytes), reps_for(bytes));
+    bu_check(disco_session_free_reg(c->s, x), "free");
+    sync_all(c->s);
+    return ns / 1e3;
+}
+
 static void bench_allreduce_n(int n)
 {
     size_t max = g.sizes[g.nsizes - 1];
@@ -373,16 +388,8 @@ static void bench_allreduce_n(int n)
         size_t bytes = g.sizes[i];
         for (int d = 0; d < 2; d++) {
             DLDataType dt = d == 0 ? f16 : f32;
-            disco_dref_t x = ones(s, bytes, dt);
-            c.args[0] = dref(x);
-            c.args[1] = disco_value_str("sum");
-            c.args[2] = disco_value_bool(false);
-            check_allreduce(&c, bytes, dt, n);
-            double ns = median_single(coll_rounds, &c, warm_for(bytes), reps_for(bytes));
-            figure(key("gpu_allreduce_us_%s_f%d_n%d", gpu_size_names[i], dt.bits, n), ns / 1e3,
-                   "us");
-            bu_check(disco_session_free_reg(s, x), "free");
-            sync_all(s);
+            figure(key("gpu_allreduce_us_%s_f%d_n%d", gpu_size_names[i], dt.bits, n),
+                   time_allreduce(&c, bytes, dt, n), "us");
         }
         mc_ctx_t m = {b, a, g.dev, g.dev, bytes, 2 * (n - 1)};
         double ns = median_single(memcpy_rounds, &m, warm_for(bytes), reps_for(bytes));
@@ -412,18 +419,10 @@ static void scan_mode(int n, bool two_shot, int nsizes, double *us)
     coll_ctx_t c = {.s = s, .nargs = 3, .what = "allreduce"};
     bu_check(disco_session_get_func(s, "disco.allreduce", &c.func), "get disco.allreduce");
     for (int i = 0; i < nsizes; i++) {
-        disco_dref_t x = ones(s, scan_sizes[i], f16);
-        c.args[0] = dref(x);
-        c.args[1] = disco_value_str("sum");
-        c.args[2] = disco_value_bool(false);
-        check_allreduce(&c, scan_sizes[i], f16, n);
-        us[i] =
-            median_single(coll_rounds, &c, warm_for(scan_sizes[i]), reps_for(scan_sizes[i])) / 1e3;
+        us[i] = time_allreduce(&c, scan_sizes[i], f16, n);
         figure(
             key("gpu_allreduce_%s_us_%s_n%d", two_shot ? "twoshot" : "oneshot", scan_names[i], n),
             us[i], "us");
-        bu_check(disco_session_free_reg(s, x), "free");
-        sync_all(s);
     }
     bu_check(disco_session_free_reg(s, c.func), "free");
     disco_session_close(s);
