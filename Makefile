@@ -375,13 +375,14 @@ clean:
 
 # CUDA, whenever the toolkit is there ($(CUDA_HOME)/include/cuda_runtime.h,
 # the static runtime, libcudart_static.a, and nvcc):
-# workers/device/cuda.c is compiled against the runtime API, the allreduce
+# workers/device/cuda*.c are compiled against the runtime API, the allreduce
 # kernels (workers/device/ar_cuda.cu) by nvcc into the library, and the
 # static runtime is linked into libdisco.so, the tools and the test runner,
 # so nothing needs a library path (the runtime loads the driver,
-# libcuda.so.1, at run time; never -lcuda). Without the toolkit, cuda.c
-# builds its "no CUDA" stubs and nothing needs nvcc.
-# A stamp per mode rebuilds cuda.o when the toolkit comes or goes.
+# libcuda.so.1, at run time; never -lcuda). Without the toolkit, cuda*.c
+# build their "no CUDA" stubs and nothing needs nvcc.
+# A stamp per mode rebuilds them when the toolkit comes or goes.
+CUDA_C_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard workers/device/cuda*.c))
 CUDA_HOME ?= /usr/local/cuda
 NVCC      := $(CUDA_HOME)/bin/nvcc
 CUDART    := $(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart_static.a \
@@ -389,11 +390,11 @@ CUDART    := $(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart_static.a \
 ifneq ($(and $(wildcard $(CUDA_HOME)/include/cuda_runtime.h),$(CUDART),$(wildcard $(NVCC))),)
 CUDA_MODE := on
 LDLIBS    += $(CUDART) -lrt -ldl -lpthread
-$(BUILD)/obj/workers/device/cuda.o: CFLAGS += -DDISCO_HAVE_CUDA -I$(CUDA_HOME)/include
+$(CUDA_C_OBJ): CFLAGS += -DDISCO_HAVE_CUDA -I$(CUDA_HOME)/include
 # The kernels: SASS for sm_80 and sm_90, PTX for later GPUs. The object must
 # need nothing but the CUDA runtime (the library is linked by the C
 # compiler): no exceptions or RTTI, and no thread-safe statics, whose guards
-# live in libstdc++ (cuda.c serializes the launches instead).
+# live in libstdc++ (cuda_ar.c serializes the launches instead).
 CUDA_OBJ  := $(BUILD)/obj/workers/device/ar_cuda.o
 NVCCFLAGS := $(O) -g -std=c++17 -Werror all-warnings -D_GNU_SOURCE -I. -Iinclude \
     -Xcompiler -fPIC,-fno-exceptions,-fno-rtti,-fno-threadsafe-statics \
@@ -407,7 +408,7 @@ $(BUILD)/libdisco.a $(BUILD)/libdisco.so: $(CUDA_OBJ)
 else
 CUDA_MODE := off
 endif
-$(BUILD)/obj/workers/device/cuda.o: $(BUILD)/.cuda-$(CUDA_MODE)
+$(CUDA_C_OBJ): $(BUILD)/.cuda-$(CUDA_MODE)
 $(BUILD)/.cuda-$(CUDA_MODE):
 	@mkdir -p $(@D) && rm -f $(BUILD)/.cuda-* && touch $@
 

@@ -43,15 +43,13 @@
  * call (even a failed one) is never taken for this call's. The slot is
  * the parity of the collective's number, so consecutive collectives
  * alternate (an allreduce and the next one share a slot when one other
- * collective came between: still safe, by the argument below): a member that finished call k can write call
- * k+1's START while a slow one still waits for k's END, without touching
- * what the slow one reads; it cannot reach k+2 (the same slot as k) before
- * every member arrived at k+1's START, which each does only after k's END.
- * (With START and END in every call one slot would do as well: a member
- * writes a flag of call k+1 only after every member arrived at k's END,
- * by when each has read all its flags of k. The slots keep a fast member
- * off a slow one's flags whatever the phases; tests/test_gpu_ar.c shows
- * that dropping the END or the MID wait is caught, not the slots.)
+ * collective came between: still safe, by the argument below): a member that finished call k can
+ * write call k+1's START while a slow one still waits for k's END, without touching what the slow
+ * one reads; it cannot reach k+2 (the same slot as k) before every member arrived at k+1's START,
+ * which each does only after k's END. (With START and END in every call one slot would do as well:
+ * a member writes a flag of call k+1 only after every member arrived at k's END, by when each has
+ * read all its flags of k. The slots keep a fast member off a slow one's flags whatever the phases;
+ * tests/test_gpu_ar.c shows that dropping the END or the MID wait is caught, not the slots.)
  *
  * Fences (the labels are used in ar_sim.c and ar_cuda.cu):
  *   F1 an arrival is a release store of the epoch (CUDA: system scope,
@@ -180,8 +178,8 @@ disco_status_t disco__ar_check(DLDevice dev);
 disco_status_t disco__sim_ar_launch(int device_id, disco_stream_t stream,
                                     const struct disco__ar_job *job); /* ar_sim.c */
 disco_status_t disco__cuda_ar_launch(int device_id, disco_stream_t stream,
-                                     const struct disco__ar_job *job); /* cuda.c */
-disco_status_t disco__cuda_ar_check(int device_id);                    /* cuda.c */
+                                     const struct disco__ar_job *job); /* cuda_ar.c */
+disco_status_t disco__cuda_ar_check(int device_id);                    /* cuda_ar.c */
 #endif
 
 #ifdef __cplusplus

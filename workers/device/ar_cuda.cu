@@ -1,6 +1,6 @@
 /*
  * ar_cuda.cu - the allreduce kernels of ar.h on CUDA (compiled by nvcc when
- * the Makefile finds the toolkit; cuda.c launches them through
+ * the Makefile finds the toolkit; cuda_ar.c launches them through
  * disco__cuda_ar_kernel, ar_cuda.h).
  *
  * One thread block per piece (grid = job.pieces), kThreads threads each.

@@ -1,9 +1,9 @@
 /*
- * ar_cuda.h - between cuda.c (host) and ar_cuda.cu (the allreduce kernels of
+ * ar_cuda.h - between cuda_ar.c (host) and ar_cuda.cu (the allreduce kernels of
  * ar.h): the launcher and the kernel's error word (internal; C and CUDA C++).
  *
  * The error word. The process holds one pair of 32-bit words in mapped,
- * pinned host memory (cuda.c): abort, which the host sets to stop a
+ * pinned host memory (cuda_ar.c): abort, which the host sets to stop a
  * spinning kernel, and err, where the first wait that gives up records why
  * (an atomicCAS from 0: the first one wins). The host zeroes both before
  * each launch (the previous call was synced) and reads err after the sync
