@@ -94,6 +94,11 @@ const char *dp_type_name(PyObject *o, char *buf, size_t cap);
  *  or pending free failed (the lock is then not held). */
 int dp_enter(SessionObject *so);
 
+/** Takes so's lock only, without emptying the pending list (shutdown:
+ *  the registers go with the workers); raises (returning -1) when this
+ *  thread holds it already (a worker-0 function using its own session). */
+int dp_lock(SessionObject *so);
+
 /** Releases the lock taken by dp_enter. */
 void dp_leave(SessionObject *so);
 
