@@ -210,13 +210,13 @@ static disco_status_t kernel_allreduce(struct disco__coll_call *c, disco_reduce_
 {
     struct disco__ar_job j;
     disco_status_t st = make_job(c, op, x, &j);
+    size_t esz = disco_dtype_bytes(x->dtype);
     uint32_t two_shot = 0;
-    if ((st = disco__coll_go(c, st, disco__ar_two_shot(j.count * disco_dtype_bytes(x->dtype)),
-                             &two_shot)) != DISCO_OK)
+    if ((st = disco__coll_go(c, st, disco__ar_two_shot(j.count * esz), &two_shot)) != DISCO_OK)
         return st;
     struct disco__arena *a = c->w->arena;
     j.two_shot = two_shot != 0;
-    j.pieces = disco__ar_plan(j.count, disco_dtype_bytes(x->dtype), j.size, j.two_shot);
+    j.pieces = disco__ar_plan(j.count, esz, j.size, j.two_shot);
     j.budget_ns = budget_ns(c);
     if ((st = disco__ar_launch(disco__arena_device(a), disco__arena_stream(a), &j)) != DISCO_OK)
         return after_go(c, st);
