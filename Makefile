@@ -26,9 +26,21 @@ $(error SANITIZE must be address or thread)
 endif
 
 DEPS_STAMP := build/.deps-ok
+# The Debian packages are checked while the Makefile is read, the first
+# time (or when tools/deps.sh changes): what is found below (Open MPI) must
+# be there before it is looked for.
+ifeq ($(filter clean format,$(MAKECMDGOALS)),)
+ifneq ($(shell test -f $(DEPS_STAMP) && test $(DEPS_STAMP) -nt tools/deps.sh && echo ok),ok)
+DEPS_RC := $(shell sh tools/deps.sh >&2; echo $$?)
+ifneq ($(DEPS_RC),0)
+$(error tools/deps.sh failed; see above)
+endif
+$(shell mkdir -p build && touch $(DEPS_STAMP))
+endif
+endif
 PKGS       := hwloc check jansson libsodium
 PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS    = $(shell pkg-config --libs hwloc jansson libsodium 2>/dev/null)
+PKG_LIBS    = $(shell pkg-config --libs hwloc jansson libsodium 2>/dev/null) $(MPI_LIBS)
 CHECK_LIBS  = $(shell pkg-config --libs check 2>/dev/null)
 
 CFLAGS   ?= $(O) -g
@@ -41,7 +53,23 @@ VERSION  := 0.2.0
 # layout does (1: the issue 15 renames and the <disco/shm/*.h> split).
 SONAME   := libdisco.so.1
 
-LIB_SRC  := $(sort $(wildcard shm/*.c workers/*/*.c scheduler/*/*.c))
+# Sessions across nodes (scheduler/node/) need Open MPI (mpicc, installed
+# by tools/deps.sh): its link is compiled with mpicc's flags and linked
+# with its libraries; without it, node_none.c refuses such sessions.
+NODE_MPI_SRC := scheduler/node/node_mpi.c scheduler/node/node_msg.c scheduler/node/node_link.c \
+    scheduler/node/node_net.c scheduler/node/node_wait.c
+ifneq ($(shell command -v mpicc 2>/dev/null),)
+MPI_MODE   := on
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+NODE_OFF   := scheduler/node/node_none.c
+else
+MPI_MODE   := off
+MPI_LIBS   :=
+NODE_OFF   := $(NODE_MPI_SRC)
+endif
+LIB_SRC  := $(sort $(filter-out $(NODE_OFF),$(wildcard shm/*.c workers/*/*.c scheduler/*/*.c)))
+$(NODE_MPI_SRC:%.c=$(BUILD)/obj/%.o): CFLAGS += $(MPI_CFLAGS)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # tools/<folder>/ holds one program's parts: the file named like the program
 # (disco-X.c, or disco.c for the CLI) is its main, the others are linked with
@@ -112,6 +140,13 @@ $(DEMOLIB): $(DEMOLIB_SRC:%.c=$(BUILD)/obj/%.o)
 $(TEST_BIN): $(TEST_OBJ) $(SOAK_OBJ) $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(SOAK_OBJ) $(WHOLE_LIB) $(CHECK_LIBS) $(PKG_LIBS) $(LDLIBS)
+
+# The multi-node tests' program (tests/node_prog.c), run under mpirun by
+# tests/test_node.c.
+NODE_PROG := $(BUILD)/bin/node_prog
+$(NODE_PROG): $(BUILD)/obj/tests/node_prog.o $(BUILD)/libdisco.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
 
 # The session tests' function library; its disco symbols come from the
 # program that loads it.
@@ -207,7 +242,7 @@ $(CXX_API): tests/cxx_api.cpp $(wildcard include/disco/*.h include/disco/shm/*.h
 # where the test library, the worker program and the tools are.
 PY_TEST_ENV = PYTHONPATH=$(abspath python) DISCO_QUIET=1 DISCO_TEST_LIB=$(abspath $(TESTLIB)) \
     DISCO_WORKER=$(abspath $(BUILD)/bin/disco-worker) DISCO_TEST_BIN=$(abspath $(BUILD)/bin)
-test: $(TEST_BIN) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API) $(if $(SANITIZE),,python)
+test: $(TEST_BIN) $(NODE_PROG) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLIB) $(CXX_API) $(if $(SANITIZE),,python)
 	CK_FORK=yes $(TEST_BIN)
 	$(PYTHON) tests/arrows.py $(BUILD)/obj
 	DISCO_QUIET=1 $(CXX_API)

@@ -66,6 +66,11 @@ have_pc check || missing="$missing check libsubunit-dev"
 have_pc jansson || missing="$missing libjansson-dev"
 have_pc libsodium || missing="$missing libsodium-dev" # RPC authentication (HMAC, random tokens)
 [ -f /usr/include/dlpack/dlpack.h ] || missing="$missing libdlpack-dev"
+# Open MPI: sessions across nodes (scheduler/node/) and their tests under
+# mpirun; iproute2 (ip): the test that puts two nodes in network namespaces.
+command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 ||
+    missing="$missing libopenmpi-dev openmpi-bin"
+command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
 # Debian packages checked by name (dpkg-query), for Debian's python3:
 #   python3-pylsp-jsonrpc  a JSON-RPC client nobody here wrote (tests/jsonrpc_test.py)
 #   python3-dev            Python.h, for the Python package's extension (make python)

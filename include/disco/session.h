@@ -40,6 +40,28 @@
  * parent-death signal follows the thread that opened the session: open it
  * from a thread that outlives the session.
  *
+ * Across nodes. With cfg.nodes = DISCO_NODES_MPI, a program started as
+ * `mpirun -np K prog` opens one session whose K * workers_per_node
+ * workers span the K processes (one a node, each with its node's workers
+ * forked as above). Every process calls disco_session_open with the same
+ * config. On rank 0 it returns the session: rank 0 is the controller and
+ * its worker 0 the session's worker 0. On every other rank it does not
+ * return: the process serves as its node's agent (it relays each command
+ * into its node's ring and sends replies, errors and deaths back) and
+ * exits when the controller closes the session (code 0) or is lost (1).
+ * Worker ids are global, node-major (node k has k*W .. k*W+W-1), in
+ * disco_ctx_worker_id and in every call that names a worker. Groups may
+ * not span nodes. Collectives: allreduce (not avg) and
+ * broadcast_from_worker0 of host tensors run across nodes (through the
+ * shared heap inside each node, MPI between the nodes); the others, and
+ * device tensors, fail with DISCO_E_UNSUPPORTED across nodes (in-group
+ * collectives stay inside a node and work). A node that dies, or stops
+ * answering its heartbeats (DISCO_NODE_LEASE_MS, default 3 s, at most half
+ * the call deadline), breaks the session with DISCO_E_WORKER_DIED naming
+ * the node and its workers. Run with `mpirun --mca orte_enable_recovery 1`
+ * for that: without it, Open MPI ends the whole job when one process dies.
+ * A build without Open MPI refuses DISCO_NODES_MPI (DISCO_E_UNSUPPORTED).
+ *
  * Thread safety: a session is used by one thread at a time.
  */
 #ifndef DISCO_SESSION_H
@@ -67,8 +89,15 @@ typedef enum disco_session_transport {
     DISCO_TRANSPORT_PIPE = 1, /* a pair of pipes per worker, as TVM's ProcessSession */
 } disco_session_transport_t;
 
+/* Where the workers run (see "Across nodes" above). */
+typedef enum disco_nodes {
+    DISCO_NODES_LOCAL = 0, /* this machine only (default) */
+    DISCO_NODES_MPI = 1,   /* one process per node started by mpirun; rank 0 controls */
+} disco_nodes_t;
+
 typedef struct disco_session_config {
-    int num_workers;       /* >= 1; worker 0 is the controller */
+    int num_workers;       /* >= 1; worker 0 is the controller. Across nodes: 0, or
+                              nodes * workers_per_node */
     disco_launch_t launch; /* default fork */
     disco_session_transport_t transport;
     uint32_t call_timeout_ms;    /* deadline of each wait (sync, debug get); 0 = 60 s */
@@ -96,6 +125,10 @@ typedef struct disco_session_config {
                                     its sim or CUDA tensors are made
                                     (allocated at its first device tensor);
                                     0 = 64 MiB, at most 2^40 */
+    disco_nodes_t nodes;         /* DISCO_NODES_MPI: the session spans the MPI job's
+                                    processes, one a node (see "Across nodes") */
+    int workers_per_node;        /* across nodes: each node's workers (>= 1), its
+                                    worker 0 being that node's process */
 } disco_session_config_t;
 
 typedef struct disco_session disco_session_t;

@@ -9,6 +9,7 @@
 #include "workers/data/bind.h"
 #include "workers/data/collective.h"
 #include "workers/core/ctl_layout.h"
+#include "scheduler/node/node.h"
 #include "scheduler/session/session_impl.h"
 
 #define DEFAULT_TIMEOUT_MS 60000u
@@ -95,6 +96,8 @@ static disco_status_t make_segment(struct disco_session *s)
     struct disco__ctl *ctl = (struct disco__ctl *)base;
     disco__ctl_write(ctl, &lay);
     ctl->controller_pid = (int32_t)getpid();
+    ctl->gid_base = (uint32_t)s->gid_base;
+    ctl->gworld = (uint32_t)s->gworld;
     ctl->spin_ns = s->cfg.spin_ns;
     ctl->pause_ns = s->cfg.pause_ns;
     if (geom.trace) {
@@ -172,7 +175,9 @@ static void free_session(struct disco_session *s)
     free(s);
 }
 
-disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_session_t **sess_out)
+/* One node's session: workers gid_base.. of gworld in all. */
+static disco_status_t open_local(const disco_session_config_t *cfg, int gid_base, int gworld,
+                                 disco_session_t **sess_out)
 {
     disco_status_t st = check_config(cfg);
     if (st != DISCO_OK)
@@ -192,6 +197,8 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
     if (s->cfg.device_arena_bytes == 0)
         s->cfg.device_arena_bytes = DISCO_ARENA_DEFAULT_BYTES;
     s->world = cfg->num_workers;
+    s->gid_base = gid_base;
+    s->gworld = gworld;
     if ((st = disco_plan_make(&cfg->place, s->world, &s->plan)) != DISCO_OK) {
         free(s);
         return st;
@@ -210,6 +217,7 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         free_session(s);
         return disco_set_error(DISCO_E_NOMEM, "session of %d workers", s->world);
     }
+    s->procs.id_base = gid_base;
     for (size_t i = 0; i < n; i++)
         s->cmd_fd[i] = s->reply_fd[i] = -1;
     if ((st = make_segment(s)) != DISCO_OK) {
@@ -235,6 +243,8 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
     s->w0.ngroups = (uint32_t)s->cfg.num_groups;
     s->w0.dev_area = disco__coll_dev_area(s->w0.coll, (uint32_t)s->world, s->w0.ngroups);
     s->w0.abandon = disco__session_abandon;
+    s->w0.gid_base = gid_base;
+    s->w0.gworld = gworld;
     s->w0.abandon_ctx = s;
     /* Worker 0 has no trace ring (disco__worker_init leaves w0.trace NULL):
      * it runs inline in issue(), whose record of each command (enqueue,
@@ -280,19 +290,78 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
     return DISCO_OK;
 }
 
+/* Across nodes: a session whose config spans the MPI job's processes.
+ * The node's own workers are forked before MPI starts (disco__node_join
+ * reads the place from the launcher's environment); then the link joins
+ * the others. On rank 0 the session is returned; an agent serves its node
+ * until the controller ends the session, then exits (session.h). */
+static disco_status_t open_nodes(const disco_session_config_t *cfg, disco_session_t **sess_out)
+{
+    struct disco__node_place p;
+    disco_status_t st = disco__node_join(cfg, &p);
+    if (st != DISCO_OK)
+        return st;
+    disco_session_config_t local = *cfg;
+    local.nodes = DISCO_NODES_LOCAL;
+    local.num_workers = cfg->workers_per_node;
+    local.num_groups = (cfg->num_groups > 0 ? cfg->num_groups : 1) / p.nodes;
+    disco_session_t *s;
+    if ((st = open_local(&local, p.node * local.num_workers, p.nodes * local.num_workers, &s)) !=
+        DISCO_OK)
+        return st;
+    struct disco__node *n;
+    if ((st = disco__node_start(cfg, &p, s->cfg.call_timeout_ms, &s->w0, &n)) != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        disco_session_close(s);
+        return disco_set_error(st, "node %d: %s", p.node, why);
+    }
+    if (p.node == 0) {
+        s->node = n;
+        *sess_out = s;
+        return DISCO_OK;
+    }
+    int code = disco__node_serve(s, n);
+    disco_session_close(s);
+    disco__node_stop(n, code == 0);
+    fflush(NULL);
+    if (code == 0)
+        exit(0);
+    _exit(code); /* MPI could not finalize: none of its exit hooks either */
+}
+
+disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_session_t **sess_out)
+{
+    if (cfg->nodes == DISCO_NODES_MPI)
+        return open_nodes(cfg, sess_out);
+    if (cfg->nodes != DISCO_NODES_LOCAL)
+        return disco_set_error(DISCO_E_INVAL, "cfg.nodes %d is unknown", (int)cfg->nodes);
+    return open_local(cfg, 0, cfg->num_workers, sess_out);
+}
+
 disco_status_t disco_session_shutdown(disco_session_t *s)
 {
     if (s->state == DISCO_E_SHUTDOWN)
         return DISCO_OK;
     int grace = 0;
-    if (s->state == DISCO_OK) {
+    size_t len = 0;
+    disco_frame_hdr_t h = {.code = DISCO_CMD_SHUTDOWN, .seq = ++s->seq};
+    bool framed = disco_frame_encode(h.code, h.seq, NULL, 0, s->buf, s->chan.max_msg, &len) ==
+                  DISCO_OK;
+    bool said = s->state == DISCO_OK && framed;
+    if (s->node != NULL) {
+        /* The other nodes first: they close theirs, then say goodbye. A
+         * broken session tells the live ones too, so that they end now
+         * rather than at their lease, but waits for nobody. */
+        bool posted = framed && disco__node_post(s->node, s->buf, len) == DISCO_OK;
+        disco__node_stop(s->node, said && posted);
+        s->node = NULL;
+    }
+    if (said) {
         /* Ask politely; the ring may be full of work, so allow a grace. */
         s->wait.deadline_ns = 0;
         s->wait.timeout_ns = 2000000000LL;
-        size_t len;
-        disco_frame_hdr_t h = {.code = DISCO_CMD_SHUTDOWN, .seq = ++s->seq};
-        if (disco_frame_encode(h.code, h.seq, NULL, 0, s->buf, s->chan.max_msg, &len) == DISCO_OK &&
-            disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, &s->wait, NULL) == DISCO_OK)
+        if (disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, &s->wait, NULL) == DISCO_OK)
             grace = 2000;
     }
     disco__procs_stop(&s->procs, grace);

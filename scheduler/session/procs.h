@@ -16,6 +16,7 @@
 /* Entries 1..n-1; entry 0 (the controller's own thread) is never used. */
 struct disco__procs {
     int n;
+    int id_base;  /* added to an index where a message names a worker (its global id) */
     pid_t *pid;   /* 0: never started */
     int *pidfd;   /* -1: none (not started, closed, or no pidfd_open) */
     int *wstatus; /* raw wait status once reaped (-1: reaped by someone else) */

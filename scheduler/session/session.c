@@ -9,6 +9,7 @@
 #include "shm/wait_internal.h"
 #include "workers/data/tensor_impl.h"
 #include "disco/dtype.h"
+#include "scheduler/node/node.h"
 #include "scheduler/session/session_impl.h"
 
 #define HEALTH_EVERY 64u
@@ -21,7 +22,7 @@ disco_session_config_t disco_session_config_default(int num_workers)
 
 int disco_session_num_workers(const disco_session_t *s)
 {
-    return s->world;
+    return s->gworld;
 }
 
 disco_status_t disco_session_health(const disco_session_t *s)
@@ -46,7 +47,7 @@ int disco_session_worker_pid(const disco_session_t *s, int worker)
 {
     if (worker == 0)
         return (int)getpid();
-    if (worker < 0 || worker >= s->world)
+    if (worker < 0 || worker >= s->world) /* another node's: not a pid here */
         return -1;
     return (int)s->procs.pid[worker];
 }
@@ -71,11 +72,26 @@ disco_status_t disco__session_break(struct disco_session *s, disco_status_t stat
 
 /* ---- deaths: the process table reports them, the session decides ---- */
 
+/* The other nodes: a dead or broken node breaks the session, naming it. */
+static disco_status_t check_nodes(struct disco_session *s)
+{
+    if (s->node == NULL || s->state != DISCO_OK)
+        return DISCO_OK;
+    disco_status_t st = disco__node_check(s->node);
+    if (st == DISCO_OK)
+        return DISCO_OK;
+    char why[DISCO_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", disco_last_error());
+    return disco__session_break(s, st == DISCO_E_SYS || st == DISCO_E_PROTOCOL ? st
+                                                                                : DISCO_E_WORKER_DIED,
+                                "%s", why);
+}
+
 disco_status_t disco__session_check(struct disco_session *s)
 {
     struct disco__procs_exit dead;
     if (disco__procs_check(&s->procs, &dead) == DISCO_OK)
-        return DISCO_OK;
+        return check_nodes(s);
     char what[1024];
     snprintf(what, sizeof what, "%s", dead.what);
     struct disco__errbox *b = &s->errbox[dead.worker];
@@ -108,7 +124,8 @@ disco_status_t disco__session_abandon(void *p, disco_status_t st, const int *lat
         if (late[i] < 1 || late[i] >= s->world)
             continue;
         disco__session_kill(s, late[i]);
-        int n = snprintf(who + used, sizeof who - used, "%s%d", used ? ", " : "", late[i]);
+        int n = snprintf(who + used, sizeof who - used, "%s%d", used ? ", " : "",
+                         late[i] + s->gid_base);
         used += n > 0 && (size_t)n < sizeof who - used ? (size_t)n : 0;
     }
     if (st == DISCO_E_TIMEOUT && used != 0)
@@ -160,10 +177,23 @@ static disco_status_t bcast_failed(struct disco_session *s, disco_status_t st)
                                         s->cfg.call_timeout_ms);
         disco__session_kill(s, w);
         return disco__session_break(s, DISCO_E_TIMEOUT,
-                                    "worker %d took no command for %u ms; it was killed", w,
+                                    "worker %d took no command for %u ms; it was killed",
+                                    w + s->gid_base,
                                     s->cfg.call_timeout_ms);
     }
     return st;
+}
+
+/* A failure of the link to the other nodes: a node found dead or broken
+ * is the cause (check_nodes); else the failure itself breaks the session,
+ * since the nodes may now disagree on what was sent. */
+static disco_status_t node_failed(struct disco_session *s, disco_status_t st)
+{
+    char why[DISCO_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", disco_last_error());
+    if (check_nodes(s) != DISCO_OK)
+        return disco_set_error(s->state, "%s", s->why);
+    return disco__session_break(s, st, "%s", why);
 }
 
 /* Broadcasts a command and runs it on worker 0. *w0_reply_len is worker 0's
@@ -193,6 +223,8 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
                            disco__trace_slot(&s->trace, &t_enq));
     if (st != DISCO_OK)
         return bcast_failed(s, st);
+    if (s->node != NULL && (st = disco__node_post(s->node, s->buf, len)) != DISCO_OK)
+        return node_failed(s, st);
     size_t rlen = 0;
     disco__worker_exec(&s->w0, &h, args, s->reply, DISCO_REPLY_MAX, &rlen);
     /* Worker 0 ran inline right after the broadcast: the command's record is
@@ -233,7 +265,7 @@ static disco_status_t collect_errors(struct disco_session *s)
         uint32_t more = atomic_exchange_explicit(&b->dropped, 0, memory_order_relaxed);
         if (used < sizeof detail) {
             int n = snprintf(detail + used, sizeof detail - used, "%sworker %d: %s: %s%s",
-                             used ? "; " : "", i, func,
+                             used ? "; " : "", i + s->gid_base, func,
                              bad ? "(its status is not an error status) " : "", msg);
             used += n > 0 ? (size_t)n : 0;
             if (more != 0 && used < sizeof detail) {
@@ -243,6 +275,13 @@ static disco_status_t collect_errors(struct disco_session *s)
         }
         /* Release: our reads of the box are done before the worker reuses it. */
         atomic_store_explicit(&b->full, 0, memory_order_release);
+    }
+    if (used > sizeof detail)
+        used = sizeof detail;
+    if (s->node != NULL) { /* what the other nodes' workers reported */
+        disco_status_t remote = disco__node_errors(s->node, detail, sizeof detail, &used);
+        if (first == DISCO_OK)
+            first = remote;
     }
     if (first == DISCO_OK)
         return DISCO_OK;
@@ -259,7 +298,7 @@ static disco_status_t reply_failed(struct disco_session *s, int worker, disco_st
         disco__session_kill(s, worker);
         return disco__session_break(s, DISCO_E_TIMEOUT,
                                     "worker %d did not answer %s within %u ms; it was killed",
-                                    worker, what, s->cfg.call_timeout_ms);
+                                    worker + s->gid_base, what, s->cfg.call_timeout_ms);
     }
     if (st == DISCO_E_CLOSED || st == DISCO_E_TRUNCATED) {
         /* A pipe closed: the worker is dying; wait for the kernel to say how. */
@@ -269,7 +308,7 @@ static disco_status_t reply_failed(struct disco_session *s, int worker, disco_st
             usleep(10000);
         }
         if (s->state == DISCO_OK)
-            disco__session_break(s, st, "worker %d closed its channel", worker);
+            disco__session_break(s, st, "worker %d closed its channel", worker + s->gid_base);
         return disco_set_error(s->state, "%s", s->why);
     }
     return st;
@@ -282,7 +321,13 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
 {
     uint32_t len = (uint32_t)w0_len;
     uint64_t seen = 0; /* with tracing: when the wait found the reply (0: it did not wait) */
-    if (worker != 0) {
+    if (worker >= s->world) { /* on another node: its agent forwards the reply */
+        disco_status_t st = disco__node_wait_reply(s->node, worker / s->world, s->reply,
+                                                   DISCO_REPLY_MAX, &len,
+                                                   (int64_t)s->cfg.call_timeout_ms * 1000000);
+        if (st != DISCO_OK)
+            return node_failed(s, st);
+    } else if (worker != 0) {
         const disco_wait_t *w = call_wait(s);
         disco__wait_set_found_at(&s->wait, disco__trace_slot(&s->trace, &seen));
         disco_status_t st =
@@ -323,8 +368,8 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
 
 static disco_status_t check_worker(const struct disco_session *s, int worker)
 {
-    if (worker < 0 || worker >= s->world)
-        return disco_set_error(DISCO_E_INVAL, "no worker %d in a session of %d", worker, s->world);
+    if (worker < 0 || worker >= s->gworld)
+        return disco_set_error(DISCO_E_INVAL, "no worker %d in a session of %d", worker, s->gworld);
     return DISCO_OK;
 }
 
@@ -592,4 +637,59 @@ disco_status_t disco__session_debug_get(struct disco_session *s, disco_dref_t re
                                         disco_value_t *value_out)
 {
     return api_debug_get(s, reg, worker, value_out);
+}
+
+/* ---- for a node's agent (scheduler/node/node_agent.c) ---- */
+
+disco_status_t disco__session_relay(struct disco_session *s, const void *frame, size_t len,
+                                    int *asks_out, size_t *w0_len)
+{
+    *asks_out = -1;
+    *w0_len = 0;
+    disco_frame_hdr_t h;
+    disco_value_t args[DISCO_MAX_ARGS];
+    disco_status_t st;
+    if (len > s->chan.max_msg ||
+        (st = disco_frame_decode(frame, len, &h, args, DISCO_MAX_ARGS)) != DISCO_OK) {
+        if (s->state != DISCO_OK)
+            return usable(s);
+        return disco__session_break(s, DISCO_E_PROTOCOL,
+                                    "a command frame from the controller does not decode: %s",
+                                    disco_last_error());
+    }
+    if (h.code == DISCO_CMD_SHUTDOWN) /* the agent closes the node itself */
+        return disco_set_error(DISCO_E_SHUTDOWN, "the controller ended the session");
+    if ((st = usable(s)) != DISCO_OK)
+        return st;
+    if (++s->issued % HEALTH_EVERY == 0 && (st = disco__session_check(s)) != DISCO_OK)
+        return st;
+    if (h.code == DISCO_CMD_SYNC && h.nargs >= 1 && args[0].type == DISCO_T_INT)
+        *asks_out = (int)args[0].v.i;
+    else if ((h.code == DISCO_CMD_DEBUG_GET || h.code == DISCO_CMD_DEBUG_SET) && h.nargs >= 2 &&
+             args[1].type == DISCO_T_INT)
+        *asks_out = (int)args[1].v.i;
+    s->seq = h.seq;
+    disco__chan_prepare_bcast(&s->chan);
+    uint64_t t_enq = 0;
+    st = disco__chan_bcast(&s->chan, frame, (uint32_t)len, call_wait(s),
+                           disco__trace_slot(&s->trace, &t_enq));
+    if (st != DISCO_OK)
+        return bcast_failed(s, st);
+    disco__worker_exec(&s->w0, &h, args, s->reply, DISCO_REPLY_MAX, w0_len);
+    disco__trace_cmd_issued(&s->trace, h.seq, h.code, NULL, t_enq);
+    if (s->state != DISCO_OK)
+        return disco_set_error(s->state, "%s", s->why);
+    return DISCO_OK;
+}
+
+disco_status_t disco__session_recv_reply(struct disco_session *s, int local, uint32_t *len)
+{
+    disco_status_t st =
+        disco__chan_recv_reply(&s->chan, local, s->reply, DISCO_REPLY_MAX, len, call_wait(s));
+    return st == DISCO_OK ? DISCO_OK : reply_failed(s, local, st, "a command of the controller's");
+}
+
+disco_status_t disco__session_collect_errors(struct disco_session *s)
+{
+    return collect_errors(s);
 }

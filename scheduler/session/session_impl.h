@@ -18,9 +18,17 @@
 #include "scheduler/session/regs.h"
 #include "scheduler/trace/trace_impl.h"
 
+struct disco__node;
+
 struct disco_session {
     disco_session_config_t cfg;
-    int world;
+    int world; /* workers on this node: the rings, process table, error boxes */
+    /* Across nodes (scheduler/node/): this node's first global worker id
+     * and every node's workers (0 and world on one node); node is the
+     * controller's link to the agents (NULL on one node, and on an agent,
+     * whose link is its own). */
+    int gid_base, gworld;
+    struct disco__node *node;
     disco_segment_t seg;
     struct disco__ctl *ctl;
     struct disco__errbox *errbox;
@@ -93,6 +101,24 @@ disco_status_t disco__session_free_reg(struct disco_session *s, disco_dref_t reg
  *  disco_session_debug_get. */
 disco_status_t disco__session_debug_get(struct disco_session *s, disco_dref_t reg, int worker,
                                         disco_value_t *value_out);
+
+/** An agent's relay of one command frame of the controller's (node_agent.c):
+ *  decodes it, broadcasts it to this node's workers as it is and runs it on
+ *  worker 0. *asks_out is the global id of the worker the command asks for
+ *  a reply (sync, debug get/set), else -1; *w0_len worker 0's reply in
+ *  s->reply, if it was asked. Returns DISCO_OK, DISCO_E_PROTOCOL (a frame
+ *  that does not decode: the session breaks), or as a broadcast. */
+disco_status_t disco__session_relay(struct disco_session *s, const void *frame, size_t len,
+                                    int *asks_out, size_t *w0_len);
+
+/** Waits for this node's worker local (1..world-1) to reply into s->reply
+ *  (*len its length) under the call deadline. Returns as sync's wait. */
+disco_status_t disco__session_recv_reply(struct disco_session *s, int local, uint32_t *len);
+
+/** Reports (and clears) every worker's pending error on this node, and the
+ *  other nodes' (controller): the first code, all named in the last error.
+ *  Returns DISCO_OK when none. */
+disco_status_t disco__session_collect_errors(struct disco_session *s);
 
 /** Marks the session broken with status and a message; the first cause wins.
  *  Wakes every waiter so workers see it. Returns status. */

@@ -10,14 +10,16 @@
 #include "workers/data/arena.h"
 #include "workers/data/tensor_impl.h"
 
+/* Users see global ids: across nodes, this node's first id plus the local
+ * one (worker.h). */
 int disco_ctx_worker_id(const disco_ctx_t *ctx)
 {
-    return ctx->worker_id;
+    return ctx->worker != NULL ? ctx->worker->gid_base + ctx->worker_id : ctx->worker_id;
 }
 
 int disco_ctx_world_size(const disco_ctx_t *ctx)
 {
-    return ctx->world;
+    return ctx->worker != NULL ? ctx->worker->gworld : ctx->world;
 }
 
 void *disco_ctx_user(const disco_ctx_t *ctx)

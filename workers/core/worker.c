@@ -32,6 +32,7 @@ disco_status_t disco__worker_init(disco_worker_t *w, int id, int world, struct d
     memset(w, 0, sizeof *w);
     w->id = id;
     w->world = world;
+    w->gworld = world;
     w->errbox = box;
     w->heap = heap;
     w->coll = coll;
@@ -214,7 +215,7 @@ static disco_status_t stage_device(disco_worker_t *w, const DLTensor *t, disco_v
 {
     void *buf = malloc(raw->len ? raw->len : 1);
     if (buf == NULL)
-        return disco_set_error(DISCO_E_NOMEM, "worker %d: %u bytes to stage a device tensor", w->id,
+        return disco_set_error(DISCO_E_NOMEM, "worker %d: %u bytes to stage a device tensor", disco__worker_gid(w),
                                raw->len);
     disco_status_t st = disco__tensor_to_host(t, buf);
     if (st != DISCO_OK) {
@@ -222,7 +223,7 @@ static disco_status_t stage_device(disco_worker_t *w, const DLTensor *t, disco_v
         snprintf(why, sizeof why, "%s", disco_last_error());
         free(buf);
         return disco_set_error(st, "worker %d: reading a tensor on device type %d, id %d: %s",
-                               w->id, (int)t->device.device_type, t->device.device_id, why);
+                               disco__worker_gid(w), (int)t->device.device_type, t->device.device_id, why);
     }
     raw->v.bytes = buf;
     *staged_out = buf;
@@ -244,13 +245,13 @@ static disco_status_t fill_device(disco_worker_t *w, uint64_t reg, const disco_v
         return disco_set_error(DISCO_E_MISMATCH,
                                "worker %d: register %llu holds a device tensor of %zu bytes; "
                                "%u bytes cannot fill it",
-                               w->id, (unsigned long long)reg, n, v->len);
+                               disco__worker_gid(w), (unsigned long long)reg, n, v->len);
     disco_status_t st = disco__tensor_from_host(t, v->v.bytes);
     if (st != DISCO_OK) {
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());
         return disco_set_error(st, "worker %d: filling a tensor on device type %d, id %d: %s",
-                               w->id, (int)t->device.device_type, t->device.device_id, why);
+                               disco__worker_gid(w), (int)t->device.device_type, t->device.device_id, why);
     }
     return DISCO_OK;
 }
@@ -310,15 +311,16 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         exec_call(w, args, (int)h->nargs);
         return DISCO_OK;
     case DISCO_CMD_SYNC:
-        if (args[0].v.i == w->id)
+        if (args[0].v.i == disco__worker_gid(w))
             return reply_ok(w, args[1].v.i, NULL, reply, reply_cap, reply_len);
         return DISCO_OK;
     case DISCO_CMD_DEBUG_GET: {
-        if (args[1].v.i != w->id)
+        if (args[1].v.i != disco__worker_gid(w))
             return DISCO_OK;
         uint64_t r = args[0].v.reg;
         if (r == 0 || r >= w->nregs) {
-            disco_set_error(DISCO_E_BAD_REG, "worker %d: register %llu is not set", w->id,
+            disco_set_error(DISCO_E_BAD_REG, "worker %d: register %llu is not set",
+                            disco__worker_gid(w),
                             (unsigned long long)r);
             return reply_error(w, args[2].v.i, DISCO_E_BAD_REG, reply, reply_cap, reply_len);
         }
@@ -342,7 +344,7 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         return st;
     }
     case DISCO_CMD_DEBUG_SET:
-        if (args[1].v.i != w->id)
+        if (args[1].v.i != disco__worker_gid(w))
             return DISCO_OK;
         if ((st = fill_device(w, args[0].v.reg, &args[3])) == DISCO_E_AGAIN)
             st = reg_set(w, args[0].v.reg, &args[3]);

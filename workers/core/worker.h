@@ -9,6 +9,7 @@
 #ifndef DISCO_WORKERS_WORKER_H
 #define DISCO_WORKERS_WORKER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,9 +23,18 @@
 #include "workers/core/registry.h"
 #include "workers/core/trace_ring.h"
 
+struct disco__net;
+
 typedef struct disco_worker {
-    int id;
-    int world;
+    int id;    /* within its node's session: the rings, slots and barriers */
+    int world; /* workers on its node */
+    /* Across nodes (scheduler/node/): this node's first global worker id
+     * and the whole session's workers; 0 and world on one node. Users see
+     * global ids (disco_ctx_worker_id); the shared-heap machinery local
+     * ones. net is the link to the other nodes' leaders: set on a node's
+     * worker 0 (the MPI process) only; NULL elsewhere. */
+    int gid_base, gworld;
+    struct disco__net *net;
     disco_value_t *regs; /* owned values, index = register id */
     uint64_t nregs;
     struct disco__errbox *errbox;
@@ -52,6 +62,18 @@ typedef struct disco_worker {
 disco_status_t disco__worker_init(disco_worker_t *w, int id, int world, struct disco__errbox *box,
                                   disco_heap_t *heap, struct disco__coll_area *coll,
                                   const disco_wait_t *wait);
+
+/** This worker's global id (gid_base + id). */
+static inline int disco__worker_gid(const disco_worker_t *w)
+{
+    return w->gid_base + w->id;
+}
+
+/** Whether the session spans more than this worker's node. */
+static inline bool disco__worker_multinode(const disco_worker_t *w)
+{
+    return w->gworld > w->world;
+}
 
 /** Frees every register, then the worker's device arena (arena.h). */
 void disco__worker_fini(disco_worker_t *w);

@@ -57,6 +57,15 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     }
     struct disco__ctl *ctl = data;
     char *base = data;
+    /* The node's place in a session across nodes, read once: a header
+     * whose numbers do not fit a world of whole nodes is refused. */
+    uint32_t gid_base = ctl->gid_base, gworld = ctl->gworld;
+    if (gworld < lay.geom.world || gworld > DISCO_MAX_GLOBAL_WORKERS ||
+        gworld % lay.geom.world != 0 || gid_base % lay.geom.world != 0 || gid_base >= gworld) {
+        fprintf(stderr, "disco worker %d: the header's node (first worker %u of %u) does not fit "
+                        "%u workers a node\n", id, gid_base, gworld, lay.geom.world);
+        return 2;
+    }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     struct parent_watch pw = {.controller = ctl->controller_pid};
     if (parent_alive(&pw) != DISCO_OK)
@@ -106,6 +115,8 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     disco__worker_init(&w, id, (int)lay.geom.world, &boxes[id], &heap,
                        (struct disco__coll_area *)(base + lay.r[DISCO_CTL_COLL].off), &wait);
     w.abandon = end_on_abandon;
+    w.gid_base = (int)gid_base;
+    w.gworld = (int)gworld;
     w.ngroups = lay.geom.num_groups; /* read once, at start, as the rest of the geometry */
     w.dev_area = disco__coll_dev_area(w.coll, lay.geom.world, w.ngroups);
     if (lay.geom.trace)

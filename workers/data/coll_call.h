@@ -46,6 +46,8 @@ struct disco__coll_call {
     uint32_t phase;         /* barriers this member has arrived at in this call */
     const char *what;       /* the collective's name, for messages */
     bool met;               /* the meeting succeeded */
+    bool across;            /* a world collective of a session on several nodes:
+                               the leaders meet over the node link (collective_net.c) */
     bool dev;               /* a call on device tensors (known to all after the meeting) */
     bool owe_waits;         /* device call: this member had no arena at its last barrier */
     bool by_flags;          /* device call ordered by a kernel's flags: no events at barriers */

@@ -9,6 +9,7 @@
 #include "workers/core/worker.h"
 #include "workers/data/coll_call.h"
 #include "workers/data/collective.h"
+#include "workers/data/collective_net.h"
 #include "workers/data/tensor_impl.h"
 
 #define CHUNK_BYTES (256u * 1024u) /* reduce, then copy out, a cache-sized piece at a time */
@@ -55,8 +56,12 @@ static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
 {
     uint32_t groups = ctx->worker != NULL && ctx->worker->ngroups > 1 ? ctx->worker->ngroups : 1;
     int group_size = ctx->world / (int)groups;
-    int leader = flag(a, n, 4) && group_size > 0 ? ctx->worker_id / group_size * group_size : 0;
-    if (flag(a, n, 3) && ctx->worker_id != leader)
+    /* worker0_only: the session's worker 0 (a global id, across nodes too);
+     * with in_group, each group's first (groups never span nodes). */
+    bool in_group = flag(a, n, 4) && group_size > 0;
+    int leader = in_group ? ctx->worker_id / group_size * group_size : 0;
+    int me = in_group ? ctx->worker_id : disco_ctx_worker_id(ctx);
+    if (flag(a, n, 3) && me != leader)
         return DISCO_OK;
     DLDevice dev = a[2].v.device;
     DLTensor *t;
@@ -89,6 +94,7 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
         /* Device tensors: by kernels that meet through flags (no events at
          * the barriers), in groups small enough. */
         c.by_flags = x->device.device_type != kDLCPU && disco__coll_dev_by_kernel(&c);
+        disco__coll_net_refuse_op(&c, op, x->device.device_type != kDLCPU);
     } else {
         disco__coll_fail(&c, st, disco_last_error());
     }
@@ -108,6 +114,11 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
         if ((st = disco__coll_span_check(&c, r, false, 0, count * esz, &ins[r])) != DISCO_OK ||
             (st = disco__coll_span_check(&c, r, true, 0, count * esz, &outs[r])) != DISCO_OK)
             return st; /* a verdict on the slots: the same on every member */
+    if (c.across) { /* a chain through the nodes (collective_net.c) */
+        if ((st = disco__coll_net_allreduce(&c, op, x->dtype, ins, outs)) == DISCO_OK)
+            *ret = disco_value_tensor(out);
+        return st;
+    }
     size_t lo = count * (size_t)c.rank / (size_t)c.size;
     size_t hi = count * (size_t)(c.rank + 1) / (size_t)c.size;
     size_t step = CHUNK_BYTES / esz ? CHUNK_BYTES / esz : 1;
@@ -177,7 +188,12 @@ static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n,
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "broadcast_from_worker0", &c);
-    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "broadcast_from_worker0", true) : NULL;
+    /* The session's worker 0 shares its x; across nodes each other node's
+     * leader shares the copy it receives (collective_net.c). */
+    bool source = c.rank == 0 && (!c.across || c.w->gid_base == 0);
+    DLTensor *x = source ? lead_share(&c, a, n, "broadcast_from_worker0", true) : NULL;
+    if (c.across && c.rank == 0)
+        x = disco__coll_net_bcast_lead(ctx, &c, x);
     if (x != NULL && x->device.device_type == kDLCPU)
         disco__tensor_add_refs(x, (uint32_t)c.size - 1);
     disco_status_t st = disco__coll_meet(&c);
@@ -194,7 +210,9 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "scatter_from_worker0", &c);
-    DLTensor *x = c.rank == 0 ? lead_share(&c, a, n, "scatter_from_worker0", true) : NULL;
+    if (c.across)
+        disco__coll_net_refuse(&c);
+    DLTensor *x = c.rank == 0 && !c.across ? lead_share(&c, a, n, "scatter_from_worker0", true) : NULL;
     if (x != NULL && (x->ndim == 0 || x->shape[0] % c.size != 0)) {
         disco_set_error(DISCO_E_MISMATCH, "scatter: dimension 0 (%lld) is not a multiple of %d",
                         x->ndim ? (long long)x->shape[0] : 0LL, c.size);
@@ -252,6 +270,8 @@ static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, di
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "gather_to_worker0", &c);
+    if (c.across)
+        disco__coll_net_refuse(&c);
     DLTensor *x = NULL;
     DLTensor *out = gather_prep(ctx, &c, a, n, "gather_to_worker0", c.rank == 0, &x);
     disco_status_t st = disco__coll_meet(&c);
@@ -283,6 +303,8 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "allgather", &c);
+    if (c.across)
+        disco__coll_net_refuse(&c);
     DLTensor *x = NULL;
     DLTensor *out = gather_prep(ctx, &c, a, n, "allgather", true, &x);
     disco_status_t st = disco__coll_meet(&c);
@@ -318,6 +340,10 @@ static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n,
     struct disco__coll_call c;
     disco__coll_begin(ctx, false, "send_recv", &c);
     DLTensor *x = NULL; /* the sender's */
+    if (c.across) {
+        disco__coll_net_refuse(&c);
+        return disco__coll_end(&c, disco__coll_meet(&c));
+    }
     int src = n >= 3 && a[1].type == DISCO_T_INT ? (int)a[1].v.i : -1;
     int dst = n >= 3 && a[2].type == DISCO_T_INT ? (int)a[2].v.i : -1;
     if (src < 0 || src >= c.size || dst < 0 || dst >= c.size) {

@@ -1,0 +1,88 @@
+/* node_net.c - the leaders' link for collectives across nodes
+ * (workers/core/net.h): point-to-point and broadcast over the data
+ * communicator, in pieces MPI's int counts can say, each waited for under
+ * the call deadline (node_wait.c). */
+#include <stdio.h>
+
+#include "scheduler/node/node_impl.h"
+
+#define PIECE_MAX (1u << 30) /* bytes go in pieces of at most this */
+
+static struct disco__node *of(struct disco__net *net)
+{
+    return net->impl;
+}
+
+/* A collective waits at most the call deadline from its start. The
+ * controller first sends the frames it batched: the others may not know
+ * of this collective yet. */
+static int64_t coll_deadline(struct disco__node *n)
+{
+    if (n->node == 0)
+        disco__node_flush(n);
+    return disco__node_now() + n->timeout_ns;
+}
+
+static disco_status_t net_p2p(struct disco__net *net, int peer, void *buf, size_t bytes,
+                              bool send)
+{
+    struct disco__node *n = of(net);
+    int64_t deadline = coll_deadline(n);
+    for (size_t at = 0; at < bytes; at += PIECE_MAX) {
+        size_t m = bytes - at < PIECE_MAX ? bytes - at : PIECE_MAX;
+        MPI_Request r;
+        int rc = send ? MPI_Isend((char *)buf + at, (int)m, MPI_BYTE, peer, NODE_TAG_DATA, n->data,
+                                  &r)
+                      : MPI_Irecv((char *)buf + at, (int)m, MPI_BYTE, peer, NODE_TAG_DATA, n->data,
+                                  &r);
+        if (rc != MPI_SUCCESS)
+            return disco__node_mpi_fail(rc, send ? "collective: send" : "collective: receive");
+        char what[96];
+        snprintf(what, sizeof what, "collective: %s node %d", send ? "sending to" : "receiving from",
+                 peer);
+        disco_status_t st = disco__node_await(n, &r, -1, deadline, what, NULL);
+        if (st != DISCO_OK)
+            return st;
+    }
+    return DISCO_OK;
+}
+
+static disco_status_t net_recv(struct disco__net *net, int from, void *buf, size_t bytes)
+{
+    return net_p2p(net, from, buf, bytes, false);
+}
+
+static disco_status_t net_send(struct disco__net *net, int to, const void *buf, size_t bytes)
+{
+    return net_p2p(net, to, (void *)buf, bytes, true);
+}
+
+static disco_status_t net_bcast(struct disco__net *net, int root, void *buf, size_t bytes)
+{
+    struct disco__node *n = of(net);
+    int64_t deadline = coll_deadline(n);
+    for (size_t at = 0; at < bytes; at += PIECE_MAX) {
+        size_t m = bytes - at < PIECE_MAX ? bytes - at : PIECE_MAX;
+        MPI_Request r;
+        int rc = MPI_Ibcast((char *)buf + at, (int)m, MPI_BYTE, root, n->data, &r);
+        if (rc != MPI_SUCCESS)
+            return disco__node_mpi_fail(rc, "collective: broadcast");
+        char what[64];
+        snprintf(what, sizeof what, "collective: broadcast from node %d", root);
+        disco_status_t st = disco__node_await(n, &r, -1, deadline, what, NULL);
+        if (st != DISCO_OK)
+            return st;
+    }
+    return DISCO_OK;
+}
+
+void disco__node_net_init(struct disco__node *n)
+{
+    n->net = (struct disco__net){.node = n->node,
+                                 .nodes = n->nodes,
+                                 .recv = net_recv,
+                                 .send = net_send,
+                                 .bcast = net_bcast,
+                                 .impl = n};
+}
+

@@ -1,0 +1,302 @@
+/* node_prog.c - the program the multi-node tests (test_node.c) run under
+ * mpirun, one process a node; with --local it runs the same scenario in
+ * one process on one node, so the two outputs can be compared.
+ *
+ *   node_prog SCENARIO WORKERS_PER_NODE [--local NODES]
+ *
+ * Rank 0 prints what it sees ("key value" lines) and exits 0 when the
+ * scenario went as it expects, 1 otherwise; the agents' opens never return
+ * (session.h). Scenarios:
+ *   ids       every worker's global id and the world size; sync of each
+ *   coll      allreduce (sum, max of i32, f32, f64) and broadcast across
+ *             nodes: checksums of every worker's result
+ *   debug     debug set/get of a register on every worker
+ *   error     a function that fails on the last worker only
+ *   stream    20000 asynchronous calls, then a sync of every worker
+ *   refuse    allgather across nodes: DISCO_E_UNSUPPORTED
+ *   kill-worker  a forked worker of the last node is killed
+ *   kill-node    the last node's process is killed
+ *   kill-ctl     the controller kills itself after the open
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "disco/disco.h"
+
+static int64_t counter; /* each worker process's own */
+
+/* nt.fill(n, dtype): a tensor of n elements, element i = gid*1000 + i (as
+ * the dtype holds it; f32/f64 exactly). */
+static disco_status_t fill(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n;
+    int64_t len = a[0].v.i;
+    DLTensor *t;
+    disco_status_t st = disco_ctx_empty(ctx, &len, 1, a[1].v.dtype, &t);
+    if (st != DISCO_OK)
+        return st;
+    int64_t g = disco_ctx_worker_id(ctx);
+    for (int64_t i = 0; i < len; i++) {
+        double v = (double)(g * 1000 + i % 997);
+        switch (t->dtype.code * 100 + t->dtype.bits) {
+        case kDLInt * 100 + 32: ((int32_t *)t->data)[i] = (int32_t)v; break;
+        case kDLFloat * 100 + 32: ((float *)t->data)[i] = (float)v * 0.25f; break;
+        default: ((double *)t->data)[i] = v * 0.125; break;
+        }
+    }
+    *ret = disco_value_tensor(t);
+    return DISCO_OK;
+}
+
+static disco_status_t fail_last(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                disco_value_t *ret)
+{
+    (void)a, (void)n, (void)ret;
+    if (disco_ctx_worker_id(ctx) == disco_ctx_world_size(ctx) - 1)
+        return disco_ctx_fail(ctx, "worker %d fails on purpose", disco_ctx_worker_id(ctx));
+    return DISCO_OK;
+}
+
+static disco_status_t count(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)ctx, (void)a, (void)n;
+    *ret = disco_value_int(++counter);
+    return DISCO_OK;
+}
+
+/* nt.die(gid): the worker with that global id kills its own process. */
+static disco_status_t die(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n, (void)ret;
+    if (disco_ctx_worker_id(ctx) == a[0].v.i)
+        raise(SIGKILL);
+    return DISCO_OK;
+}
+
+#define CHECK(x)                                                                                   \
+    do {                                                                                           \
+        disco_status_t st_ = (x);                                                                  \
+        if (st_ != DISCO_OK) {                                                                     \
+            printf("fail %s: %s: %s\n", #x, disco_err_name(st_), disco_last_error());          \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static uint64_t checksum(const disco_value_t *v)
+{
+    uint64_t h = 1469598103934665603ULL;
+    const unsigned char *p = (const unsigned char *)v->v.bytes;
+    for (uint32_t i = 0; i < v->len; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* Prints the checksum of register r on every worker. */
+static int print_all(disco_session_t *s, const char *what, disco_dref_t r)
+{
+    for (int w = 0; w < disco_session_num_workers(s); w++) {
+        disco_value_t v;
+        CHECK(disco_session_debug_get(s, r, w, &v));
+        printf("%s worker %d: %016llx\n", what, w, (unsigned long long)checksum(&v));
+        disco_value_clear(&v);
+    }
+    return 0;
+}
+
+static int ids(disco_session_t *s)
+{
+    disco_dref_t id, size;
+    CHECK(disco_session_call_by_name(s, "disco.worker_id", NULL, 0, &id));
+    CHECK(disco_session_call_by_name(s, "disco.world_size", NULL, 0, &size));
+    printf("num_workers %d\n", disco_session_num_workers(s));
+    for (int w = 0; w < disco_session_num_workers(s); w++) {
+        disco_value_t a, b;
+        CHECK(disco_session_sync(s, w));
+        CHECK(disco_session_debug_get(s, id, w, &a));
+        CHECK(disco_session_debug_get(s, size, w, &b));
+        printf("worker %d: id %lld of %lld\n", w, (long long)a.v.i, (long long)b.v.i);
+        if (a.v.i != w || b.v.i != disco_session_num_workers(s))
+            return 1;
+    }
+    return 0;
+}
+
+static int coll(disco_session_t *s)
+{
+    const char *dts[] = {"int32", "float32", "float64"};
+    const char *ops[] = {"sum", "max"};
+    for (int d = 0; d < 3; d++)
+        for (int o = 0; o < 2; o++) {
+            disco_value_t fa[2] = {disco_value_int(100003), disco_value_str(dts[d])};
+            disco_dref_t x, y;
+            CHECK(disco_session_call_by_name(s, "nt.fill", fa, 2, &x));
+            disco_value_t ra[2] = {{.type = DISCO_T_DREF, .v.reg = x}, disco_value_str(ops[o])};
+            CHECK(disco_session_call_by_name(s, "disco.allreduce", ra, 2, &y));
+            char what[64];
+            snprintf(what, sizeof what, "allreduce %s %s", dts[d], ops[o]);
+            if (print_all(s, what, y))
+                return 1;
+            CHECK(disco_session_free_reg(s, x));
+            CHECK(disco_session_free_reg(s, y));
+        }
+    disco_value_t fa[2] = {disco_value_int(5000), disco_value_str("float32")};
+    disco_dref_t x, y;
+    CHECK(disco_session_call_by_name(s, "nt.fill", fa, 2, &x));
+    disco_value_t ba[1] = {{.type = DISCO_T_DREF, .v.reg = x}};
+    CHECK(disco_session_call_by_name(s, "disco.broadcast_from_worker0", ba, 1, &y));
+    return print_all(s, "broadcast float32", y);
+}
+
+static int debug(disco_session_t *s)
+{
+    disco_dref_t r;
+    CHECK(disco_session_alloc_reg(s, &r));
+    for (int w = 0; w < disco_session_num_workers(s); w++) {
+        disco_value_t iv = disco_value_int(w * 7 + 1);
+        CHECK(disco_session_debug_set(s, r, w, &iv));
+    }
+    for (int w = 0; w < disco_session_num_workers(s); w++) {
+        disco_value_t v;
+        CHECK(disco_session_debug_get(s, r, w, &v));
+        printf("worker %d: %lld\n", w, (long long)v.v.i);
+        if (v.v.i != w * 7 + 1)
+            return 1;
+    }
+    disco_value_t v;
+    disco_status_t st = disco_session_debug_get(s, 999, 0, &v);
+    printf("bad register: %s\n", disco_err_name(st));
+    st = disco_session_sync(s, disco_session_num_workers(s));
+    printf("no such worker: %s: %s\n", disco_err_name(st), disco_last_error());
+    return st == DISCO_E_INVAL ? 0 : 1;
+}
+
+static int error(disco_session_t *s)
+{
+    disco_dref_t r;
+    CHECK(disco_session_call_by_name(s, "nt.fail_last", NULL, 0, &r));
+    int last = disco_session_num_workers(s) - 1;
+    disco_status_t st = disco_session_sync(s, last);
+    printf("sync: %s: %s\n", disco_err_name(st), disco_last_error());
+    if (st != DISCO_E_REMOTE)
+        return 1;
+    CHECK(disco_session_sync(s, last));
+    CHECK(disco_session_sync(s, 0));
+    printf("usable: %s\n", disco_err_name(disco_session_health(s)));
+    return 0;
+}
+
+static int stream(disco_session_t *s)
+{
+    disco_dref_t f, r = 0;
+    CHECK(disco_session_get_func(s, "nt.count", &f));
+    for (int i = 0; i < 20000; i++) {
+        if (r != 0)
+            CHECK(disco_session_free_reg(s, r));
+        CHECK(disco_session_call(s, f, NULL, 0, &r));
+    }
+    for (int w = 0; w < disco_session_num_workers(s); w++) {
+        disco_value_t v;
+        CHECK(disco_session_debug_get(s, r, w, &v));
+        printf("worker %d: %lld calls\n", w, (long long)v.v.i);
+        if (v.v.i != 20000)
+            return 1;
+    }
+    return 0;
+}
+
+static int refuse(disco_session_t *s)
+{
+    disco_value_t fa[2] = {disco_value_int(8), disco_value_str("int32")};
+    disco_dref_t x, y;
+    CHECK(disco_session_call_by_name(s, "nt.fill", fa, 2, &x));
+    disco_value_t ga[1] = {{.type = DISCO_T_DREF, .v.reg = x}};
+    CHECK(disco_session_call_by_name(s, "disco.allgather", ga, 1, &y));
+    disco_status_t st = disco_session_sync(s, disco_session_num_workers(s) - 1);
+    printf("allgather: %s: %s\n", disco_err_name(st), disco_last_error());
+    /* In-group collectives stay in a node: one group a node here. */
+    disco_value_t ia[3] = {{.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("sum"),
+                           disco_value_bool(true)};
+    CHECK(disco_session_call_by_name(s, "disco.allreduce", ia, 3, &y));
+    CHECK(disco_session_sync(s, disco_session_num_workers(s) - 1));
+    if (print_all(s, "in-group allreduce", y))
+        return 1;
+    return st == DISCO_E_UNSUPPORTED ? 0 : 1;
+}
+
+static int kill_one(disco_session_t *s, int gid)
+{
+    disco_value_t a[1] = {disco_value_int(gid)};
+    disco_dref_t r;
+    CHECK(disco_session_call_by_name(s, "nt.die", a, 1, &r));
+    disco_status_t st = disco_session_sync(s, disco_session_num_workers(s) - 1);
+    printf("sync: %s: %s\n", disco_err_name(st), disco_last_error());
+    disco_status_t st2 = disco_session_sync(s, 0);
+    printf("then: %s\n", disco_err_name(st2));
+    return st == DISCO_E_WORKER_DIED && st2 == DISCO_E_BROKEN ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s SCENARIO WORKERS_PER_NODE [--local NODES]\n", argv[0]);
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *sc = argv[1];
+    int wpn = atoi(argv[2]);
+    disco_register_func("nt.fill", "it", fill);
+    disco_register_func("nt.fail_last", "", fail_last);
+    disco_register_func("nt.count", "", count);
+    disco_register_func("nt.die", "i", die);
+    disco_session_config_t cfg = disco_session_config_default(0);
+    cfg.call_timeout_ms = 10000;
+    if (argc >= 5 && strcmp(argv[3], "--local") == 0) {
+        cfg.num_workers = wpn * atoi(argv[4]);
+        cfg.num_groups = atoi(argv[4]);
+    } else {
+        cfg.nodes = DISCO_NODES_MPI;
+        cfg.workers_per_node = wpn;
+        cfg.num_groups = atoi(getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE")
+                                                              : "1");
+    }
+    disco_session_t *s;
+    disco_status_t st = disco_session_open(&cfg, &s);
+    if (st != DISCO_OK) {
+        printf("open: %s: %s\n", disco_err_name(st), disco_last_error());
+        return strcmp(sc, "open-fails") == 0 ? 0 : 1;
+    }
+    int rc;
+    if (strcmp(sc, "ids") == 0)
+        rc = ids(s);
+    else if (strcmp(sc, "coll") == 0)
+        rc = coll(s);
+    else if (strcmp(sc, "debug") == 0)
+        rc = debug(s);
+    else if (strcmp(sc, "error") == 0)
+        rc = error(s);
+    else if (strcmp(sc, "stream") == 0)
+        rc = stream(s);
+    else if (strcmp(sc, "refuse") == 0)
+        rc = refuse(s);
+    else if (strcmp(sc, "kill-worker") == 0)
+        rc = kill_one(s, disco_session_num_workers(s) - 1);
+    else if (strcmp(sc, "kill-node") == 0)
+        rc = kill_one(s, disco_session_num_workers(s) - wpn);
+    else if (strcmp(sc, "kill-ctl") == 0) {
+        disco_dref_t r;
+        disco_session_call_by_name(s, "disco.worker_id", NULL, 0, &r);
+        disco_session_sync(s, disco_session_num_workers(s) - 1);
+        printf("controller: dying\n");
+        raise(SIGKILL);
+        rc = 1;
+    } else {
+        fprintf(stderr, "unknown scenario %s\n", sc);
+        rc = 2;
+    }
+    disco_session_close(s);
+    printf("%s: %s\n", sc, rc == 0 ? "ok" : "FAILED");
+    return rc;
+}

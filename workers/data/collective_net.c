@@ -1,0 +1,237 @@
+/* collective_net.c - world collectives of a session that spans several
+ * nodes: inside each node through the shared heap as on one node, between
+ * nodes among the nodes' leaders (each node's worker 0) over the node link
+ * (workers/core/net.h, MPI). Only the leader touches the link; the other
+ * members learn its outcome from a go barrier (coll_call.h), so every
+ * member of a node takes the same path and passes the same barriers.
+ *
+ * Allreduce is a chain, so that its result is the very result one node of
+ * all the workers would compute: node k's leader receives the fold of
+ * workers 0..k*W-1 from node k-1, its members fold their own inputs onto it
+ * (in worker order, each a slice), it sends the fold on to node k+1, and
+ * the last node broadcasts the whole fold back. disco_reduce folds left to
+ * right in the element type for f32, f64 and the integers (sum, prod, min,
+ * max), so those results are bit for bit the one-node results; f16 and
+ * bf16 are rounded once per node instead of once (within an ulp of them);
+ * avg is refused across nodes (its wide accumulator does not chain).
+ * The chain costs K-1 hops and a broadcast: cheap for the few nodes a
+ * session spans, and exact.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disco/dtype.h"
+#include "shm/text.h"
+#include "workers/core/net.h"
+#include "workers/core/worker.h"
+#include "workers/data/coll_call.h"
+#include "workers/data/collective_net.h"
+#include "workers/data/tensor_impl.h"
+
+#define PIECE_BYTES (256u * 1024u) /* reduce or copy a cache-sized piece at a time */
+#define BCAST_PIECE (16u << 20)    /* a broadcast's bytes go in pieces of at most this */
+
+static int node_of(const struct disco__coll_call *c)
+{
+    return c->w->gid_base / c->w->world;
+}
+
+static int nodes_of(const struct disco__coll_call *c)
+{
+    return c->w->gworld / c->w->world;
+}
+
+/* The leader's link, or a failure naming its absence (a leader always has
+ * one in a multi-node session: scheduler/node/ sets it at open). */
+static disco_status_t link_of(const struct disco__coll_call *c, struct disco__net **out)
+{
+    *out = c->w->net;
+    if (*out == NULL)
+        return disco_set_error(DISCO_E_PROTOCOL, "%s: node %d's leader has no link to the others",
+                               c->what, node_of(c));
+    return DISCO_OK;
+}
+
+void disco__coll_net_refuse(struct disco__coll_call *c)
+{
+    disco_set_error(DISCO_E_UNSUPPORTED,
+                    "%s: not supported yet across nodes (the session spans %d nodes); "
+                    "allreduce and broadcast_from_worker0 are, and in-group collectives "
+                    "inside a node",
+                    c->what, nodes_of(c));
+    disco__coll_fail(c, DISCO_E_UNSUPPORTED, disco_last_error());
+}
+
+bool disco__coll_net_refuse_op(struct disco__coll_call *c, disco_reduce_op_t op, bool device)
+{
+    if (!c->across)
+        return false;
+    if (device)
+        disco_set_error(DISCO_E_UNSUPPORTED,
+                        "%s: device tensors across nodes are not supported yet; copy them to "
+                        "host tensors first",
+                        c->what);
+    else if (op == DISCO_REDUCE_AVG)
+        disco_set_error(DISCO_E_UNSUPPORTED,
+                        "%s: avg across nodes is not supported; reduce with sum and divide by "
+                        "the world size",
+                        c->what);
+    else
+        return false;
+    disco__coll_fail(c, DISCO_E_UNSUPPORTED, disco_last_error());
+    return true;
+}
+
+/* Reduces slice [lo, hi) of this member: acc (when fold_onto) first, then
+ * every member's input, into acc. */
+static disco_status_t fold_slice(struct disco__coll_call *c, disco_reduce_op_t op, DLDataType dt,
+                                 char *acc, char *const *ins, bool fold_onto)
+{
+    size_t esz = disco_dtype_bytes(dt);
+    size_t count = (size_t)c->post[0].nbytes / esz;
+    size_t lo = count * (size_t)c->rank / (size_t)c->size;
+    size_t hi = count * (size_t)(c->rank + 1) / (size_t)c->size;
+    size_t step = PIECE_BYTES / esz ? PIECE_BYTES / esz : 1;
+    const void *srcs[DISCO_MAX_WORKERS + 1];
+    for (size_t i = lo; i < hi; i += step) {
+        size_t m = hi - i < step ? hi - i : step;
+        int n = 0;
+        if (fold_onto)
+            srcs[n++] = acc + i * esz;
+        for (int r = 0; r < c->size; r++)
+            srcs[n++] = ins[r] + i * esz;
+        disco_status_t st = disco_reduce(op, dt, acc + i * esz, srcs, n, m);
+        if (st != DISCO_OK)
+            return st;
+    }
+    return DISCO_OK;
+}
+
+disco_status_t disco__coll_net_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
+                                         DLDataType dt, char *const *ins, char *const *outs)
+{
+    int k = node_of(c), nodes = nodes_of(c);
+    size_t bytes = (size_t)c->post[0].nbytes;
+    char *acc = outs[0]; /* the leader's output holds the fold */
+    struct disco__net *net = NULL;
+    disco_status_t mine = DISCO_OK;
+    uint32_t choice; /* unused: the go carries only the verdict here */
+    /* 1. The fold so far arrives from the node before. */
+    if (c->rank == 0 && k > 0 && (mine = link_of(c, &net)) == DISCO_OK)
+        mine = net->recv(net, k - 1, acc, bytes);
+    disco_status_t st = disco__coll_go(c, mine, 0, &choice);
+    if (st != DISCO_OK)
+        return st;
+    /* 2. Every member folds its slice of every member's input onto it. */
+    mine = fold_slice(c, op, dt, acc, ins, k > 0);
+    if ((st = disco__coll_go(c, mine, 0, &choice)) != DISCO_OK)
+        return st;
+    /* 3. On to the next node; the last one's fold is everyone's. */
+    if (c->rank == 0 && (mine = link_of(c, &net)) == DISCO_OK && k + 1 < nodes)
+        mine = net->send(net, k + 1, acc, bytes);
+    if (c->rank == 0 && mine == DISCO_OK)
+        mine = net->bcast(net, nodes - 1, acc, bytes);
+    if ((st = disco__coll_go(c, mine, 0, &choice)) != DISCO_OK)
+        return st;
+    /* 4. Each member copies its slice of the fold into the others' outputs. */
+    size_t lo = bytes * (size_t)c->rank / (size_t)c->size;
+    size_t hi = bytes * (size_t)(c->rank + 1) / (size_t)c->size;
+    size_t esz = disco_dtype_bytes(dt);
+    lo -= lo % esz;
+    hi = c->rank + 1 == c->size ? bytes : hi - hi % esz;
+    for (int r = 1; r < c->size; r++)
+        memcpy(outs[r] + lo, acc + lo, hi - lo);
+    return disco__coll_barrier(c);
+}
+
+/* What node 0's leader tells the others before the bytes of a broadcast. */
+struct bcast_head {
+    int32_t status; /* DISCO_OK, or node 0's failure (then msg) */
+    int32_t ndim;
+    DLDataType dtype;
+    uint32_t pad;
+    uint64_t nbytes; /* the bytes that follow: every node takes them all */
+    int64_t shape[DISCO_MAX_NDIM];
+    char msg[160];
+};
+
+/* Moves bytes of a broadcast from node 0 in pieces; dst NULL: received
+ * into scratch and dropped (a node that could not make the tensor still
+ * takes part, or the others would wait for it). */
+static disco_status_t bcast_bytes(struct disco__net *net, char *dst, size_t bytes)
+{
+    char *scratch = NULL;
+    if (dst == NULL && bytes > 0 &&
+        (scratch = malloc(bytes < BCAST_PIECE ? bytes : BCAST_PIECE)) == NULL)
+        return disco_set_error(DISCO_E_NOMEM, "broadcast across nodes: a scratch piece");
+    disco_status_t st = DISCO_OK;
+    for (size_t at = 0; at < bytes && st == DISCO_OK; at += BCAST_PIECE) {
+        size_t m = bytes - at < BCAST_PIECE ? bytes - at : BCAST_PIECE;
+        st = net->bcast(net, 0, dst != NULL ? dst + at : scratch, m);
+    }
+    free(scratch);
+    return st;
+}
+
+DLTensor *disco__coll_net_bcast_lead(disco_ctx_t *ctx, struct disco__coll_call *c, DLTensor *x)
+{
+    struct disco__net *net = NULL;
+    struct bcast_head h = {.status = DISCO_OK};
+    disco_status_t st = link_of(c, &net);
+    if (st != DISCO_OK) {
+        disco__coll_fail(c, st, disco_last_error());
+        return x; /* the others time out on this node, which reports why */
+    }
+    bool root = node_of(c) == 0;
+    if (root) {
+        if (x != NULL && x->device.device_type != kDLCPU)
+            disco__coll_net_refuse_op(c, DISCO_REDUCE_SUM, true);
+        if (c->local != DISCO_OK || x == NULL) {
+            h.status = c->local != DISCO_OK ? c->local : DISCO_E_INVAL;
+            snprintf(h.msg, sizeof h.msg, "%s", c->me->msg);
+        } else {
+            h.ndim = x->ndim;
+            h.nbytes = disco_tensor_nbytes(x);
+            h.dtype = x->dtype;
+            memcpy(h.shape, x->shape, (size_t)x->ndim * sizeof *h.shape);
+        }
+    }
+    if ((st = net->bcast(net, 0, &h, sizeof h)) != DISCO_OK) {
+        disco__coll_fail(c, st, disco_last_error());
+        return x;
+    }
+    if (h.status != DISCO_OK) {
+        if (!root) { /* node 0's verdict, word for word, on every node */
+            h.msg[sizeof h.msg - 1] = '\0';
+            disco_status_t code =
+                disco__status_is_error(h.status) ? (disco_status_t)h.status : DISCO_E_PROTOCOL;
+            disco__coll_fail(c, code, h.msg);
+        }
+        return x;
+    }
+    DLTensor *t = root ? x : NULL;
+    if (!root) { /* the head is node 0's words: checked as any input */
+        size_t bytes = 0;
+        if (h.ndim < 0 || h.ndim > DISCO_MAX_NDIM)
+            st = disco_set_error(DISCO_E_PROTOCOL, "broadcast across nodes: %d dimensions",
+                                 (int)h.ndim);
+        else if ((st = disco_dtype_check(h.dtype)) == DISCO_OK &&
+                 (st = disco_shape_nbytes(h.shape, h.ndim, h.dtype, &bytes)) == DISCO_OK &&
+                 bytes != h.nbytes)
+            st = disco_set_error(DISCO_E_PROTOCOL,
+                                 "broadcast across nodes: node 0 sends %llu bytes for %zu",
+                                 (unsigned long long)h.nbytes, bytes);
+        if (st == DISCO_OK)
+            st = disco_ctx_empty(ctx, h.shape, h.ndim, h.dtype, &t);
+        if (st != DISCO_OK) {
+            disco__coll_fail(c, st, disco_last_error());
+            t = NULL;
+        }
+    }
+    if ((st = bcast_bytes(net, t != NULL ? t->data : NULL, (size_t)h.nbytes)) != DISCO_OK)
+        disco__coll_fail(c, st, disco_last_error());
+    if (!root && t != NULL)
+        disco__coll_post_tensor(c, t, false);
+    return t;
+}
