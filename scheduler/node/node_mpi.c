@@ -57,10 +57,11 @@ disco_status_t disco__node_join(const disco_session_config_t *cfg, struct disco_
                                "many)",
                                cfg->num_workers, size, cfg->workers_per_node, total);
     int groups = cfg->num_groups > 0 ? cfg->num_groups : 1;
-    if (groups % size != 0 || cfg->workers_per_node % (groups / size) != 0)
+    if (groups != 1 && (groups % size != 0 || cfg->workers_per_node % (groups / size) != 0))
         return disco_set_error(DISCO_E_INVAL,
-                               "cfg.num_groups %d over %d nodes of %d workers: groups may not "
-                               "span nodes (each node must hold a whole number of whole groups)",
+                               "cfg.num_groups %d over %d nodes of %d workers: groups other than "
+                               "the one of everyone may not span nodes (each node must hold a "
+                               "whole number of whole groups)",
                                groups, size, cfg->workers_per_node);
     out->node = rank;
     out->nodes = size;

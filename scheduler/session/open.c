@@ -98,6 +98,7 @@ static disco_status_t make_segment(struct disco_session *s)
     ctl->controller_pid = (int32_t)getpid();
     ctl->gid_base = (uint32_t)s->gid_base;
     ctl->gworld = (uint32_t)s->gworld;
+    ctl->ggroups = (uint32_t)s->ggroups;
     ctl->spin_ns = s->cfg.spin_ns;
     ctl->pause_ns = s->cfg.pause_ns;
     if (geom.trace) {
@@ -177,7 +178,7 @@ static void free_session(struct disco_session *s)
 
 /* One node's session: workers gid_base.. of gworld in all. */
 static disco_status_t open_local(const disco_session_config_t *cfg, int gid_base, int gworld,
-                                 disco_session_t **sess_out)
+                                 int ggroups, disco_session_t **sess_out)
 {
     disco_status_t st = check_config(cfg);
     if (st != DISCO_OK)
@@ -199,6 +200,7 @@ static disco_status_t open_local(const disco_session_config_t *cfg, int gid_base
     s->world = cfg->num_workers;
     s->gid_base = gid_base;
     s->gworld = gworld;
+    s->ggroups = ggroups;
     if ((st = disco_plan_make(&cfg->place, s->world, &s->plan)) != DISCO_OK) {
         free(s);
         return st;
@@ -245,6 +247,7 @@ static disco_status_t open_local(const disco_session_config_t *cfg, int gid_base
     s->w0.abandon = disco__session_abandon;
     s->w0.gid_base = gid_base;
     s->w0.gworld = gworld;
+    s->w0.one_group = s->ggroups == 1;
     s->w0.abandon_ctx = s;
     /* Worker 0 has no trace ring (disco__worker_init leaves w0.trace NULL):
      * it runs inline in issue(), whose record of each command (enqueue,
@@ -304,10 +307,11 @@ static disco_status_t open_nodes(const disco_session_config_t *cfg, disco_sessio
     disco_session_config_t local = *cfg;
     local.nodes = DISCO_NODES_LOCAL;
     local.num_workers = cfg->workers_per_node;
-    local.num_groups = (cfg->num_groups > 0 ? cfg->num_groups : 1) / p.nodes;
+    int groups = cfg->num_groups > 0 ? cfg->num_groups : 1;
+    local.num_groups = groups == 1 ? 1 : groups / p.nodes; /* 1: everyone, across nodes */
     disco_session_t *s;
-    if ((st = open_local(&local, p.node * local.num_workers, p.nodes * local.num_workers, &s)) !=
-        DISCO_OK)
+    if ((st = open_local(&local, p.node * local.num_workers, p.nodes * local.num_workers, groups,
+                         &s)) != DISCO_OK)
         return st;
     struct disco__node *n;
     if ((st = disco__node_start(cfg, &p, s->cfg.call_timeout_ms, &s->w0, &n)) != DISCO_OK) {
@@ -336,7 +340,8 @@ disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_sessi
         return open_nodes(cfg, sess_out);
     if (cfg->nodes != DISCO_NODES_LOCAL)
         return disco_set_error(DISCO_E_INVAL, "cfg.nodes %d is unknown", (int)cfg->nodes);
-    return open_local(cfg, 0, cfg->num_workers, sess_out);
+    return open_local(cfg, 0, cfg->num_workers, cfg->num_groups > 0 ? cfg->num_groups : 1,
+                      sess_out);
 }
 
 disco_status_t disco_session_shutdown(disco_session_t *s)

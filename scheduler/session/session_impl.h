@@ -27,7 +27,7 @@ struct disco_session {
      * and every node's workers (0 and world on one node); node is the
      * controller's link to the agents (NULL on one node, and on an agent,
      * whose link is its own). */
-    int gid_base, gworld;
+    int gid_base, gworld, ggroups;
     struct disco__node *node;
     disco_segment_t seg;
     struct disco__ctl *ctl;

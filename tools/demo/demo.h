@@ -49,6 +49,7 @@ typedef struct demo_dec_opts {
     const char *trace_path;   /* NULL: no trace file */
     const char *json_path;    /* NULL: no figures file */
     DLDeviceType device;      /* kDLCPU, kDLExtDev (sim) or kDLCUDA */
+    int workers_per_node;     /* > 0: a session across the mpirun job's nodes */
 } demo_dec_opts_t;
 
 /** The main job: the tensor-parallel decoder (demo_decoder.c) generating

@@ -403,6 +403,10 @@ bool demo_decoder(const demo_dec_opts_t *o, const char *lib)
         cfg.device_arena_bytes = need_bytes(&shape, n, true);
     if (o->device == kDLCUDA) /* no process forks after this one touched CUDA */
         cfg.launch = DISCO_LAUNCH_SPAWN;
+    if (o->workers_per_node > 0) { /* every rank opens it; only rank 0 comes back */
+        cfg.nodes = DISCO_NODES_MPI;
+        cfg.workers_per_node = o->workers_per_node;
+    }
     CHECK(disco_session_open(&cfg, &r.s));
     disco_plan_print(disco_session_plan(r.s), stdout, false);
     int64_t t0 = disco_now_ns();

@@ -237,7 +237,7 @@ static void usage(FILE *f)
             "usage: disco-demo [--workers N] [--device cpu|sim|cuda] [--seed X] [--trace PATH]\n"
             "                  [--json PATH] [--vocab V] [--d-model D] [--layers L] [--heads H]\n"
             "                  [--d-ff F] [--prompt IDS] [--tokens T] [--weights FILE]\n"
-            "                  [--save-weights FILE] [--decoder-only]\n"
+            "                  [--save-weights FILE] [--decoder-only] [--workers-per-node W]\n"
             "                  [--mlp-only [--batch B] [--steps S]] [--help]\n"
             "The main job: a decoder-only transformer (RMSNorm, attention with rotary\n"
             "positions and a KV cache, an MLP, per layer) sharded Megatron style over N\n"
@@ -269,6 +269,10 @@ static void usage(FILE *f)
             "  --d-ff F     MLP hidden width, at least N (default 1024)\n"
             "  --prompt IDS comma-separated token ids (default 1,2,3,4,5,6,7,8; at most %d)\n"
             "  --tokens T   tokens to generate (default 32, at most 256)\n"
+            "  --workers-per-node W  across nodes: run as `mpirun -np NODES disco-demo\n"
+            "               --workers-per-node W`; one process a node, NODES * W workers, the\n"
+            "               decoder only, on the CPU; rank 0 prints (the others are their\n"
+            "               nodes' agents) and the tokens are those of one process\n"
             "  --mlp-only   run the earlier main job instead: one MLP block, y = gelu(x W1)\n"
             "               W2, W1 split by columns, W2 by rows; --batch B rows of x\n"
             "               (default 8), --steps S timed steps (default 20)\n"
@@ -391,10 +395,24 @@ int main(int argc, char **argv)
             mlp_only = true;
         } else if (strcmp(a, "--decoder-only") == 0) {
             decoder_only = true;
+        } else if (strcmp(a, "--workers-per-node") == 0) {
+            d.workers_per_node = (int)opt_long(a, v, 1, BU_MAX_CHILDREN), i++;
         } else {
             usage(stderr);
             return 2;
         }
+    }
+    if (d.workers_per_node > 0) { /* across nodes: the decoder on the CPU */
+        const char *size = getenv("OMPI_COMM_WORLD_SIZE"), *rank = getenv("OMPI_COMM_WORLD_RANK");
+        if (size == NULL || atoi(size) < 1 || mlp_only || (device_set && d.device != kDLCPU)) {
+            fprintf(stderr, "disco-demo: --workers-per-node runs the decoder on the CPU under "
+                            "mpirun: mpirun -np NODES disco-demo --workers-per-node W\n");
+            return 2;
+        }
+        n = (long)atoi(size) * d.workers_per_node;
+        decoder_only = true, device_set = true, d.device = kDLCPU;
+        if (rank != NULL && atoi(rank) != 0 && freopen("/dev/null", "w", stdout) == NULL)
+            return 1; /* an agent: rank 0 speaks for the session */
     }
     o.workers = d.workers = (int)n;
     if (mlp_only && o.d_ff < n) {

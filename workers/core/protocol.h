@@ -103,6 +103,8 @@ struct disco__ctl {
     uint64_t heap_size;
     uint32_t num_groups;
     uint32_t gworld; /* workers in the whole session, every node's; = world on one node */
+    uint32_t ggroups; /* groups in the whole session: 1 across nodes is one group of everyone */
+    uint32_t reserved;
     uint64_t bind_off;  /* struct disco__bind[world] */
     uint64_t trace_off; /* struct disco__trace_ring[world - 1], or 0: tracing off */
     /* Nonzero: the session is broken or shut down (a negative status).

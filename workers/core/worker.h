@@ -34,6 +34,7 @@ typedef struct disco_worker {
      * ones. net is the link to the other nodes' leaders: set on a node's
      * worker 0 (the MPI process) only; NULL elsewhere. */
     int gid_base, gworld;
+    bool one_group; /* across nodes, the session's groups are one: everyone */
     struct disco__net *net;
     disco_value_t *regs; /* owned values, index = register id */
     uint64_t nregs;

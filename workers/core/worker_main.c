@@ -117,6 +117,7 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     w.abandon = end_on_abandon;
     w.gid_base = (int)gid_base;
     w.gworld = (int)gworld;
+    w.one_group = ctl->ggroups == 1;
     w.ngroups = lay.geom.num_groups; /* read once, at start, as the rest of the geometry */
     w.dev_area = disco__coll_dev_area(w.coll, lay.geom.world, w.ngroups);
     if (lay.geom.trace)

@@ -58,7 +58,8 @@ static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
     int group_size = ctx->world / (int)groups;
     /* worker0_only: the session's worker 0 (a global id, across nodes too);
      * with in_group, each group's first (groups never span nodes). */
-    bool in_group = flag(a, n, 4) && group_size > 0;
+    bool in_group = flag(a, n, 4) && group_size > 0 &&
+                    !(ctx->worker->one_group && disco__worker_multinode(ctx->worker));
     int leader = in_group ? ctx->worker_id / group_size * group_size : 0;
     int me = in_group ? ctx->worker_id : disco_ctx_worker_id(ctx);
     if (flag(a, n, 3) && me != leader)

@@ -1,0 +1,401 @@
+/* test_node.c - sessions across nodes (scheduler/node/), for real: each test
+ * runs tests/node_prog.c under mpirun with 2 or 3 "nodes" on this machine
+ * (--oversubscribe), and checks what rank 0 printed, its exit code, the
+ * time a failure took to surface and that nothing is left running. The
+ * collectives' results are compared, byte for byte, with the same program
+ * on one node (--local). The TCP test (tests/netns_test.sh) puts the two
+ * nodes in two network namespaces joined by a veth pair.
+ *
+ * Every test skips, saying why, when this build has no MPI (node_prog's
+ * open answers DISCO_E_UNSUPPORTED) or mpirun is missing. */
+#include <check.h>
+#include <dirent.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/testutil.h"
+
+#define PROG DISCO_TEST_BIN "/node_prog"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Runs a shell command line; returns its exit code, its stdout in out. */
+static int run(const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    ck_assert_msg(p != NULL, "popen %s", cmd);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* mpirun's options: the machine's cores are fewer than the processes; a
+ * dead process must not end the job (the session reports it instead). */
+static const char *mpirun(void)
+{
+    return geteuid() == 0 ? "mpirun --allow-run-as-root --oversubscribe --mca orte_enable_recovery 1"
+                          : "mpirun --oversubscribe --mca orte_enable_recovery 1";
+}
+
+/* Whether this machine can run the tests; if not, says why (the test is
+ * then a skip, not a failure). */
+static bool can_run(void)
+{
+    char out[4096];
+    if (run("command -v mpirun >/dev/null 2>&1", out, sizeof out) != 0) {
+        printf("node: skipped: mpirun not found (tools/deps.sh installs openmpi-bin)\n");
+        return false;
+    }
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "DISCO_QUIET=1 %s -np 1 %s ids 1 2>&1", mpirun(), PROG);
+    run(cmd, out, sizeof out);
+    if (strstr(out, "DISCO_E_UNSUPPORTED") != NULL) {
+        printf("node: skipped: this build has no MPI: %s", out);
+        return false;
+    }
+    return true;
+}
+
+/* Runs node_prog's scenario on np nodes of wpn workers under mpirun (stderr
+ * too when with_err); returns rank 0's exit code; *secs the time taken. */
+static int on_nodes(int np, const char *scenario, int wpn, bool with_err, char *out, size_t cap,
+                    double *secs)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "DISCO_QUIET=1 DISCO_NODE_LEASE_MS=1500 timeout -s KILL 90 %s -x DISCO_QUIET "
+             "-x DISCO_NODE_LEASE_MS -np %d %s %s %d %s",
+             mpirun(), np, PROG, scenario, wpn, with_err ? "2>&1" : "2>/dev/null");
+    double t0 = now_s();
+    int rc = run(cmd, out, cap);
+    if (secs != NULL)
+        *secs = now_s() - t0;
+    return rc;
+}
+
+/* Processes of node_prog still alive (none may be left after a test). */
+static int leftovers(void)
+{
+    DIR *d = opendir("/proc");
+    ck_assert(d != NULL);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], comm[64] = "";
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(comm, sizeof comm, f) != NULL && strncmp(comm, "node_prog", 9) == 0)
+            n++;
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+/* Waits a little for processes that are ending (reaped by mpirun's
+ * daemon), then asserts that none is left. */
+static void assert_nothing_left(void)
+{
+    for (int i = 0; i < 50 && leftovers() > 0; i++)
+        usleep(100000);
+    ck_assert_msg(leftovers() == 0, "%d node_prog processes left behind", leftovers());
+}
+
+/* Rank 0's verdict on its scenario (mpirun's exit code does not carry
+ * it: with recovery on it is 0 whatever the ranks'). */
+static void assert_ok(const char *out, const char *scenario)
+{
+    char want[64];
+    snprintf(want, sizeof want, "%s: ok\n", scenario);
+    ck_assert_msg(strstr(out, want) != NULL, "no \"%s\" in:\n%s", want, out);
+}
+
+static const struct {
+    int np, wpn;
+} shapes[] = {{2, 1}, {2, 2}, {3, 1}, {3, 2}};
+
+/* Global ids, node-major; sync and debug get of every worker. */
+START_TEST(test_ids)
+{
+    if (!can_run())
+        return;
+    char out[8192];
+    int rc = on_nodes(shapes[_i].np, "ids", shapes[_i].wpn, true, out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "ids");
+    int world = shapes[_i].np * shapes[_i].wpn;
+    char want[64];
+    snprintf(want, sizeof want, "num_workers %d\n", world);
+    ck_assert_msg(strstr(out, want) != NULL, "%s", out);
+    snprintf(want, sizeof want, "worker %d: id %d of %d\n", world - 1, world - 1, world);
+    ck_assert_msg(strstr(out, want) != NULL, "%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* Allreduce (sum, max; i32, f32, f64) and broadcast across nodes give what
+ * one node of as many workers gives, byte for byte, on every worker. */
+START_TEST(test_coll_matches_one_node)
+{
+    if (!can_run())
+        return;
+    static char multi[16384], one[16384];
+    int np = shapes[_i].np, wpn = shapes[_i].wpn;
+    int rc = on_nodes(np, "coll", wpn, false, multi, sizeof multi, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, multi);
+    assert_ok(multi, "coll");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "DISCO_QUIET=1 %s coll %d --local %d 2>/dev/null", PROG, wpn, np);
+    ck_assert_int_eq(run(cmd, one, sizeof one), 0);
+    ck_assert_msg(strstr(multi, "allreduce float32 sum worker") != NULL, "%s", multi);
+    ck_assert_msg(strcmp(multi, one) == 0, "%d nodes:\n%s\none node:\n%s", np, multi, one);
+    assert_nothing_left();
+}
+END_TEST
+
+START_TEST(test_debug_set_get)
+{
+    if (!can_run())
+        return;
+    char out[8192];
+    int rc = on_nodes(2, "debug", 2, true, out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "debug");
+    ck_assert_msg(strstr(out, "worker 3: 22\n") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "bad register: DISCO_E_BAD_REG") != NULL, "%s", out);
+}
+END_TEST
+
+/* A function failing on a remote worker: DISCO_E_REMOTE naming it by its
+ * global id and its node; the session goes on. */
+START_TEST(test_remote_error)
+{
+    if (!can_run())
+        return;
+    char out[8192];
+    int rc = on_nodes(2, "error", 2, true, out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "error");
+    ck_assert_msg(strstr(out, "sync: DISCO_E_REMOTE: worker 3: nt.fail_last: worker 3 fails on "
+                              "purpose (node 1)") != NULL,
+                  "%s", out);
+    ck_assert_msg(strstr(out, "usable: DISCO_OK") != NULL, "%s", out);
+}
+END_TEST
+
+/* 20000 asynchronous calls, batched between the nodes: every worker ran
+ * every one of them, in order. */
+START_TEST(test_stream)
+{
+    if (!can_run())
+        return;
+    char out[8192];
+    int rc = on_nodes(2, "stream", 2, true, out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "stream");
+    ck_assert_msg(strstr(out, "worker 3: 20000 calls") != NULL, "%s", out);
+}
+END_TEST
+
+/* What cannot run across nodes says so; in-group collectives stay in a
+ * node and run. */
+START_TEST(test_refused)
+{
+    if (!can_run())
+        return;
+    char out[16384];
+    int rc = on_nodes(2, "refuse", 2, true, out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "refuse");
+    ck_assert_msg(strstr(out, "allgather: DISCO_E_UNSUPPORTED") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "not supported yet across nodes") != NULL, "%s", out);
+}
+END_TEST
+
+/* A worker process of node 1 killed: its agent reports the death, named
+ * by global id and node; every later call is DISCO_E_BROKEN; the job ends
+ * at once (the agents are told) and leaves nothing. */
+START_TEST(test_worker_killed)
+{
+    if (!can_run())
+        return;
+    char out[8192];
+    double secs;
+    int rc = on_nodes(2, "kill-worker", 2, true, out, sizeof out, &secs);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "kill-worker");
+    ck_assert_msg(strstr(out, "sync: DISCO_E_WORKER_DIED: node 1 (workers 2-3): worker 3 (pid") !=
+                      NULL,
+                  "%s", out);
+    ck_assert_msg(strstr(out, "killed by signal 9") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "then: DISCO_E_BROKEN") != NULL, "%s", out);
+    ck_assert_msg(secs < 8.0, "the job took %.1f s to end", secs);
+    assert_nothing_left();
+}
+END_TEST
+
+/* Node 1's process killed (its worker 0 runs there): the controller's sync
+ * fails within the call deadline (10 s) with DISCO_E_WORKER_DIED naming
+ * the node and its workers, found by the heartbeats (lease 1.5 s here);
+ * mpirun ends and leaves nothing. */
+START_TEST(test_node_killed)
+{
+    if (!can_run())
+        return;
+    char out[8192];
+    double secs;
+    int rc = on_nodes(2, "kill-node", 2, true, out, sizeof out, &secs);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "kill-node");
+    ck_assert_msg(strstr(out, "sync: DISCO_E_WORKER_DIED: node 1 (workers 2-3, host ") != NULL,
+                  "%s", out);
+    ck_assert_msg(strstr(out, "sent no heartbeat for 1500 ms") != NULL, "%s", out);
+    ck_assert_msg(secs < 10.0, "the job took %.1f s to end", secs);
+    assert_nothing_left();
+}
+END_TEST
+
+/* The controller killed: every agent finds it gone within its lease and
+ * ends its node; its workers follow. */
+START_TEST(test_controller_killed)
+{
+    if (!can_run())
+        return;
+    char out[8192];
+    double secs;
+    on_nodes(3, "kill-ctl", 2, true, out, sizeof out, &secs);
+    ck_assert_msg(strstr(out, "controller: dying") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "the controller (node 0") != NULL, "%s", out);
+    ck_assert_msg(secs < 10.0, "the job took %.1f s to end", secs);
+    assert_nothing_left();
+}
+END_TEST
+
+/* Not under an MPI launcher: a clear refusal, not a hang. */
+START_TEST(test_not_under_mpirun)
+{
+    if (!can_run())
+        return;
+    char out[4096];
+    int rc = run("env -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK "
+                 "DISCO_QUIET=1 " PROG " ids 2 2>&1",
+                 out, sizeof out);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "open: DISCO_E_INVAL") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "mpirun -np NODES") != NULL, "%s", out);
+}
+END_TEST
+
+/* Nodes that open different sessions: every open fails, naming the node
+ * and both geometries. */
+START_TEST(test_nodes_disagree)
+{
+    if (!can_run())
+        return;
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd,
+             "DISCO_QUIET=1 timeout -s KILL 60 %s -x DISCO_QUIET -np 1 %s ids 2 : -np 1 %s ids 1 "
+             "2>&1",
+             mpirun(), PROG, PROG);
+    run(cmd, out, sizeof out); /* mpirun's code: 0 with recovery on, whatever the ranks' */
+    ck_assert_msg(strstr(out, "open: DISCO_E_MISMATCH") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "node 1 (host") != NULL, "%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* Two nodes in two network namespaces, Open MPI on TCP over a veth pair
+ * (tests/netns_test.sh: its exit 77 is a skip, said). */
+START_TEST(test_tcp_between_namespaces)
+{
+    if (!can_run())
+        return;
+    char cmd[1024], out[16384];
+    snprintf(cmd, sizeof cmd, "sh %s/tests/netns_test.sh %s 2>&1", DISCO_TEST_SRC, DISCO_TEST_BIN);
+    int rc = run(cmd, out, sizeof out);
+    if (rc == 77) {
+        printf("test_tcp_between_namespaces: skipped: %s", out);
+        return;
+    }
+    ck_assert_msg(rc == 0, "netns_test.sh exited %d:\n%s", rc, out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* The line of a demo's output that starts with prefix (into line). */
+static void line_of(const char *out, const char *prefix, char *line, size_t cap)
+{
+    const char *p = strstr(out, prefix);
+    ck_assert_msg(p != NULL, "no \"%s\" in:\n%s", prefix, out);
+    size_t n = strcspn(p, "\n");
+    ck_assert(n < cap);
+    memcpy(line, p, n);
+    line[n] = '\0';
+}
+
+/* The main job across nodes: mpirun -np 2 disco-demo --workers-per-node 2
+ * generates the tokens one process of 4 workers generates, and matches its
+ * own one-process reference. */
+START_TEST(test_demo_across_nodes)
+{
+    if (!can_run())
+        return;
+    static char multi[65536], one[65536];
+    char cmd[1024], a[4096], b[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd /tmp && DISCO_QUIET=1 timeout -s KILL 120 %s -x DISCO_QUIET -np 2 "
+             "%s/disco-demo --workers-per-node 2 --trace /dev/null 2>/dev/null",
+             mpirun(), DISCO_TEST_BIN);
+    int rc = run(cmd, multi, sizeof multi);
+    ck_assert_msg(rc == 0, "exit %d:\n%s", rc, multi);
+    ck_assert_msg(strstr(multi, "tokens match") != NULL, "%s", multi);
+    ck_assert_msg(strstr(multi, "demo: the sharded decoder matched the reference") != NULL, "%s",
+                  multi);
+    snprintf(cmd, sizeof cmd,
+             "cd /tmp && DISCO_QUIET=1 %s/disco-demo --decoder-only -n 4 --trace /dev/null "
+             "2>/dev/null",
+             DISCO_TEST_BIN);
+    ck_assert_int_eq(run(cmd, one, sizeof one), 0);
+    line_of(multi, "generated:", a, sizeof a);
+    line_of(one, "generated:", b, sizeof b);
+    ck_assert_str_eq(a, b);
+    assert_nothing_left();
+}
+END_TEST
+
+Suite *suite_node(void)
+{
+    Suite *s = suite_create("node");
+    TCase *tc = tcase_create("node");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_ids, 0, 4);
+    tcase_add_loop_test(tc, test_coll_matches_one_node, 0, 4);
+    tcase_add_test(tc, test_debug_set_get);
+    tcase_add_test(tc, test_remote_error);
+    tcase_add_test(tc, test_stream);
+    tcase_add_test(tc, test_refused);
+    tcase_add_test(tc, test_worker_killed);
+    tcase_add_test(tc, test_node_killed);
+    tcase_add_test(tc, test_controller_killed);
+    tcase_add_test(tc, test_not_under_mpirun);
+    tcase_add_test(tc, test_nodes_disagree);
+    tcase_add_test(tc, test_demo_across_nodes);
+    tcase_add_test(tc, test_tcp_between_namespaces);
+    suite_add_tcase(s, tc);
+    return s;
+}
