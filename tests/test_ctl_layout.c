@@ -361,11 +361,17 @@ static const char *lie(struct disco__ctl *c, const struct disco__ctl_layout *l, 
         disco__ctl_write(c, &big);
         return "needs";
     }
+    case 17:
+        c->gworld = 5; /* a session across nodes of 3 workers cannot have 5 */
+        return "does not fit 3 workers a node";
+    case 18:
+        c->gid_base = 6, c->gworld = 6; /* node 2 of a session of 2 nodes */
+        return "does not fit 3 workers a node";
     default:
         return NULL;
     }
 }
-#define NLIES 17
+#define NLIES 19
 
 /* A spawned worker whose segment's header lies about the layout (an
  * offset, a size, the geometry, the magic, or a heap the segment does not

@@ -132,6 +132,9 @@ void disco__ctl_write(struct disco__ctl *ctl, const struct disco__ctl_layout *l)
     ctl->transport = l->geom.transport;
     ctl->max_msg = l->geom.max_msg;
     ctl->num_groups = l->geom.num_groups;
+    ctl->gid_base = 0; /* one node; a session across nodes sets its place after */
+    ctl->gworld = l->geom.world;
+    ctl->ggroups = l->geom.num_groups;
     ctl->heap_size = l->geom.heap_size;
     ctl->errbox_off = l->r[DISCO_CTL_ERRBOX].off;
     ctl->cmd_off = l->r[DISCO_CTL_CMD].off;
