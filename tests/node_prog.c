@@ -10,6 +10,8 @@
  *   ids       every worker's global id and the world size; sync of each
  *   coll      allreduce (sum, max of i32, f32, f64) and broadcast across
  *             nodes: checksums of every worker's result
+ *   coll-sim  allreduce (sum, f32) of sim device tensors (DISCO_SIM_GPUS):
+ *             staged through the host between nodes; checksums
  *   debug     debug set/get of a register on every worker
  *   error     a function that fails on the last worker only
  *   stream    20000 asynchronous calls, then a sync of every worker
@@ -150,6 +152,22 @@ static int coll(disco_session_t *s)
     return print_all(s, "broadcast float32", y);
 }
 
+static int coll_sim(disco_session_t *s)
+{
+    int64_t n = 70001;
+    disco_value_t fa[2] = {disco_value_int(n), disco_value_str("float32")};
+    disco_dref_t x, d, y, nul;
+    CHECK(disco_session_call_by_name(s, "nt.fill", fa, 2, &x));
+    disco_value_t ea[4] = {disco_value_shape(&n, 1), disco_value_str("float32"),
+                           disco_value_device((DLDevice){kDLExtDev, 0}), disco_value_bool(false)};
+    CHECK(disco_session_call_by_name(s, "disco.empty", ea, 4, &d));
+    disco_value_t ca[2] = {{.type = DISCO_T_DREF, .v.reg = d}, {.type = DISCO_T_DREF, .v.reg = x}};
+    CHECK(disco_session_call_by_name(s, "disco.copy_into", ca, 2, &nul));
+    disco_value_t ra[2] = {{.type = DISCO_T_DREF, .v.reg = d}, disco_value_str("sum")};
+    CHECK(disco_session_call_by_name(s, "disco.allreduce", ra, 2, &y));
+    return print_all(s, "sim allreduce float32 sum", y);
+}
+
 static int debug(disco_session_t *s)
 {
     disco_dref_t r;
@@ -273,6 +291,8 @@ int main(int argc, char **argv)
         rc = ids(s);
     else if (strcmp(sc, "coll") == 0)
         rc = coll(s);
+    else if (strcmp(sc, "coll-sim") == 0)
+        rc = coll_sim(s);
     else if (strcmp(sc, "debug") == 0)
         rc = debug(s);
     else if (strcmp(sc, "error") == 0)

@@ -168,6 +168,28 @@ START_TEST(test_coll_matches_one_node)
 }
 END_TEST
 
+/* Device tensors (sim) across nodes: staged through the host between the
+ * nodes, the same result as one node's allreduce kernels. */
+START_TEST(test_sim_allreduce_matches_one_node)
+{
+    if (!can_run())
+        return;
+    static char multi[8192], one[8192];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "DISCO_QUIET=1 DISCO_SIM_GPUS=2 timeout -s KILL 90 %s -x DISCO_QUIET -x DISCO_SIM_GPUS "
+             "-np 2 %s coll-sim 2 2>&1",
+             mpirun(), PROG);
+    int rc = run(cmd, multi, sizeof multi);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, multi);
+    assert_ok(multi, "coll-sim");
+    snprintf(cmd, sizeof cmd, "DISCO_QUIET=1 DISCO_SIM_GPUS=4 %s coll-sim 2 --local 2 2>&1", PROG);
+    ck_assert_int_eq(run(cmd, one, sizeof one), 0);
+    ck_assert_msg(strcmp(multi, one) == 0, "2 nodes:\n%s\none node:\n%s", multi, one);
+    assert_nothing_left();
+}
+END_TEST
+
 START_TEST(test_debug_set_get)
 {
     if (!can_run())
@@ -385,6 +407,7 @@ Suite *suite_node(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_ids, 0, 4);
     tcase_add_loop_test(tc, test_coll_matches_one_node, 0, 4);
+    tcase_add_test(tc, test_sim_allreduce_matches_one_node);
     tcase_add_test(tc, test_debug_set_get);
     tcase_add_test(tc, test_remote_error);
     tcase_add_test(tc, test_stream);

@@ -76,8 +76,10 @@ static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
 /* disco.allreduce(x, op, in_group): every member gets op over the members' x.
  * Heap tensors: member r reduces slice r of all inputs and writes it into
  * every member's output (a reduce-scatter and an allgather in one pass).
- * Device tensors: kernels on every member (collective_dev.c). */
-static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+ * Device tensors: kernels on every member (collective_dev.c); across nodes,
+ * staged through the host (allreduce_staged). */
+static disco_status_t allreduce_body(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                     disco_value_t *ret)
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 2), "allreduce", &c);
@@ -142,6 +144,56 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
         return st; /* same verdict, same barriers on every member */
     *ret = disco_value_tensor(out);
     return DISCO_OK;
+}
+
+/* Whether a collective of ctx's worker (in_group or not) meets other nodes
+ * (as disco__coll_begin decides c->across). */
+static bool crosses_nodes(const disco_ctx_t *ctx, bool in_group)
+{
+    const disco_worker_t *w = ctx->worker;
+    return w != NULL && disco__worker_multinode(w) && (!in_group || w->one_group);
+}
+
+/* Allreduce of a device tensor across nodes: no GPU-aware path between
+ * nodes here, so each member copies its input to a heap tensor, the host
+ * allreduce runs across the nodes, and the result is copied back to a new
+ * tensor on the member's device. A member whose staging fails passes null,
+ * so that every member still meets and fails alike (its own error is the
+ * one it returns). */
+static disco_status_t allreduce_staged(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                       disco_value_t *ret)
+{
+    const DLTensor *x = a[0].v.tensor;
+    DLTensor *h = NULL, *dev = NULL;
+    disco_status_t staged = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &h);
+    if (staged == DISCO_OK)
+        staged = disco__tensor_copy_out(x, h);
+    char why[DISCO_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", staged == DISCO_OK ? "" : disco_last_error());
+    disco_value_t args[3] = {a[0], n > 1 ? a[1] : disco_value_null(),
+                             n > 2 ? a[2] : disco_value_null()};
+    args[0] = staged == DISCO_OK ? disco_value_tensor(h) : disco_value_null();
+    disco_value_t r = disco_value_null();
+    disco_status_t st = allreduce_body(ctx, args, n, &r);
+    if (staged != DISCO_OK)
+        return disco_set_error(staged, "allreduce: staging worker %d's device tensor: %s",
+                               disco_ctx_worker_id(ctx), why);
+    if (st != DISCO_OK)
+        return st;
+    st = disco_ctx_empty_device(ctx, x->shape, x->ndim, x->dtype, x->device.device_type, &dev);
+    if (st == DISCO_OK)
+        st = disco__tensor_copy_out(r.v.tensor, dev);
+    if (st == DISCO_OK)
+        *ret = disco_value_tensor(dev);
+    return st;
+}
+
+static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    if (n >= 2 && a[0].type == DISCO_T_TENSOR && disco__tensor_is_ours(a[0].v.tensor) &&
+        disco__tensor_is_device(a[0].v.tensor) && crosses_nodes(ctx, flag(a, n, 2)))
+        return allreduce_staged(ctx, a, n, ret);
+    return allreduce_body(ctx, a, n, ret);
 }
 
 /* The tensor a leader shares: validated, with refs added for the others. */
