@@ -75,11 +75,13 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # (disco-X.c, or disco.c for the CLI) is its main, the others are linked with
 # it. Two exceptions: tools/demo/demo_lib.c and demo_decoder_lib.c are the
 # demo's function library (a shared object, not linked in) and
-# tools/bench/mpi_allreduce.c is the Open MPI baseline (built with mpicc).
-# disco-demo also links bench_util.o.
+# tools/bench/mpi_allreduce.c and mpi_node_base.c are Open MPI baselines
+# (built with mpicc), tools/bench/node_bench.c a program of its own (run
+# under mpirun by disco-bench). disco-demo also links bench_util.o.
 PROG_DIRS := bench cli demo jsonrpc rpc-server soak worker
 DEMOLIB_SRC := tools/demo/demo_lib.c tools/demo/demo_decoder_lib.c
-NOT_LINKED := $(DEMOLIB_SRC) tools/bench/mpi_allreduce.c
+NOT_LINKED := $(DEMOLIB_SRC) tools/bench/mpi_allreduce.c tools/bench/mpi_node_base.c \
+    tools/bench/node_bench.c
 TOOL_SRC := $(wildcard tools/*/disco-*.c) tools/cli/disco.c
 TOOLS    := $(addprefix $(BUILD)/bin/,$(notdir $(TOOL_SRC:.c=)))
 tool_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(NOT_LINKED),$(wildcard tools/$(1)/*.c)))
@@ -145,6 +147,13 @@ $(TEST_BIN): $(TEST_OBJ) $(SOAK_OBJ) $(BUILD)/libdisco.a
 # tests/test_node.c.
 NODE_PROG := $(BUILD)/bin/node_prog
 $(NODE_PROG): $(BUILD)/obj/tests/node_prog.o $(BUILD)/libdisco.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
+
+# The figures across nodes (tools/bench/node_bench.c), run under mpirun by
+# disco-bench; linked as node_prog is.
+NODE_BENCH := $(BUILD)/bin/node_bench
+$(NODE_BENCH): $(BUILD)/obj/tools/bench/node_bench.o $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
 
@@ -260,10 +269,19 @@ test: $(TEST_BIN) $(NODE_PROG) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLI
 # (py_call_sync_ns beside the same rounds in C on its session,
 # py_call_sync_p99_ns, py_copy_to_worker0_gbps) to bench.json beside the C
 # ones of the same run (run by hand without the package, it says it skipped).
+# The figures across nodes (tools/bench/bench_node.c) need a library built
+# with Open MPI (MPI_MODE on, decided when the Makefile is read: Open MPI
+# installed by the recipe below comes too late for it) to run node_bench,
+# and mpicc for their baseline, tools/bench/mpi_node_base.c; without either
+# disco-bench skips them with one line.
 MPI_BENCH := $(BUILD)/bin/mpi_allreduce
 MPI_CC    := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(MPI_BENCH) tools/bench/mpi_allreduce.c
+NODE_BASE := $(BUILD)/bin/mpi_node_base
+NODE_CC   := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(NODE_BASE) tools/bench/mpi_node_base.c
+# More options for disco-bench, e.g. BENCH_ARGS="--quick --only node".
+BENCH_ARGS ?=
 
-bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker python
+bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker python $(if $(filter on,$(MPI_MODE)),$(NODE_BENCH))
 	@sh tools/deps.sh mpi $(BUILD)/mpi-install.log
 	@mpi=""; \
 	if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
@@ -274,9 +292,17 @@ bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker python
 	    else \
 	        echo "bench: mpicc failed; MPI baseline skipped"; \
 	    fi; \
+	    if [ "$(MPI_MODE)" != on ]; then \
+	        echo "bench: disco was built without Open MPI; figures across nodes skipped"; \
+	    elif [ $(NODE_BASE) -nt tools/bench/mpi_node_base.c ] || \
+	       { echo "$(NODE_CC)"; $(NODE_CC); }; then \
+	        mpi="$$mpi --node-bench $(NODE_BENCH) --node-base $(NODE_BASE)"; \
+	    else \
+	        echo "bench: mpicc failed; figures across nodes skipped"; \
+	    fi; \
 	fi; \
-	echo "$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi"; \
-	$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi
+	echo "$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi $(BENCH_ARGS)"; \
+	$(BUILD)/bin/disco-bench --json $(BUILD)/bench.json $$mpi $(BENCH_ARGS)
 	@# The Python front's figures beside the C ones (tools/bench/py_bench.py),
 	@# added to bench.json.
 	PYTHONPATH=python DISCO_QUIET=1 $(PYTHON) tools/bench/py_bench.py --json $(BUILD)/bench.json

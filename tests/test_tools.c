@@ -364,6 +364,31 @@ START_TEST(test_bench_gpu_skip)
 }
 END_TEST
 
+/* disco-bench --only node without node_bench and mpi_node_base (as when
+ * disco is built without Open MPI): the section says it skipped in one
+ * line, records nothing, and the run exits 0. */
+START_TEST(test_bench_node_skip)
+{
+    char dir[] = "/tmp/disco-bench-node-XXXXXX", cmd[2048], out[65536];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "env -u DISCO_BENCH_NODE -u DISCO_BENCH_NODE_BASE %s/disco-bench --only node --quick "
+             "--json %s/b.json 2>&1",
+             DISCO_TEST_BIN, dir);
+    int rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 0, "disco-bench --only node exited %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "across nodes") != NULL && strstr(out, "  skipped: no node_bench"),
+                  "no skip line in: %s", out);
+    snprintf(cmd, sizeof cmd, "%s/b.json", dir);
+    json_t *j = load_with(cmd, (const char *const[]){"results", NULL});
+    ck_assert_msg(json_object_size(json_object_get(j, "results")) == 0,
+                  "a figure was recorded in %s", cmd);
+    json_decref(j);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+}
+END_TEST
+
 Suite *suite_tools(void)
 {
     Suite *s = suite_create("tools");
@@ -379,6 +404,7 @@ Suite *suite_tools(void)
     tcase_add_test(tc, test_decoder_weights_file);
     tcase_add_test(tc, test_bench_gpu_sim);
     tcase_add_test(tc, test_bench_gpu_skip);
+    tcase_add_test(tc, test_bench_node_skip);
     suite_add_tcase(s, tc);
     return s;
 }

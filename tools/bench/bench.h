@@ -78,6 +78,20 @@ void bench_rpc(void);
  *  mpi_allreduce_us_64MiB; records nothing (and says why) without it. */
 void bench_mpi(void);
 
+/** The figures across nodes (bench_node.c): runs bench_node_path() (a
+ *  session of 2 nodes x 2 workers under mpirun, and one node of 4
+ *  workers) and bench_node_base_path() (Open MPI over 4 ranks), over
+ *  shared memory and over TCP on loopback, and records node_*, mpi_*
+ *  (bcast_gather, allreduce_flat) and their _tcp twins; records nothing
+ *  (and says why) without the programs. */
+void bench_node(void);
+
+/** The node_bench program (--node-bench PATH, else $DISCO_BENCH_NODE), or
+ *  NULL; the mpi_node_base program (--node-base PATH, else
+ *  $DISCO_BENCH_NODE_BASE), or NULL. */
+const char *bench_node_path(void);
+const char *bench_node_base_path(void);
+
 /** The GPU figures (bench_gpu.c): allreduce of device tensors, copies to and
  *  from worker 0, a peer's arena read, IPC open first and cached, and a
  *  no-op call + sync with device arenas held, each beside its baseline.
@@ -91,6 +105,11 @@ bool bench_gpu_sim(void);
 
 /** The mpi_allreduce program (--mpi PATH, else $DISCO_BENCH_MPI), or NULL. */
 const char *bench_mpi_path(void);
+
+/** Records a note (a word on how figures were taken, e.g. their
+ *  transport) under key: printed nowhere, written to the JSON's "notes".
+ *  key must outlive the program (a literal); text is copied. */
+void bench_note(const char *key, const char *text);
 
 /** Prints the machine and every recorded figure beside its baseline and
  *  target (bench_report.c). */

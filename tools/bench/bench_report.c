@@ -19,7 +19,7 @@ typedef struct result {
     const char *unit;
 } result_t;
 
-static result_t results[128];
+static result_t results[256]; /* every section's figures (about 120), with room */
 static int nresults;
 
 void record(const char *key, double value, const char *unit)
@@ -27,8 +27,25 @@ void record(const char *key, double value, const char *unit)
     if (nresults == (int)(sizeof results / sizeof results[0]))
         bu_die("too many results");
     results[nresults++] = (result_t){key, value, unit};
-    printf("  %-20s %12.1f %s\n", key, value, unit);
+    printf("  %-30s %12.1f %s\n", key, value, unit);
     fflush(stdout);
+}
+
+typedef struct note {
+    const char *key;
+    char text[256];
+} note_t;
+
+static note_t notes[8];
+static int nnotes;
+
+void bench_note(const char *key, const char *text)
+{
+    if (nnotes == (int)(sizeof notes / sizeof notes[0]))
+        bu_die("too many notes");
+    notes[nnotes].key = key;
+    snprintf(notes[nnotes].text, sizeof notes[nnotes].text, "%s", text);
+    nnotes++;
 }
 
 static const result_t *find_result(const char *key)
@@ -51,6 +68,35 @@ typedef struct row {
     enum target_kind target_kind;
     double target;
 } row_t;
+
+/* The rows across nodes, once for each transport (sfx "" or "_tcp"):
+ * disco beside plain Open MPI over the same processes (mpi/disco: above 1,
+ * disco is faster), the stream beside one node's. */
+#define NODE_ROWS(sfx)                                                                              \
+    {"node_call_sync_us" sfx, "mpi_bcast_gather_us" sfx, true, "mpi/disco", T_NONE, 0},             \
+        {"node_call_sync_p99_us" sfx, "mpi_bcast_gather_p99_us" sfx, true, "mpi/disco", T_NONE, 0}, \
+        {"node_stream_calls_per_s" sfx,                                                             \
+         "node_stream_local_calls_per_s",                                                           \
+         false,                                                                                     \
+         "nodes/local",                                                                             \
+         T_NONE,                                                                                    \
+         0},                                                                                        \
+        {"node_allreduce_us_1MiB" sfx,                                                              \
+         "mpi_allreduce_flat_us_1MiB" sfx,                                                          \
+         true,                                                                                      \
+         "mpi/disco",                                                                               \
+         T_NONE,                                                                                    \
+         0},                                                                                        \
+        {"node_allreduce_p99_us_1MiB" sfx,                                                          \
+         "mpi_allreduce_flat_p99_us_1MiB" sfx,                                                      \
+         true,                                                                                      \
+         "mpi/disco",                                                                               \
+         T_NONE,                                                                                    \
+         0},                                                                                        \
+    {                                                                                               \
+        "node_allreduce_us_64MiB" sfx, "mpi_allreduce_flat_us_64MiB" sfx, true, "mpi/disco",        \
+            T_NONE, 0                                                                               \
+    }
 
 /* A GPU allreduce's row: beside the memcpy baseline of its size and
  * members (the baseline does not depend on the dtype). */
@@ -97,6 +143,15 @@ static const row_t rows[] = {
     {"rpc_call_ns_tcp", "rpc_call_ns_pipe", false, "tcp/pipe", T_NONE, 0},
     {"rpc_call_ns_pipe", "pipe_rtt_ns", false, "rpc/raw pipe", T_NONE, 0},
     {"rpc_copy_gbps_shm", "memcpy_gbps", false, "copy/memcpy", T_RATIO_GE, 0.8},
+    /* Across nodes (bench_node.c): over shared memory, then TCP on
+     * loopback; the call round also beside one node's, and TCP beside
+     * shared memory. */
+    NODE_ROWS(""),
+    {"node_call_sync_us", "node_call_sync_local_us", false, "nodes/local", T_NONE, 0},
+    {"node_call_sync_p99_us", "node_call_sync_local_p99_us", false, "nodes/local", T_NONE, 0},
+    NODE_ROWS("_tcp"),
+    {"node_call_sync_us_tcp", "node_call_sync_us", false, "tcp/shm", T_NONE, 0},
+    {"node_allreduce_us_64MiB_tcp", "node_allreduce_us_64MiB", false, "tcp/shm", T_NONE, 0},
     /* GPU (bench_gpu.c): allreduce against the copies a memcpy allreduce
      * makes on one device; the published small-message targets (H100:
      * 2 members about 3.7 us); copies at 90% of cudaMemcpy or more */
@@ -126,6 +181,9 @@ static const row_t rows[] = {
     {"ipc_open_us_cached", "ipc_open_us_first", false, "cached/first", T_NONE, 0},
     {"gpu_call_sync_ns", "call_sync_spawn_ns", false, "gpu/cpu", T_NONE, 0},
 };
+
+/* Column widths: the names printed (22, or the longest of them) and units. */
+static int wkey = 22, wbase = 22, wunit = 4;
 
 static void print_row(const row_t *r)
 {
@@ -160,7 +218,7 @@ static void print_row(const row_t *r)
                      q >= r->target ? "PASS" : "MISS");
         break;
     }
-    printf("%-22s %12.1f %-4s %-22s %12s %-18s %s\n", v->key, v->value, v->unit,
+    printf("%-*s %12.1f %-*s %-*s %12s %-18s %s\n", wkey, v->key, v->value, wunit, v->unit, wbase,
            r->base ? r->base : "-", base_val, ratio, target);
 }
 
@@ -170,8 +228,17 @@ void bench_print_table(const bu_machine_t *m)
            m->mem_gib, m->gpu, m->load1);
     if (m->load1 > 0.5)
         printf("warning: the machine was busy at start; figures are skewed\n");
-    printf("%-22s %12s %-4s %-22s %12s %-18s %s\n", "name", "value", "unit", "baseline",
-           "base value", "ratio", "target");
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const result_t *v = find_result(rows[i].key);
+        if (v == NULL)
+            continue;
+        wkey = (int)strlen(v->key) > wkey ? (int)strlen(v->key) : wkey;
+        wunit = (int)strlen(v->unit) > wunit ? (int)strlen(v->unit) : wunit;
+        if (rows[i].base != NULL && (int)strlen(rows[i].base) > wbase)
+            wbase = (int)strlen(rows[i].base);
+    }
+    printf("%-*s %12s %-*s %-*s %12s %-18s %s\n", wkey, "name", "value", wunit, "unit", wbase,
+           "baseline", "base value", "ratio", "target");
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         print_row(&rows[i]);
 }
@@ -190,6 +257,12 @@ void bench_write_json(const char *path, const bu_machine_t *m, bool quick, int r
         json_object_set_new(res, results[i].key, json_real(results[i].value));
     json_object_set_new(root, "machine", mach);
     json_object_set_new(root, "results", res);
+    if (nnotes > 0) {
+        json_t *nt = json_object();
+        for (int i = 0; i < nnotes; i++)
+            json_object_set_new(nt, notes[i].key, json_string(notes[i].text));
+        json_object_set_new(root, "notes", nt);
+    }
     json_t *cfg = json_object();
     json_object_set_new(cfg, "quick", json_boolean(quick));
     json_object_set_new(cfg, "reps", json_integer(reps));

@@ -3,7 +3,7 @@
  * and data-plane figures against memcpy and Open MPI.
  *
  *   disco-bench [--json PATH] [--quick] [--mpi PATH] [--only TEXT]
- *               [--device cuda|sim] [--help]
+ *               [--node-bench PATH --node-base PATH] [--device cuda|sim] [--help]
  *
  * Figures (the JSON keys are a contract; ns, us, GB/s or percent, medians
  * over reps):
@@ -36,6 +36,26 @@
  *                       over the other transports (baselines)
  *   rpc_copy_gbps_shm   disco_rpc_copy_to_remote of 64 MiB over shm into a
  *                       remote CPU allocation (baseline memcpy_gbps)
+ *   Across nodes (bench_node.c; only with --node-bench and --node-base): a
+ *   session of 2 nodes x 2 workers under mpirun (tools/bench/node_bench.c),
+ *   its link between the nodes MPI over shared memory (btl vader); the same
+ *   keys ending in _tcp: over TCP on loopback (btl tcp, lo); the JSON's
+ *   "notes" say which (node_transport, node_transport_tcp):
+ *   node_call_sync_us   a no-op call + a sync of every worker 0..3 in
+ *                       turn, single rounds, median; _p99_us: their p99
+ *   mpi_bcast_gather_us  baseline: Open MPI over 4 ranks (mpi_node_base.c),
+ *                       MPI_Bcast of 64 B from rank 0 + MPI_Gather of 8 B
+ *                       to it, single rounds; mpi_bcast_gather_p99_us
+ *   node_stream_calls_per_s  calls/s: 20000 asynchronous no-op calls (each
+ *                       result freed) + a sync of the last worker, median
+ *   node_stream_local_calls_per_s  baseline: the same on one node of 4
+ *                       workers (no MPI); node_call_sync_local_us and
+ *                       _p99_us: the call round there too
+ *   node_allreduce_us_1MiB  float32 sum allreduce (a chain between the
+ *                       nodes) + sync of the last worker, median;
+ *                       node_allreduce_p99_us_1MiB; _64MiB: of 64 MiB
+ *   mpi_allreduce_flat_us_1MiB  baseline: MPI_Allreduce over 4 ranks,
+ *                       slowest rank, median; _p99_us_1MiB; _us_64MiB
  *   gpu_*, ipc_open_us_*, call_sync_spawn_ns  the GPU section
  *                       (bench_gpu.c, which lists them): allreduce of
  *                       device tensors, copies to and from worker 0, a
@@ -52,8 +72,9 @@
  * table in bench_report.c says how to print them (baseline, ratio, target).
  * To add a figure, write its function, add it to `sections` below, add its
  * rows. This file holds the options, measure() and the main; the
- * shared-memory figures are in bench_shm.c, the session, tensor and RPC
- * figures in bench_session.c, bench_tensor.c and bench_rpc.c.
+ * shared-memory figures are in bench_shm.c, the session, tensor, RPC and
+ * across-nodes figures in bench_session.c, bench_tensor.c, bench_rpc.c and
+ * bench_node.c.
  *
  * Method: a figure's round function runs `iters` rounds and returns the
  * elapsed ns. measure() warms up while calibrating iters so that one rep
@@ -72,13 +93,14 @@
 
 static struct {
     bool quick;
-    int reps;         /* repetitions per figure */
-    int64_t rep_ns;   /* target duration of one repetition */
-    int idle_reps;    /* idle seconds measured */
-    const char *mpi;  /* the mpi_allreduce program, or NULL */
-    const char *only; /* run only the sections whose names contain this */
-    bool sim;         /* --device sim: the GPU section on the simulated device */
-} opt = {false, 15, 30000000, 3, NULL, NULL, false};
+    int reps;                     /* repetitions per figure */
+    int64_t rep_ns;               /* target duration of one repetition */
+    int idle_reps;                /* idle seconds measured */
+    const char *mpi;              /* the mpi_allreduce program, or NULL */
+    const char *node, *node_base; /* node_bench and mpi_node_base, or NULL */
+    const char *only;             /* run only the sections whose names contain this */
+    bool sim;                     /* --device sim: the GPU section on the simulated device */
+} opt = {false, 15, 30000000, 3, NULL, NULL, NULL, NULL, false};
 
 /* ---- measuring ---- */
 
@@ -95,6 +117,16 @@ int bench_reps(void)
 const char *bench_mpi_path(void)
 {
     return opt.mpi;
+}
+
+const char *bench_node_path(void)
+{
+    return opt.node;
+}
+
+const char *bench_node_base_path(void)
+{
+    return opt.node_base;
 }
 
 double measure(round_fn fn, void *ctx)
@@ -158,6 +190,7 @@ static const struct section {
     {"data plane: tensors, N = 2", bench_tensor},
     {"RPC: call and copy to remote", bench_rpc},
     {"Open MPI baseline", bench_mpi},
+    {"across nodes: 2 nodes x 2 workers", bench_node},
     {"GPU", bench_gpu}, /* last: it initializes CUDA here, after which nothing may fork */
 };
 
@@ -166,19 +199,24 @@ static const struct section {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: disco-bench [--json PATH] [--quick] [--mpi PATH] [--only TEXT]\n"
-               "                   [--device cuda|sim] [--help]\n"
+               "                   [--node-bench PATH --node-base PATH] [--device cuda|sim]\n"
+               "                   [--help]\n"
                "  --json PATH  also write the results as JSON to PATH\n"
                "  --quick      fewer, shorter repetitions (smoke test)\n"
                "  --mpi PATH   the mpi_allreduce program, run with mpirun as the\n"
                "               allreduce baseline (default $DISCO_BENCH_MPI; none: skipped)\n"
                "  --only TEXT  run only the sections whose names contain TEXT\n"
-               "               (e.g. \"session\"); the others' rows are left out\n"
+               "               (e.g. \"session\", \"node\"); the others' rows are left out\n"
+               "  --node-bench PATH, --node-base PATH  the node_bench and mpi_node_base\n"
+               "               programs, for the figures across nodes (defaults\n"
+               "               $DISCO_BENCH_NODE, $DISCO_BENCH_NODE_BASE; none: skipped)\n"
                "  --device D   the GPU section's device: cuda (default; skipped with one\n"
                "               line without a GPU) or sim, the simulated device, at smoke\n"
                "               sizes, its figures printed as SIM and never recorded\n"
                "Prints floor, ring and pipe round trips, broadcast + acks to 1..8\n"
                "readers, the idle CPU of a parked reader, session calls, and the data\n"
-               "plane: allreduce, broadcast, copy to worker 0, and the GPU figures (medians).\n");
+               "plane: allreduce, broadcast, copy to worker 0, the figures across nodes, and\n"
+               "the GPU figures (medians).\n");
 }
 
 int main(int argc, char **argv)
@@ -187,6 +225,11 @@ int main(int argc, char **argv)
     const char *mpi_env = getenv("DISCO_BENCH_MPI");
     if (mpi_env != NULL && mpi_env[0] != '\0')
         opt.mpi = mpi_env;
+    const char *node_env = getenv("DISCO_BENCH_NODE"), *base_env = getenv("DISCO_BENCH_NODE_BASE");
+    if (node_env != NULL && node_env[0] != '\0')
+        opt.node = node_env;
+    if (base_env != NULL && base_env[0] != '\0')
+        opt.node_base = base_env;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
             json_path = argv[++i];
@@ -197,6 +240,10 @@ int main(int argc, char **argv)
             opt.idle_reps = 1;
         } else if (strcmp(argv[i], "--mpi") == 0 && i + 1 < argc) {
             opt.mpi = argv[++i];
+        } else if (strcmp(argv[i], "--node-bench") == 0 && i + 1 < argc) {
+            opt.node = argv[++i];
+        } else if (strcmp(argv[i], "--node-base") == 0 && i + 1 < argc) {
+            opt.node_base = argv[++i];
         } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc &&
                    (strcmp(argv[i + 1], "cuda") == 0 || strcmp(argv[i + 1], "sim") == 0)) {
             opt.sim = strcmp(argv[++i], "sim") == 0;
