@@ -52,7 +52,8 @@ if [ $# -ne 1 ]; then
     exit 2
 fi
 PROG=$1/node_prog
-AGENT=$(cd "$(dirname "$0")" && pwd)/netns_agent.sh
+TESTS_DIR=$(cd "$(dirname "$0")" && pwd)
+AGENT=$TESTS_DIR/netns_agent.sh
 START=$(now_ms)
 
 # What this test needs of the machine; lacking it is a skip, not a failure.
@@ -152,6 +153,10 @@ leftovers() {
 # node each; its stdout goes to $TMP/SCENARIO.mpi, stderr to .err. Every
 # rank first logs where it runs, then execs node_prog.
 across() {
+    # The ASan build's leak check, Open MPI's own leaks suppressed
+    # (tests/lsan_mpi.supp); harmless elsewhere.
+    LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$TESTS_DIR/lsan_mpi.supp:fast_unwind_on_malloc=0:print_suppressions=0}
+    export LSAN_OPTIONS
     : >"$NETNS_RANKS"
     : >"$NETNS_AGENT_LOG"
     # shellcheck disable=SC2016 # the rank's shell expands them
@@ -161,7 +166,7 @@ across() {
         --mca btl tcp,self --mca pml ob1 \
         --mca btl_tcp_if_include "$IF" --mca oob_tcp_if_include "$IF" \
         --mca orte_enable_recovery 1 \
-        -x DISCO_QUIET -x NETNS_RANKS \
+        -x DISCO_QUIET -x NETNS_RANKS -x LSAN_OPTIONS \
         sh -c 'echo "$OMPI_COMM_WORLD_RANK $(ip netns identify)" >>"$NETNS_RANKS"; exec "$@"' \
         sh "$PROG" "$1" 2 >"$TMP/$1.mpi" 2>"$TMP/$1.err"
     rc=$?

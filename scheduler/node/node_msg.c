@@ -151,7 +151,7 @@ disco_status_t disco__node_send_up(struct disco__node *n, uint32_t kind, int32_t
 static void keep_errors(struct disco__node *n, int k, int32_t code, const char *text, size_t len)
 {
     char safe[512];
-    disco__text_safe(safe, sizeof safe, text, len + 1 < sizeof safe ? len + 1 : sizeof safe);
+    disco__text_safe(safe, sizeof safe, text, len); /* len bytes, no terminator */
     if (!disco__status_is_error(code))
         code = DISCO_E_PROTOCOL;
     if (n->err_code == DISCO_OK)
@@ -212,8 +212,7 @@ static disco_status_t take_one(struct disco__node *n)
         return DISCO_OK;
     case DISCO_NODE_UP_BROKEN:
         if (p->broken == DISCO_OK) {
-            disco__text_safe(p->why, sizeof p->why, payload,
-                             len + 1 < sizeof p->why ? len + 1 : sizeof p->why);
+            disco__text_safe(p->why, sizeof p->why, payload, len); /* no terminator sent */
             p->broken = disco__status_is_error((int32_t)head[1]) ? (int32_t)head[1]
                                                                  : DISCO_E_PROTOCOL;
         }
