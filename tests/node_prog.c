@@ -44,17 +44,22 @@ static disco_status_t fill(disco_ctx_t *ctx, const disco_value_t *a, int n, disc
     for (int64_t i = 0; i < len; i++) {
         double v = (double)(g * 1000 + i % 997);
         switch (t->dtype.code * 100 + t->dtype.bits) {
-        case kDLInt * 100 + 32: ((int32_t *)t->data)[i] = (int32_t)v; break;
-        case kDLFloat * 100 + 32: ((float *)t->data)[i] = (float)v * 0.25f; break;
-        default: ((double *)t->data)[i] = v * 0.125; break;
+        case kDLInt * 100 + 32:
+            ((int32_t *)t->data)[i] = (int32_t)v;
+            break;
+        case kDLFloat * 100 + 32:
+            ((float *)t->data)[i] = (float)v * 0.25f;
+            break;
+        default:
+            ((double *)t->data)[i] = v * 0.125;
+            break;
         }
     }
     *ret = disco_value_tensor(t);
     return DISCO_OK;
 }
 
-static disco_status_t fail_last(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                                disco_value_t *ret)
+static disco_status_t fail_last(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)a, (void)n, (void)ret;
     if (disco_ctx_worker_id(ctx) == disco_ctx_world_size(ctx) - 1)
@@ -82,7 +87,7 @@ static disco_status_t die(disco_ctx_t *ctx, const disco_value_t *a, int n, disco
     do {                                                                                           \
         disco_status_t st_ = (x);                                                                  \
         if (st_ != DISCO_OK) {                                                                     \
-            printf("fail %s: %s: %s\n", #x, disco_err_name(st_), disco_last_error());          \
+            printf("fail %s: %s: %s\n", #x, disco_err_name(st_), disco_last_error());              \
             return 1;                                                                              \
         }                                                                                          \
     } while (0)
@@ -235,8 +240,8 @@ static int refuse(disco_session_t *s)
     disco_status_t st = disco_session_sync(s, disco_session_num_workers(s) - 1);
     printf("allgather: %s: %s\n", disco_err_name(st), disco_last_error());
     /* In-group collectives stay in a node: one group a node here. */
-    disco_value_t ia[3] = {{.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("sum"),
-                           disco_value_bool(true)};
+    disco_value_t ia[3] = {
+        {.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("sum"), disco_value_bool(true)};
     CHECK(disco_session_call_by_name(s, "disco.allreduce", ia, 3, &y));
     CHECK(disco_session_sync(s, disco_session_num_workers(s) - 1));
     if (print_all(s, "in-group allreduce", y))
@@ -277,8 +282,8 @@ int main(int argc, char **argv)
     } else {
         cfg.nodes = DISCO_NODES_MPI;
         cfg.workers_per_node = wpn;
-        cfg.num_groups = atoi(getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE")
-                                                              : "1");
+        cfg.num_groups =
+            atoi(getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : "1");
     }
     disco_session_t *s;
     disco_status_t st = disco_session_open(&cfg, &s);

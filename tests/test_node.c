@@ -47,10 +47,13 @@ static const char *mpirun(void)
     /* The ASan build's leak check runs in every rank, Open MPI's own leaks
      * suppressed (tests/lsan_mpi.supp); harmless elsewhere. */
     setenv("LSAN_OPTIONS",
-           "suppressions=" DISCO_TEST_SRC "/tests/lsan_mpi.supp:fast_unwind_on_malloc=0:print_suppressions=0", 0);
-    return geteuid() == 0 ? "mpirun --allow-run-as-root --oversubscribe --mca orte_enable_recovery 1 "
-                            "-x LSAN_OPTIONS"
-                          : "mpirun --oversubscribe --mca orte_enable_recovery 1 -x LSAN_OPTIONS";
+           "suppressions=" DISCO_TEST_SRC
+           "/tests/lsan_mpi.supp:fast_unwind_on_malloc=0:print_suppressions=0",
+           0);
+    return geteuid() == 0
+               ? "mpirun --allow-run-as-root --oversubscribe --mca orte_enable_recovery 1 "
+                 "-x LSAN_OPTIONS"
+               : "mpirun --oversubscribe --mca orte_enable_recovery 1 -x LSAN_OPTIONS";
 }
 
 /* Whether this machine can run the tests; if not, says why (the test is
@@ -181,10 +184,11 @@ START_TEST(test_sim_allreduce_matches_one_node)
         return;
     static char multi[8192], one[8192];
     char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "DISCO_QUIET=1 DISCO_SIM_GPUS=2 timeout -s KILL 90 %s -x DISCO_QUIET -x DISCO_SIM_GPUS "
-             "-np 2 %s coll-sim 2 2>&1",
-             mpirun(), PROG);
+    snprintf(
+        cmd, sizeof cmd,
+        "DISCO_QUIET=1 DISCO_SIM_GPUS=2 timeout -s KILL 90 %s -x DISCO_QUIET -x DISCO_SIM_GPUS "
+        "-np 2 %s coll-sim 2 2>&1",
+        mpirun(), PROG);
     int rc = run(cmd, multi, sizeof multi);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, multi);
     assert_ok(multi, "coll-sim");

@@ -48,7 +48,7 @@ extern "C" {
     X(E_PROTOCOL, -27, "malformed message")                                                        \
     X(E_AUTH, -28, "authentication failed")                                                        \
     X(E_BUSY, -29, "server busy: every connection slot is taken")                                  \
-    X(E_OVERFLOW, -30, "size overflows or exceeds its limit")                                     \
+    X(E_OVERFLOW, -30, "size overflows or exceeds its limit")                                      \
     X(E_UNSUPPORTED, -31, "not supported in this configuration")
 
 typedef enum {

@@ -46,6 +46,7 @@ The classes (code, C name, class):
  -28  E_AUTH                AuthError
  -29  E_BUSY                BusyError
  -30  E_OVERFLOW            SizeOverflowError (also an OverflowError)
+ -31  E_UNSUPPORTED         UnsupportedError (also a NotImplementedError)
 ====  ====================  ==========================================
 
 A code the table gains later gets a class named after it (``E_FOO_BAR`` ->
@@ -112,6 +113,7 @@ _CLASS_NAMES = {
     "E_AUTH": ("AuthError", ()),
     "E_BUSY": ("BusyError", ()),
     "E_OVERFLOW": ("SizeOverflowError", (OverflowError,)),
+    "E_UNSUPPORTED": ("UnsupportedError", (NotImplementedError,)),
 }
 
 _NAMES = {}

@@ -48,8 +48,7 @@ enum disco__node_up {
  *  the node's workers can be forked before MPI starts. Returns DISCO_OK,
  *  DISCO_E_INVAL (not started by an MPI launcher; cfg inconsistent with
  *  the job), DISCO_E_UNSUPPORTED (built without MPI). */
-disco_status_t disco__node_join(const disco_session_config_t *cfg,
-                                struct disco__node_place *out);
+disco_status_t disco__node_join(const disco_session_config_t *cfg, struct disco__node_place *out);
 
 /** Starts MPI (unless the program did: then it also finalizes it), checks
  *  that every node opened the same geometry, starts the heartbeat thread

@@ -123,8 +123,8 @@ int disco__node_serve(struct disco_session *s, struct disco__node *n)
             st = disco__node_send_up(n, DISCO_NODE_UP_BROKEN, s->state, s->why, strlen(s->why));
         }
         if (st != DISCO_OK && s->state == DISCO_OK) {
-            fprintf(stderr, "disco node %d: cannot reach the controller: %s\n",
-                    disco__node_self(n), disco_last_error());
+            fprintf(stderr, "disco node %d: cannot reach the controller: %s\n", disco__node_self(n),
+                    disco_last_error());
             return 1;
         }
     }

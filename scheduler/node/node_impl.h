@@ -21,6 +21,7 @@
 #define NODE_BATCH_FRAMES 64u           /* or this many frames */
 #define NODE_UP_HEAD      16u           /* kind, code, length, pad */
 #define NODE_HOST_MAX     64
+#define NODE_MAX          64 /* nodes in a session (disco__node_join refuses more) */
 
 /* What each process says of itself at start (gathered at rank 0). */
 struct disco__node_hello {
@@ -39,19 +40,19 @@ struct disco__node_peer {
     _Atomic int64_t seen_ns;
     _Atomic int dead;
     /* The session thread's own: */
-    int32_t broken;                      /* the agent's node session broke: its status */
-    char why[384];                       /* and its words */
-    bool bye;                            /* it said goodbye after the shutdown */
-    bool replied;                        /* a reply waits in n->reply */
-    struct disco__node_hello hello;      /* what it said at start */
+    int32_t broken;                 /* the agent's node session broke: its status */
+    char why[384];                  /* and its words */
+    bool bye;                       /* it said goodbye after the shutdown */
+    bool replied;                   /* a reply waits in n->reply */
+    struct disco__node_hello hello; /* what it said at start */
 };
 
 struct disco__node {
     int node, nodes, wpn;
-    bool we_init;   /* MPI_Init was ours, and so is MPI_Finalize */
-    MPI_Comm cmd;   /* frames and messages up */
-    MPI_Comm beat;  /* heartbeats: only the link thread uses it */
-    MPI_Comm data;  /* leaders' collectives: only worker 0's thread */
+    bool we_init;  /* MPI_Init was ours, and so is MPI_Finalize */
+    MPI_Comm cmd;  /* frames and messages up */
+    MPI_Comm beat; /* heartbeats: only the link thread uses it */
+    MPI_Comm data; /* leaders' collectives: only worker 0's thread */
     int64_t timeout_ns, lease_ns, beat_ns;
     struct disco__node_peer *peer; /* [nodes]: the controller uses 1..; an agent 0 */
 

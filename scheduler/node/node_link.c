@@ -86,8 +86,10 @@ static void *link_main(void *arg)
             if (controller_dead_at == 0)
                 controller_dead_at = now;
             else if (now - controller_dead_at > n->lease_ns) {
-                fprintf(stderr, "disco node %d: the controller is gone and this node did not "
-                                "stop; ending it\n", n->node);
+                fprintf(stderr,
+                        "disco node %d: the controller is gone and this node did not "
+                        "stop; ending it\n",
+                        n->node);
                 _exit(1);
             }
         }

@@ -44,6 +44,8 @@ disco_status_t disco__node_join(const disco_session_config_t *cfg, struct disco_
                                "cfg.nodes is DISCO_NODES_MPI, but this process was not started by "
                                "an MPI launcher (no OMPI_COMM_WORLD_RANK/SIZE): run it as "
                                "mpirun -np NODES ...");
+    if (size > NODE_MAX)
+        return disco_set_error(DISCO_E_INVAL, "%d nodes: at most %d", size, NODE_MAX);
     if (cfg->workers_per_node < 1 || cfg->workers_per_node > DISCO_MAX_WORKERS)
         return disco_set_error(DISCO_E_INVAL, "cfg.workers_per_node %d: must be 1..%d",
                                cfg->workers_per_node, DISCO_MAX_WORKERS);
@@ -76,7 +78,8 @@ static disco_status_t dup_comm(struct disco__node *n, MPI_Comm *out, int64_t dea
     int rc = MPI_Comm_idup(MPI_COMM_WORLD, out, &r);
     if (rc != MPI_SUCCESS)
         return disco__node_mpi_fail(rc, "node link: MPI_Comm_idup");
-    disco_status_t st = disco__node_await(n, &r, -1, deadline, "node link: every node opening", NULL);
+    disco_status_t st =
+        disco__node_await(n, &r, -1, deadline, "node link: every node opening", NULL);
     if (st == DISCO_OK)
         MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
     return st;
@@ -99,10 +102,11 @@ static disco_status_t handshake(struct disco__node *n, const disco_session_confi
     if (all == NULL)
         return disco_set_error(DISCO_E_NOMEM, "node link: hello");
     MPI_Request r;
-    int rc = MPI_Igather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, 0, n->cmd, &r);
-    disco_status_t st = rc != MPI_SUCCESS ? disco__node_mpi_fail(rc, "node link: hello")
-                                          : disco__node_await(n, &r, -1, deadline,
-                                                              "node link: hello", NULL);
+    int rc =
+        MPI_Igather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, 0, n->cmd, &r);
+    disco_status_t st = rc != MPI_SUCCESS
+                            ? disco__node_mpi_fail(rc, "node link: hello")
+                            : disco__node_await(n, &r, -1, deadline, "node link: hello", NULL);
     struct {
         int32_t status;
         char msg[256];

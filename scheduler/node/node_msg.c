@@ -24,9 +24,7 @@ disco_status_t disco__node_flush_locked(struct disco__node *n)
 {
     if (n->blen == 0)
         return DISCO_OK;
-    MPI_Request *r = n->nodes <= 64 ? (MPI_Request[64]){0} : NULL;
-    if (r == NULL)
-        return disco_set_error(DISCO_E_INVAL, "%d nodes: at most 64", n->nodes);
+    MPI_Request r[NODE_MAX]; /* join refuses more nodes */
     disco_status_t st = DISCO_OK;
     int sent = 0;
     for (int k = 1; k < n->nodes && st == DISCO_OK; k++) {
@@ -213,8 +211,8 @@ static disco_status_t take_one(struct disco__node *n)
     case DISCO_NODE_UP_BROKEN:
         if (p->broken == DISCO_OK) {
             disco__text_safe(p->why, sizeof p->why, payload, len); /* no terminator sent */
-            p->broken = disco__status_is_error((int32_t)head[1]) ? (int32_t)head[1]
-                                                                 : DISCO_E_PROTOCOL;
+            p->broken =
+                disco__status_is_error((int32_t)head[1]) ? (int32_t)head[1] : DISCO_E_PROTOCOL;
         }
         return DISCO_OK;
     case DISCO_NODE_UP_BYE:
@@ -281,8 +279,8 @@ disco_status_t disco__node_errors(struct disco__node *n, char *detail, size_t ca
     disco__node_check(n); /* a failure of a node is the session's check's to report */
     disco_status_t code = (disco_status_t)n->err_code;
     if (code != DISCO_OK && *used < cap) {
-        int w = snprintf(detail + *used, cap - *used, "%s%.*s", *used ? "; " : "",
-                         (int)n->err_used, n->err);
+        int w = snprintf(detail + *used, cap - *used, "%s%.*s", *used ? "; " : "", (int)n->err_used,
+                         n->err);
         *used += w > 0 ? (size_t)w : 0;
         if (*used > cap)
             *used = cap;

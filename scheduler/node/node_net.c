@@ -23,23 +23,21 @@ static int64_t coll_deadline(struct disco__node *n)
     return disco__node_now() + n->timeout_ns;
 }
 
-static disco_status_t net_p2p(struct disco__net *net, int peer, void *buf, size_t bytes,
-                              bool send)
+static disco_status_t net_p2p(struct disco__net *net, int peer, void *buf, size_t bytes, bool send)
 {
     struct disco__node *n = of(net);
     int64_t deadline = coll_deadline(n);
     for (size_t at = 0; at < bytes; at += PIECE_MAX) {
         size_t m = bytes - at < PIECE_MAX ? bytes - at : PIECE_MAX;
         MPI_Request r;
-        int rc = send ? MPI_Isend((char *)buf + at, (int)m, MPI_BYTE, peer, NODE_TAG_DATA, n->data,
-                                  &r)
-                      : MPI_Irecv((char *)buf + at, (int)m, MPI_BYTE, peer, NODE_TAG_DATA, n->data,
-                                  &r);
+        int rc =
+            send ? MPI_Isend((char *)buf + at, (int)m, MPI_BYTE, peer, NODE_TAG_DATA, n->data, &r)
+                 : MPI_Irecv((char *)buf + at, (int)m, MPI_BYTE, peer, NODE_TAG_DATA, n->data, &r);
         if (rc != MPI_SUCCESS)
             return disco__node_mpi_fail(rc, send ? "collective: send" : "collective: receive");
         char what[96];
-        snprintf(what, sizeof what, "collective: %s node %d", send ? "sending to" : "receiving from",
-                 peer);
+        snprintf(what, sizeof what, "collective: %s node %d",
+                 send ? "sending to" : "receiving from", peer);
         disco_status_t st = disco__node_await(n, &r, -1, deadline, what, NULL);
         if (st != DISCO_OK)
             return st;
@@ -85,4 +83,3 @@ void disco__node_net_init(struct disco__node *n)
                                  .bcast = net_bcast,
                                  .impl = n};
 }
-

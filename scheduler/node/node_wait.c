@@ -87,4 +87,3 @@ disco_status_t disco__node_await(struct disco__node *n, MPI_Request *r, int peer
         nap = nap * 2 > SLEEP_MAX ? SLEEP_MAX : nap * 2;
     }
 }
-

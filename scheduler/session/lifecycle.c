@@ -202,13 +202,14 @@ static void describe_exit(const struct disco__procs *p, int i, char *out, size_t
 {
     int ws = p->wstatus[i];
     if (WIFSIGNALED(ws))
-        snprintf(out, cap, "worker %d (pid %d) was killed by signal %d (%s)", i + p->id_base, (int)p->pid[i],
-                 WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+        snprintf(out, cap, "worker %d (pid %d) was killed by signal %d (%s)", i + p->id_base,
+                 (int)p->pid[i], WTERMSIG(ws), strsignal(WTERMSIG(ws)));
     else if (WIFEXITED(ws))
         snprintf(out, cap, "worker %d (pid %d) exited with code %d", i + p->id_base, (int)p->pid[i],
                  WEXITSTATUS(ws));
     else
-        snprintf(out, cap, "worker %d (pid %d) ended (status unknown)", i + p->id_base, (int)p->pid[i]);
+        snprintf(out, cap, "worker %d (pid %d) ended (status unknown)", i + p->id_base,
+                 (int)p->pid[i]);
 }
 
 /* Reaps worker i if it has ended; true if it has. */

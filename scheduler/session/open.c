@@ -351,8 +351,8 @@ disco_status_t disco_session_shutdown(disco_session_t *s)
     int grace = 0;
     size_t len = 0;
     disco_frame_hdr_t h = {.code = DISCO_CMD_SHUTDOWN, .seq = ++s->seq};
-    bool framed = disco_frame_encode(h.code, h.seq, NULL, 0, s->buf, s->chan.max_msg, &len) ==
-                  DISCO_OK;
+    bool framed =
+        disco_frame_encode(h.code, h.seq, NULL, 0, s->buf, s->chan.max_msg, &len) == DISCO_OK;
     bool said = s->state == DISCO_OK && framed;
     if (s->node != NULL) {
         /* The other nodes first: they close theirs, then say goodbye. A

@@ -82,9 +82,8 @@ static disco_status_t check_nodes(struct disco_session *s)
         return DISCO_OK;
     char why[DISCO_ERR_MSG_MAX];
     snprintf(why, sizeof why, "%s", disco_last_error());
-    return disco__session_break(s, st == DISCO_E_SYS || st == DISCO_E_PROTOCOL ? st
-                                                                                : DISCO_E_WORKER_DIED,
-                                "%s", why);
+    return disco__session_break(
+        s, st == DISCO_E_SYS || st == DISCO_E_PROTOCOL ? st : DISCO_E_WORKER_DIED, "%s", why);
 }
 
 disco_status_t disco__session_check(struct disco_session *s)
@@ -178,8 +177,7 @@ static disco_status_t bcast_failed(struct disco_session *s, disco_status_t st)
         disco__session_kill(s, w);
         return disco__session_break(s, DISCO_E_TIMEOUT,
                                     "worker %d took no command for %u ms; it was killed",
-                                    w + s->gid_base,
-                                    s->cfg.call_timeout_ms);
+                                    w + s->gid_base, s->cfg.call_timeout_ms);
     }
     return st;
 }
@@ -320,11 +318,11 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
                                  const char *what, size_t w0_len, disco_value_t *value_out)
 {
     uint32_t len = (uint32_t)w0_len;
-    uint64_t seen = 0; /* with tracing: when the wait found the reply (0: it did not wait) */
+    uint64_t seen = 0;        /* with tracing: when the wait found the reply (0: it did not wait) */
     if (worker >= s->world) { /* on another node: its agent forwards the reply */
-        disco_status_t st = disco__node_wait_reply(s->node, worker / s->world, s->reply,
-                                                   DISCO_REPLY_MAX, &len,
-                                                   (int64_t)s->cfg.call_timeout_ms * 1000000);
+        disco_status_t st =
+            disco__node_wait_reply(s->node, worker / s->world, s->reply, DISCO_REPLY_MAX, &len,
+                                   (int64_t)s->cfg.call_timeout_ms * 1000000);
         if (st != DISCO_OK)
             return node_failed(s, st);
     } else if (worker != 0) {

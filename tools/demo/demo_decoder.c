@@ -388,9 +388,11 @@ bool demo_decoder(const demo_dec_opts_t *o, const char *lib)
            (long long)o->vocab, (long long)o->d_model, (long long)o->layers, (long long)o->heads,
            (long long)o->d_ff, n, o->nprompt, o->tokens);
     printf("   tensors: %s; LM head on worker 0 only (the residual stream is on every worker)\n",
-           o->device == kDLExtDev ? "on sim devices (a test device, no GPU figures), computed "
-                                    "on host copies: no GPU compute kernels; the allreduces run as device kernels"
-           : o->device == kDLCUDA ? "on CUDA GPUs, computed on host copies: no GPU compute kernels; the allreduces run as device kernels"
+           o->device == kDLExtDev
+               ? "on sim devices (a test device, no GPU figures), computed "
+                 "on host copies: no GPU compute kernels; the allreduces run as device kernels"
+           : o->device == kDLCUDA ? "on CUDA GPUs, computed on host copies: no GPU compute "
+                                    "kernels; the allreduces run as device kernels"
                                   : "CPU (the shared heap)");
     if (o->save_path != NULL && !save_weights(o->save_path, &shape, o->seed))
         goto out;

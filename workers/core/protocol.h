@@ -59,15 +59,15 @@ enum disco__reply {
     DISCO_REPLY_ERROR = 101, /* [token, status, message] */
 };
 
-#define DISCO_CTL_MAGIC      0x4c544343534944ULL /* "DISCCTL" */
-#define DISCO_CTL_LAYOUT     9u /* 9: the header names the node (gid_base, gworld) */
-#define DISCO_ERR_MSG_MAX    384
-#define DISCO_MAX_ARGS       64
-#define DISCO_MAX_WORKERS    255 /* on one node */
+#define DISCO_CTL_MAGIC          0x4c544343534944ULL /* "DISCCTL" */
+#define DISCO_CTL_LAYOUT         9u /* 9: the header names the node (gid_base, gworld) */
+#define DISCO_ERR_MSG_MAX        384
+#define DISCO_MAX_ARGS           64
+#define DISCO_MAX_WORKERS        255   /* on one node */
 #define DISCO_MAX_GLOBAL_WORKERS 65535 /* on every node together */
-#define DISCO_CTL_MIN_MSG    256u
-#define DISCO_CTL_MAX_MSG    (1u << 30) /* 1 GiB: a command, not a data path */
-#define DISCO_CTL_HEAP_ALIGN 4096u
+#define DISCO_CTL_MIN_MSG        256u
+#define DISCO_CTL_MAX_MSG        (1u << 30) /* 1 GiB: a command, not a data path */
+#define DISCO_CTL_HEAP_ALIGN     4096u
 
 /* A worker's first unreported error since the controller last looked. The
  * worker fills it and sets full (release); the controller reads it after
@@ -91,7 +91,7 @@ struct disco__ctl {
     uint32_t max_msg;
     int32_t controller_pid;
     uint32_t gid_base; /* this node's first global worker id (scheduler/node/) */
-    uint64_t spin_ns; /* workers' wait settings */
+    uint64_t spin_ns;  /* workers' wait settings */
     uint64_t pause_ns;
     uint64_t errbox_off; /* offsets from the segment data start */
     uint64_t cmd_off;
@@ -102,7 +102,7 @@ struct disco__ctl {
     uint64_t heap_off;   /* shared heap */
     uint64_t heap_size;
     uint32_t num_groups;
-    uint32_t gworld; /* workers in the whole session, every node's; = world on one node */
+    uint32_t gworld;  /* workers in the whole session, every node's; = world on one node */
     uint32_t ggroups; /* groups in the whole session: 1 across nodes is one group of everyone */
     uint32_t reserved;
     uint64_t bind_off;  /* struct disco__bind[world] */

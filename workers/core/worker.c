@@ -215,15 +215,16 @@ static disco_status_t stage_device(disco_worker_t *w, const DLTensor *t, disco_v
 {
     void *buf = malloc(raw->len ? raw->len : 1);
     if (buf == NULL)
-        return disco_set_error(DISCO_E_NOMEM, "worker %d: %u bytes to stage a device tensor", disco__worker_gid(w),
-                               raw->len);
+        return disco_set_error(DISCO_E_NOMEM, "worker %d: %u bytes to stage a device tensor",
+                               disco__worker_gid(w), raw->len);
     disco_status_t st = disco__tensor_to_host(t, buf);
     if (st != DISCO_OK) {
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());
         free(buf);
         return disco_set_error(st, "worker %d: reading a tensor on device type %d, id %d: %s",
-                               disco__worker_gid(w), (int)t->device.device_type, t->device.device_id, why);
+                               disco__worker_gid(w), (int)t->device.device_type,
+                               t->device.device_id, why);
     }
     raw->v.bytes = buf;
     *staged_out = buf;
@@ -251,7 +252,8 @@ static disco_status_t fill_device(disco_worker_t *w, uint64_t reg, const disco_v
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());
         return disco_set_error(st, "worker %d: filling a tensor on device type %d, id %d: %s",
-                               disco__worker_gid(w), (int)t->device.device_type, t->device.device_id, why);
+                               disco__worker_gid(w), (int)t->device.device_type,
+                               t->device.device_id, why);
     }
     return DISCO_OK;
 }
@@ -320,8 +322,7 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         uint64_t r = args[0].v.reg;
         if (r == 0 || r >= w->nregs) {
             disco_set_error(DISCO_E_BAD_REG, "worker %d: register %llu is not set",
-                            disco__worker_gid(w),
-                            (unsigned long long)r);
+                            disco__worker_gid(w), (unsigned long long)r);
             return reply_error(w, args[2].v.i, DISCO_E_BAD_REG, reply, reply_cap, reply_len);
         }
         const disco_value_t *v = &w->regs[r];

@@ -62,8 +62,10 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     uint32_t gid_base = ctl->gid_base, gworld = ctl->gworld;
     if (gworld < lay.geom.world || gworld > DISCO_MAX_GLOBAL_WORKERS ||
         gworld % lay.geom.world != 0 || gid_base % lay.geom.world != 0 || gid_base >= gworld) {
-        fprintf(stderr, "disco worker %d: the header's node (first worker %u of %u) does not fit "
-                        "%u workers a node\n", id, gid_base, gworld, lay.geom.world);
+        fprintf(stderr,
+                "disco worker %d: the header's node (first worker %u of %u) does not fit "
+                "%u workers a node\n",
+                id, gid_base, gworld, lay.geom.world);
         return 2;
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL);

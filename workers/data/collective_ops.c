@@ -117,7 +117,7 @@ static disco_status_t allreduce_body(disco_ctx_t *ctx, const disco_value_t *a, i
         if ((st = disco__coll_span_check(&c, r, false, 0, count * esz, &ins[r])) != DISCO_OK ||
             (st = disco__coll_span_check(&c, r, true, 0, count * esz, &outs[r])) != DISCO_OK)
             return st; /* a verdict on the slots: the same on every member */
-    if (c.across) { /* a chain through the nodes (collective_net.c) */
+    if (c.across) {    /* a chain through the nodes (collective_net.c) */
         if ((st = disco__coll_net_allreduce(&c, op, x->dtype, ins, outs)) == DISCO_OK)
             *ret = disco_value_tensor(out);
         return st;
@@ -265,7 +265,8 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     disco__coll_begin(ctx, flag(a, n, 1), "scatter_from_worker0", &c);
     if (c.across)
         disco__coll_net_refuse(&c);
-    DLTensor *x = c.rank == 0 && !c.across ? lead_share(&c, a, n, "scatter_from_worker0", true) : NULL;
+    DLTensor *x =
+        c.rank == 0 && !c.across ? lead_share(&c, a, n, "scatter_from_worker0", true) : NULL;
     if (x != NULL && (x->ndim == 0 || x->shape[0] % c.size != 0)) {
         disco_set_error(DISCO_E_MISMATCH, "scatter: dimension 0 (%lld) is not a multiple of %d",
                         x->ndim ? (long long)x->shape[0] : 0LL, c.size);
