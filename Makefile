@@ -277,7 +277,7 @@ test: $(TEST_BIN) $(NODE_PROG) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLI
 MPI_BENCH := $(BUILD)/bin/mpi_allreduce
 MPI_CC    := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(MPI_BENCH) tools/bench/mpi_allreduce.c
 NODE_BASE := $(BUILD)/bin/mpi_node_base
-NODE_CC   := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(NODE_BASE) tools/bench/mpi_node_base.c
+NODE_CC   := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -I. -o $(NODE_BASE) tools/bench/mpi_node_base.c
 # More options for disco-bench, e.g. BENCH_ARGS="--quick --only node".
 BENCH_ARGS ?=
 
@@ -294,7 +294,7 @@ bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker python $(if $(filter o
 	    fi; \
 	    if [ "$(MPI_MODE)" != on ]; then \
 	        echo "bench: disco was built without Open MPI; figures across nodes skipped"; \
-	    elif [ $(NODE_BASE) -nt tools/bench/mpi_node_base.c ] || \
+	    elif [ $(NODE_BASE) -nt tools/bench/mpi_node_base.c ] && [ $(NODE_BASE) -nt tools/bench/bench_stats.h ] || \
 	       { echo "$(NODE_CC)"; $(NODE_CC); }; then \
 	        mpi="$$mpi --node-bench $(NODE_BENCH) --node-base $(NODE_BASE)"; \
 	    else \

@@ -29,16 +29,7 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Runs a shell command line; returns its exit code, its stdout in out. */
-static int run(const char *cmd, char *out, size_t cap)
-{
-    FILE *p = popen(cmd, "r");
-    ck_assert_msg(p != NULL, "popen %s", cmd);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+#define run tu_run
 
 /* mpirun's options: the machine's cores are fewer than the processes; a
  * dead process must not end the job (the session reports it instead). */

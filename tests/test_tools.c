@@ -21,16 +21,7 @@ static const char *const tools[] = {"disco",         "disco-bench",      "disco-
                                     "disco-worker"};
 #define NTOOLS (sizeof tools / sizeof tools[0])
 
-/* Runs a shell command line; returns its exit code, its stdout in out. */
-static int run(const char *cmd, char *out, size_t cap)
-{
-    FILE *p = popen(cmd, "r");
-    ck_assert_msg(p != NULL, "popen %s", cmd);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+#define run tu_run
 
 START_TEST(test_help)
 {

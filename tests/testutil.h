@@ -36,6 +36,18 @@
                   disco_last_error(), (text))
 
 /* Milliseconds since `start_ns` on the disco clock. */
+/* Runs a shell command line; returns its exit code (128 + the signal
+ * that ended it), its stdout in out (cap bytes, terminated). */
+static inline int tu_run(const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    ck_assert_msg(p != NULL, "popen %s", cmd);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 static inline double tu_ms_since(int64_t start_ns)
 {
     return (double)(disco_now_ns() - start_ns) / 1e6;

@@ -73,33 +73,25 @@ static const struct transport {
      "inside each node: disco's rings and shared heap"},
 };
 
+/* Records one figure a program printed under its name for the transport
+ * (ctx: the transport); unknown keys are ignored. */
+static void take(void *ctx, const char *key, double v)
+{
+    bool tcp = *(const bool *)ctx;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const char *name = tcp ? keys[i].tcp : keys[i].key;
+        if (strcmp(key, keys[i].key) == 0 && name != NULL)
+            record(name, v, keys[i].unit);
+    }
+}
+
 /* Runs cmd, records the figures it prints under their names for the
- * transport (tcp or not); returns how many, or -1 when cmd failed. */
+ * transport (tcp or not); returns how many lines it read, or -1 when cmd
+ * failed. */
 static int run(const char *cmd, bool tcp)
 {
-    printf("  %s\n", cmd);
-    fflush(stdout);
-    FILE *f = popen(cmd, "r");
-    if (f == NULL) {
-        printf("  skipped: popen: %s\n", strerror(errno));
-        return -1;
-    }
-    char line[256];
-    int found = 0;
-    while (fgets(line, sizeof line, f) != NULL) {
-        char key[64];
-        double v;
-        if (sscanf(line, "%63[^=]=%lf", key, &v) != 2)
-            continue;
-        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-            const char *name = tcp ? keys[i].tcp : keys[i].key;
-            if (strcmp(key, keys[i].key) == 0 && name != NULL) {
-                record(name, v, keys[i].unit);
-                found++;
-            }
-        }
-    }
-    int status = pclose(f);
+    int found;
+    int status = bu_read_figures(cmd, take, &tcp, &found);
     if (status != 0) {
         printf("  failed: exit status %d (%s), %d figure(s) read\n", status,
                status == -1                                      ? strerror(errno)

@@ -238,6 +238,15 @@ void bench_tensor(void)
  * key pointer, so only these static names are recorded. */
 static const char *const mpi_keys[] = {"mpi_allreduce_us_1MiB", "mpi_allreduce_us_64MiB"};
 
+/* Records a figure of mpi_allreduce's under its static name. */
+static void take_mpi(void *ctx, const char *key, double v)
+{
+    (void)ctx;
+    for (size_t i = 0; i < sizeof mpi_keys / sizeof mpi_keys[0]; i++)
+        if (strcmp(key, mpi_keys[i]) == 0)
+            record(mpi_keys[i], v, "us");
+}
+
 void bench_mpi(void)
 {
     const char *prog = bench_mpi_path();
@@ -257,27 +266,8 @@ void bench_mpi(void)
     snprintf(cmd, sizeof cmd,
              "mpirun%s -np 2 --bind-to core --mca pml ob1 --mca btl self,vader '%s' %d",
              geteuid() == 0 ? " --allow-run-as-root" : "", prog, bench_reps());
-    printf("  %s\n", cmd);
-    fflush(stdout);
-    FILE *f = popen(cmd, "r");
-    if (f == NULL) {
-        printf("  MPI not available: popen: %s\n", strerror(errno));
-        return;
-    }
-    char line[256];
-    int found = 0;
-    while (fgets(line, sizeof line, f) != NULL) {
-        char key[64];
-        double v;
-        if (sscanf(line, "%63[^=]=%lf", key, &v) != 2)
-            continue;
-        for (size_t i = 0; i < sizeof mpi_keys / sizeof mpi_keys[0]; i++)
-            if (strcmp(key, mpi_keys[i]) == 0) {
-                record(mpi_keys[i], v, "us");
-                found++;
-            }
-    }
-    int status = pclose(f);
+    int found;
+    int status = bu_read_figures(cmd, take_mpi, NULL, &found);
     if (status != 0 || found == 0)
         printf("  MPI not available: mpirun exited with status %d, %d figure(s) read\n", status,
                found);

@@ -263,3 +263,24 @@ void bu_machine_probe(bu_machine_t *m)
     snprintf(m->gpu, sizeof m->gpu, "%s",
              access("/proc/driver/nvidia/gpus", F_OK) == 0 ? "nvidia (driver present)" : "none");
 }
+
+int bu_read_figures(const char *cmd, void (*take)(void *ctx, const char *key, double v), void *ctx,
+                    int *found)
+{
+    printf("  %s\n", cmd);
+    fflush(stdout);
+    *found = 0;
+    FILE *f = popen(cmd, "r");
+    if (f == NULL)
+        return -1;
+    char line[256];
+    while (fgets(line, sizeof line, f) != NULL) {
+        char key[64];
+        double v;
+        if (sscanf(line, "%63[^=]=%lf", key, &v) == 2) {
+            take(ctx, key, v);
+            (*found)++;
+        }
+    }
+    return pclose(f);
+}

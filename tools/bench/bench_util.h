@@ -75,6 +75,12 @@ disco_wait_t bu_wait(uint64_t pause_ns);
 /* Median of n values (sorts them in place). */
 double bu_median(double *v, int n);
 
+/** Runs cmd (a shell command line, printed first) and calls take for each
+ *  "key=value" line of its output. Returns pclose's status (-1: popen or
+ *  pclose failed, errno set); *found counts the lines taken. */
+int bu_read_figures(const char *cmd, void (*take)(void *ctx, const char *key, double v), void *ctx,
+                    int *found);
+
 /* ---- pinning ---- */
 
 extern int bu_cpu_ids[CPU_SETSIZE]; /* the CPUs we may run on (bu_cpus_init) */

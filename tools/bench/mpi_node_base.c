@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/bench/bench_stats.h"
+
 #define MIB        ((size_t)1 << 20)
 #define WARM_CALLS 100
 #define WARM_SMALL 20
@@ -54,20 +56,6 @@ static void *xcalloc(size_t n, size_t each)
     return p;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Sorts v; its median, and its 99th percentile in *p99 (node_bench's). */
-static double stats(double *v, int n, double *p99)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    *p99 = v[(n - 1) * 99 / 100];
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void bcast_gather(int rounds)
 {
     char cmd[64] = {0};
@@ -85,7 +73,7 @@ static void bcast_gather(int rounds)
         if (i >= 0)
             us[i] = (MPI_Wtime() - t0) * 1e6;
     }
-    double p99, med = stats(us, rounds, &p99);
+    double p99, med = bench_stats(us, rounds, &p99);
     if (rank == 0)
         printf("mpi_bcast_gather_us=%.3f\nmpi_bcast_gather_p99_us=%.3f\n", med, p99);
     free(us);
@@ -118,7 +106,7 @@ static void allreduce(size_t bytes, int warm, int reps, const char *key, const c
     int rc = MPI_Reduce(t, tmax, reps, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS)
         die("MPI_Reduce", rc);
-    double p99, med = stats(tmax, reps, &p99);
+    double p99, med = bench_stats(tmax, reps, &p99);
     if (rank == 0) {
         printf("%s=%.3f\n", key, med);
         if (p99_key != NULL)

@@ -50,6 +50,7 @@
 #include <string.h>
 
 #include "disco/disco.h"
+#include "tools/bench/bench_stats.h"
 
 #define MIB        ((size_t)1 << 20)
 #define BIG        (64 * MIB)
@@ -82,21 +83,6 @@ static void *xmalloc(size_t n)
     if (p == NULL)
         die("out of memory", DISCO_E_NOMEM);
     return p;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Sorts v; its median, and its 99th percentile (as bench_session.c) in
- * *p99. */
-static double stats(double *v, int n, double *p99)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    *p99 = v[(n - 1) * 99 / 100];
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static disco_value_t dref(disco_dref_t r)
@@ -141,7 +127,7 @@ static void call_sync(int rounds, const char *key, const char *p99_key)
         if (i >= 0)
             us[i] = (double)dt / 1e3;
     }
-    double p99, med = stats(us, rounds, &p99);
+    double p99, med = bench_stats(us, rounds, &p99);
     printf("%s=%.3f\n%s=%.3f\n", key, med, p99_key, p99);
     free(us);
     check(disco_session_free_reg(sess, f), "free");
@@ -166,7 +152,7 @@ static void stream(int reps, const char *key)
         if (k >= 0)
             rate[k] = (double)CALLS * 1e9 / (double)dt;
     }
-    double p99, med = stats(rate, reps, &p99);
+    double p99, med = bench_stats(rate, reps, &p99);
     printf("%s=%.1f\n", key, med);
     free(rate);
     check(disco_session_free_reg(sess, f), "free");
@@ -220,7 +206,7 @@ static void allreduce(size_t bytes, int warm, int rounds, const char *key, const
         if (i >= 0)
             us[i] = (double)dt / 1e3;
     }
-    double p99, med = stats(us, rounds, &p99);
+    double p99, med = bench_stats(us, rounds, &p99);
     printf("%s=%.3f\n", key, med);
     if (p99_key != NULL)
         printf("%s=%.3f\n", p99_key, p99);
