@@ -93,6 +93,11 @@ int64_t disco__node_now(void);
 disco_status_t disco__node_await(struct disco__node *n, MPI_Request *r, int peer,
                                  int64_t deadline_ns, const char *what, MPI_Status *status);
 
+/** One pause between two polls of a wait that has waited waited_ns: a
+ *  few pause instructions for the first 20 us, then a yield of the CPU up
+ *  to 2 ms, then a nap of *nap_ns, doubled each time up to 1 ms. */
+void disco__node_backoff(int64_t waited_ns, long *nap_ns);
+
 /** A failed MPI call as a status: DISCO_E_SYS with MPI's own words. */
 disco_status_t disco__node_mpi_fail(int rc, const char *what);
 

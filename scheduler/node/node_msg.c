@@ -88,7 +88,8 @@ disco_status_t disco__node_next(struct disco__node *n, const void **frames, size
     long nap = 20000;
     /* Poll for the next batch: flat out for a while after the last one
      * (a session at work sends them back to back), then with naps that
-     * grow to 1 ms, so that an idle node costs next to nothing. */
+     * grow to 1 ms, so that an idle node costs next to nothing
+     * (disco__node_backoff). */
     for (;;) {
         if ((rc = MPI_Iprobe(0, NODE_TAG_CMD, n->cmd, &flag, &status)) != MPI_SUCCESS)
             return disco__node_mpi_fail(rc, "waiting for commands");
@@ -96,13 +97,7 @@ disco_status_t disco__node_next(struct disco__node *n, const void **frames, size
             break;
         if (atomic_load_explicit(&n->peer[0].dead, memory_order_relaxed))
             return disco__node_dead(n, 0, "waiting for commands");
-        if (disco__node_now() - start < 2000000) {
-            sched_yield();
-            continue;
-        }
-        struct timespec ts = {0, nap};
-        nanosleep(&ts, NULL);
-        nap = nap * 2 > 1000000 ? 1000000 : nap * 2;
+        disco__node_backoff(disco__node_now() - start, &nap);
     }
     int count = 0;
     MPI_Get_count(&status, MPI_BYTE, &count);
@@ -256,13 +251,7 @@ disco_status_t disco__node_wait_reply(struct disco__node *n, int node, void *buf
         if (now - start > timeout_ns)
             return disco_set_error(DISCO_E_TIMEOUT, "node %d did not answer within %lld ms", node,
                                    (long long)(timeout_ns / 1000000));
-        if (now - start < 2000000) {
-            sched_yield();
-            continue;
-        }
-        struct timespec ts = {0, nap};
-        nanosleep(&ts, NULL);
-        nap = nap * 2 > 1000000 ? 1000000 : nap * 2;
+        disco__node_backoff(now - start, &nap);
     }
     if (st != DISCO_OK)
         return st;

@@ -13,8 +13,9 @@
 
 #include "scheduler/node/node_impl.h"
 
-#define SPIN_NS   200000LL /* poll flat out this long, then sleep between polls */
-#define SLEEP_MAX 1000000L /* at most this long (ns) */
+#define PAUSE_NS 20000LL   /* poll with only a pause between polls this long, */
+#define YIELD_NS 2000000LL /* then yielding the CPU between polls this long, */
+#define NAP_MAX  1000000L  /* then sleeping, the naps doubling up to this (ns) */
 
 int64_t disco__node_now(void)
 {
@@ -59,6 +60,20 @@ static int dead_peer(const struct disco__node *n, int peer)
     return -1;
 }
 
+void disco__node_backoff(int64_t waited_ns, long *nap_ns)
+{
+    if (waited_ns < PAUSE_NS) {
+        for (int i = 0; i < 16; i++)
+            __builtin_ia32_pause(); /* no syscall: the answer may be a microsecond away */
+    } else if (waited_ns < YIELD_NS) {
+        sched_yield(); /* workers may outnumber cores: never starve the peer */
+    } else {
+        struct timespec ts = {0, *nap_ns};
+        nanosleep(&ts, NULL);
+        *nap_ns = *nap_ns * 2 > NAP_MAX ? NAP_MAX : *nap_ns * 2;
+    }
+}
+
 disco_status_t disco__node_await(struct disco__node *n, MPI_Request *r, int peer,
                                  int64_t deadline_ns, const char *what, MPI_Status *status)
 {
@@ -78,12 +93,6 @@ disco_status_t disco__node_await(struct disco__node *n, MPI_Request *r, int peer
         if (deadline_ns != 0 && now >= deadline_ns)
             return disco_set_error(DISCO_E_TIMEOUT, "%s: no answer within %lld ms", what,
                                    (long long)((now - start) / 1000000));
-        if (now - start < SPIN_NS) {
-            sched_yield(); /* workers may outnumber cores: never starve the peer */
-            continue;
-        }
-        struct timespec ts = {0, nap};
-        nanosleep(&ts, NULL);
-        nap = nap * 2 > SLEEP_MAX ? SLEEP_MAX : nap * 2;
+        disco__node_backoff(now - start, &nap);
     }
 }
