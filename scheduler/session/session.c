@@ -12,8 +12,6 @@
 #include "scheduler/node/node.h"
 #include "scheduler/session/session_impl.h"
 
-#define HEALTH_EVERY 64u
-
 disco_session_config_t disco_session_config_default(int num_workers)
 {
     disco_session_config_t c = {.num_workers = num_workers};
@@ -146,7 +144,7 @@ static disco_status_t usable(struct disco_session *s)
 
 /* The wait for one call: the config's spin, the call timeout (counted from
  * when the wait starts waiting), worker checks. */
-static const disco_wait_t *call_wait(struct disco_session *s)
+const disco_wait_t *disco__session_call_wait(struct disco_session *s)
 {
     s->wait.deadline_ns = 0;
     s->wait.timeout_ns = (int64_t)s->cfg.call_timeout_ms * 1000000;
@@ -159,7 +157,7 @@ static const disco_wait_t *call_wait(struct disco_session *s)
 
 /* A broadcast that failed with st: a full channel past the deadline is
  * blamed on the worker that does not read, which is killed. */
-static disco_status_t bcast_failed(struct disco_session *s, disco_status_t st)
+disco_status_t disco__session_bcast_failed(struct disco_session *s, disco_status_t st)
 {
     if (st == DISCO_E_TIMEOUT) {
         /* The worker that does not read: the ring's slowest reader, or the
@@ -217,10 +215,10 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     if (st != DISCO_OK)
         return st;
     uint64_t t_enq = 0; /* stamped by the broadcast as it publishes (trace_impl.h) */
-    st = disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, call_wait(s),
+    st = disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, disco__session_call_wait(s),
                            disco__trace_slot(&s->trace, &t_enq));
     if (st != DISCO_OK)
-        return bcast_failed(s, st);
+        return disco__session_bcast_failed(s, st);
     if (s->node != NULL && (st = disco__node_post(s->node, s->buf, len)) != DISCO_OK)
         return node_failed(s, st);
     size_t rlen = 0;
@@ -237,60 +235,11 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     return DISCO_OK;
 }
 
-/* Reports (and clears) every worker's pending error: the first code, with
- * all of them in the detail. */
-static disco_status_t collect_errors(struct disco_session *s)
-{
-    disco_status_t first = DISCO_OK;
-    char detail[512];
-    size_t used = 0;
-    detail[0] = '\0';
-    for (int i = 0; i < s->world; i++) {
-        struct disco__errbox *b = &s->errbox[i];
-        /* Acquire: pairs with the worker's release of full. */
-        if (!atomic_load_explicit(&b->full, memory_order_acquire))
-            continue;
-        /* The box is the worker's to write: its text is copied within its
-         * fields (a terminator forced, control bytes escaped) and its code
-         * must be an error of ours. */
-        char func[sizeof b->func], msg[sizeof b->msg];
-        disco__text_safe(func, sizeof func, b->func, sizeof b->func);
-        disco__text_safe(msg, sizeof msg, b->msg, sizeof b->msg);
-        int32_t code = b->code;
-        bool bad = !disco__status_is_error(code);
-        if (first == DISCO_OK)
-            first = bad ? DISCO_E_PROTOCOL : (disco_status_t)code;
-        uint32_t more = atomic_exchange_explicit(&b->dropped, 0, memory_order_relaxed);
-        if (used < sizeof detail) {
-            int n = snprintf(detail + used, sizeof detail - used, "%sworker %d: %s: %s%s",
-                             used ? "; " : "", i + s->gid_base, func,
-                             bad ? "(its status is not an error status) " : "", msg);
-            used += n > 0 ? (size_t)n : 0;
-            if (more != 0 && used < sizeof detail) {
-                n = snprintf(detail + used, sizeof detail - used, " (and %u more)", more);
-                used += n > 0 ? (size_t)n : 0;
-            }
-        }
-        /* Release: our reads of the box are done before the worker reuses it. */
-        atomic_store_explicit(&b->full, 0, memory_order_release);
-    }
-    if (used > sizeof detail)
-        used = sizeof detail;
-    if (s->node != NULL) { /* what the other nodes' workers reported */
-        disco_status_t remote = disco__node_errors(s->node, detail, sizeof detail, &used);
-        if (first == DISCO_OK)
-            first = remote;
-    }
-    if (first == DISCO_OK)
-        return DISCO_OK;
-    return disco_set_error(first, "%s", detail);
-}
-
 /* A wait for worker's reply to what that failed with st: past the
  * deadline the worker is killed; a closed channel means it is dying, and
  * its death (as the kernel reports it) is the cause. */
-static disco_status_t reply_failed(struct disco_session *s, int worker, disco_status_t st,
-                                   const char *what)
+disco_status_t disco__session_reply_failed(struct disco_session *s, int worker, disco_status_t st,
+                                           const char *what)
 {
     if (st == DISCO_E_TIMEOUT) {
         disco__session_kill(s, worker);
@@ -326,13 +275,13 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
         if (st != DISCO_OK)
             return node_failed(s, st);
     } else if (worker != 0) {
-        const disco_wait_t *w = call_wait(s);
+        const disco_wait_t *w = disco__session_call_wait(s);
         disco__wait_set_found_at(&s->wait, disco__trace_slot(&s->trace, &seen));
         disco_status_t st =
             disco__chan_recv_reply(&s->chan, worker, s->reply, DISCO_REPLY_MAX, &len, w);
         disco__wait_set_found_at(&s->wait, NULL);
         if (st != DISCO_OK)
-            return reply_failed(s, worker, st, what);
+            return disco__session_reply_failed(s, worker, st, what);
     }
     disco__trace_cmd_replied(&s->trace, s->seq, seen); /* it answers the last command issued */
     disco_frame_hdr_t h;
@@ -397,7 +346,7 @@ static disco_status_t api_sync(disco_session_t *s, int worker)
         return st;
     if ((st = wait_reply(s, worker, token, "sync", w0_len, NULL)) != DISCO_OK)
         return st;
-    return collect_errors(s);
+    return disco__session_collect_errors(s);
 }
 
 static disco_status_t api_get_func(disco_session_t *s, const char *name, disco_dref_t *func_out)
@@ -506,7 +455,7 @@ static disco_status_t api_debug_get(disco_session_t *s, disco_dref_t reg, int wo
     disco_value_t v;
     if ((st = wait_reply(s, worker, token, "debug get", w0_len, &v)) != DISCO_OK)
         return st;
-    if ((st = collect_errors(s)) != DISCO_OK) {
+    if ((st = disco__session_collect_errors(s)) != DISCO_OK) {
         disco_value_clear(&v);
         return st;
     }
@@ -533,7 +482,7 @@ static disco_status_t api_debug_set(disco_session_t *s, disco_dref_t reg, int wo
         return st;
     if ((st = wait_reply(s, worker, token, "debug set", w0_len, NULL)) != DISCO_OK)
         return st;
-    return collect_errors(s);
+    return disco__session_collect_errors(s);
 }
 
 /* ---- the errors the API returns ---- */
@@ -635,59 +584,4 @@ disco_status_t disco__session_debug_get(struct disco_session *s, disco_dref_t re
                                         disco_value_t *value_out)
 {
     return api_debug_get(s, reg, worker, value_out);
-}
-
-/* ---- for a node's agent (scheduler/node/node_agent.c) ---- */
-
-disco_status_t disco__session_relay(struct disco_session *s, const void *frame, size_t len,
-                                    int *asks_out, size_t *w0_len)
-{
-    *asks_out = -1;
-    *w0_len = 0;
-    disco_frame_hdr_t h;
-    disco_value_t args[DISCO_MAX_ARGS];
-    disco_status_t st;
-    if (len > s->chan.max_msg ||
-        (st = disco_frame_decode(frame, len, &h, args, DISCO_MAX_ARGS)) != DISCO_OK) {
-        if (s->state != DISCO_OK)
-            return usable(s);
-        return disco__session_break(s, DISCO_E_PROTOCOL,
-                                    "a command frame from the controller does not decode: %s",
-                                    disco_last_error());
-    }
-    if (h.code == DISCO_CMD_SHUTDOWN) /* the agent closes the node itself */
-        return disco_set_error(DISCO_E_SHUTDOWN, "the controller ended the session");
-    if ((st = usable(s)) != DISCO_OK)
-        return st;
-    if (++s->issued % HEALTH_EVERY == 0 && (st = disco__session_check(s)) != DISCO_OK)
-        return st;
-    if (h.code == DISCO_CMD_SYNC && h.nargs >= 1 && args[0].type == DISCO_T_INT)
-        *asks_out = (int)args[0].v.i;
-    else if ((h.code == DISCO_CMD_DEBUG_GET || h.code == DISCO_CMD_DEBUG_SET) && h.nargs >= 2 &&
-             args[1].type == DISCO_T_INT)
-        *asks_out = (int)args[1].v.i;
-    s->seq = h.seq;
-    disco__chan_prepare_bcast(&s->chan);
-    uint64_t t_enq = 0;
-    st = disco__chan_bcast(&s->chan, frame, (uint32_t)len, call_wait(s),
-                           disco__trace_slot(&s->trace, &t_enq));
-    if (st != DISCO_OK)
-        return bcast_failed(s, st);
-    disco__worker_exec(&s->w0, &h, args, s->reply, DISCO_REPLY_MAX, w0_len);
-    disco__trace_cmd_issued(&s->trace, h.seq, h.code, NULL, t_enq);
-    if (s->state != DISCO_OK)
-        return disco_set_error(s->state, "%s", s->why);
-    return DISCO_OK;
-}
-
-disco_status_t disco__session_recv_reply(struct disco_session *s, int local, uint32_t *len)
-{
-    disco_status_t st =
-        disco__chan_recv_reply(&s->chan, local, s->reply, DISCO_REPLY_MAX, len, call_wait(s));
-    return st == DISCO_OK ? DISCO_OK : reply_failed(s, local, st, "a command of the controller's");
-}
-
-disco_status_t disco__session_collect_errors(struct disco_session *s)
-{
-    return collect_errors(s);
 }

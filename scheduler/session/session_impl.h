@@ -102,6 +102,25 @@ disco_status_t disco__session_free_reg(struct disco_session *s, disco_dref_t reg
 disco_status_t disco__session_debug_get(struct disco_session *s, disco_dref_t reg, int worker,
                                         disco_value_t *value_out);
 
+/* A command that never waits looks at the workers every HEALTH_EVERY
+ * commands, so that a death is noticed without a syscall on every call. */
+#define HEALTH_EVERY 64u
+
+/** The wait of one call: the config's spin, the call timeout counted from
+ *  when it starts waiting, the workers' checks. */
+const disco_wait_t *disco__session_call_wait(struct disco_session *s);
+
+/** A broadcast that failed with st: a full channel past the deadline is
+ *  blamed on the worker that does not read, which is killed; the session
+ *  breaks. Returns the status the caller gets. */
+disco_status_t disco__session_bcast_failed(struct disco_session *s, disco_status_t st);
+
+/** A wait for worker's reply to what that failed with st: past the
+ *  deadline the worker is killed; a closed channel means it is dying, and
+ *  its death is the cause. Returns the status the caller gets. */
+disco_status_t disco__session_reply_failed(struct disco_session *s, int worker, disco_status_t st,
+                                           const char *what);
+
 /** An agent's relay of one command frame of the controller's (node_agent.c):
  *  decodes it, broadcasts it to this node's workers as it is and runs it on
  *  worker 0. *asks_out is the global id of the worker the command asks for

@@ -1,0 +1,56 @@
+/* session_agent.c - what a node's agent asks of its node's session
+ * (scheduler/node/node_agent.c): relaying the controller's command frames
+ * as they are, and waiting for its workers' replies (session_impl.h). */
+#include <stdio.h>
+
+#include "scheduler/session/session_impl.h"
+
+disco_status_t disco__session_relay(struct disco_session *s, const void *frame, size_t len,
+                                    int *asks_out, size_t *w0_len)
+{
+    *asks_out = -1;
+    *w0_len = 0;
+    disco_frame_hdr_t h;
+    disco_value_t args[DISCO_MAX_ARGS];
+    disco_status_t st;
+    if (len > s->chan.max_msg ||
+        (st = disco_frame_decode(frame, len, &h, args, DISCO_MAX_ARGS)) != DISCO_OK) {
+        if (s->state != DISCO_OK)
+            return disco__session_usable(s);
+        return disco__session_break(s, DISCO_E_PROTOCOL,
+                                    "a command frame from the controller does not decode: %s",
+                                    disco_last_error());
+    }
+    if (h.code == DISCO_CMD_SHUTDOWN) /* the agent closes the node itself */
+        return disco_set_error(DISCO_E_SHUTDOWN, "the controller ended the session");
+    if ((st = disco__session_usable(s)) != DISCO_OK)
+        return st;
+    if (++s->issued % HEALTH_EVERY == 0 && (st = disco__session_check(s)) != DISCO_OK)
+        return st;
+    if (h.code == DISCO_CMD_SYNC && h.nargs >= 1 && args[0].type == DISCO_T_INT)
+        *asks_out = (int)args[0].v.i;
+    else if ((h.code == DISCO_CMD_DEBUG_GET || h.code == DISCO_CMD_DEBUG_SET) && h.nargs >= 2 &&
+             args[1].type == DISCO_T_INT)
+        *asks_out = (int)args[1].v.i;
+    s->seq = h.seq;
+    disco__chan_prepare_bcast(&s->chan);
+    uint64_t t_enq = 0;
+    st = disco__chan_bcast(&s->chan, frame, (uint32_t)len, disco__session_call_wait(s),
+                           disco__trace_slot(&s->trace, &t_enq));
+    if (st != DISCO_OK)
+        return disco__session_bcast_failed(s, st);
+    disco__worker_exec(&s->w0, &h, args, s->reply, DISCO_REPLY_MAX, w0_len);
+    disco__trace_cmd_issued(&s->trace, h.seq, h.code, NULL, t_enq);
+    if (s->state != DISCO_OK)
+        return disco_set_error(s->state, "%s", s->why);
+    return DISCO_OK;
+}
+
+disco_status_t disco__session_recv_reply(struct disco_session *s, int local, uint32_t *len)
+{
+    disco_status_t st = disco__chan_recv_reply(&s->chan, local, s->reply, DISCO_REPLY_MAX, len,
+                                               disco__session_call_wait(s));
+    return st == DISCO_OK
+               ? DISCO_OK
+               : disco__session_reply_failed(s, local, st, "a command of the controller's");
+}
