@@ -8,14 +8,14 @@
  * scenario went as it expects, 1 otherwise; the agents' opens never return
  * (session.h). Scenarios:
  *   ids       every worker's global id and the world size; sync of each
- *   coll      allreduce (sum, max of i32, f32, f64) and broadcast across
- *             nodes: checksums of every worker's result
+ *   coll      allreduce (sum, max of i32, f32, f64), broadcast, allgather
+ *             and gather across nodes: checksums of every worker's result
  *   coll-sim  allreduce (sum, f32) of sim device tensors (DISCO_SIM_GPUS):
  *             staged through the host between nodes; checksums
  *   debug     debug set/get of a register on every worker
  *   error     a function that fails on the last worker only
  *   stream    20000 asynchronous calls, then a sync of every worker
- *   refuse    allgather across nodes: DISCO_E_UNSUPPORTED
+ *   refuse    scatter across nodes: DISCO_E_UNSUPPORTED
  *   kill-worker  a forked worker of the last node is killed
  *   kill-node    the last node's process is killed
  *   kill-ctl     the controller kills itself after the open
@@ -150,11 +150,24 @@ static int coll(disco_session_t *s)
             CHECK(disco_session_free_reg(s, y));
         }
     disco_value_t fa[2] = {disco_value_int(5000), disco_value_str("float32")};
-    disco_dref_t x, y;
+    disco_dref_t x, y, g, a;
     CHECK(disco_session_call_by_name(s, "nt.fill", fa, 2, &x));
     disco_value_t ba[1] = {{.type = DISCO_T_DREF, .v.reg = x}};
     CHECK(disco_session_call_by_name(s, "disco.broadcast_from_worker0", ba, 1, &y));
-    return print_all(s, "broadcast float32", y);
+    if (print_all(s, "broadcast float32", y))
+        return 1;
+    CHECK(disco_session_call_by_name(s, "disco.allgather", ba, 1, &a));
+    if (print_all(s, "allgather float32", a))
+        return 1;
+    CHECK(disco_session_call_by_name(s, "disco.gather_to_worker0", ba, 1, &g));
+    disco_value_t v;
+    CHECK(disco_session_debug_get(s, g, 0, &v));
+    printf("gather float32 worker 0: %u bytes, %016llx\n", v.len, (unsigned long long)checksum(&v));
+    disco_value_clear(&v);
+    CHECK(disco_session_debug_get(s, g, disco_session_num_workers(s) - 1, &v));
+    printf("gather float32 last worker: %s\n", disco_type_name(v.type));
+    disco_value_clear(&v);
+    return 0;
 }
 
 static int coll_sim(disco_session_t *s)
@@ -236,9 +249,9 @@ static int refuse(disco_session_t *s)
     disco_dref_t x, y;
     CHECK(disco_session_call_by_name(s, "nt.fill", fa, 2, &x));
     disco_value_t ga[1] = {{.type = DISCO_T_DREF, .v.reg = x}};
-    CHECK(disco_session_call_by_name(s, "disco.allgather", ga, 1, &y));
+    CHECK(disco_session_call_by_name(s, "disco.scatter_from_worker0", ga, 1, &y));
     disco_status_t st = disco_session_sync(s, disco_session_num_workers(s) - 1);
-    printf("allgather: %s: %s\n", disco_err_name(st), disco_last_error());
+    printf("scatter: %s: %s\n", disco_err_name(st), disco_last_error());
     /* In-group collectives stay in a node: one group a node here. */
     disco_value_t ia[3] = {
         {.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("sum"), disco_value_bool(true)};

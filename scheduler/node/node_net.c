@@ -2,6 +2,7 @@
  * (workers/core/net.h): point-to-point and broadcast over the data
  * communicator, in pieces MPI's int counts can say, each waited for under
  * the call deadline (node_wait.c). */
+#include <limits.h>
 #include <stdio.h>
 
 #include "scheduler/node/node_impl.h"
@@ -74,6 +75,48 @@ static disco_status_t net_bcast(struct disco__net *net, int root, void *buf, siz
     return DISCO_OK;
 }
 
+/* Blocks of a gather go in one MPI call: its counts are ints. */
+static disco_status_t block_fits(size_t block, const char *what)
+{
+    if (block > INT_MAX)
+        return disco_set_error(DISCO_E_UNSUPPORTED,
+                               "%s across nodes: a node's block of %zu bytes; at most %d", what,
+                               block, INT_MAX);
+    return DISCO_OK;
+}
+
+static disco_status_t net_allgather(struct disco__net *net, void *buf, size_t block)
+{
+    struct disco__node *n = of(net);
+    int64_t deadline = coll_deadline(n);
+    disco_status_t st = block_fits(block, "allgather");
+    if (st != DISCO_OK)
+        return st;
+    MPI_Request r;
+    int rc =
+        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)block, MPI_BYTE, n->data, &r);
+    if (rc != MPI_SUCCESS)
+        return disco__node_mpi_fail(rc, "collective: allgather");
+    return disco__node_await(n, &r, -1, deadline, "collective: allgather", NULL);
+}
+
+static disco_status_t net_gather(struct disco__net *net, int root, void *buf, size_t block)
+{
+    struct disco__node *n = of(net);
+    int64_t deadline = coll_deadline(n);
+    disco_status_t st = block_fits(block, "gather");
+    if (st != DISCO_OK)
+        return st;
+    MPI_Request r;
+    int rc = n->node == root
+                 ? MPI_Igather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)block, MPI_BYTE, root,
+                               n->data, &r)
+                 : MPI_Igather(buf, (int)block, MPI_BYTE, NULL, 0, MPI_BYTE, root, n->data, &r);
+    if (rc != MPI_SUCCESS)
+        return disco__node_mpi_fail(rc, "collective: gather");
+    return disco__node_await(n, &r, -1, deadline, "collective: gather", NULL);
+}
+
 void disco__node_net_init(struct disco__node *n)
 {
     n->net = (struct disco__net){.node = n->node,
@@ -81,5 +124,7 @@ void disco__node_net_init(struct disco__node *n)
                                  .recv = net_recv,
                                  .send = net_send,
                                  .bcast = net_bcast,
+                                 .allgather = net_allgather,
+                                 .gather = net_gather,
                                  .impl = n};
 }

@@ -26,6 +26,12 @@ struct disco__net {
     disco_status_t (*send)(struct disco__net *n, int to, const void *buf, size_t bytes);
     /** Every node's buf becomes node root's (bytes the same on all). */
     disco_status_t (*bcast)(struct disco__net *n, int root, void *buf, size_t bytes);
+    /** buf holds nodes blocks of block bytes; node k's own block k goes
+     *  into block k of every node's buf. */
+    disco_status_t (*allgather)(struct disco__net *n, void *buf, size_t block);
+    /** Node root's buf (nodes blocks) gets every node's block k at k; the
+     *  others send their buf (one block). */
+    disco_status_t (*gather)(struct disco__net *n, int root, void *buf, size_t block);
     void *impl;
 };
 

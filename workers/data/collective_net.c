@@ -16,6 +16,13 @@
  * avg is refused across nodes (its wide accumulator does not chain).
  * The chain costs K-1 hops and a broadcast: cheap for the few nodes a
  * session spans, and exact.
+ *
+ * Allgather and gather_to_worker0: each member writes its x into its
+ * leader's output at its place; the leaders exchange (or send node 0's) the
+ * nodes' blocks with MPI; for allgather each member then copies a slice of
+ * the whole into the others' outputs. Broadcast: node 0's leader sends the
+ * tensor's description, then its bytes; each other leader shares its copy
+ * in its node by reference, as worker 0 does on one node.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,8 +64,8 @@ void disco__coll_net_refuse(struct disco__coll_call *c)
 {
     disco_set_error(DISCO_E_UNSUPPORTED,
                     "%s: not supported yet across nodes (the session spans %d nodes); "
-                    "allreduce and broadcast_from_worker0 are, and in-group collectives "
-                    "inside a node",
+                    "allreduce, allgather, broadcast_from_worker0 and gather_to_worker0 are, "
+                    "and in-group collectives inside a node",
                     c->what, nodes_of(c));
     disco__coll_fail(c, DISCO_E_UNSUPPORTED, disco_last_error());
 }
@@ -108,6 +115,19 @@ static disco_status_t fold_slice(struct disco__coll_call *c, disco_reduce_op_t o
     return DISCO_OK;
 }
 
+/* Copies this member's slice of the leader's bytes [0, bytes) into every
+ * other member's output (outs[1..]), element-aligned (esz). */
+static void spread_slice(const struct disco__coll_call *c, const char *lead, char *const *outs,
+                         size_t bytes, size_t esz)
+{
+    size_t lo = bytes * (size_t)c->rank / (size_t)c->size;
+    size_t hi = bytes * (size_t)(c->rank + 1) / (size_t)c->size;
+    lo -= lo % esz;
+    hi = c->rank + 1 == c->size ? bytes : hi - hi % esz;
+    for (int r = 1; r < c->size; r++)
+        memcpy(outs[r] + lo, lead + lo, hi - lo);
+}
+
 disco_status_t disco__coll_net_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
                                          DLDataType dt, char *const *ins, char *const *outs)
 {
@@ -135,14 +155,49 @@ disco_status_t disco__coll_net_allreduce(struct disco__coll_call *c, disco_reduc
     if ((st = disco__coll_go(c, mine, 0, &choice)) != DISCO_OK)
         return st;
     /* 4. Each member copies its slice of the fold into the others' outputs. */
-    size_t lo = bytes * (size_t)c->rank / (size_t)c->size;
-    size_t hi = bytes * (size_t)(c->rank + 1) / (size_t)c->size;
-    size_t esz = disco_dtype_bytes(dt);
-    lo -= lo % esz;
-    hi = c->rank + 1 == c->size ? bytes : hi - hi % esz;
-    for (int r = 1; r < c->size; r++)
-        memcpy(outs[r] + lo, acc + lo, hi - lo);
+    spread_slice(c, acc, outs, bytes, disco_dtype_bytes(dt));
     return disco__coll_barrier(c);
+}
+
+disco_status_t disco__coll_net_allgather(struct disco__coll_call *c, const void *x, size_t nb,
+                                         char *const *outs)
+{
+    size_t block = nb * (size_t)c->size, total = block * (size_t)nodes_of(c);
+    char *lead = outs[0];
+    /* 1. Each member's x into the leader's output, at its global place. */
+    memcpy(lead + nb * (size_t)(c->w->gid_base + c->rank), x, nb);
+    disco_status_t st = disco__coll_barrier(c);
+    if (st != DISCO_OK)
+        return st;
+    /* 2. The leaders exchange their nodes' blocks. */
+    struct disco__net *net = NULL;
+    disco_status_t mine = DISCO_OK;
+    uint32_t choice;
+    if (c->rank == 0 && (mine = link_of(c, &net)) == DISCO_OK)
+        mine = net->allgather(net, lead, block);
+    if ((st = disco__coll_go(c, mine, 0, &choice)) != DISCO_OK)
+        return st;
+    /* 3. Each member copies its slice of the whole into the others'. */
+    spread_slice(c, lead, outs, total, 1);
+    return disco__coll_barrier(c);
+}
+
+disco_status_t disco__coll_net_gather(struct disco__coll_call *c, const void *x, size_t nb,
+                                      char *lead)
+{
+    /* 1. Each member's x into its leader's output: on node 0 the result
+     * (global place = local place), elsewhere the node's block. */
+    memcpy(lead + nb * (size_t)c->rank, x, nb);
+    disco_status_t st = disco__coll_barrier(c);
+    if (st != DISCO_OK)
+        return st;
+    /* 2. The leaders send their blocks to node 0's. */
+    struct disco__net *net = NULL;
+    disco_status_t mine = DISCO_OK;
+    uint32_t choice;
+    if (c->rank == 0 && (mine = link_of(c, &net)) == DISCO_OK)
+        mine = net->gather(net, 0, lead, nb * (size_t)c->size);
+    return disco__coll_go(c, mine, 0, &choice);
 }
 
 /* What node 0's leader tells the others before the bytes of a broadcast. */

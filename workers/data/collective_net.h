@@ -31,6 +31,19 @@ bool disco__coll_net_refuse_op(struct disco__coll_call *c, disco_reduce_op_t op,
 disco_status_t disco__coll_net_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
                                          DLDataType dt, char *const *ins, char *const *outs);
 
+/** After the meeting of an allgather across nodes (x: this member's nb
+ *  bytes; outs: every member's output of gworld * nb bytes, span-checked):
+ *  every output holds every worker's x in global order. Returns DISCO_OK
+ *  or the call's failure, the same on every member. */
+disco_status_t disco__coll_net_allgather(struct disco__coll_call *c, const void *x, size_t nb,
+                                         char *const *outs);
+
+/** After the meeting of a gather_to_worker0 across nodes: lead is the
+ *  leader's output (node 0: gworld * nb bytes, the result; elsewhere the
+ *  node's block of size * nb, a scratch). Returns as allgather. */
+disco_status_t disco__coll_net_gather(struct disco__coll_call *c, const void *x, size_t nb,
+                                      char *lead);
+
 /** broadcast_from_worker0 across nodes, on each node's leader before its
  *  node's meeting: node 0's leader (x: its validated input, or NULL after
  *  a failure it recorded) sends the tensor's description and bytes; each

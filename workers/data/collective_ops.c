@@ -287,10 +287,12 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     return disco__coll_end(&c, st); /* one more barrier before slots are reused */
 }
 
-/* Validates x and, when out_dim0_mult, allocates an output with dimension 0
- * multiplied by the group size; posts both. */
+/* Validates x and, when want_out, allocates an output with dimension 0
+ * multiplied by mult (the group size; across nodes the world, or a node's
+ * workers for a leader's block); posts both. Across nodes, device tensors
+ * are refused (every member alike). */
 static DLTensor *gather_prep(disco_ctx_t *ctx, struct disco__coll_call *c, const disco_value_t *a,
-                             int n, const char *what, bool want_out, DLTensor **x_out)
+                             int n, const char *what, bool want_out, int mult, DLTensor **x_out)
 {
     DLTensor *x = NULL, *out = NULL;
     disco_status_t st = n < 1 ? disco_set_error(DISCO_E_ARG_COUNT, "%s(x, in_group)", what)
@@ -301,9 +303,9 @@ static DLTensor *gather_prep(disco_ctx_t *ctx, struct disco__coll_call *c, const
         int64_t shape[DISCO_MAX_NDIM];
         memcpy(shape, x->shape, (size_t)x->ndim * sizeof *shape);
         /* Checked: a tensor with a 0 dimension may have any dimension 0. */
-        if (__builtin_mul_overflow(shape[0], (int64_t)c->size, &shape[0]))
+        if (__builtin_mul_overflow(shape[0], (int64_t)mult, &shape[0]))
             st = disco_set_error(DISCO_E_OVERFLOW, "%s: dimension 0 (%lld) times %d overflows",
-                                 what, (long long)x->shape[0], c->size);
+                                 what, (long long)x->shape[0], mult);
         else /* in the heap, or on this worker's device, as x */
             st = disco_ctx_empty_device(ctx, shape, x->ndim, x->dtype, x->device.device_type, &out);
     }
@@ -311,6 +313,8 @@ static DLTensor *gather_prep(disco_ctx_t *ctx, struct disco__coll_call *c, const
         disco__coll_fail(c, st, disco_last_error());
         return NULL;
     }
+    if (c->across)
+        disco__coll_net_refuse_op(c, DISCO_REDUCE_SUM, x->device.device_type != kDLCPU);
     disco__coll_post_tensor(c, x, false);
     if (out != NULL)
         disco__coll_post_tensor(c, out, true);
@@ -324,16 +328,25 @@ static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, di
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "gather_to_worker0", &c);
-    if (c.across)
-        disco__coll_net_refuse(&c);
+    /* Across nodes every node's leader makes an output: node 0's the
+     * result (every worker's rows), the others' their node's block. */
+    int mult = c.across && c.w->gid_base == 0 ? c.w->gworld : c.size;
     DLTensor *x = NULL;
-    DLTensor *out = gather_prep(ctx, &c, a, n, "gather_to_worker0", c.rank == 0, &x);
+    DLTensor *out = gather_prep(ctx, &c, a, n, "gather_to_worker0", c.rank == 0, mult, &x);
     disco_status_t st = disco__coll_meet(&c);
     if (st == DISCO_OK)
         st = disco__coll_same_inputs(&c, false);
     if (st != DISCO_OK)
         return st;
     size_t nb = disco_tensor_nbytes(x);
+    if (c.across) {
+        char *lead;
+        if ((st = disco__coll_span_check(&c, 0, true, 0, nb * (size_t)mult, &lead)) == DISCO_OK)
+            st = disco__coll_net_gather(&c, x->data, nb, lead);
+        if (st == DISCO_OK && out != NULL && c.w->gid_base == 0)
+            *ret = disco_value_tensor(out);
+        return st;
+    }
     if (c.post[0].dev_type != 0) { /* into worker 0's arena, device to device */
         st = disco__coll_dev_gather(&c, x, nb);
         if (st == DISCO_OK && out != NULL)
@@ -357,16 +370,25 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "allgather", &c);
-    if (c.across)
-        disco__coll_net_refuse(&c);
+    int mult = c.across ? c.w->gworld : c.size;
     DLTensor *x = NULL;
-    DLTensor *out = gather_prep(ctx, &c, a, n, "allgather", true, &x);
+    DLTensor *out = gather_prep(ctx, &c, a, n, "allgather", true, mult, &x);
     disco_status_t st = disco__coll_meet(&c);
     if (st == DISCO_OK)
         st = disco__coll_same_inputs(&c, false);
     if (st != DISCO_OK)
         return st;
     size_t nb = disco_tensor_nbytes(x);
+    if (c.across) { /* the leaders exchange their nodes' blocks (collective_net.c) */
+        char *outs[DISCO_MAX_WORKERS];
+        for (int r = 0; r < c.size; r++)
+            if ((st = disco__coll_span_check(&c, r, true, 0, nb * (size_t)mult, &outs[r])) !=
+                DISCO_OK)
+                return st; /* a verdict on the slots: the same on every member */
+        if ((st = disco__coll_net_allgather(&c, x->data, nb, outs)) == DISCO_OK)
+            *ret = disco_value_tensor(out);
+        return st;
+    }
     if (c.post[0].dev_type != 0) { /* from every member's arena, device to device */
         st = disco__coll_dev_allgather(&c, out, nb);
         if (st == DISCO_OK)
