@@ -8,14 +8,15 @@
  * scenario went as it expects, 1 otherwise; the agents' opens never return
  * (session.h). Scenarios:
  *   ids       every worker's global id and the world size; sync of each
- *   coll      allreduce (sum, max of i32, f32, f64), broadcast, allgather
- *             and gather across nodes: checksums of every worker's result
+ *   coll      allreduce (sum, max of i32, f32, f64), broadcast, allgather,
+ *             scatter and gather across nodes: checksums of every worker's
+ *             result
  *   coll-sim  allreduce (sum, f32) of sim device tensors (DISCO_SIM_GPUS):
  *             staged through the host between nodes; checksums
  *   debug     debug set/get of a register on every worker
  *   error     a function that fails on the last worker only
  *   stream    20000 asynchronous calls, then a sync of every worker
- *   refuse    scatter across nodes: DISCO_E_UNSUPPORTED
+ *   refuse    send_recv across nodes: DISCO_E_UNSUPPORTED
  *   kill-worker  a forked worker of the last node is killed
  *   kill-node    the last node's process is killed
  *   kill-ctl     the controller kills itself after the open
@@ -159,6 +160,14 @@ static int coll(disco_session_t *s)
     CHECK(disco_session_call_by_name(s, "disco.allgather", ba, 1, &a));
     if (print_all(s, "allgather float32", a))
         return 1;
+    disco_value_t sa[2] = {disco_value_int(1000 * disco_session_num_workers(s)),
+                           disco_value_str("float64")};
+    disco_dref_t big, part;
+    CHECK(disco_session_call_by_name(s, "nt.fill", sa, 2, &big));
+    disco_value_t pa[1] = {{.type = DISCO_T_DREF, .v.reg = big}};
+    CHECK(disco_session_call_by_name(s, "disco.scatter_from_worker0", pa, 1, &part));
+    if (print_all(s, "scatter float64", part))
+        return 1;
     CHECK(disco_session_call_by_name(s, "disco.gather_to_worker0", ba, 1, &g));
     disco_value_t v;
     CHECK(disco_session_debug_get(s, g, 0, &v));
@@ -248,10 +257,11 @@ static int refuse(disco_session_t *s)
     disco_value_t fa[2] = {disco_value_int(8), disco_value_str("int32")};
     disco_dref_t x, y;
     CHECK(disco_session_call_by_name(s, "nt.fill", fa, 2, &x));
-    disco_value_t ga[1] = {{.type = DISCO_T_DREF, .v.reg = x}};
-    CHECK(disco_session_call_by_name(s, "disco.scatter_from_worker0", ga, 1, &y));
+    disco_value_t sr[3] = {
+        {.type = DISCO_T_DREF, .v.reg = x}, disco_value_int(0), disco_value_int(1)};
+    CHECK(disco_session_call_by_name(s, "disco.send_recv", sr, 3, &y));
     disco_status_t st = disco_session_sync(s, disco_session_num_workers(s) - 1);
-    printf("scatter: %s: %s\n", disco_err_name(st), disco_last_error());
+    printf("send_recv: %s: %s\n", disco_err_name(st), disco_last_error());
     /* In-group collectives stay in a node: one group a node here. */
     disco_value_t ia[3] = {
         {.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("sum"), disco_value_bool(true)};

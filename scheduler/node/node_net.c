@@ -117,6 +117,23 @@ static disco_status_t net_gather(struct disco__net *net, int root, void *buf, si
     return disco__node_await(n, &r, -1, deadline, "collective: gather", NULL);
 }
 
+static disco_status_t net_scatter(struct disco__net *net, int root, void *buf, size_t block)
+{
+    struct disco__node *n = of(net);
+    int64_t deadline = coll_deadline(n);
+    disco_status_t st = block_fits(block, "scatter");
+    if (st != DISCO_OK)
+        return st;
+    MPI_Request r;
+    int rc = n->node == root
+                 ? MPI_Iscatter(buf, (int)block, MPI_BYTE, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, root,
+                                n->data, &r)
+                 : MPI_Iscatter(NULL, 0, MPI_BYTE, buf, (int)block, MPI_BYTE, root, n->data, &r);
+    if (rc != MPI_SUCCESS)
+        return disco__node_mpi_fail(rc, "collective: scatter");
+    return disco__node_await(n, &r, -1, deadline, "collective: scatter", NULL);
+}
+
 void disco__node_net_init(struct disco__node *n)
 {
     n->net = (struct disco__net){.node = n->node,
@@ -126,5 +143,6 @@ void disco__node_net_init(struct disco__node *n)
                                  .bcast = net_bcast,
                                  .allgather = net_allgather,
                                  .gather = net_gather,
+                                 .scatter = net_scatter,
                                  .impl = n};
 }

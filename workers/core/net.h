@@ -32,6 +32,9 @@ struct disco__net {
     /** Node root's buf (nodes blocks) gets every node's block k at k; the
      *  others send their buf (one block). */
     disco_status_t (*gather)(struct disco__net *n, int root, void *buf, size_t block);
+    /** Node root's buf (nodes blocks): block k goes to node k's buf (one
+     *  block; root keeps its own in place). */
+    disco_status_t (*scatter)(struct disco__net *n, int root, void *buf, size_t block);
     void *impl;
 };
 

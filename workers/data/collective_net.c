@@ -17,6 +17,9 @@
  * The chain costs K-1 hops and a broadcast: cheap for the few nodes a
  * session spans, and exact.
  *
+ * Scatter: as broadcast, but node k's leader receives only its node's
+ * block of rows (MPI_Iscatter) and its members take their rows of it.
+ *
  * Allgather and gather_to_worker0: each member writes its x into its
  * leader's output at its place; the leaders exchange (or send node 0's) the
  * nodes' blocks with MPI; for allgather each member then copies a slice of
@@ -64,8 +67,8 @@ void disco__coll_net_refuse(struct disco__coll_call *c)
 {
     disco_set_error(DISCO_E_UNSUPPORTED,
                     "%s: not supported yet across nodes (the session spans %d nodes); "
-                    "allreduce, allgather, broadcast_from_worker0 and gather_to_worker0 are, "
-                    "and in-group collectives inside a node",
+                    "allreduce, allgather, broadcast_from_worker0, scatter_from_worker0 and "
+                    "gather_to_worker0 are, and in-group collectives inside a node",
                     c->what, nodes_of(c));
     disco__coll_fail(c, DISCO_E_UNSUPPORTED, disco_last_error());
 }
@@ -229,7 +232,20 @@ static disco_status_t bcast_bytes(struct disco__net *net, char *dst, size_t byte
     return st;
 }
 
-DLTensor *disco__coll_net_bcast_lead(disco_ctx_t *ctx, struct disco__coll_call *c, DLTensor *x)
+/* Moves a scatter's blocks from node 0 (its x: nodes blocks) to every
+ * other node's leader (dst, one block; NULL: into a scratch, dropped). */
+static disco_status_t scatter_bytes(struct disco__net *net, bool root, char *buf, size_t block)
+{
+    char *scratch = NULL;
+    if (!root && buf == NULL && block > 0 && (scratch = malloc(block)) == NULL)
+        return disco_set_error(DISCO_E_NOMEM, "scatter across nodes: a scratch block");
+    disco_status_t st = net->scatter(net, 0, buf != NULL ? buf : scratch, block);
+    free(scratch);
+    return st;
+}
+
+DLTensor *disco__coll_net_share_lead(disco_ctx_t *ctx, struct disco__coll_call *c, DLTensor *x,
+                                     bool scatter)
 {
     struct disco__net *net = NULL;
     struct bcast_head h = {.status = DISCO_OK};
@@ -239,6 +255,7 @@ DLTensor *disco__coll_net_bcast_lead(disco_ctx_t *ctx, struct disco__coll_call *
         return x; /* the others time out on this node, which reports why */
     }
     bool root = node_of(c) == 0;
+    int nodes = nodes_of(c);
     if (root) {
         if (x != NULL && x->device.device_type != kDLCPU)
             disco__coll_net_refuse_op(c, DISCO_REDUCE_SUM, true);
@@ -269,22 +286,32 @@ DLTensor *disco__coll_net_bcast_lead(disco_ctx_t *ctx, struct disco__coll_call *
     if (!root) { /* the head is node 0's words: checked as any input */
         size_t bytes = 0;
         if (h.ndim < 0 || h.ndim > DISCO_MAX_NDIM)
-            st = disco_set_error(DISCO_E_PROTOCOL, "broadcast across nodes: %d dimensions",
+            st = disco_set_error(DISCO_E_PROTOCOL, "%s across nodes: %d dimensions", c->what,
                                  (int)h.ndim);
         else if ((st = disco_dtype_check(h.dtype)) == DISCO_OK &&
                  (st = disco_shape_nbytes(h.shape, h.ndim, h.dtype, &bytes)) == DISCO_OK &&
                  bytes != h.nbytes)
             st = disco_set_error(DISCO_E_PROTOCOL,
-                                 "broadcast across nodes: node 0 sends %llu bytes for %zu",
+                                 "%s across nodes: node 0 sends %llu bytes for %zu", c->what,
                                  (unsigned long long)h.nbytes, bytes);
+        else if (scatter && (h.ndim == 0 || h.shape[0] % nodes != 0))
+            st = disco_set_error(DISCO_E_PROTOCOL, "scatter across nodes: %lld rows for %d nodes",
+                                 h.ndim ? (long long)h.shape[0] : 0LL, nodes);
+        int64_t shape[DISCO_MAX_NDIM];
+        memcpy(shape, h.shape, sizeof shape);
+        if (st == DISCO_OK && scatter)
+            shape[0] /= nodes; /* this node's block of rows */
         if (st == DISCO_OK)
-            st = disco_ctx_empty(ctx, h.shape, h.ndim, h.dtype, &t);
+            st = disco_ctx_empty(ctx, shape, h.ndim, h.dtype, &t);
         if (st != DISCO_OK) {
             disco__coll_fail(c, st, disco_last_error());
             t = NULL;
         }
     }
-    if ((st = bcast_bytes(net, t != NULL ? t->data : NULL, (size_t)h.nbytes)) != DISCO_OK)
+    st = scatter ? scatter_bytes(net, root, t != NULL ? t->data : NULL,
+                                 (size_t)h.nbytes / (size_t)nodes)
+                 : bcast_bytes(net, t != NULL ? t->data : NULL, (size_t)h.nbytes);
+    if (st != DISCO_OK)
         disco__coll_fail(c, st, disco_last_error());
     if (!root && t != NULL)
         disco__coll_post_tensor(c, t, false);

@@ -44,13 +44,15 @@ disco_status_t disco__coll_net_allgather(struct disco__coll_call *c, const void 
 disco_status_t disco__coll_net_gather(struct disco__coll_call *c, const void *x, size_t nb,
                                       char *lead);
 
-/** broadcast_from_worker0 across nodes, on each node's leader before its
- *  node's meeting: node 0's leader (x: its validated input, or NULL after
- *  a failure it recorded) sends the tensor's description and bytes; each
- *  other node's leader receives them into a new heap tensor and posts it
- *  as its input. Returns the tensor the leader shares (node 0: x), or NULL
- *  with the failure recorded (node 0's own, word for word, on the
- *  others). */
-DLTensor *disco__coll_net_bcast_lead(disco_ctx_t *ctx, struct disco__coll_call *c, DLTensor *x);
+/** broadcast_from_worker0 (scatter false) or scatter_from_worker0
+ *  (scatter true) across nodes, on each node's leader before its node's
+ *  meeting: node 0's leader (x: its validated input, or NULL after a
+ *  failure it recorded) sends the tensor's description and its bytes (a
+ *  scatter: each node its block of rows); each other node's leader
+ *  receives them into a new heap tensor and posts it as its input.
+ *  Returns the tensor the leader shares (node 0: x), or NULL with the
+ *  failure recorded (node 0's own, word for word, on the others). */
+DLTensor *disco__coll_net_share_lead(disco_ctx_t *ctx, struct disco__coll_call *c, DLTensor *x,
+                                     bool scatter);
 
 #endif

@@ -246,7 +246,7 @@ static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n,
     bool source = c.rank == 0 && (!c.across || c.w->gid_base == 0);
     DLTensor *x = source ? lead_share(&c, a, n, "broadcast_from_worker0", true) : NULL;
     if (c.across && c.rank == 0)
-        x = disco__coll_net_bcast_lead(ctx, &c, x);
+        x = disco__coll_net_share_lead(ctx, &c, x, false);
     if (x != NULL && x->device.device_type == kDLCPU)
         disco__tensor_add_refs(x, (uint32_t)c.size - 1);
     disco_status_t st = disco__coll_meet(&c);
@@ -263,23 +263,30 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "scatter_from_worker0", &c);
-    if (c.across)
-        disco__coll_net_refuse(&c);
-    DLTensor *x =
-        c.rank == 0 && !c.across ? lead_share(&c, a, n, "scatter_from_worker0", true) : NULL;
-    if (x != NULL && (x->ndim == 0 || x->shape[0] % c.size != 0)) {
+    /* The session's worker 0 shares x; across nodes each other node's
+     * leader shares its node's block of rows, received (collective_net.c).
+     * parts: how many members x's rows are for. */
+    int parts = c.across ? c.w->gworld : c.size;
+    bool source = c.rank == 0 && (!c.across || c.w->gid_base == 0);
+    DLTensor *x = source ? lead_share(&c, a, n, "scatter_from_worker0", true) : NULL;
+    if (x != NULL && (x->ndim == 0 || x->shape[0] % parts != 0)) {
         disco_set_error(DISCO_E_MISMATCH, "scatter: dimension 0 (%lld) is not a multiple of %d",
-                        x->ndim ? (long long)x->shape[0] : 0LL, c.size);
+                        x->ndim ? (long long)x->shape[0] : 0LL, parts);
         disco__coll_fail(&c, DISCO_E_MISMATCH, disco_last_error());
-    } else if (x != NULL && x->device.device_type == kDLCPU) {
-        disco__tensor_add_refs(x, (uint32_t)c.size - 1);
     }
+    if (c.across && c.rank == 0)
+        x = disco__coll_net_share_lead(ctx, &c, x, true);
+    if (x != NULL && c.local == DISCO_OK && x->device.device_type == kDLCPU)
+        disco__tensor_add_refs(x, (uint32_t)c.size - 1);
     disco_status_t st = disco__coll_meet(&c);
     if (st != DISCO_OK)
         return st;
+    /* Node 0's posted x holds every member's rows; another node's block
+     * its own members' only. */
+    int div = c.across && c.w->gid_base == 0 ? parts : c.size;
     const struct disco__coll_posted *l = &c.post[0];
-    int64_t rows = l->ndim > 0 ? l->shape[0] / c.size : 0;
-    uint64_t chunk = l->nbytes / (uint64_t)c.size;
+    int64_t rows = l->ndim > 0 ? l->shape[0] / div : 0;
+    uint64_t chunk = l->nbytes / (uint64_t)div;
     if (l->dev_type != 0) /* a copy of its rows on each member's device */
         st = disco__coll_dev_scatter(ctx, &c, rows, chunk, ret);
     else
