@@ -6,7 +6,7 @@
 static disco_status_t none(void)
 {
     return disco_set_error(DISCO_E_UNSUPPORTED,
-                           "disco was built without Open MPI (mpicc not found): sessions across "
+                           "disco was built without Open MPI (no mpicc, or NO_MPI=1): sessions across "
                            "nodes need it; install libopenmpi-dev and rebuild");
 }
 
