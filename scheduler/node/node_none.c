@@ -5,9 +5,10 @@
 
 static disco_status_t none(void)
 {
-    return disco_set_error(DISCO_E_UNSUPPORTED,
-                           "disco was built without Open MPI (no mpicc, or NO_MPI=1): sessions across "
-                           "nodes need it; install libopenmpi-dev and rebuild");
+    return disco_set_error(
+        DISCO_E_UNSUPPORTED,
+        "disco was built without Open MPI (no mpicc, or NO_MPI=1): sessions across "
+        "nodes need it; install libopenmpi-dev and rebuild");
 }
 
 disco_status_t disco__node_join(const disco_session_config_t *cfg, struct disco__node_place *out)
