@@ -9,14 +9,14 @@
  * (session.h). Scenarios:
  *   ids       every worker's global id and the world size; sync of each
  *   coll      allreduce (sum, max of i32, f32, f64), broadcast, allgather,
- *             scatter and gather across nodes: checksums of every worker's
- *             result
+ *             scatter, send_recv and gather across nodes: checksums of
+ *             every worker's result
  *   coll-sim  allreduce (sum, f32) of sim device tensors (DISCO_SIM_GPUS):
  *             staged through the host between nodes; checksums
  *   debug     debug set/get of a register on every worker
  *   error     a function that fails on the last worker only
  *   stream    20000 asynchronous calls, then a sync of every worker
- *   refuse    send_recv across nodes: DISCO_E_UNSUPPORTED
+ *   refuse    allreduce avg across nodes: DISCO_E_UNSUPPORTED
  *   kill-worker  a forked worker of the last node is killed
  *   kill-node    the last node's process is killed
  *   kill-ctl     the controller kills itself after the open
@@ -168,6 +168,20 @@ static int coll(disco_session_t *s)
     CHECK(disco_session_call_by_name(s, "disco.scatter_from_worker0", pa, 1, &part));
     if (print_all(s, "scatter float64", part))
         return 1;
+    int last = disco_session_num_workers(s) - 1;
+    int pairs[3][2] = {{0, last}, {last, 1}, {last, last}};
+    for (int i = 0; i < 3; i++) {
+        disco_value_t sr[3] = {{.type = DISCO_T_DREF, .v.reg = big},
+                               disco_value_int(pairs[i][0]),
+                               disco_value_int(pairs[i][1])};
+        disco_dref_t got;
+        CHECK(disco_session_call_by_name(s, "disco.send_recv", sr, 3, &got));
+        char what[64];
+        snprintf(what, sizeof what, "send_recv %d -> %d", pairs[i][0], pairs[i][1]);
+        if (print_all(s, what, got))
+            return 1;
+        CHECK(disco_session_free_reg(s, got));
+    }
     CHECK(disco_session_call_by_name(s, "disco.gather_to_worker0", ba, 1, &g));
     disco_value_t v;
     CHECK(disco_session_debug_get(s, g, 0, &v));
@@ -257,11 +271,10 @@ static int refuse(disco_session_t *s)
     disco_value_t fa[2] = {disco_value_int(8), disco_value_str("int32")};
     disco_dref_t x, y;
     CHECK(disco_session_call_by_name(s, "nt.fill", fa, 2, &x));
-    disco_value_t sr[3] = {
-        {.type = DISCO_T_DREF, .v.reg = x}, disco_value_int(0), disco_value_int(1)};
-    CHECK(disco_session_call_by_name(s, "disco.send_recv", sr, 3, &y));
+    disco_value_t av[2] = {{.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("avg")};
+    CHECK(disco_session_call_by_name(s, "disco.allreduce", av, 2, &y));
     disco_status_t st = disco_session_sync(s, disco_session_num_workers(s) - 1);
-    printf("send_recv: %s: %s\n", disco_err_name(st), disco_last_error());
+    printf("allreduce avg: %s: %s\n", disco_err_name(st), disco_last_error());
     /* In-group collectives stay in a node: one group a node here. */
     disco_value_t ia[3] = {
         {.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("sum"), disco_value_bool(true)};

@@ -147,9 +147,9 @@ START_TEST(test_ids)
 }
 END_TEST
 
-/* Allreduce (sum, max; i32, f32, f64), broadcast, allgather, scatter and
- * gather across nodes give what one node of as many workers gives, byte for byte,
- * on every worker. */
+/* Allreduce (sum, max; i32, f32, f64), broadcast, allgather, scatter,
+ * send_recv and gather across nodes give what one node of as many workers
+ * gives, byte for byte, on every worker. */
 START_TEST(test_coll_matches_one_node)
 {
     if (!can_run())
@@ -165,6 +165,7 @@ START_TEST(test_coll_matches_one_node)
     ck_assert_msg(strstr(multi, "allreduce float32 sum worker") != NULL, "%s", multi);
     ck_assert_msg(strstr(multi, "gather float32 last worker: null") != NULL, "%s", multi);
     ck_assert_msg(strstr(multi, "scatter float64 worker") != NULL, "%s", multi);
+    ck_assert_msg(strstr(multi, "send_recv 0 -> ") != NULL, "%s", multi);
     ck_assert_msg(strcmp(multi, one) == 0, "%d nodes:\n%s\none node:\n%s", np, multi, one);
     assert_nothing_left();
 }
@@ -247,8 +248,8 @@ START_TEST(test_refused)
     int rc = on_nodes(2, "refuse", 2, true, out, sizeof out, NULL);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     assert_ok(out, "refuse");
-    ck_assert_msg(strstr(out, "send_recv: DISCO_E_UNSUPPORTED") != NULL, "%s", out);
-    ck_assert_msg(strstr(out, "not supported yet across nodes") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "allreduce avg: DISCO_E_UNSUPPORTED") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "avg across nodes is not supported") != NULL, "%s", out);
 }
 END_TEST
 

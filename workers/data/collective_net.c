@@ -17,6 +17,10 @@
  * The chain costs K-1 hops and a broadcast: cheap for the few nodes a
  * session spans, and exact.
  *
+ * send_recv between nodes: the sender's leader sends its member's posted
+ * input (a description, then the bytes) to the receiver's leader, which
+ * shares the copy in its node by reference.
+ *
  * Scatter: as broadcast, but node k's leader receives only its node's
  * block of rows (MPI_Iscatter) and its members take their rows of it.
  *
@@ -61,16 +65,6 @@ static disco_status_t link_of(const struct disco__coll_call *c, struct disco__ne
         return disco_set_error(DISCO_E_PROTOCOL, "%s: node %d's leader has no link to the others",
                                c->what, node_of(c));
     return DISCO_OK;
-}
-
-void disco__coll_net_refuse(struct disco__coll_call *c)
-{
-    disco_set_error(DISCO_E_UNSUPPORTED,
-                    "%s: not supported yet across nodes (the session spans %d nodes); "
-                    "allreduce, allgather, broadcast_from_worker0, scatter_from_worker0 and "
-                    "gather_to_worker0 are, and in-group collectives inside a node",
-                    c->what, nodes_of(c));
-    disco__coll_fail(c, DISCO_E_UNSUPPORTED, disco_last_error());
 }
 
 bool disco__coll_net_refuse_op(struct disco__coll_call *c, disco_reduce_op_t op, bool device)
@@ -232,6 +226,32 @@ static disco_status_t bcast_bytes(struct disco__net *net, char *dst, size_t byte
     return st;
 }
 
+/* Makes the heap tensor a head from another node describes (rows divided
+ * by div: a scatter's block), its words checked as any input's. */
+static disco_status_t tensor_for_head(disco_ctx_t *ctx, const struct disco__coll_call *c,
+                                      const struct bcast_head *h, int div, DLTensor **out)
+{
+    size_t bytes = 0;
+    disco_status_t st;
+    if (h->ndim < 0 || h->ndim > DISCO_MAX_NDIM)
+        return disco_set_error(DISCO_E_PROTOCOL, "%s across nodes: %d dimensions", c->what,
+                               (int)h->ndim);
+    if ((st = disco_dtype_check(h->dtype)) != DISCO_OK ||
+        (st = disco_shape_nbytes(h->shape, h->ndim, h->dtype, &bytes)) != DISCO_OK)
+        return st;
+    if (bytes != h->nbytes)
+        return disco_set_error(DISCO_E_PROTOCOL, "%s across nodes: %llu bytes sent for %zu",
+                               c->what, (unsigned long long)h->nbytes, bytes);
+    if (div > 1 && (h->ndim == 0 || h->shape[0] % div != 0))
+        return disco_set_error(DISCO_E_PROTOCOL, "%s across nodes: %lld rows for %d nodes", c->what,
+                               h->ndim ? (long long)h->shape[0] : 0LL, div);
+    int64_t shape[DISCO_MAX_NDIM];
+    memcpy(shape, h->shape, sizeof shape);
+    if (div > 1)
+        shape[0] /= div;
+    return disco_ctx_empty(ctx, shape, h->ndim, h->dtype, out);
+}
+
 /* Moves a scatter's blocks from node 0 (its x: nodes blocks) to every
  * other node's leader (dst, one block; NULL: into a scratch, dropped). */
 static disco_status_t scatter_bytes(struct disco__net *net, bool root, char *buf, size_t block)
@@ -283,30 +303,9 @@ DLTensor *disco__coll_net_share_lead(disco_ctx_t *ctx, struct disco__coll_call *
         return x;
     }
     DLTensor *t = root ? x : NULL;
-    if (!root) { /* the head is node 0's words: checked as any input */
-        size_t bytes = 0;
-        if (h.ndim < 0 || h.ndim > DISCO_MAX_NDIM)
-            st = disco_set_error(DISCO_E_PROTOCOL, "%s across nodes: %d dimensions", c->what,
-                                 (int)h.ndim);
-        else if ((st = disco_dtype_check(h.dtype)) == DISCO_OK &&
-                 (st = disco_shape_nbytes(h.shape, h.ndim, h.dtype, &bytes)) == DISCO_OK &&
-                 bytes != h.nbytes)
-            st = disco_set_error(DISCO_E_PROTOCOL,
-                                 "%s across nodes: node 0 sends %llu bytes for %zu", c->what,
-                                 (unsigned long long)h.nbytes, bytes);
-        else if (scatter && (h.ndim == 0 || h.shape[0] % nodes != 0))
-            st = disco_set_error(DISCO_E_PROTOCOL, "scatter across nodes: %lld rows for %d nodes",
-                                 h.ndim ? (long long)h.shape[0] : 0LL, nodes);
-        int64_t shape[DISCO_MAX_NDIM];
-        memcpy(shape, h.shape, sizeof shape);
-        if (st == DISCO_OK && scatter)
-            shape[0] /= nodes; /* this node's block of rows */
-        if (st == DISCO_OK)
-            st = disco_ctx_empty(ctx, shape, h.ndim, h.dtype, &t);
-        if (st != DISCO_OK) {
-            disco__coll_fail(c, st, disco_last_error());
-            t = NULL;
-        }
+    if (!root && (st = tensor_for_head(ctx, c, &h, scatter ? nodes : 1, &t)) != DISCO_OK) {
+        disco__coll_fail(c, st, disco_last_error());
+        t = NULL;
     }
     st = scatter ? scatter_bytes(net, root, t != NULL ? t->data : NULL,
                                  (size_t)h.nbytes / (size_t)nodes)
@@ -316,4 +315,68 @@ DLTensor *disco__coll_net_share_lead(disco_ctx_t *ctx, struct disco__coll_call *
     if (!root && t != NULL)
         disco__coll_post_tensor(c, t, false);
     return t;
+}
+
+DLTensor *disco__coll_net_recv_lead(disco_ctx_t *ctx, struct disco__coll_call *c, int from)
+{
+    struct disco__net *net = NULL;
+    struct bcast_head h;
+    DLTensor *t = NULL;
+    disco_status_t st = link_of(c, &net);
+    if (st == DISCO_OK)
+        st = net->recv(net, from, &h, sizeof h);
+    if (st == DISCO_OK && h.status != DISCO_OK) { /* the sender's verdict, word for word */
+        h.msg[sizeof h.msg - 1] = '\0';
+        st = disco__status_is_error(h.status) ? (disco_status_t)h.status : DISCO_E_PROTOCOL;
+        disco__coll_fail(c, st, h.msg);
+        return NULL;
+    }
+    if (st == DISCO_OK && (st = tensor_for_head(ctx, c, &h, 1, &t)) != DISCO_OK) {
+        /* The bytes come anyway: taken into a scratch, so the sender is not
+         * left waiting. */
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        void *scratch = h.nbytes < (1ull << 40) ? malloc((size_t)h.nbytes + 1) : NULL;
+        if (scratch != NULL)
+            net->recv(net, from, scratch, (size_t)h.nbytes);
+        free(scratch);
+        disco_set_error(st, "%s", why);
+    } else if (st == DISCO_OK) {
+        st = net->recv(net, from, t->data, (size_t)h.nbytes);
+    }
+    if (st != DISCO_OK) {
+        disco__coll_fail(c, st, disco_last_error());
+        return NULL;
+    }
+    disco__coll_post_tensor(c, t, false);
+    return t;
+}
+
+disco_status_t disco__coll_net_send_lead(struct disco__coll_call *c, int to, disco_status_t verdict,
+                                         int r)
+{
+    struct disco__net *net = NULL;
+    struct bcast_head h = {.status = verdict};
+    char *p = NULL;
+    const struct disco__coll_posted *l = &c->post[r];
+    if (verdict == DISCO_OK && l->dev_type != 0)
+        verdict = disco_set_error(DISCO_E_UNSUPPORTED,
+                                  "%s: device tensors across nodes are not supported yet", c->what);
+    if (verdict == DISCO_OK)
+        verdict = disco__coll_span_check(c, r, false, 0, l->nbytes, &p);
+    if (verdict == DISCO_OK) {
+        h.ndim = l->ndim;
+        h.dtype = l->dtype;
+        h.nbytes = l->nbytes;
+        memcpy(h.shape, l->shape, sizeof h.shape);
+    } else {
+        h.status = verdict;
+        snprintf(h.msg, sizeof h.msg, "%s", disco_last_error());
+    }
+    disco_status_t st = link_of(c, &net);
+    if (st == DISCO_OK)
+        st = net->send(net, to, &h, sizeof h);
+    if (st == DISCO_OK && h.status == DISCO_OK)
+        st = net->send(net, to, p, (size_t)h.nbytes);
+    return h.status != DISCO_OK ? (disco_status_t)h.status : st;
 }

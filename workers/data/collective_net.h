@@ -13,15 +13,11 @@
 #include "disco/func.h"
 #include "workers/data/coll_call.h"
 
-/** Records, before the meeting, that collective c cannot run across nodes
- *  (DISCO_E_UNSUPPORTED naming it): every member of every node records
- *  the same, so all fail alike at their meetings. */
-void disco__coll_net_refuse(struct disco__coll_call *c);
-
 /** For an allreduce (or, with device, any collective whose tensors are on
- *  a device): records the refusal as disco__coll_net_refuse when c runs
- *  across nodes and op (avg) or device tensors cannot. Returns whether it
- *  refused. */
+ *  a device): records, before the meeting, DISCO_E_UNSUPPORTED naming the
+ *  collective when c runs across nodes and op (avg) or device tensors
+ *  cannot: every member of every node records the same, so all fail alike
+ *  at their meetings. Returns whether it refused. */
 bool disco__coll_net_refuse_op(struct disco__coll_call *c, disco_reduce_op_t op, bool device);
 
 /** After the meeting of an allreduce across nodes, with every member's
@@ -54,5 +50,19 @@ disco_status_t disco__coll_net_gather(struct disco__coll_call *c, const void *x,
  *  failure recorded (node 0's own, word for word, on the others). */
 DLTensor *disco__coll_net_share_lead(disco_ctx_t *ctx, struct disco__coll_call *c, DLTensor *x,
                                      bool scatter);
+
+/** send_recv across nodes, on the receiving node's leader before its
+ *  node's meeting: receives the description and bytes the sending node's
+ *  leader sends (from: its node) into a new heap tensor and posts it as
+ *  its input. Returns it, or NULL with the failure recorded (the sender's
+ *  own, word for word). */
+DLTensor *disco__coll_net_recv_lead(disco_ctx_t *ctx, struct disco__coll_call *c, int from);
+
+/** send_recv across nodes, on the sending node's leader after its node's
+ *  meeting (verdict: the meeting's status): sends member r's posted input
+ *  (description, then bytes) to node to, or the failure. Returns DISCO_OK
+ *  or the failure, to be carried by a go barrier. */
+disco_status_t disco__coll_net_send_lead(struct disco__coll_call *c, int to, disco_status_t verdict,
+                                         int r);
 
 #endif

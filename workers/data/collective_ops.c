@@ -422,27 +422,43 @@ static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n,
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, false, "send_recv", &c);
-    DLTensor *x = NULL; /* the sender's */
-    if (c.across) {
-        disco__coll_net_refuse(&c);
-        return disco__coll_end(&c, disco__coll_meet(&c));
-    }
+    /* src and dst are global ids; across nodes, node ks sends and node kd
+     * receives (collective_net.c); on one node, ks = kd = 0. */
+    int parts = c.across ? c.w->gworld : c.size, me = c.w->gid_base / c.w->world;
     int src = n >= 3 && a[1].type == DISCO_T_INT ? (int)a[1].v.i : -1;
     int dst = n >= 3 && a[2].type == DISCO_T_INT ? (int)a[2].v.i : -1;
-    if (src < 0 || src >= c.size || dst < 0 || dst >= c.size) {
+    bool ok = src >= 0 && src < parts && dst >= 0 && dst < parts;
+    int ks = ok ? src / c.size : -1, kd = ok ? dst / c.size : -1;
+    int ls = ok ? src % c.size : -1, ld = ok ? dst % c.size : -1;
+    bool apart = ok && ks != kd; /* only across nodes */
+    DLTensor *x = NULL;          /* the sender's, or the receiving leader's copy */
+    if (!ok) {
         disco_set_error(DISCO_E_INVAL, "send_recv(x, src, dst): src %d, dst %d of %d workers", src,
-                        dst, c.size);
+                        dst, parts);
         disco__coll_fail(&c, DISCO_E_INVAL, disco_last_error());
-    } else if (c.rank == src) {
+    } else if (me == ks && c.rank == ls) {
         x = lead_share(&c, a, n, "send_recv", true);
-        if (x != NULL && x->device.device_type == kDLCPU)
+        if (x != NULL && x->device.device_type == kDLCPU && !apart)
+            disco__tensor_add_refs(x, 1);
+    } else if (apart && me == kd && c.rank == 0) {
+        x = disco__coll_net_recv_lead(ctx, &c, ks);
+        if (x != NULL && ld != 0)
             disco__tensor_add_refs(x, 1);
     }
     disco_status_t st = disco__coll_meet(&c);
-    if (st == DISCO_OK && c.rank == dst && c.post[src].dev_type != 0)
-        st = disco__coll_dev_copy_of(ctx, &c, src, x, ret);
-    else if (st == DISCO_OK && c.rank == dst)
-        st = take(ctx, &c, src, 0, -1, true, ret);
+    if (apart && me == ks) { /* the leader sends; the sender's x lives until it has */
+        disco_status_t sent = c.rank == 0 ? disco__coll_net_send_lead(&c, kd, st, ls) : DISCO_OK;
+        uint32_t choice;
+        if (st == DISCO_OK)
+            st = disco__coll_go(&c, sent, 0, &choice);
+    } else if (st == DISCO_OK && apart && me == kd && c.rank == ld) {
+        st =
+            ld == 0 ? (*ret = disco_value_tensor(x), DISCO_OK) : take(ctx, &c, 0, 0, -1, true, ret);
+    } else if (st == DISCO_OK && !apart && me == ks && c.rank == ld && c.post[ls].dev_type != 0) {
+        st = disco__coll_dev_copy_of(ctx, &c, ls, x, ret);
+    } else if (st == DISCO_OK && !apart && me == ks && c.rank == ld) {
+        st = take(ctx, &c, ls, 0, -1, true, ret);
+    }
     return disco__coll_end(&c, st); /* one more barrier before slots are reused */
 }
 
