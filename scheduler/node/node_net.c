@@ -85,19 +85,27 @@ static disco_status_t block_fits(size_t block, const char *what)
     return DISCO_OK;
 }
 
+/* A collective's request, started (rc: its start's return), waited for
+ * under the deadline. */
+static disco_status_t finish(struct disco__node *n, int rc, MPI_Request *r, int64_t deadline,
+                             const char *what)
+{
+    if (rc != MPI_SUCCESS)
+        return disco__node_mpi_fail(rc, what);
+    return disco__node_await(n, r, -1, deadline, what, NULL);
+}
+
 static disco_status_t net_allgather(struct disco__net *net, void *buf, size_t block)
 {
     struct disco__node *n = of(net);
     int64_t deadline = coll_deadline(n);
     disco_status_t st = block_fits(block, "allgather");
-    if (st != DISCO_OK)
-        return st;
     MPI_Request r;
-    int rc =
-        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)block, MPI_BYTE, n->data, &r);
-    if (rc != MPI_SUCCESS)
-        return disco__node_mpi_fail(rc, "collective: allgather");
-    return disco__node_await(n, &r, -1, deadline, "collective: allgather", NULL);
+    return st != DISCO_OK ? st
+                          : finish(n,
+                                   MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf,
+                                                  (int)block, MPI_BYTE, n->data, &r),
+                                   &r, deadline, "collective: allgather");
 }
 
 static disco_status_t net_gather(struct disco__net *net, int root, void *buf, size_t block)
@@ -112,9 +120,7 @@ static disco_status_t net_gather(struct disco__net *net, int root, void *buf, si
                  ? MPI_Igather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)block, MPI_BYTE, root,
                                n->data, &r)
                  : MPI_Igather(buf, (int)block, MPI_BYTE, NULL, 0, MPI_BYTE, root, n->data, &r);
-    if (rc != MPI_SUCCESS)
-        return disco__node_mpi_fail(rc, "collective: gather");
-    return disco__node_await(n, &r, -1, deadline, "collective: gather", NULL);
+    return finish(n, rc, &r, deadline, "collective: gather");
 }
 
 static disco_status_t net_scatter(struct disco__net *net, int root, void *buf, size_t block)
@@ -129,9 +135,7 @@ static disco_status_t net_scatter(struct disco__net *net, int root, void *buf, s
                  ? MPI_Iscatter(buf, (int)block, MPI_BYTE, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, root,
                                 n->data, &r)
                  : MPI_Iscatter(NULL, 0, MPI_BYTE, buf, (int)block, MPI_BYTE, root, n->data, &r);
-    if (rc != MPI_SUCCESS)
-        return disco__node_mpi_fail(rc, "collective: scatter");
-    return disco__node_await(n, &r, -1, deadline, "collective: scatter", NULL);
+    return finish(n, rc, &r, deadline, "collective: scatter");
 }
 
 void disco__node_net_init(struct disco__node *n)

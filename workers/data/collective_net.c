@@ -156,6 +156,19 @@ disco_status_t disco__coll_net_allreduce(struct disco__coll_call *c, disco_reduc
     return disco__coll_barrier(c);
 }
 
+/* The leaders' step of a gather (all: an allgather; else to node 0) of
+ * blocks of block bytes in lead; every member takes its outcome from the
+ * go barrier. */
+static disco_status_t blocks_step(struct disco__coll_call *c, char *lead, size_t block, bool all)
+{
+    struct disco__net *net = NULL;
+    disco_status_t mine = DISCO_OK;
+    uint32_t choice;
+    if (c->rank == 0 && (mine = link_of(c, &net)) == DISCO_OK)
+        mine = all ? net->allgather(net, lead, block) : net->gather(net, 0, lead, block);
+    return disco__coll_go(c, mine, 0, &choice);
+}
+
 disco_status_t disco__coll_net_allgather(struct disco__coll_call *c, const void *x, size_t nb,
                                          char *const *outs)
 {
@@ -167,12 +180,7 @@ disco_status_t disco__coll_net_allgather(struct disco__coll_call *c, const void 
     if (st != DISCO_OK)
         return st;
     /* 2. The leaders exchange their nodes' blocks. */
-    struct disco__net *net = NULL;
-    disco_status_t mine = DISCO_OK;
-    uint32_t choice;
-    if (c->rank == 0 && (mine = link_of(c, &net)) == DISCO_OK)
-        mine = net->allgather(net, lead, block);
-    if ((st = disco__coll_go(c, mine, 0, &choice)) != DISCO_OK)
+    if ((st = blocks_step(c, lead, block, true)) != DISCO_OK)
         return st;
     /* 3. Each member copies its slice of the whole into the others'. */
     spread_slice(c, lead, outs, total, 1);
@@ -189,12 +197,7 @@ disco_status_t disco__coll_net_gather(struct disco__coll_call *c, const void *x,
     if (st != DISCO_OK)
         return st;
     /* 2. The leaders send their blocks to node 0's. */
-    struct disco__net *net = NULL;
-    disco_status_t mine = DISCO_OK;
-    uint32_t choice;
-    if (c->rank == 0 && (mine = link_of(c, &net)) == DISCO_OK)
-        mine = net->gather(net, 0, lead, nb * (size_t)c->size);
-    return disco__coll_go(c, mine, 0, &choice);
+    return blocks_step(c, lead, nb * (size_t)c->size, false);
 }
 
 /* What node 0's leader tells the others before the bytes of a broadcast. */
@@ -320,7 +323,7 @@ DLTensor *disco__coll_net_share_lead(disco_ctx_t *ctx, struct disco__coll_call *
 DLTensor *disco__coll_net_recv_lead(disco_ctx_t *ctx, struct disco__coll_call *c, int from)
 {
     struct disco__net *net = NULL;
-    struct bcast_head h;
+    struct bcast_head h = {.status = DISCO_OK};
     DLTensor *t = NULL;
     disco_status_t st = link_of(c, &net);
     if (st == DISCO_OK)
