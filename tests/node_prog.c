@@ -11,8 +11,9 @@
  *   coll      allreduce (sum, max of i32, f32, f64), broadcast, allgather,
  *             scatter, send_recv and gather across nodes: checksums of
  *             every worker's result
- *   coll-sim  allreduce (sum, f32) of sim device tensors (DISCO_SIM_GPUS):
- *             staged through the host between nodes; checksums
+ *   coll-sim  allreduce (sum, f32), allgather and gather of sim device
+ *             tensors (DISCO_SIM_GPUS): staged through the host between
+ *             nodes; checksums
  *   debug     debug set/get of a register on every worker
  *   error     a function that fails on the last worker only
  *   stream    20000 asynchronous calls, then a sync of every worker
@@ -195,7 +196,7 @@ static int coll(disco_session_t *s)
 
 static int coll_sim(disco_session_t *s)
 {
-    int64_t n = 70001;
+    int64_t n = 30001; /* allgather of 6 x 120 KB still fits a reply (1 MiB) */
     disco_value_t fa[2] = {disco_value_int(n), disco_value_str("float32")};
     disco_dref_t x, d, y, nul;
     CHECK(disco_session_call_by_name(s, "nt.fill", fa, 2, &x));
@@ -206,7 +207,15 @@ static int coll_sim(disco_session_t *s)
     CHECK(disco_session_call_by_name(s, "disco.copy_into", ca, 2, &nul));
     disco_value_t ra[2] = {{.type = DISCO_T_DREF, .v.reg = d}, disco_value_str("sum")};
     CHECK(disco_session_call_by_name(s, "disco.allreduce", ra, 2, &y));
-    return print_all(s, "sim allreduce float32 sum", y);
+    if (print_all(s, "sim allreduce float32 sum", y))
+        return 1;
+    disco_dref_t ag, g;
+    disco_value_t da[1] = {{.type = DISCO_T_DREF, .v.reg = d}};
+    CHECK(disco_session_call_by_name(s, "disco.allgather", da, 1, &ag));
+    if (print_all(s, "sim allgather float32", ag))
+        return 1;
+    CHECK(disco_session_call_by_name(s, "disco.gather_to_worker0", da, 1, &g));
+    return print_all(s, "sim gather float32", g);
 }
 
 static int debug(disco_session_t *s)

@@ -180,8 +180,9 @@ START_TEST(test_coll_matches_one_node)
 }
 END_TEST
 
-/* Device tensors (sim) across nodes: staged through the host between the
- * nodes, the same result as one node's allreduce kernels. */
+/* Device tensors (sim) across nodes: allreduce, allgather and gather
+ * staged through the host between the nodes, the same results as one
+ * node's kernels and device copies. */
 START_TEST(test_sim_allreduce_matches_one_node)
 {
     if (!can_run())
@@ -196,6 +197,7 @@ START_TEST(test_sim_allreduce_matches_one_node)
     int rc = run(cmd, multi, sizeof multi);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, multi);
     assert_ok(multi, "coll-sim");
+    ck_assert_msg(strstr(multi, "sim gather float32 worker 0") != NULL, "%s", multi);
     snprintf(cmd, sizeof cmd, "DISCO_QUIET=1 DISCO_SIM_GPUS=4 %s coll-sim 2 --local 2 2>&1", PROG);
     ck_assert_int_eq(run(cmd, one, sizeof one), 0);
     ck_assert_msg(strcmp(multi, one) == 0, "2 nodes:\n%s\none node:\n%s", multi, one);

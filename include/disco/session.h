@@ -55,10 +55,11 @@
  * Collectives: every collective of host tensors runs across nodes
  * (allreduce but its avg; through the shared heap inside each node, MPI
  * between the nodes; allreduce's result is bit for bit one node's for f32,
- * f64 and integers); allreduce of device tensors is staged through host
- * memory between nodes (no GPU-aware path); allreduce's avg and the other
- * collectives of device tensors fail with DISCO_E_UNSUPPORTED across nodes
- * (in-group collectives of groups inside a node stay there and work). A node that dies, or stops
+ * f64 and integers); allreduce, allgather and gather of device tensors are
+ * staged through host memory between nodes (no GPU-aware path);
+ * allreduce's avg, and broadcast, scatter and send_recv of device
+ * tensors, fail with DISCO_E_UNSUPPORTED across nodes (in-group
+ * collectives of groups inside a node stay there and work). A node that dies, or stops
  * answering its heartbeats (DISCO_NODE_LEASE_MS, default 3 s, at most half
  * the call deadline), breaks the session with DISCO_E_WORKER_DIED naming
  * the node and its workers. Run with `mpirun --mca orte_enable_recovery 1`

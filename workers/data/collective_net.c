@@ -73,8 +73,9 @@ bool disco__coll_net_refuse_op(struct disco__coll_call *c, disco_reduce_op_t op,
         return false;
     if (device)
         disco_set_error(DISCO_E_UNSUPPORTED,
-                        "%s: device tensors across nodes are not supported yet (allreduce "
-                        "stages them through the host); copy them to host tensors first",
+                        "%s: device tensors across nodes are not supported yet (allreduce, "
+                        "allgather and gather stage them through the host); copy them to host "
+                        "tensors first",
                         c->what);
     else if (op == DISCO_REDUCE_AVG)
         disco_set_error(DISCO_E_UNSUPPORTED,

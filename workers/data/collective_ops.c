@@ -77,7 +77,7 @@ static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
  * Heap tensors: member r reduces slice r of all inputs and writes it into
  * every member's output (a reduce-scatter and an allgather in one pass).
  * Device tensors: kernels on every member (collective_dev.c); across nodes,
- * staged through the host (allreduce_staged). */
+ * staged through the host (staged). */
 static disco_status_t allreduce_body(disco_ctx_t *ctx, const disco_value_t *a, int n,
                                      disco_value_t *ret)
 {
@@ -154,46 +154,55 @@ static bool crosses_nodes(const disco_ctx_t *ctx, bool in_group)
     return w != NULL && disco__worker_multinode(w) && (!in_group || w->one_group);
 }
 
-/* Allreduce of a device tensor across nodes: no GPU-aware path between
- * nodes here, so each member copies its input to a heap tensor, the host
- * allreduce runs across the nodes, and the result is copied back to a new
+/* A collective of device tensors across nodes (allreduce, allgather,
+ * gather): no GPU-aware path between nodes here, so each member copies its
+ * input to a heap tensor, the host collective (body) runs across the
+ * nodes, and its result (if this member gets one) is copied to a new
  * tensor on the member's device. A member whose staging fails passes null,
  * so that every member still meets and fails alike (its own error is the
  * one it returns). */
-static disco_status_t allreduce_staged(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                                       disco_value_t *ret)
+static disco_status_t staged(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret,
+                             disco_func_t body)
 {
     const DLTensor *x = a[0].v.tensor;
     DLTensor *h = NULL, *dev = NULL;
-    disco_status_t staged = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &h);
-    if (staged == DISCO_OK)
-        staged = disco__tensor_copy_out(x, h);
-    char why[DISCO_ERR_MSG_MAX];
-    snprintf(why, sizeof why, "%s", staged == DISCO_OK ? "" : disco_last_error());
-    disco_value_t args[3] = {a[0], n > 1 ? a[1] : disco_value_null(),
-                             n > 2 ? a[2] : disco_value_null()};
-    args[0] = staged == DISCO_OK ? disco_value_tensor(h) : disco_value_null();
-    disco_value_t r = disco_value_null();
-    disco_status_t st = allreduce_body(ctx, args, n, &r);
-    if (staged != DISCO_OK)
-        return disco_set_error(staged, "allreduce: staging worker %d's device tensor: %s",
-                               disco_ctx_worker_id(ctx), why);
-    if (st != DISCO_OK)
-        return st;
-    st = disco_ctx_empty_device(ctx, x->shape, x->ndim, x->dtype, x->device.device_type, &dev);
+    disco_status_t st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &h);
     if (st == DISCO_OK)
-        st = disco__tensor_copy_out(r.v.tensor, dev);
+        st = disco__tensor_copy_out(x, h);
+    char why[DISCO_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", st == DISCO_OK ? "" : disco_last_error());
+    disco_value_t args[4];
+    for (int i = 0; i < 4; i++)
+        args[i] = i < n ? a[i] : disco_value_null();
+    args[0] = st == DISCO_OK ? disco_value_tensor(h) : disco_value_null();
+    disco_value_t r = disco_value_null();
+    disco_status_t bst = body(ctx, args, n < 4 ? n : 4, &r);
+    if (st != DISCO_OK)
+        return disco_set_error(st, "staging worker %d's device tensor: %s",
+                               disco_ctx_worker_id(ctx), why);
+    if (bst != DISCO_OK || r.type != DISCO_T_TENSOR)
+        return bst; /* an error, or no result on this member (gather) */
+    const DLTensor *y = r.v.tensor;
+    st = disco_ctx_empty_device(ctx, y->shape, y->ndim, y->dtype, x->device.device_type, &dev);
+    if (st == DISCO_OK)
+        st = disco__tensor_copy_out(y, dev);
     if (st == DISCO_OK)
         *ret = disco_value_tensor(dev);
     return st;
 }
 
+/* Whether a[0] is a device tensor of a collective (in_group: argument
+ * in_group_at) that crosses nodes: then it is staged. */
+static bool stage_it(const disco_ctx_t *ctx, const disco_value_t *a, int n, int in_group_at)
+{
+    return n >= 1 && a[0].type == DISCO_T_TENSOR && disco__tensor_is_ours(a[0].v.tensor) &&
+           disco__tensor_is_device(a[0].v.tensor) && crosses_nodes(ctx, flag(a, n, in_group_at));
+}
+
 static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
-    if (n >= 2 && a[0].type == DISCO_T_TENSOR && disco__tensor_is_ours(a[0].v.tensor) &&
-        disco__tensor_is_device(a[0].v.tensor) && crosses_nodes(ctx, flag(a, n, 2)))
-        return allreduce_staged(ctx, a, n, ret);
-    return allreduce_body(ctx, a, n, ret);
+    return n >= 2 && stage_it(ctx, a, n, 2) ? staged(ctx, a, n, ret, allreduce_body)
+                                            : allreduce_body(ctx, a, n, ret);
 }
 
 /* The tensor a leader shares: validated, with refs added for the others. */
@@ -331,7 +340,8 @@ static DLTensor *gather_prep(disco_ctx_t *ctx, struct disco__coll_call *c, const
 
 /* disco.gather_to_worker0(x, in_group): worker 0 (the group leader) gets the
  * members' x stacked along dimension 0; the others get null. */
-static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+static disco_status_t gather_body(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                  disco_value_t *ret)
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "gather_to_worker0", &c);
@@ -373,7 +383,8 @@ static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, di
 
 /* disco.allgather(x, in_group): every member gets the members' x stacked
  * along dimension 0. */
-static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+static disco_status_t allgather_body(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                     disco_value_t *ret)
 {
     struct disco__coll_call c;
     disco__coll_begin(ctx, flag(a, n, 1), "allgather", &c);
@@ -413,6 +424,19 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
         return st;
     *ret = disco_value_tensor(out);
     return DISCO_OK;
+}
+
+/* Device tensors across nodes are staged through the host (staged). */
+static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    return stage_it(ctx, a, n, 1) ? staged(ctx, a, n, ret, gather_body)
+                                  : gather_body(ctx, a, n, ret);
+}
+
+static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    return stage_it(ctx, a, n, 1) ? staged(ctx, a, n, ret, allgather_body)
+                                  : allgather_body(ctx, a, n, ret);
 }
 
 /* disco.send_recv(x, src, dst): worker dst gets worker src's x by reference
