@@ -30,7 +30,8 @@
 
 #include "scheduler/node/node_impl.h"
 
-#define TICK_NS 5000000L /* 5 ms: the flush's and the checks' resolution */
+#define TICK_NS       5000000L  /* 5 ms: the flush's and the checks' resolution */
+#define AGENT_TICK_NS 20000000L /* 20 ms on an agent: beats and the lease only */
 
 static void beat(struct disco__node *n)
 {
@@ -93,7 +94,9 @@ static void *link_main(void *arg)
                 _exit(1);
             }
         }
-        struct timespec ts = {0, TICK_NS};
+        /* The controller ticks often enough to send a waiting batch on
+         * time; an agent only beats and listens. */
+        struct timespec ts = {0, n->node == 0 ? TICK_NS : AGENT_TICK_NS};
         nanosleep(&ts, NULL);
     }
     return NULL;

@@ -18,6 +18,9 @@
 #include "shm/text.h"
 #include "scheduler/node/node_impl.h"
 
+#define IDLE_NS     100000000LL /* an agent with no command for 100 ms is at rest, */
+#define IDLE_NAP_NS 10000000L   /* and polls every 10 ms */
+
 /* ---- down: batches of frames ---- */
 
 disco_status_t disco__node_flush_locked(struct disco__node *n)
@@ -88,8 +91,8 @@ disco_status_t disco__node_next(struct disco__node *n, const void **frames, size
     long nap = 20000;
     /* Poll for the next batch: flat out for a while after the last one
      * (a session at work sends them back to back), then with naps that
-     * grow to 1 ms, so that an idle node costs next to nothing
-     * (disco__node_backoff). */
+     * grow to 1 ms (disco__node_backoff), then, at rest, every 10 ms, so
+     * that an idle node costs next to nothing. */
     for (;;) {
         if ((rc = MPI_Iprobe(0, NODE_TAG_CMD, n->cmd, &flag, &status)) != MPI_SUCCESS)
             return disco__node_mpi_fail(rc, "waiting for commands");
@@ -97,7 +100,16 @@ disco_status_t disco__node_next(struct disco__node *n, const void **frames, size
             break;
         if (atomic_load_explicit(&n->peer[0].dead, memory_order_relaxed))
             return disco__node_dead(n, 0, "waiting for commands");
-        disco__node_backoff(disco__node_now() - start, &nap);
+        int64_t waited = disco__node_now() - start;
+        if (waited < IDLE_NS) {
+            disco__node_backoff(waited, &nap);
+            continue;
+        }
+        /* Idle: 100 naps a second (a node at rest costs ~0.5% of a core
+         * instead of ~4% at 1 ms naps); the first command after a rest
+         * waits up to 10 ms. */
+        struct timespec ts = {0, IDLE_NAP_NS};
+        nanosleep(&ts, NULL);
     }
     int count = 0;
     MPI_Get_count(&status, MPI_BYTE, &count);
