@@ -103,9 +103,8 @@ disco_status_t disco__node_send_up(struct disco__node *n, uint32_t kind, int32_t
  *  cannot finalize, so then it is left to the process's exit. Frees n. */
 void disco__node_stop(struct disco__node *n, bool healthy);
 
-/** The node this link is (0: the controller), and the node count. */
+/** The node this link is (0: the controller). */
 int disco__node_self(const struct disco__node *n);
-int disco__node_count(const struct disco__node *n);
 
 /** Agent: runs the node until the controller ends the session or dies
  *  (node_agent.c). Returns the process's exit code: 0 after a normal end,

@@ -69,7 +69,6 @@ struct disco__node {
     size_t incap;
     char *reply; /* a reply frame kept for its waiter */
     uint32_t reply_len;
-    int reply_from;
 
     /* Errors the agents reported, not yet returned. */
     int32_t err_code;

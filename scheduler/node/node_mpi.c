@@ -236,11 +236,6 @@ int disco__node_self(const struct disco__node *n)
     return n->node;
 }
 
-int disco__node_count(const struct disco__node *n)
-{
-    return n->nodes;
-}
-
 void disco__node_stop(struct disco__node *n, bool healthy)
 {
     if (n == NULL)

@@ -83,6 +83,30 @@ disco_status_t disco__node_post(struct disco__node *n, const void *frame, size_t
     return st;
 }
 
+/* Receives the message a probe found (status; its tag) into n->in, grown
+ * to fit; *bytes its size. */
+static disco_status_t recv_probed(struct disco__node *n, const MPI_Status *status, int tag,
+                                  const char *what, size_t *bytes)
+{
+    int count = 0, rc;
+    MPI_Get_count(status, MPI_BYTE, &count);
+    if (count < 0)
+        return disco_set_error(DISCO_E_PROTOCOL, "%s of unknown size", what);
+    if ((size_t)count > n->incap) {
+        char *p = aligned_alloc(8, ((size_t)count + 7) & ~(size_t)7);
+        if (p == NULL)
+            return disco_set_error(DISCO_E_NOMEM, "%s of %d bytes", what, count);
+        free(n->in);
+        n->in = p;
+        n->incap = (size_t)count;
+    }
+    if ((rc = MPI_Recv(n->in, count, MPI_BYTE, status->MPI_SOURCE, tag, n->cmd,
+                       MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+        return disco__node_mpi_fail(rc, what);
+    *bytes = (size_t)count;
+    return DISCO_OK;
+}
+
 disco_status_t disco__node_next(struct disco__node *n, const void **frames, size_t *bytes)
 {
     MPI_Status status;
@@ -111,23 +135,10 @@ disco_status_t disco__node_next(struct disco__node *n, const void **frames, size
         struct timespec ts = {0, IDLE_NAP_NS};
         nanosleep(&ts, NULL);
     }
-    int count = 0;
-    MPI_Get_count(&status, MPI_BYTE, &count);
-    if (count < 0)
-        return disco_set_error(DISCO_E_PROTOCOL, "a batch of unknown size");
-    if ((size_t)count > n->incap) {
-        char *p = aligned_alloc(8, ((size_t)count + 7) & ~(size_t)7);
-        if (p == NULL)
-            return disco_set_error(DISCO_E_NOMEM, "a %d-byte batch", count);
-        free(n->in);
-        n->in = p;
-        n->incap = (size_t)count;
-    }
-    if ((rc = MPI_Recv(n->in, count, MPI_BYTE, 0, NODE_TAG_CMD, n->cmd, MPI_STATUS_IGNORE)) !=
-        MPI_SUCCESS)
-        return disco__node_mpi_fail(rc, "receiving commands");
+    disco_status_t st = recv_probed(n, &status, NODE_TAG_CMD, "a batch of commands", bytes);
+    if (st != DISCO_OK)
+        return st;
     *frames = n->in;
-    *bytes = (size_t)count;
     return DISCO_OK;
 }
 
@@ -174,28 +185,19 @@ static void keep_errors(struct disco__node *n, int k, int32_t code, const char *
 static disco_status_t take_one(struct disco__node *n)
 {
     MPI_Status status;
-    int flag = 0, rc, count = 0;
+    int flag = 0, rc;
     if ((rc = MPI_Iprobe(MPI_ANY_SOURCE, NODE_TAG_UP, n->cmd, &flag, &status)) != MPI_SUCCESS)
         return disco__node_mpi_fail(rc, "reading the nodes' messages");
     if (!flag)
         return DISCO_E_AGAIN;
     int k = status.MPI_SOURCE;
-    MPI_Get_count(&status, MPI_BYTE, &count);
-    size_t need = count > 0 ? (size_t)count : 0;
-    if (need > n->incap) {
-        char *p = aligned_alloc(8, (need + 7) & ~(size_t)7);
-        if (p == NULL)
-            return disco_set_error(DISCO_E_NOMEM, "a %d-byte message from node %d", count, k);
-        free(n->in);
-        n->in = p;
-        n->incap = need;
-    }
-    if ((rc = MPI_Recv(n->in, count, MPI_BYTE, k, NODE_TAG_UP, n->cmd, MPI_STATUS_IGNORE)) !=
-        MPI_SUCCESS)
-        return disco__node_mpi_fail(rc, "reading a node's message");
+    size_t need;
+    disco_status_t st = recv_probed(n, &status, NODE_TAG_UP, "a node's message", &need);
+    if (st != DISCO_OK)
+        return st;
     uint32_t head[4];
     if (k <= 0 || k >= n->nodes || need < NODE_UP_HEAD)
-        return disco_set_error(DISCO_E_PROTOCOL, "node %d: a %d-byte message", k, count);
+        return disco_set_error(DISCO_E_PROTOCOL, "node %d: a %zu-byte message", k, need);
     memcpy(head, n->in, sizeof head);
     const char *payload = n->in + NODE_UP_HEAD;
     size_t len = head[2];
@@ -209,7 +211,6 @@ static disco_status_t take_one(struct disco__node *n)
             return disco_set_error(DISCO_E_PROTOCOL, "node %d: a reply nobody asked for", k);
         memcpy(n->reply, payload, len);
         n->reply_len = (uint32_t)len;
-        n->reply_from = k;
         p->replied = true;
         return DISCO_OK;
     case DISCO_NODE_UP_ERRORS:

@@ -79,9 +79,3 @@ int disco__node_self(const struct disco__node *n)
     (void)n;
     return 0;
 }
-
-int disco__node_count(const struct disco__node *n)
-{
-    (void)n;
-    return 1;
-}

@@ -192,10 +192,7 @@ static disco_status_t node_failed(struct disco_session *s, disco_status_t st)
     return disco__session_break(s, st, "%s", why);
 }
 
-/* Broadcasts a command and runs it on worker 0. *w0_reply_len is worker 0's
- * reply in s->reply, if the command asked it for one. */
-static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_value_t *args,
-                            uint32_t nargs, size_t *w0_reply_len)
+disco_status_t disco__session_ready(struct disco_session *s)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK)
@@ -204,6 +201,39 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
      * look every HEALTH_EVERY commands, so a death is noticed without a
      * syscall on every call. */
     if (++s->issued % HEALTH_EVERY == 0 && (st = disco__session_check(s)) != DISCO_OK)
+        return st;
+    return DISCO_OK;
+}
+
+disco_status_t disco__session_deliver(struct disco_session *s, const disco_frame_hdr_t *h,
+                                      const disco_value_t *args, const void *frame, size_t len,
+                                      const char *name, size_t *w0_len)
+{
+    uint64_t t_enq = 0; /* stamped by the broadcast as it publishes (trace_impl.h) */
+    disco_status_t st =
+        disco__chan_bcast(&s->chan, frame, (uint32_t)len, disco__session_call_wait(s),
+                          disco__trace_slot(&s->trace, &t_enq));
+    if (st != DISCO_OK)
+        return disco__session_bcast_failed(s, st);
+    if (s->node != NULL && (st = disco__node_post(s->node, frame, len)) != DISCO_OK)
+        return node_failed(s, st);
+    disco__worker_exec(&s->w0, h, args, s->reply, DISCO_REPLY_MAX, w0_len);
+    /* Worker 0 ran inline right after the broadcast: the command's record is
+     * its slice too, from the enqueue stamp to this one (trace.c). */
+    disco__trace_cmd_issued(&s->trace, h->seq, h->code, name, t_enq);
+    if (s->state != DISCO_OK) /* worker 0 found a dead worker (in a collective) */
+        return disco_set_error(s->state, "%s", s->why);
+    return DISCO_OK;
+}
+
+/* Encodes a command, broadcasts it and runs it on worker 0
+ * (disco__session_deliver). *w0_reply_len is worker 0's reply in
+ * s->reply, if the command asked it for one. */
+static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_value_t *args,
+                            uint32_t nargs, size_t *w0_reply_len)
+{
+    disco_status_t st = disco__session_ready(s);
+    if (st != DISCO_OK)
         return st;
     /* The command slot's cache line is last held by the readers: start
      * taking it now, so the fetch overlaps the encoding instead of stalling
@@ -214,25 +244,13 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     st = disco_frame_encode(code, h.seq, args, nargs, s->buf, s->chan.max_msg, &len);
     if (st != DISCO_OK)
         return st;
-    uint64_t t_enq = 0; /* stamped by the broadcast as it publishes (trace_impl.h) */
-    st = disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, disco__session_call_wait(s),
-                           disco__trace_slot(&s->trace, &t_enq));
-    if (st != DISCO_OK)
-        return disco__session_bcast_failed(s, st);
-    if (s->node != NULL && (st = disco__node_post(s->node, s->buf, len)) != DISCO_OK)
-        return node_failed(s, st);
     size_t rlen = 0;
-    disco__worker_exec(&s->w0, &h, args, s->reply, DISCO_REPLY_MAX, &rlen);
-    /* Worker 0 ran inline right after the broadcast: the command's record is
-     * its slice too, from the enqueue stamp to this one (trace.c). */
-    disco__trace_cmd_issued(&s->trace, h.seq, code,
-                            code == DISCO_CMD_CALL ? s->regs.func[args[1].v.reg]->name : NULL,
-                            t_enq);
-    if (s->state != DISCO_OK) /* worker 0 found a dead worker (in a collective) */
-        return disco_set_error(s->state, "%s", s->why);
-    if (w0_reply_len != NULL)
+    st = disco__session_deliver(s, &h, args, s->buf, len,
+                                code == DISCO_CMD_CALL ? s->regs.func[args[1].v.reg]->name : NULL,
+                                &rlen);
+    if (st == DISCO_OK && w0_reply_len != NULL)
         *w0_reply_len = rlen;
-    return DISCO_OK;
+    return st;
 }
 
 /* A wait for worker's reply to what that failed with st: past the

@@ -23,9 +23,7 @@ disco_status_t disco__session_relay(struct disco_session *s, const void *frame, 
     }
     if (h.code == DISCO_CMD_SHUTDOWN) /* the agent closes the node itself */
         return disco_set_error(DISCO_E_SHUTDOWN, "the controller ended the session");
-    if ((st = disco__session_usable(s)) != DISCO_OK)
-        return st;
-    if (++s->issued % HEALTH_EVERY == 0 && (st = disco__session_check(s)) != DISCO_OK)
+    if ((st = disco__session_ready(s)) != DISCO_OK)
         return st;
     if (h.code == DISCO_CMD_SYNC && h.nargs >= 1 && args[0].type == DISCO_T_INT)
         *asks_out = (int)args[0].v.i;
@@ -34,16 +32,7 @@ disco_status_t disco__session_relay(struct disco_session *s, const void *frame, 
         *asks_out = (int)args[1].v.i;
     s->seq = h.seq;
     disco__chan_prepare_bcast(&s->chan);
-    uint64_t t_enq = 0;
-    st = disco__chan_bcast(&s->chan, frame, (uint32_t)len, disco__session_call_wait(s),
-                           disco__trace_slot(&s->trace, &t_enq));
-    if (st != DISCO_OK)
-        return disco__session_bcast_failed(s, st);
-    disco__worker_exec(&s->w0, &h, args, s->reply, DISCO_REPLY_MAX, w0_len);
-    disco__trace_cmd_issued(&s->trace, h.seq, h.code, NULL, t_enq);
-    if (s->state != DISCO_OK)
-        return disco_set_error(s->state, "%s", s->why);
-    return DISCO_OK;
+    return disco__session_deliver(s, &h, args, frame, len, NULL, w0_len);
 }
 
 disco_status_t disco__session_recv_reply(struct disco_session *s, int local, uint32_t *len)

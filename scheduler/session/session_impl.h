@@ -121,6 +121,22 @@ disco_status_t disco__session_bcast_failed(struct disco_session *s, disco_status
 disco_status_t disco__session_reply_failed(struct disco_session *s, int worker, disco_status_t st,
                                            const char *what);
 
+/** Whether the session takes a command now: usable, and (every
+ *  HEALTH_EVERY commands) no worker found dead. Returns DISCO_OK or as
+ *  disco__session_usable / disco__session_check. */
+disco_status_t disco__session_ready(struct disco_session *s);
+
+/** Delivers one encoded command (frame, len bytes; h and args its
+ *  decoding): broadcasts it to this node's workers, posts it to the other
+ *  nodes (a controller across nodes), runs it on worker 0 (its reply, if
+ *  asked, in s->reply, *w0_len its length) and records it in the trace
+ *  (name: the called function's, or NULL). Returns DISCO_OK, or the
+ *  failure that broke the session (a full channel, the node link, a death
+ *  worker 0 found). */
+disco_status_t disco__session_deliver(struct disco_session *s, const disco_frame_hdr_t *h,
+                                      const disco_value_t *args, const void *frame, size_t len,
+                                      const char *name, size_t *w0_len);
+
 /** An agent's relay of one command frame of the controller's (node_agent.c):
  *  decodes it, broadcasts it to this node's workers as it is and runs it on
  *  worker 0. *asks_out is the global id of the worker the command asks for

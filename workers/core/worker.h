@@ -76,6 +76,14 @@ static inline bool disco__worker_multinode(const disco_worker_t *w)
     return w->gworld > w->world;
 }
 
+/** Whether a collective of w over the world (in_group false) or its group
+ *  meets other nodes: across nodes, a world collective does, and so does
+ *  a group one when the session's groups are the one group of everyone. */
+static inline bool disco__worker_crosses(const disco_worker_t *w, bool in_group)
+{
+    return disco__worker_multinode(w) && (!in_group || w->one_group);
+}
+
 /** Frees every register, then the worker's device arena (arena.h). */
 void disco__worker_fini(disco_worker_t *w);
 

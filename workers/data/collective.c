@@ -130,7 +130,7 @@ void disco__coll_begin(disco_ctx_t *ctx, bool in_group, const char *what,
     c->me->seq = w->seq;
     c->local = DISCO_OK;
     c->met = false;
-    c->across = (!in_group || w->one_group) && disco__worker_multinode(w);
+    c->across = disco__worker_crosses(w, in_group);
     c->dev = false;
     c->owe_waits = false;
     c->by_flags = false;

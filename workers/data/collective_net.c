@@ -230,6 +230,17 @@ static disco_status_t bcast_bytes(struct disco__net *net, char *dst, size_t byte
     return st;
 }
 
+/* Records the failure a head from another node carries, as its sender
+ * recorded it (its words bounded; a code that is no error of ours is a
+ * protocol error). */
+static void fail_as_sender(struct disco__coll_call *c, struct bcast_head *h)
+{
+    h->msg[sizeof h->msg - 1] = '\0';
+    disco__coll_fail(
+        c, disco__status_is_error(h->status) ? (disco_status_t)h->status : DISCO_E_PROTOCOL,
+        h->msg);
+}
+
 /* Makes the heap tensor a head from another node describes (rows divided
  * by div: a scatter's block), its words checked as any input's. */
 static disco_status_t tensor_for_head(disco_ctx_t *ctx, const struct disco__coll_call *c,
@@ -298,12 +309,8 @@ DLTensor *disco__coll_net_share_lead(disco_ctx_t *ctx, struct disco__coll_call *
         return x;
     }
     if (h.status != DISCO_OK) {
-        if (!root) { /* node 0's verdict, word for word, on every node */
-            h.msg[sizeof h.msg - 1] = '\0';
-            disco_status_t code =
-                disco__status_is_error(h.status) ? (disco_status_t)h.status : DISCO_E_PROTOCOL;
-            disco__coll_fail(c, code, h.msg);
-        }
+        if (!root) /* node 0's verdict, word for word, on every node */
+            fail_as_sender(c, &h);
         return x;
     }
     DLTensor *t = root ? x : NULL;
@@ -330,9 +337,7 @@ DLTensor *disco__coll_net_recv_lead(disco_ctx_t *ctx, struct disco__coll_call *c
     if (st == DISCO_OK)
         st = net->recv(net, from, &h, sizeof h);
     if (st == DISCO_OK && h.status != DISCO_OK) { /* the sender's verdict, word for word */
-        h.msg[sizeof h.msg - 1] = '\0';
-        st = disco__status_is_error(h.status) ? (disco_status_t)h.status : DISCO_E_PROTOCOL;
-        disco__coll_fail(c, st, h.msg);
+        fail_as_sender(c, &h);
         return NULL;
     }
     if (st == DISCO_OK && (st = tensor_for_head(ctx, c, &h, 1, &t)) != DISCO_OK) {

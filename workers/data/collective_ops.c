@@ -58,8 +58,7 @@ static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
     int group_size = ctx->world / (int)groups;
     /* worker0_only: the session's worker 0 (a global id, across nodes too);
      * with in_group, each group's first (groups never span nodes). */
-    bool in_group = flag(a, n, 4) && group_size > 0 &&
-                    !(ctx->worker->one_group && disco__worker_multinode(ctx->worker));
+    bool in_group = flag(a, n, 4) && group_size > 0 && !disco__worker_crosses(ctx->worker, true);
     int leader = in_group ? ctx->worker_id / group_size * group_size : 0;
     int me = in_group ? ctx->worker_id : disco_ctx_worker_id(ctx);
     if (flag(a, n, 3) && me != leader)
@@ -146,14 +145,6 @@ static disco_status_t allreduce_body(disco_ctx_t *ctx, const disco_value_t *a, i
     return DISCO_OK;
 }
 
-/* Whether a collective of ctx's worker (in_group or not) meets other nodes
- * (as disco__coll_begin decides c->across). */
-static bool crosses_nodes(const disco_ctx_t *ctx, bool in_group)
-{
-    const disco_worker_t *w = ctx->worker;
-    return w != NULL && disco__worker_multinode(w) && (!in_group || w->one_group);
-}
-
 /* A collective of device tensors across nodes (allreduce, allgather,
  * gather): no GPU-aware path between nodes here, so each member copies its
  * input to a heap tensor, the host collective (body) runs across the
@@ -196,7 +187,8 @@ static disco_status_t staged(disco_ctx_t *ctx, const disco_value_t *a, int n, di
 static bool stage_it(const disco_ctx_t *ctx, const disco_value_t *a, int n, int in_group_at)
 {
     return n >= 1 && a[0].type == DISCO_T_TENSOR && disco__tensor_is_ours(a[0].v.tensor) &&
-           disco__tensor_is_device(a[0].v.tensor) && crosses_nodes(ctx, flag(a, n, in_group_at));
+           disco__tensor_is_device(a[0].v.tensor) && ctx->worker != NULL &&
+           disco__worker_crosses(ctx->worker, flag(a, n, in_group_at));
 }
 
 static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
