@@ -213,7 +213,8 @@ fail_fd:
     return st;
 }
 
-disco_status_t disco_segment_attach(int fd, disco_segment_t *seg_out)
+/* Maps the segment behind fd with protection prot (see the two callers). */
+static disco_status_t attach(int fd, int prot, disco_segment_t *seg_out)
 {
     struct stat sb;
     if (fstat(fd, &sb) != 0)
@@ -225,7 +226,7 @@ disco_status_t disco_segment_attach(int fd, disco_segment_t *seg_out)
     int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (dup_fd < 0)
         return disco_set_error(DISCO_E_SYS, "dup(fd %d): %s", fd, strerror(errno));
-    void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, dup_fd, 0);
+    void *base = mmap(NULL, total, prot, MAP_SHARED, dup_fd, 0);
     if (base == MAP_FAILED) {
         int e = errno;
         close(dup_fd);
@@ -248,6 +249,16 @@ disco_status_t disco_segment_attach(int fd, disco_segment_t *seg_out)
     seg_out->base = base;
     seg_out->size = total;
     return DISCO_OK;
+}
+
+disco_status_t disco_segment_attach(int fd, disco_segment_t *seg_out)
+{
+    return attach(fd, PROT_READ | PROT_WRITE, seg_out);
+}
+
+disco_status_t disco_segment_attach_readonly(int fd, disco_segment_t *seg_out)
+{
+    return attach(fd, PROT_READ, seg_out);
 }
 
 void disco_segment_close(disco_segment_t *seg)

@@ -4,6 +4,8 @@
 
 #include "shm/ticks.h"
 
+#include "disco/clock.h"
+
 bool disco__tick_tsc;
 
 /* The TSC is one time base for every core and process only where the kernel
@@ -21,4 +23,17 @@ __attribute__((constructor)) static void decide(void)
     }
     disco__tick_tsc = strncmp(buf, "tsc", 3) == 0 && (buf[3] == '\n' || buf[3] == '\0');
 #endif
+}
+
+double disco__ns_per_tick(uint64_t t0, int64_t ns0)
+{
+    if (!disco__tick_tsc)
+        return 1.0;
+    int64_t ns;
+    uint64_t ticks;
+    do {
+        ns = disco_now_ns();
+        ticks = disco__ticks();
+    } while (ns - ns0 < 2000000);
+    return ticks > t0 ? (double)(ns - ns0) / (double)(ticks - t0) : 1.0;
 }

@@ -25,10 +25,20 @@ static inline uint64_t disco__ticks(void)
 #if defined(__x86_64__)
     if (__builtin_expect(disco__tick_tsc, 1))
         return __builtin_ia32_rdtsc();
+    /** Nanoseconds per tick, measured against CLOCK_MONOTONIC from a pair
+     *  (t0 ticks, ns0 ns) read together earlier: at least 2 ms of it, spun
+     *  here if the pair is younger. 1.0 when ticks are nanoseconds. */
+    double disco__ns_per_tick(uint64_t t0, int64_t ns0);
+
 #endif
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+/** Nanoseconds per tick, measured against CLOCK_MONOTONIC from a pair
+ *  (t0 ticks, ns0 ns) read together earlier: at least 2 ms of it, spun
+ *  here if the pair is younger. 1.0 when ticks are nanoseconds. */
+double disco__ns_per_tick(uint64_t t0, int64_t ns0);
 
 #endif

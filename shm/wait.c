@@ -118,6 +118,33 @@ static inline bool found(disco_cond_fn cond, void *arg, const disco_wait_t *w)
     return true;
 }
 
+/* Parks once (park()), reporting it to the wait's hook: the state word
+ * around it and the time parked after it (a clock read next to a
+ * syscall, off every fast path). */
+static void park_reported(disco_waitq_t *q, disco_cond_fn cond, void *arg, const disco_wait_t *w,
+                          int64_t now)
+{
+    struct disco__wait_hook *h = disco__wait_hook(w);
+    if (h == NULL || (h->state == NULL && h->park_ns == NULL)) {
+        park(q, cond, arg, w, now);
+        return;
+    }
+    /* Relaxed, all three: a monitor's words (wait_internal.h). */
+    if (h->state != NULL)
+        atomic_store_explicit(h->state, h->parked_state, memory_order_relaxed);
+    park(q, cond, arg, w, now);
+    if (h->park_ns != NULL)
+        atomic_store_explicit(h->park_ns,
+                              atomic_load_explicit(h->park_ns, memory_order_relaxed) +
+                                  (uint64_t)(disco_now_ns() - now),
+                              memory_order_relaxed);
+    if (h->state != NULL)
+        atomic_store_explicit(h->state, h->awake_state, memory_order_relaxed);
+}
+
+static disco_status_t wait_slow(disco_waitq_t *q, disco_cond_fn cond, void *arg,
+                                const disco_wait_t *w, int64_t start);
+
 disco_status_t disco_wait_until(disco_waitq_t *q, disco_cond_fn cond, void *arg,
                                 const disco_wait_t *w)
 {
@@ -128,12 +155,26 @@ disco_status_t disco_wait_until(disco_waitq_t *q, disco_cond_fn cond, void *arg,
         return DISCO_OK;
     if (w->no_wait)
         return DISCO_E_AGAIN;
+    int64_t start = disco_now_ns();
+    struct disco__wait_hook *h = disco__wait_hook(w);
+    if (h == NULL || h->since == NULL)
+        return wait_slow(q, cond, arg, w, start);
+    /* Relaxed, both: a monitor's word (wait_internal.h). */
+    atomic_store_explicit(h->since, start, memory_order_relaxed);
+    disco_status_t st = wait_slow(q, cond, arg, w, start);
+    atomic_store_explicit(h->since, 0, memory_order_relaxed);
+    return st;
+}
+
+/* The wait proper, once the condition was found false at start. */
+static disco_status_t wait_slow(disco_waitq_t *q, disco_cond_fn cond, void *arg,
+                                const disco_wait_t *w, int64_t start)
+{
 
     uint64_t pause_ns = w->pause_ns ? w->pause_ns : DISCO_WAIT_DEFAULT_PAUSE_NS;
     uint64_t spin_ns = w->spin_ns ? w->spin_ns : DISCO_WAIT_DEFAULT_SPIN_NS;
     if (pause_ns > spin_ns)
         pause_ns = spin_ns;
-    int64_t start = disco_now_ns();
     int64_t last_check = start;
     disco_status_t st;
     disco_wait_t timed;
@@ -188,7 +229,7 @@ disco_status_t disco_wait_until(disco_waitq_t *q, disco_cond_fn cond, void *arg,
                 return DISCO_OK;
             return st;
         }
-        park(q, cond, arg, w, now);
+        park_reported(q, cond, arg, w, now);
     }
 }
 

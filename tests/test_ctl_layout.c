@@ -13,6 +13,7 @@
 #include "scheduler/session/session_impl.h"
 #include "workers/data/collective.h"
 #include "workers/core/ctl_layout.h"
+#include "workers/core/wstat.h"
 #include "workers/core/trace_ring.h"
 #include "disco/shm/heap.h"
 #include "disco/shm/segment.h"
@@ -68,6 +69,8 @@ static void check_regions(const struct disco__ctl_geom *g)
     }
     ck_assert_uint_eq(r[DISCO_CTL_REPLY].size, rings ? others * l.reply_stride : 0);
     ck_assert_uint_eq(r[DISCO_CTL_BIND].size, w * sizeof(struct disco__bind));
+    ck_assert_uint_eq(r[DISCO_CTL_STATUS].size,
+                      sizeof(struct disco__stat_hdr) + w * sizeof(struct disco__wstat));
     ck_assert_uint_eq(r[DISCO_CTL_TRACE].size,
                       g->trace ? others * sizeof(struct disco__trace_ring) : 0);
     if (!g->trace)
@@ -81,6 +84,7 @@ static void check_regions(const struct disco__ctl_geom *g)
         [DISCO_CTL_CMD] = DISCO_CACHE_LINE, /* disco_ring_init's requirement */
         [DISCO_CTL_REPLY] = DISCO_CACHE_LINE,
         [DISCO_CTL_BIND] = _Alignof(struct disco__bind),
+        [DISCO_CTL_STATUS] = _Alignof(struct disco__stat_hdr),
         [DISCO_CTL_TRACE] = _Alignof(struct disco__trace_ring),
         [DISCO_CTL_COLL] = _Alignof(struct disco__coll_area),
         [DISCO_CTL_HEAP] = 4096, /* a page, and DISCO_HEAP_BLOCK_HDR */

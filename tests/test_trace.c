@@ -103,9 +103,18 @@ START_TEST(test_json_valid)
     for (size_t i = 0; i < json_array_size(ev); i++) {
         json_t *e = json_array_get(ev, i);
         const char *ph = json_string_value(json_object_get(e, "ph"));
+        const char *cat = json_string_value(json_object_get(e, "cat"));
         int tid = (int)json_integer_value(json_object_get(e, "tid"));
         ck_assert(ph != NULL && tid >= 0 && tid <= WORLD);
-        if (strcmp(ph, "X") == 0)
+        /* DevTools binds a flow only to a slice of its own category: every
+         * command slice and every flow is "disco"; waits are "wait". */
+        if (strcmp(ph, "X") == 0 || strcmp(ph, "s") == 0 || strcmp(ph, "f") == 0)
+            ck_assert_msg(cat != NULL && (strcmp(cat, "disco") == 0 ||
+                                          (strcmp(ph, "X") == 0 && strcmp(cat, "wait") == 0)),
+                          "event %zu (ph %s) has category %s", i, ph, cat ? cat : "(none)");
+        if (strcmp(ph, "X") == 0 && strcmp(cat, "wait") == 0)
+            ck_assert_msg(tid >= 2, "a wait on the controller's or worker 0's track");
+        else if (strcmp(ph, "X") == 0)
             slices[tid]++;
         else if (strcmp(ph, "M") == 0)
             names++;

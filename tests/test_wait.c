@@ -120,6 +120,10 @@ struct parked {
     double ms;
     uint64_t found_at; /* the wait's stamp (tracing) */
     uint64_t t_after;  /* ticks read once the wait returned */
+    /* The status hook's words (workers/core/wstat.h reads them). */
+    _Atomic int64_t since;
+    _Atomic uint32_t state;
+    _Atomic uint64_t park_ns;
 };
 
 static void *park_thread(void *arg)
@@ -129,7 +133,13 @@ static void *park_thread(void *arg)
     disco_wait_t w = {.park_slice_ms = 5000,
                       .abort_word = p->abort_word,
                       .deadline_ns = disco_now_ns() + 20000 * MS};
-    disco__wait_set_found_at(&w, &p->found_at);
+    struct disco__wait_hook hook = {.found_at = &p->found_at,
+                                    .since = &p->since,
+                                    .state = &p->state,
+                                    .parked_state = 3,
+                                    .awake_state = 2,
+                                    .park_ns = &p->park_ns};
+    disco__wait_set_hook(&w, &hook);
     int64_t t0 = disco_now_ns();
     p->st = p->f != NULL ? disco_wait_until(p->q, flag_set, p->f, &w)
                          : disco_wait_until(p->q, never, NULL, &w);
@@ -257,9 +267,41 @@ START_TEST(test_found_at)
 
     uint64_t untouched = 7;
     disco_wait_t w = {0};
-    disco__wait_set_found_at(&w, &untouched);
+    struct disco__wait_hook hook = {.found_at = &untouched};
+    disco__wait_set_hook(&w, &hook);
     CK_OK(disco_wait_until(&f.q, flag_set, &f, &w));
     ck_assert_uint_eq(untouched, 7);
+}
+END_TEST
+
+/* The status hook: while a waiter is parked, since holds the wait's start
+ * and state the parked value; once it returns, since is 0, state is the
+ * awake value and park_ns counts the time parked (the setter held it
+ * parked for at least 20 ms, measured on its side). */
+START_TEST(test_hook_reports_park)
+{
+    struct flag f = {0};
+    struct parked p = {.q = &f.q, .f = &f};
+    pthread_t t;
+    int64_t t0 = disco_now_ns();
+    ck_assert_int_eq(pthread_create(&t, NULL, park_thread, &p), 0);
+    wait_for_parker(&f.q);
+    int64_t since = atomic_load(&p.since);
+    ck_assert_msg(since >= t0 && since <= disco_now_ns(), "since %lld outside the wait",
+                  (long long)since);
+    ck_assert_uint_eq(atomic_load(&p.state), 3);
+    int64_t parked_at = disco_now_ns();
+    while (disco_now_ns() - parked_at < 20 * MS) /* hold it parked (not a synchronization) */
+        sched_yield();
+    atomic_store_explicit(&f.value, 1, memory_order_release);
+    disco_waitq_wake(&f.q);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    CK_OK(p.st);
+    ck_assert_int_eq(atomic_load(&p.since), 0);
+    ck_assert_uint_eq(atomic_load(&p.state), 2);
+    uint64_t parked = atomic_load(&p.park_ns);
+    ck_assert_msg(parked >= 20 * MS && parked <= (uint64_t)(disco_now_ns() - t0),
+                  "park_ns %llu: want >= 20 ms and <= the whole wait", (unsigned long long)parked);
 }
 END_TEST
 
@@ -529,6 +571,7 @@ Suite *suite_wait(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_wake_parked_thread);
     tcase_add_test(tc, test_found_at);
+    tcase_add_test(tc, test_hook_reports_park);
     tcase_add_test(tc, test_wake_parked_process);
     tcase_add_test(tc, test_pingpong_threads);
     tcase_add_test(tc, test_pingpong_processes);

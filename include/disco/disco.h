@@ -39,6 +39,7 @@
 #include "disco/device.h"
 #include "disco/dtype.h"
 #include "disco/func.h"
+#include "disco/observe.h"
 #include "disco/heap_stats.h"
 #include "disco/placement.h"
 #include "disco/rpc.h"

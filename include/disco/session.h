@@ -133,7 +133,14 @@ typedef struct disco_session_config {
                                     processes, one a node (see "Across nodes") */
     int workers_per_node;        /* across nodes: each node's workers (>= 1), its
                                     worker 0 being that node's process */
+    uint32_t watchdog_ms;        /* a wait this long writes the watchdog's report
+                                    (disco/observe.h) to stderr, once, and goes on;
+                                    0 = $DISCO_WATCHDOG_MS, else the smaller of 5 s
+                                    and half the call timeout;
+                                    DISCO_WATCHDOG_OFF = never */
 } disco_session_config_t;
+
+#define DISCO_WATCHDOG_OFF UINT32_MAX
 
 typedef struct disco_session disco_session_t;
 

@@ -17,9 +17,13 @@
  * DISCO_TRACE=path makes a session write its trace to path at close.
  *
  * A trace exports as Chrome Trace Event JSON, which Perfetto
- * (ui.perfetto.dev) and chrome://tracing open: one track for the controller
- * and one per worker, a slice per command named after its function, and a
- * flow arrow from each enqueue to each worker's start. The summary gives,
+ * (ui.perfetto.dev), chrome://tracing and Chrome DevTools' Performance
+ * panel open: one track for the controller and one per worker, a slice per
+ * command named after its function, a flow arrow from each enqueue to each
+ * worker's start (slices and flows share one category, "disco", since
+ * DevTools binds a flow only to a slice of its own category), the waits
+ * between commands as "spin" and "parked" slices (category "wait"), and
+ * each watchdog report as an instant event on the controller's track. The summary gives,
  * per worker, busy % and queue delay (enqueue to start) p50/p99; per
  * function, count and time; and per step (the commands between two syncs),
  * the slowest worker: the straggler that holds the sync back.
@@ -62,12 +66,31 @@ typedef struct disco_trace_cmd {
     double reply_us;              /* the reply seen; < 0: none asked */
 } disco_trace_cmd_t;
 
+/* A worker's wait between two commands: spinning (polling, yielding), or
+ * parked on the futex. Workers 1..N-1 only (worker 0 is the caller's
+ * thread between commands). */
+typedef struct disco_trace_wait {
+    int worker;
+    bool parked;
+    double start_us, end_us;
+} disco_trace_wait_t;
+
+/* A moment the session marked: a watchdog report (its text). */
+#define DISCO_TRACE_MARK_MAX 1024
+typedef struct disco_trace_mark {
+    double at_us;
+    char text[DISCO_TRACE_MARK_MAX];
+} disco_trace_mark_t;
+
 typedef struct disco_trace {
     int world;
     size_t nslices, ncmds;
     disco_trace_slice_t *slices; /* by worker, then by time */
     disco_trace_cmd_t *cmds;     /* by seq */
     uint64_t dropped;            /* records lost to ring wrap-around */
+    size_t nwaits, nmarks;
+    disco_trace_wait_t *waits; /* by worker, then by time */
+    disco_trace_mark_t *marks; /* by time */
 } disco_trace_t;
 
 /** A snapshot of the session's trace so far (the last 8192 commands). It

@@ -20,7 +20,8 @@
 
 static disco_status_t controller_check(void *p)
 {
-    return disco__session_check(p);
+    disco_status_t st = disco__session_check(p);
+    return st != DISCO_OK ? st : disco__session_watchdog(p);
 }
 
 static disco_status_t check_config(const disco_session_config_t *c)
@@ -235,6 +236,8 @@ static disco_status_t open_local(const disco_session_config_t *cfg, int gid_base
      * controller: it notices deaths; its deadline is the call timeout. */
     s->w0_wait = s->wait;
     s->w0_wait.timeout_ns = (int64_t)s->cfg.call_timeout_ms * 1000000;
+    s->stat = (struct disco__stat_hdr *)((char *)disco_segment_data(&s->seg) + s->ctl->status_off);
+    disco__session_watch_init(s);
     /* The heap's lock is waited for the same way: a stopped holder ends the
      * call with DISCO_E_TIMEOUT, a dead worker with its death. */
     disco_heap_set_wait(&s->heap, &s->w0_wait);

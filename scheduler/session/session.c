@@ -59,8 +59,10 @@ disco_status_t disco__session_break(struct disco_session *s, disco_status_t stat
         vsnprintf(s->why, sizeof s->why, fmt, ap);
         va_end(ap);
         s->state = status;
-        /* Release: why is written before a worker acts on the word (workers
-         * only exit on it, but keep the pairing honest). */
+        if (s->stat != NULL)
+            disco__stat_set_why(s->stat, s->why);
+        /* Release: why (and the status region's copy, read by observers
+         * with acquire) is written before the word. */
         atomic_store_explicit(&s->ctl->broken, status, memory_order_release);
         if (s->chan.kind == DISCO_TRANSPORT_RING && s->world > 1)
             disco_ring_wake_all(&s->chan.cmd);
@@ -210,17 +212,24 @@ disco_status_t disco__session_deliver(struct disco_session *s, const disco_frame
                                       const char *name, size_t *w0_len)
 {
     uint64_t t_enq = 0; /* stamped by the broadcast as it publishes (trace_impl.h) */
+    /* Relaxed, the status words: a monitor's (workers/core/wstat.h). */
+    atomic_store_explicit(&s->stat->wait_what, DISCO_CW_ROOM, memory_order_relaxed);
+    atomic_store_explicit(&s->stat->wait_seq, h->seq, memory_order_relaxed);
     disco_status_t st =
         disco__chan_bcast(&s->chan, frame, (uint32_t)len, disco__session_call_wait(s),
                           disco__trace_slot(&s->trace, &t_enq));
     if (st != DISCO_OK)
         return disco__session_bcast_failed(s, st);
+    atomic_store_explicit(&s->stat->issued, h->seq, memory_order_relaxed);
     if (s->node != NULL && (st = disco__node_post(s->node, frame, len)) != DISCO_OK)
         return node_failed(s, st);
+    uint64_t func = disco__trace_func(h, args);
+    disco__wstat_begin(&s->w0_stat, h->seq, h->code, func, t_enq, 0);
     disco__worker_exec(&s->w0, h, args, s->reply, DISCO_REPLY_MAX, w0_len);
     /* Worker 0 ran inline right after the broadcast: the command's record is
      * its slice too, from the enqueue stamp to this one (trace.c). */
-    disco__trace_cmd_issued(&s->trace, h->seq, h->code, name, t_enq);
+    uint64_t t_done = disco__trace_cmd_issued(&s->trace, h->seq, h->code, name, t_enq);
+    disco__wstat_end(&s->w0_stat, func, t_done != 0 && t_enq != 0 ? t_done - t_enq : 0);
     if (s->state != DISCO_OK) /* worker 0 found a dead worker (in a collective) */
         return disco_set_error(s->state, "%s", s->why);
     return DISCO_OK;
@@ -294,10 +303,13 @@ static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t to
             return node_failed(s, st);
     } else if (worker != 0) {
         const disco_wait_t *w = disco__session_call_wait(s);
-        disco__wait_set_found_at(&s->wait, disco__trace_slot(&s->trace, &seen));
+        s->wait_hook.found_at = disco__trace_slot(&s->trace, &seen);
+        /* Relaxed: a monitor's words (wstat.h). */
+        atomic_store_explicit(&s->stat->wait_what, DISCO_CW_REPLY, memory_order_relaxed);
+        atomic_store_explicit(&s->stat->wait_worker, worker, memory_order_relaxed);
         disco_status_t st =
             disco__chan_recv_reply(&s->chan, worker, s->reply, DISCO_REPLY_MAX, &len, w);
-        disco__wait_set_found_at(&s->wait, NULL);
+        s->wait_hook.found_at = NULL;
         if (st != DISCO_OK)
             return disco__session_reply_failed(s, worker, st, what);
     }
@@ -383,6 +395,7 @@ static disco_status_t api_get_func(disco_session_t *s, const char *name, disco_d
         return st;
     }
     s->regs.func[reg] = disco__func_at(handle);
+    disco__stat_name_set(s->stat, reg, name);
     *func_out = reg;
     return DISCO_OK;
 }

@@ -17,6 +17,7 @@
 #include "scheduler/session/procs.h"
 #include "scheduler/session/regs.h"
 #include "scheduler/trace/trace_impl.h"
+#include "shm/wait_internal.h"
 
 struct disco__node;
 
@@ -50,6 +51,16 @@ struct disco_session {
     bool told;            /* a call has returned state (the cause) to the caller */
     char why[DISCO_ERR_MSG_MAX];
     uint64_t issued; /* commands sent */
+
+    /* What the watchdog and observers read (workers/core/wstat.h,
+     * session_watch.c): the status region, worker 0's status (written by
+     * this thread as it runs worker 0), the hooks that report the
+     * controller's waits, the threshold and the wait last reported. */
+    struct disco__stat_hdr *stat;
+    struct disco__wstat_writer w0_stat;
+    struct disco__wait_hook wait_hook, w0_hook;
+    int64_t watchdog_ns; /* 0: off */
+    int64_t watchdog_seen;
 
     void *buf; /* command frame, max_msg */
     void *reply;
@@ -154,6 +165,16 @@ disco_status_t disco__session_recv_reply(struct disco_session *s, int local, uin
  *  other nodes' (controller): the first code, all named in the last error.
  *  Returns DISCO_OK when none. */
 disco_status_t disco__session_collect_errors(struct disco_session *s);
+
+/** Sets up the status region's header, worker 0's status and the hooks
+ *  of the controller's waits (s->wait and s->w0_wait made). */
+void disco__session_watch_init(struct disco_session *s);
+
+/** The watchdog, called from the controller's wait checks: when the wait
+ *  under way has passed the threshold and was not reported yet, writes
+ *  the report to stderr and marks the trace. Returns DISCO_OK (it never
+ *  ends a wait). */
+disco_status_t disco__session_watchdog(struct disco_session *s);
 
 /** Marks the session broken with status and a message; the first cause wins.
  *  Wakes every waiter so workers see it. Returns status. */

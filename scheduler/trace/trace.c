@@ -14,8 +14,12 @@
 int disco__trace_open(struct disco__ctrace *t, struct disco__trace_ring *rings)
 {
     t->rec = calloc(DISCO_TRACE_CAP, sizeof *t->rec);
-    if (t->rec == NULL)
+    t->marks = calloc(DISCO_TRACE_MARKS, sizeof *t->marks);
+    t->nmarks = 0;
+    if (t->rec == NULL || t->marks == NULL) {
+        disco__trace_close(t);
         return DISCO_E_NOMEM;
+    }
     t->rings = rings;
     t->t0 = disco__ticks();
     t->ns0 = disco_now_ns();
@@ -25,22 +29,24 @@ int disco__trace_open(struct disco__ctrace *t, struct disco__trace_ring *rings)
 void disco__trace_close(struct disco__ctrace *t)
 {
     free(t->rec);
+    free(t->marks);
     t->rec = NULL;
+    t->marks = NULL;
 }
 
-/* Nanoseconds per tick: measured against CLOCK_MONOTONIC since open (at
- * least 2 ms of it, spun here if the session is younger). */
+void disco__trace_mark(struct disco__ctrace *t, const char *text)
+{
+    if (t->rec == NULL || t->nmarks == DISCO_TRACE_MARKS)
+        return;
+    struct disco__ctl_mark *m = &t->marks[t->nmarks++];
+    m->t = disco__ticks();
+    snprintf(m->text, sizeof m->text, "%s", text);
+}
+
+/* Nanoseconds per tick since open (shm/ticks.h). */
 static double ns_per_tick(const struct disco__ctrace *t)
 {
-    if (!disco__tick_tsc)
-        return 1.0;
-    int64_t ns;
-    uint64_t ticks;
-    do {
-        ns = disco_now_ns();
-        ticks = disco__ticks();
-    } while (ns - t->ns0 < 2000000);
-    return (double)(ns - t->ns0) / (double)(ticks - t->t0);
+    return disco__ns_per_tick(t->t0, t->ns0);
 }
 
 static double to_us(const struct disco__ctrace *t, double scale, uint64_t ticks)
@@ -57,7 +63,7 @@ static void set_name(char *dst, const struct disco__ctl_rec *c, uint32_t code)
 
 /* Copies worker w's ring (protocol in trace_ring.h) into slices. */
 static size_t copy_ring(const struct disco__ctrace *t, int w, double scale,
-                        disco_trace_slice_t *out, uint64_t *dropped)
+                        disco_trace_slice_t *out, uint64_t *parked, uint64_t *dropped)
 {
     struct disco__trace_ring *r = &t->rings[w - 1];
     /* T2: acquire, pairs with T1: records below head are complete. */
@@ -72,6 +78,7 @@ static size_t copy_ring(const struct disco__ctrace *t, int w, double scale,
         uint64_t info = atomic_load_explicit(&x->info, memory_order_acquire);
         uint64_t a = atomic_load_explicit(&x->t_start, memory_order_acquire);
         uint64_t b = atomic_load_explicit(&x->t_end, memory_order_acquire);
+        parked[n] = atomic_load_explicit(&x->park_ns, memory_order_acquire);
         sl->worker = w;
         sl->cmd = (uint32_t)(info >> 32);
         sl->start_us = to_us(t, scale, a);
@@ -97,8 +104,33 @@ static size_t copy_ring(const struct disco__ctrace *t, int w, double scale,
     if (skip > n)
         skip = n;
     memmove(out, out + skip, (n - skip) * sizeof *out);
+    memmove(parked, parked + skip, (n - skip) * sizeof *parked);
     *dropped += first + skip;
     return n - skip;
+}
+
+/* The waits between worker w's n slices (in ring order): from one end to
+ * the next start, spinning first, then parked for the time the next
+ * record says it parked (the last part of the gap). Returns how many. */
+static size_t waits_between(const disco_trace_slice_t *sl, const uint64_t *parked, size_t n,
+                            disco_trace_wait_t *out)
+{
+    size_t k = 0;
+    for (size_t i = 1; i < n; i++) {
+        double from = sl[i - 1].end_us, to = sl[i].start_us;
+        if (to <= from)
+            continue;
+        double park = (double)parked[i] / 1000.0, mid = to - park;
+        if (mid < from)
+            mid = from;
+        if (mid > from)
+            out[k++] = (disco_trace_wait_t){
+                .worker = sl[i].worker, .parked = false, .start_us = from, .end_us = mid};
+        if (to > mid)
+            out[k++] = (disco_trace_wait_t){
+                .worker = sl[i].worker, .parked = true, .start_us = mid, .end_us = to};
+    }
+    return k;
 }
 
 /* Worker 0 runs each command inline in the controller's thread, from the
@@ -144,9 +176,14 @@ disco_status_t disco__trace_snapshot(const struct disco__ctrace *t, int world, u
     if (healthy)
         settle(t, world, last_seq);
     double scale = ns_per_tick(t);
-    disco_trace_t *tr = disco__trace_alloc((size_t)world * DISCO_TRACE_CAP, DISCO_TRACE_CAP);
-    if (tr == NULL)
+    size_t cap = (size_t)world * DISCO_TRACE_CAP;
+    disco_trace_t *tr = disco__trace_alloc(cap, DISCO_TRACE_CAP, 2 * cap, t->nmarks);
+    uint64_t *parked = malloc(DISCO_TRACE_CAP * sizeof *parked);
+    if (tr == NULL || parked == NULL) {
+        disco_trace_free(tr);
+        free(parked);
         return disco_set_error(DISCO_E_NOMEM, "trace of %d workers", world);
+    }
     tr->world = world;
     uint64_t last = last_seq, first = last >= DISCO_TRACE_CAP ? last - DISCO_TRACE_CAP + 1 : 1;
     for (uint64_t q = first; q <= last; q++) {
@@ -163,8 +200,18 @@ disco_status_t disco__trace_snapshot(const struct disco__ctrace *t, int world, u
         if (c->t_issued != 0) /* worker 0's slices come first */
             w0_slice(d, &tr->slices[tr->nslices++]);
     }
-    for (int w = 1; w < world; w++)
-        tr->nslices += copy_ring(t, w, scale, tr->slices + tr->nslices, &tr->dropped);
+    for (int w = 1; w < world; w++) {
+        disco_trace_slice_t *sl = tr->slices + tr->nslices;
+        size_t n = copy_ring(t, w, scale, sl, parked, &tr->dropped);
+        tr->nwaits += waits_between(sl, parked, n, tr->waits + tr->nwaits);
+        tr->nslices += n;
+    }
+    free(parked);
+    for (size_t i = 0; i < t->nmarks; i++) {
+        tr->marks[i].at_us = to_us(t, scale, t->marks[i].t);
+        memcpy(tr->marks[i].text, t->marks[i].text, sizeof tr->marks[i].text);
+    }
+    tr->nmarks = t->nmarks;
     *out = tr;
     return DISCO_OK;
 }

@@ -7,8 +7,9 @@
 
 #include "disco/trace.h"
 
-/** A zeroed trace with room for nslices slices and ncmds commands (each at
- *  least 1), or NULL when memory is short (the caller sets the error). */
-disco_trace_t *disco__trace_alloc(size_t nslices, size_t ncmds);
+/** A zeroed trace with room for nslices slices, ncmds commands, nwaits
+ *  waits and nmarks marks (each at least 1), or NULL when memory is short
+ *  (the caller sets the error). */
+disco_trace_t *disco__trace_alloc(size_t nslices, size_t ncmds, size_t nwaits, size_t nmarks);
 
 #endif

@@ -27,8 +27,17 @@ struct disco__ctl_rec {
     uint64_t t_enq, t_issued, t_reply; /* ticks; t_reply 0: none */
 };
 
+#define DISCO_TRACE_MARKS 16 /* watchdog reports kept (the first ones) */
+
+struct disco__ctl_mark {
+    uint64_t t; /* ticks */
+    char text[DISCO_TRACE_MARK_MAX];
+};
+
 struct disco__ctrace {
-    struct disco__ctl_rec *rec;      /* [DISCO_TRACE_CAP]; NULL: tracing off */
+    struct disco__ctl_rec *rec;    /* [DISCO_TRACE_CAP]; NULL: tracing off */
+    struct disco__ctl_mark *marks; /* [DISCO_TRACE_MARKS] */
+    size_t nmarks;
     struct disco__trace_ring *rings; /* [world - 1]: workers 1.., in the control segment */
     uint64_t t0;                     /* ticks at open */
     int64_t ns0;                     /* CLOCK_MONOTONIC at open */
@@ -49,6 +58,11 @@ void disco__trace_close(struct disco__ctrace *t);
 disco_status_t disco__trace_snapshot(const struct disco__ctrace *t, int world, uint64_t last_seq,
                                      bool healthy, disco_trace_t **out);
 
+/** Marks the trace now with text (a watchdog report; cut to
+ *  DISCO_TRACE_MARK_MAX). Keeps the first DISCO_TRACE_MARKS. No-op with
+ *  tracing off. */
+void disco__trace_mark(struct disco__ctrace *t, const char *text);
+
 /** Writes the trace (as disco__trace_snapshot) to $DISCO_TRACE, if set and
  *  tracing is on; says on stderr if it cannot. */
 void disco__trace_write_env(const struct disco__ctrace *t, int world, uint64_t last_seq,
@@ -62,17 +76,20 @@ static inline uint64_t *disco__trace_slot(const struct disco__ctrace *t, uint64_
 }
 
 /** Stamps command seq as issued now: broadcast at t_enq (ticks) and run by
- *  worker 0, inline, since. name: the called function's, or NULL. The
+ *  worker 0, inline, since. name: the called function's, or NULL. Returns
+ *  the stamp (ticks; 0 with tracing off). The
  *  record is written after the broadcast, since its stores (a fresh line
  *  every command or so) would otherwise sit before the broadcast's fence
  *  and delay the command. */
-static inline void disco__trace_cmd_issued(struct disco__ctrace *t, uint64_t seq, uint32_t code,
-                                           const char *name, uint64_t t_enq)
+static inline uint64_t disco__trace_cmd_issued(struct disco__ctrace *t, uint64_t seq, uint32_t code,
+                                               const char *name, uint64_t t_enq)
 {
     if (t->rec == NULL)
-        return;
+        return 0;
+    uint64_t now = disco__ticks();
     t->rec[seq % DISCO_TRACE_CAP] = (struct disco__ctl_rec){
-        .seq = seq, .code = code, .name = name, .t_enq = t_enq, .t_issued = disco__ticks()};
+        .seq = seq, .code = code, .name = name, .t_enq = t_enq, .t_issued = now};
+    return now;
 }
 
 /** Stamps the reply to command seq: at found (ticks the wait found it), or

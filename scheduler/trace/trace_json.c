@@ -6,14 +6,21 @@
  * slice runs from enqueue to the reply (or to the end of issuing) and
  * carries {seq, cmd, fn, issued_us, reply_us}; flow events ("s" on the
  * controller at the enqueue, "f" on the worker at its start) draw the
- * arrows. Everything the summary needs is in those args, so a file read
- * back gives the same summary. */
+ * arrows. Slices and flows share the category "disco": Chrome DevTools
+ * binds a flow only to a slice of the flow's own category (Perfetto does
+ * not care). A worker's waits are "X" slices named "spin" or "parked" in
+ * the category "wait" (no flow binds to them); a watchdog report is an
+ * instant ("i") named "watchdog" on the controller's track, its text in
+ * args.report. Everything the summary needs is in those args, so a file
+ * read back gives the same summary. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "disco/trace.h"
 #include "scheduler/trace/trace_data.h"
+
+#define CAT "disco" /* every slice and flow: see the top */
 
 static int add(json_t *arr, json_t *ev)
 {
@@ -41,26 +48,37 @@ static int write_events(const disco_trace_t *t, json_t *arr)
         double end = c->reply_us > c->issued_us ? c->reply_us : c->issued_us;
         rc |= add(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:{s:I, s:i, s:s, s:f, "
                                  "s:f}}",
-                                 "name", c->name, "cat", "controller", "ph", "X", "ts",
-                                 c->enqueue_us, "dur", end - c->enqueue_us, "pid", 1, "tid", 0,
-                                 "args", "seq", (json_int_t)c->seq, "cmd", (int)c->cmd, "fn",
-                                 c->name, "issued_us", c->issued_us, "reply_us", c->reply_us));
+                                 "name", c->name, "cat", CAT, "ph", "X", "ts", c->enqueue_us, "dur",
+                                 end - c->enqueue_us, "pid", 1, "tid", 0, "args", "seq",
+                                 (json_int_t)c->seq, "cmd", (int)c->cmd, "fn", c->name, "issued_us",
+                                 c->issued_us, "reply_us", c->reply_us));
     }
     for (size_t i = 0; i < t->nslices && rc == 0; i++) {
         const disco_trace_slice_t *s = &t->slices[i];
         json_int_t id = (json_int_t)(s->seq * 1024 + (uint64_t)s->worker);
         rc |= add(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:{s:I, s:i, s:f}}", "name",
-                                 s->name, "cat", "command", "ph", "X", "ts", s->start_us, "dur",
+                                 s->name, "cat", CAT, "ph", "X", "ts", s->start_us, "dur",
                                  s->end_us - s->start_us, "pid", 1, "tid", s->worker + 1, "args",
                                  "seq", (json_int_t)s->seq, "cmd", (int)s->cmd, "queue_us",
                                  s->start_us - s->enqueue_us));
-        rc |= add(arr,
-                  json_pack("{s:s, s:s, s:s, s:I, s:f, s:i, s:i}", "name", "enqueue", "cat", "flow",
-                            "ph", "s", "id", id, "ts", s->enqueue_us, "pid", 1, "tid", 0));
+        rc |=
+            add(arr, json_pack("{s:s, s:s, s:s, s:I, s:f, s:i, s:i}", "name", "enqueue", "cat", CAT,
+                               "ph", "s", "id", id, "ts", s->enqueue_us, "pid", 1, "tid", 0));
         rc |= add(arr, json_pack("{s:s, s:s, s:s, s:s, s:I, s:f, s:i, s:i}", "name", "enqueue",
-                                 "cat", "flow", "ph", "f", "bp", "e", "id", id, "ts", s->start_us,
+                                 "cat", CAT, "ph", "f", "bp", "e", "id", id, "ts", s->start_us,
                                  "pid", 1, "tid", s->worker + 1));
     }
+    for (size_t i = 0; i < t->nwaits && rc == 0; i++) {
+        const disco_trace_wait_t *w = &t->waits[i];
+        rc |= add(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i}", "name",
+                                 w->parked ? "parked" : "spin", "cat", "wait", "ph", "X", "ts",
+                                 w->start_us, "dur", w->end_us - w->start_us, "pid", 1, "tid",
+                                 w->worker + 1));
+    }
+    for (size_t i = 0; i < t->nmarks && rc == 0; i++)
+        rc |= add(arr, json_pack("{s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:{s:s}}", "name", "watchdog",
+                                 "cat", CAT, "ph", "i", "s", "t", "ts", t->marks[i].at_us, "pid", 1,
+                                 "tid", 0, "args", "report", t->marks[i].text));
     return rc;
 }
 
@@ -87,17 +105,46 @@ static disco_status_t bad(const char *path, size_t i, const char *why)
     return disco_set_error(DISCO_E_PROTOCOL, "%s: event %zu: %s", path, i, why);
 }
 
+/* A watchdog mark: its text in args.report. */
+static disco_status_t read_mark(const char *path, size_t i, double ts, json_t *args,
+                                disco_trace_t *t)
+{
+    const char *text = NULL;
+    if (args == NULL || json_unpack(args, "{s:s}", "report", &text) != 0)
+        return bad(path, i, "a watchdog mark without its report");
+    disco_trace_mark_t *m = &t->marks[t->nmarks++];
+    m->at_us = ts;
+    snprintf(m->text, sizeof m->text, "%s", text);
+    return DISCO_OK;
+}
+
+/* A worker's wait: "spin" or "parked". */
+static disco_status_t read_wait(const char *path, size_t i, const char *name, int tid, double ts,
+                                double dur, disco_trace_t *t)
+{
+    if (name == NULL || tid < 1 || tid > t->world ||
+        (strcmp(name, "spin") != 0 && strcmp(name, "parked") != 0))
+        return bad(path, i, "a wait that is neither spin nor parked on a worker");
+    t->waits[t->nwaits++] = (disco_trace_wait_t){
+        .worker = tid - 1, .parked = name[0] == 'p', .start_us = ts, .end_us = ts + dur};
+    return DISCO_OK;
+}
+
 static disco_status_t read_event(const char *path, size_t i, json_t *ev, disco_trace_t *t)
 {
-    const char *ph = NULL, *name = NULL;
+    const char *ph = NULL, *name = NULL, *cat = "";
     int tid = -1;
     double ts = 0, dur = 0;
     json_t *args = NULL;
-    if (json_unpack(ev, "{s:s, s?s, s?i, s?F, s?F, s?o}", "ph", &ph, "name", &name, "tid", &tid,
-                    "ts", &ts, "dur", &dur, "args", &args) != 0)
+    if (json_unpack(ev, "{s:s, s?s, s?s, s?i, s?F, s?F, s?o}", "ph", &ph, "name", &name, "cat",
+                    &cat, "tid", &tid, "ts", &ts, "dur", &dur, "args", &args) != 0)
         return bad(path, i, "not a trace event");
+    if (strcmp(ph, "i") == 0 && name != NULL && strcmp(name, "watchdog") == 0)
+        return read_mark(path, i, ts, args, t);
     if (strcmp(ph, "X") != 0)
         return DISCO_OK; /* metadata and flows carry nothing the summary needs */
+    if (strcmp(cat, "wait") == 0)
+        return read_wait(path, i, name, tid, ts, dur, t);
     json_int_t seq = 0;
     int cmd = 0;
     if (name == NULL || tid < 0 || args == NULL ||
@@ -148,7 +195,7 @@ disco_status_t disco_trace_load_json(const char *path, disco_trace_t **out)
                              "otherData.workers)",
                              path);
     size_t n = json_array_size(events);
-    disco_trace_t *t = st == DISCO_OK ? disco__trace_alloc(n, n) : NULL;
+    disco_trace_t *t = st == DISCO_OK ? disco__trace_alloc(n, n, n, n) : NULL;
     if (st == DISCO_OK && t == NULL)
         st = disco_set_error(DISCO_E_NOMEM, "trace of %zu events", n);
     if (t != NULL)

@@ -8,14 +8,16 @@
 #include "disco/session.h"
 #include "workers/data/collective.h"
 #include "workers/core/trace_ring.h"
+#include "workers/core/wstat.h"
 
 #define LINE 64u /* every region starts on a cache line; the heap on a page */
 
 static const char *const region_name[DISCO_CTL_NREGIONS] = {
-    [DISCO_CTL_HEADER] = "header",        [DISCO_CTL_ERRBOX] = "error boxes",
-    [DISCO_CTL_CMD] = "command ring",     [DISCO_CTL_REPLY] = "reply rings",
-    [DISCO_CTL_BIND] = "bindings",        [DISCO_CTL_TRACE] = "trace rings",
-    [DISCO_CTL_COLL] = "collective area", [DISCO_CTL_HEAP] = "heap",
+    [DISCO_CTL_HEADER] = "header",     [DISCO_CTL_ERRBOX] = "error boxes",
+    [DISCO_CTL_CMD] = "command ring",  [DISCO_CTL_REPLY] = "reply rings",
+    [DISCO_CTL_BIND] = "bindings",     [DISCO_CTL_STATUS] = "status",
+    [DISCO_CTL_TRACE] = "trace rings", [DISCO_CTL_COLL] = "collective area",
+    [DISCO_CTL_HEAP] = "heap",
 };
 
 const char *disco__ctl_region_name(int id)
@@ -110,6 +112,7 @@ disco_status_t disco__ctl_layout(const struct disco__ctl_geom *g,
               place(&at, LINE, cmd_size, &l.r[DISCO_CTL_CMD]) &&
               place(&at, LINE, reply_size, &l.r[DISCO_CTL_REPLY]) &&
               place(&at, LINE, bind_size, &l.r[DISCO_CTL_BIND]) &&
+              place(&at, LINE, disco__stat_size(world), &l.r[DISCO_CTL_STATUS]) &&
               (!g->trace || place(&at, LINE, trace_size, &l.r[DISCO_CTL_TRACE])) &&
               place(&at, LINE, disco__coll_footprint(world, g->num_groups), &l.r[DISCO_CTL_COLL]) &&
               place(&at, DISCO_CTL_HEAP_ALIGN, g->heap_size, &l.r[DISCO_CTL_HEAP]) &&
@@ -142,6 +145,7 @@ void disco__ctl_write(struct disco__ctl *ctl, const struct disco__ctl_layout *l)
     ctl->reply_off = l->r[DISCO_CTL_REPLY].off;
     ctl->reply_size = l->reply_stride;
     ctl->bind_off = l->r[DISCO_CTL_BIND].off;
+    ctl->status_off = l->r[DISCO_CTL_STATUS].off;
     ctl->trace_off = l->r[DISCO_CTL_TRACE].off;
     ctl->coll_off = l->r[DISCO_CTL_COLL].off;
     ctl->heap_off = l->r[DISCO_CTL_HEAP].off;
@@ -155,9 +159,9 @@ void disco__ctl_write(struct disco__ctl *ctl, const struct disco__ctl_layout *l)
 static const struct {
     const char *name;
     size_t at;
-} derived[] = {FIELD(errbox_off), FIELD(cmd_off),    FIELD(cmd_size),
-               FIELD(reply_off),  FIELD(reply_size), FIELD(bind_off),
-               FIELD(trace_off),  FIELD(coll_off),   FIELD(heap_off)};
+} derived[] = {FIELD(errbox_off), FIELD(cmd_off),  FIELD(cmd_size),   FIELD(reply_off),
+               FIELD(reply_size), FIELD(bind_off), FIELD(status_off), FIELD(trace_off),
+               FIELD(coll_off),   FIELD(heap_off)};
 #undef FIELD
 
 disco_status_t disco__ctl_read(const void *data, size_t size, struct disco__ctl_layout *layout_out)

@@ -27,6 +27,7 @@ enum disco__ctl_region_id {
     DISCO_CTL_CMD,    /* the command ring (rings only) */
     DISCO_CTL_REPLY,  /* world - 1 reply rings, reply_stride bytes apart (rings only) */
     DISCO_CTL_BIND,   /* struct disco__bind[world] */
+    DISCO_CTL_STATUS, /* struct disco__stat_hdr, then struct disco__wstat[world] */
     DISCO_CTL_TRACE,  /* struct disco__trace_ring[world - 1] (tracing only) */
     DISCO_CTL_COLL,   /* struct disco__coll_area and what follows it */
     DISCO_CTL_HEAP,   /* the shared heap */

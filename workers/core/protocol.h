@@ -19,6 +19,8 @@
  *                    ring i-1 at reply_off + (i-1) *                    stride: the ring's
  *                    reply_size                                         footprint, next line
  *   bindings         struct disco__bind[W]              next line       W * sizeof
+ *   status           struct disco__stat_hdr, then       next line       disco__stat_size(W)
+ *                    struct disco__wstat[W] (wstat.h)
  *   trace rings      struct disco__trace_ring[W-1],     next line (2)   (W-1) * sizeof
  *                    workers 1..W-1 (trace_ring.h)
  *   collective area  struct disco__coll_area, barriers, next line       disco__coll_footprint
@@ -60,7 +62,7 @@ enum disco__reply {
 };
 
 #define DISCO_CTL_MAGIC          0x4c544343534944ULL /* "DISCCTL" */
-#define DISCO_CTL_LAYOUT         9u /* 9: the header names the node (gid_base, gworld) */
+#define DISCO_CTL_LAYOUT         10u                 /* 10: the status region (wstat.h) */
 #define DISCO_ERR_MSG_MAX        384
 #define DISCO_MAX_ARGS           64
 #define DISCO_MAX_WORKERS        255   /* on one node */
@@ -105,8 +107,9 @@ struct disco__ctl {
     uint32_t gworld;  /* workers in the whole session, every node's; = world on one node */
     uint32_t ggroups; /* groups in the whole session: 1 across nodes is one group of everyone */
     uint32_t reserved;
-    uint64_t bind_off;  /* struct disco__bind[world] */
-    uint64_t trace_off; /* struct disco__trace_ring[world - 1], or 0: tracing off */
+    uint64_t bind_off;   /* struct disco__bind[world] */
+    uint64_t status_off; /* the status region (wstat.h) */
+    uint64_t trace_off;  /* struct disco__trace_ring[world - 1], or 0: tracing off */
     /* Nonzero: the session is broken or shut down (a negative status).
      * Workers watch it as their waits' abort word. */
     _Alignas(64) _Atomic int32_t broken;

@@ -52,13 +52,14 @@
 
 #include "shm/ticks.h"
 
-#define DISCO_TRACE_CAP 8192u /* records per worker: 256 KiB */
+#define DISCO_TRACE_CAP 8192u /* records per worker: 320 KiB */
 
 struct disco__trace_rec {
     _Atomic uint64_t seq;  /* command sequence number */
     _Atomic uint64_t info; /* command code << 32 | function register (calls) */
     _Atomic uint64_t t_start;
     _Atomic uint64_t t_end;
+    _Atomic uint64_t park_ns; /* nanoseconds parked in the wait before t_start */
 };
 
 struct disco__trace_ring {
@@ -75,7 +76,8 @@ struct disco__trace_ring {
 
 /** Appends one record (the ring's only writer). */
 static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, uint32_t code,
-                                    uint64_t func, uint64_t t_start, uint64_t t_end)
+                                    uint64_t func, uint64_t t_start, uint64_t t_end,
+                                    uint64_t park_ns)
 {
     /* Relaxed: only this worker writes head. */
     uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
@@ -88,6 +90,7 @@ static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, u
                           memory_order_release);
     atomic_store_explicit(&x->t_start, t_start, memory_order_release);
     atomic_store_explicit(&x->t_end, t_end, memory_order_release);
+    atomic_store_explicit(&x->park_ns, park_ns, memory_order_release);
     /* T1: release, pairs with T2 in the reader. */
     atomic_store_explicit(&r->head, h + 1, memory_order_release);
 }
@@ -99,9 +102,10 @@ struct disco__trace_writer {
     struct disco__trace_ring *ring;
     uint64_t last_end; /* end stamp of the previous command; 0 before the first */
     uint64_t t_start;  /* start stamp of the command in flight */
+    uint64_t park_ns;  /* nanoseconds parked in the wait before it */
     bool held;         /* rec is finished and not in the ring yet */
     struct {
-        uint64_t seq, func, t_start, t_end;
+        uint64_t seq, func, t_start, t_end, park_ns;
         uint32_t code;
     } rec;
 };
@@ -112,15 +116,17 @@ static inline void disco__trace_flush(struct disco__trace_writer *t)
 {
     if (t->held)
         disco__trace_put(t->ring, t->rec.seq, t->rec.code, t->rec.func, t->rec.t_start,
-                         t->rec.t_end);
+                         t->rec.t_end, t->rec.park_ns);
     t->held = false;
 }
 
 /** Stamp start: the command just received started at `at` (the previous end
- *  for a command already waiting, else the wait's found stamp). */
-static inline void disco__trace_start(struct disco__trace_writer *t, uint64_t at)
+ *  for a command already waiting, else the wait's found stamp) after
+ *  park_ns parked in the wait for it (the wait loop's count, wstat.h). */
+static inline void disco__trace_start(struct disco__trace_writer *t, uint64_t at, uint64_t park_ns)
 {
     t->t_start = at;
+    t->park_ns = park_ns;
 }
 
 /** Stamp end: the command (seq, code, calling register func) is done and its
@@ -138,6 +144,7 @@ static inline void disco__trace_end(struct disco__trace_writer *t, uint64_t seq,
     t->rec.func = func;
     t->rec.t_start = t->t_start;
     t->rec.t_end = t->last_end;
+    t->rec.park_ns = t->park_ns;
     t->held = true;
     if (replied)
         disco__trace_flush(t);

@@ -366,10 +366,12 @@ struct loop {
     disco_chan_t *c;
     void *buf, *reply;
     uint32_t cap;
-    const disco_wait_t *wait; /* as given: replies, and commands untraced */
-    disco_wait_t poll;        /* traced: a look for a command already waiting */
-    disco_wait_t stamped;     /* traced: a wait that stamps when it finds one */
-    uint64_t found;           /* the stamped wait's stamp */
+    disco_wait_t idle;    /* untraced: a wait for a command, reporting parks */
+    disco_wait_t poll;    /* traced: a look for a command already waiting */
+    disco_wait_t stamped; /* traced: a wait that stamps when it finds one */
+    uint64_t found;       /* the stamped wait's stamp */
+    struct disco__wait_hook hook, stamp_hook;
+    _Atomic uint64_t *parked; /* the status's parked count, or NULL */
 };
 
 /* Receives the next command, stamping its start when traced (the overlap
@@ -377,20 +379,40 @@ struct loop {
 static inline disco_status_t receive(struct loop *l, struct disco__trace_writer *tr, uint32_t *len)
 {
     if (tr->ring == NULL)
-        return disco__chan_recv_cmd(l->c, l->buf, l->cap, len, l->wait);
+        return disco__chan_recv_cmd(l->c, l->buf, l->cap, len, &l->idle);
     disco_status_t st;
     if (l->c->kind == DISCO_TRANSPORT_RING && tr->last_end != 0) {
         st = disco__chan_recv_cmd(l->c, l->buf, l->cap, len, &l->poll);
         if (st != DISCO_E_AGAIN) {
-            disco__trace_start(tr, tr->last_end);
+            disco__trace_start(tr, tr->last_end, 0);
             return st;
         }
     }
     disco__trace_flush(tr); /* idle: the held record goes into the ring */
     l->found = 0;
+    uint64_t parked = l->parked != NULL ? atomic_load_explicit(l->parked, memory_order_relaxed) : 0;
     st = disco__chan_recv_cmd(l->c, l->buf, l->cap, len, &l->stamped);
-    disco__trace_start(tr, l->found != 0 ? l->found : disco__ticks());
+    /* Relaxed: this thread's own count (the wait's hook adds to it). */
+    if (l->parked != NULL)
+        parked = atomic_load_explicit(l->parked, memory_order_relaxed) - parked;
+    disco__trace_start(tr, l->found != 0 ? l->found : disco__ticks(), parked);
     return st;
+}
+
+/* Points the loop's waits' hooks at the worker's status words (wstat.h):
+ * parks are reported as they happen. */
+static void hook_status(struct loop *l, struct disco__wstat *ws)
+{
+    if (ws != NULL)
+        l->hook = (struct disco__wait_hook){.state = &ws->state,
+                                            .parked_state = DISCO_WS_PARKED,
+                                            .awake_state = DISCO_WS_IDLE,
+                                            .park_ns = &ws->park_ns};
+    l->parked = ws != NULL ? &ws->park_ns : NULL;
+    l->stamp_hook = l->hook;
+    l->stamp_hook.found_at = &l->found;
+    disco__wait_set_hook(&l->idle, &l->hook);
+    disco__wait_set_hook(&l->stamped, &l->stamp_hook);
 }
 
 int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *wait)
@@ -400,17 +422,20 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
                      .buf = aligned_alloc(8, cap ? cap : 8),
                      .reply = aligned_alloc(8, DISCO_REPLY_MAX),
                      .cap = (uint32_t)cap,
-                     .wait = wait,
+                     .idle = *wait,
                      .poll = *wait,
                      .stamped = *wait};
     struct disco__trace_writer tr = {.ring = w->trace};
+    struct disco__wstat_writer ws = {.w = w->stat};
     l.poll.no_wait = true;
-    disco__wait_set_found_at(&l.stamped, &l.found);
+    hook_status(&l, w->stat);
+    disco__wstat_state(&ws, DISCO_WS_IDLE);
     int rc = 1;
     if (l.buf == NULL || l.reply == NULL)
         goto out;
     for (;;) {
         uint32_t len;
+        uint64_t prev_end = tr.last_end;
         disco_status_t st = receive(&l, &tr, &len);
         if (st != DISCO_OK)
             goto out; /* controller gone, session broken, or channel closed */
@@ -424,6 +449,11 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
             rc = DISCO_WORKER_EXIT_PROTOCOL;
             goto out;
         }
+        uint64_t func = disco__trace_func(&h, args);
+        /* Times from the trace stamps only (wstat.h: no clock read of its own). */
+        bool timed = tr.ring != NULL;
+        disco__wstat_begin(&ws, h.seq, h.code, func, timed ? tr.t_start : 0,
+                           timed && prev_end != 0 ? tr.t_start - prev_end : 0);
         size_t rlen;
         st = disco__worker_exec(w, &h, args, l.reply, DISCO_REPLY_MAX, &rlen);
         if (st == DISCO_E_SHUTDOWN) {
@@ -432,12 +462,14 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
         }
         if (rlen != 0 && disco__chan_send_reply(c, l.reply, (uint32_t)rlen, wait) != DISCO_OK)
             goto out;
-        if (tr.ring != NULL) { /* stamp end (trace_ring.h: after the fetch began) */
+        if (timed) { /* stamp end (trace_ring.h: after the fetch began) */
             disco__chan_prepare_recv(c);
-            disco__trace_end(&tr, h.seq, h.code, disco__trace_func(&h, args), rlen != 0);
+            disco__trace_end(&tr, h.seq, h.code, func, rlen != 0);
         }
+        disco__wstat_end(&ws, func, timed ? tr.last_end - tr.t_start : 0);
     }
 out:
+    disco__wstat_state(&ws, DISCO_WS_EXITED);
     if (tr.ring != NULL)
         disco__trace_flush(&tr);
     free(l.buf);

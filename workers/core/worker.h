@@ -22,6 +22,7 @@
 #include "workers/core/protocol.h"
 #include "workers/core/registry.h"
 #include "workers/core/trace_ring.h"
+#include "workers/core/wstat.h"
 
 struct disco__net;
 
@@ -46,6 +47,7 @@ typedef struct disco_worker {
     const disco_wait_t *wait;        /* how collectives wait for other workers */
     uint64_t ncoll;                  /* collectives executed (slot parity) */
     struct disco__trace_ring *trace; /* its trace ring, or NULL: tracing off */
+    struct disco__wstat *stat;       /* its status (wstat.h), or NULL */
     /* Called when this worker gives up a collective at a barrier (its wait
      * failed with st; collective.h, A3) before the call frees anything:
      * late[] are the members that may still touch this worker's buffers.

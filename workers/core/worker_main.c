@@ -124,6 +124,9 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     w.dev_area = disco__coll_dev_area(w.coll, lay.geom.world, w.ngroups);
     if (lay.geom.trace)
         w.trace = (struct disco__trace_ring *)(base + lay.r[DISCO_CTL_TRACE].off) + (id - 1);
+    w.stat = disco__stat_worker((struct disco__stat_hdr *)(base + lay.r[DISCO_CTL_STATUS].off), id);
+    /* Relaxed: a monitor's word (wstat.h). */
+    atomic_store_explicit(&w.stat->pid, (int32_t)getpid(), memory_order_relaxed);
     int rc = disco__worker_loop(&w, &chan, &wait);
     disco__worker_fini(&w);
     return rc;

@@ -52,6 +52,10 @@ disco_status_t disco_segment_create(const char *name, size_t data_size, disco_se
  *  or a size that disagrees with the file). */
 disco_status_t disco_segment_attach(int fd, disco_segment_t *seg_out);
 
+/** disco_segment_attach, mapped read-only (an observer's: a store through
+ *  the mapping faults). Thread-safe. Returns as disco_segment_attach. */
+disco_status_t disco_segment_attach_readonly(int fd, disco_segment_t *seg_out);
+
 /** Whether total bytes can be backed now: no more than MemAvailable and
  *  than the cgroup's memory limit leaves. what names the memory in the
  *  message. Thread-safe. Returns DISCO_OK, DISCO_E_NOSPACE. */
