@@ -2,6 +2,7 @@
  * library (build/lib/libdisco_testlib.so) and loaded into every worker with
  * the "disco.load_library" builtin. Its disco symbols resolve against the
  * program that loads it (linked -rdynamic). */
+#include <time.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,3 +271,18 @@ static disco_status_t spin_on(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     return DISCO_OK;
 }
 DISCO_FUNC("test.spin_on", "ii", spin_on)
+
+/* test.sleep_on(worker, ms): only that worker sleeps for ms milliseconds
+ * (a straggler that leaves the CPU to the others). */
+static disco_status_t sleep_on(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n;
+    if (disco_ctx_worker_id(ctx) == a[0].v.i) {
+        struct timespec ts = {.tv_sec = a[1].v.i / 1000, .tv_nsec = (a[1].v.i % 1000) * 1000000};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+    }
+    *ret = disco_value_null();
+    return DISCO_OK;
+}
+DISCO_FUNC("test.sleep_on", "ii", sleep_on)

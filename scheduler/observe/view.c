@@ -10,19 +10,19 @@
 #include "shm/ticks.h"
 #include "workers/core/worker.h"
 
-void disco__view_func_name(const struct disco__stat_hdr *h, uint64_t reg, char *buf, size_t size)
+void disco__view_func_name(const struct disco__stat_hdr *h, uint64_t key, char *buf, size_t size)
 {
-    const struct disco__stat_name *e = &h->names[reg % DISCO_STAT_NAMES];
+    const struct disco__stat_name *e = &h->names[key % DISCO_STAT_NAMES];
     char name[DISCO_STAT_NAME];
     for (int tries = 0; tries < 4; tries++) {
         /* S4: acquire loads throughout; see wstat.h. */
         uint32_t v = atomic_load_explicit(&e->ver, memory_order_acquire);
-        uint64_t r = atomic_load_explicit(&e->reg, memory_order_acquire);
+        uint64_t k = atomic_load_explicit(&e->key, memory_order_acquire);
         for (size_t i = 0; i < DISCO_STAT_NAME; i++)
             name[i] = atomic_load_explicit(&e->name[i], memory_order_acquire);
         if ((v & 1u) != 0 || atomic_load_explicit(&e->ver, memory_order_acquire) != v)
             continue; /* being written: try again */
-        if (r != reg)
+        if (k != key)
             break;
         name[DISCO_STAT_NAME - 1] = '\0';
         /* Another process's bytes: printable ones only. */
@@ -32,17 +32,17 @@ void disco__view_func_name(const struct disco__stat_hdr *h, uint64_t reg, char *
         snprintf(buf, size, "%s", name);
         return;
     }
-    snprintf(buf, size, "function #%llu", (unsigned long long)reg);
+    snprintf(buf, size, "function %016llx", (unsigned long long)key);
 }
 
-/* The name of what info (code << 32 | function register) ran. */
-static void cmd_label(const struct disco__stat_hdr *h, uint64_t info, char *buf, size_t size)
+/* The name of what ran: a call's function, else the command's own. */
+static void cmd_label(const struct disco__stat_hdr *h, uint64_t code, uint64_t key, char *buf,
+                      size_t size)
 {
-    uint32_t code = (uint32_t)(info >> 32), reg = (uint32_t)info;
-    if (code == DISCO_CMD_CALL && reg != 0)
-        disco__view_func_name(h, reg, buf, size);
+    if (code == DISCO_CMD_CALL && key != 0)
+        disco__view_func_name(h, key, buf, size);
     else
-        snprintf(buf, size, "%s", disco__cmd_name(code));
+        snprintf(buf, size, "%s", disco__cmd_name((uint32_t)code));
 }
 
 /* Ticks as seconds; -1 for unknown (no stamps). */
@@ -58,13 +58,13 @@ static void add_funcs(const struct disco__stat_hdr *h, const struct disco__wstat
     for (unsigned i = 0; i < DISCO_STAT_FUNCS; i++) {
         const struct disco__wstat_func *f = &w->func[i];
         /* Relaxed: a monitor's words (wstat.h). */
-        uint64_t reg = atomic_load_explicit(&f->reg, memory_order_relaxed);
+        uint64_t key = atomic_load_explicit(&f->key, memory_order_relaxed);
         uint64_t calls = atomic_load_explicit(&f->calls, memory_order_relaxed);
         uint64_t ticks = atomic_load_explicit(&f->ticks, memory_order_relaxed);
-        if (reg == 0 || calls == 0)
+        if (key == 0 || calls == 0)
             continue;
         char name[DISCO_VIEW_NAME];
-        disco__view_func_name(h, reg, name, sizeof name);
+        disco__view_func_name(h, key, name, sizeof name);
         int k = 0;
         while (k < v->nfuncs && strcmp(v->funcs[k].name, name) != 0)
             k++;
@@ -89,11 +89,12 @@ static void take_worker(const struct disco__view_src *src, int i, double ns_per_
     const struct disco__wstat *w =
         disco__stat_worker((struct disco__stat_hdr *)(uintptr_t)src->stat, i);
     disco_worker_view_t *o = &v->workers[i];
-    uint64_t seq, info, t_start;
+    uint64_t seq, info, key, t_start;
     int tries = 0;
-    do { /* S2: a (seq, info, t_start) of one command; see wstat.h */
+    do { /* S2: a (seq, info, key, t_start) of one command; see wstat.h */
         seq = atomic_load_explicit(&w->seq, memory_order_acquire);
         info = atomic_load_explicit(&w->info, memory_order_relaxed);
+        key = atomic_load_explicit(&w->fkey, memory_order_relaxed);
         t_start = atomic_load_explicit(&w->t_start, memory_order_relaxed);
     } while (atomic_load_explicit(&w->seq, memory_order_acquire) != seq && ++tries < 8);
     /* Relaxed, the rest: counters and states of a monitor (wstat.h). */
@@ -104,13 +105,13 @@ static void take_worker(const struct disco__view_src *src, int i, double ns_per_
                                .state = state <= DISCO_WS_EXITED ? (disco_worker_state_t)state
                                                                  : DISCO_WORKER_STARTING,
                                .seq = seq,
-                               .cmd = (uint32_t)(info >> 32),
+                               .cmd = (uint32_t)info,
                                .in_cmd_s = -1.0,
                                .done = atomic_load_explicit(&w->done, memory_order_relaxed),
                                .queued = issued > seq ? issued - seq : 0,
                                .cpu_s = -1.0};
     if (seq != 0)
-        cmd_label(src->stat, info, o->name, sizeof o->name);
+        cmd_label(src->stat, info, key, o->name, sizeof o->name);
     bool timed = src->tracing;
     if (timed && o->state == DISCO_WORKER_BUSY && t_start != 0 && now_ticks > t_start)
         o->in_cmd_s = secs(now_ticks - t_start, ns_per_tick, true);

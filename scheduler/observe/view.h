@@ -27,8 +27,9 @@ struct disco__view_src {
  *  DISCO_E_NOMEM. */
 disco_status_t disco__view_take(const struct disco__view_src *src, disco_session_view_t *out);
 
-/** Copies the name recorded for register reg into buf (size bytes) if
- *  the name table holds it (S4 in wstat.h); else "function #reg". */
-void disco__view_func_name(const struct disco__stat_hdr *h, uint64_t reg, char *buf, size_t size);
+/** Copies the name recorded for the function whose key is key into buf
+ *  (size bytes) if the name table holds it (S4 in wstat.h); else
+ *  "function <key in hex>". */
+void disco__view_func_name(const struct disco__stat_hdr *h, uint64_t key, char *buf, size_t size);
 
 #endif

@@ -224,12 +224,14 @@ disco_status_t disco__session_deliver(struct disco_session *s, const disco_frame
     if (s->node != NULL && (st = disco__node_post(s->node, frame, len)) != DISCO_OK)
         return node_failed(s, st);
     uint64_t func = disco__trace_func(h, args);
-    disco__wstat_begin(&s->w0_stat, h->seq, h->code, func, t_enq, 0);
+    uint64_t key =
+        func != 0 && func < s->regs.cap && s->regs.func[func] != NULL ? s->regs.func[func]->key : 0;
+    disco__wstat_begin(&s->w0_stat, h->seq, h->code, key, t_enq, 0);
     disco__worker_exec(&s->w0, h, args, s->reply, DISCO_REPLY_MAX, w0_len);
     /* Worker 0 ran inline right after the broadcast: the command's record is
      * its slice too, from the enqueue stamp to this one (trace.c). */
     uint64_t t_done = disco__trace_cmd_issued(&s->trace, h->seq, h->code, name, t_enq);
-    disco__wstat_end(&s->w0_stat, func, t_done != 0 && t_enq != 0 ? t_done - t_enq : 0);
+    disco__wstat_end(&s->w0_stat, key, t_done != 0 && t_enq != 0 ? t_done - t_enq : 0);
     if (s->state != DISCO_OK) /* worker 0 found a dead worker (in a collective) */
         return disco_set_error(s->state, "%s", s->why);
     return DISCO_OK;
@@ -395,7 +397,7 @@ static disco_status_t api_get_func(disco_session_t *s, const char *name, disco_d
         return st;
     }
     s->regs.func[reg] = disco__func_at(handle);
-    disco__stat_name_set(s->stat, reg, name);
+    disco__stat_name_set(s->stat, s->regs.func[reg]->key, s->regs.func[reg]->name);
     *func_out = reg;
     return DISCO_OK;
 }

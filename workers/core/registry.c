@@ -84,6 +84,7 @@ static disco_status_t register_entry(const char *name, const char *sig, disco_fu
         }
         f = &table[n];
         strcpy(f->name, name);
+        f->key = disco__func_key(name);
         /* Release: the name is written before a reader can see the entry. */
         atomic_store_explicit(&count, n + 1, memory_order_release);
     }

@@ -26,6 +26,7 @@ struct disco__binding {
 
 struct disco__func {
     char name[DISCO_FUNC_NAME_MAX];
+    uint64_t key;                 /* disco__func_key(name): the same in every process (wstat.h) */
     char sig[DISCO_FUNC_SIG_MAX]; /* "" with has_sig false: any arguments */
     _Atomic(const struct disco__binding *) bound;
     _Atomic(_Bool) has_sig;
@@ -34,6 +35,17 @@ struct disco__func {
      * front), since it would dereference the missing worker. */
     _Atomic(_Bool) needs_worker;
 };
+
+/** A function's key: FNV-1a of its name, never 0. Every process computes
+ *  the same key for a name, which a register id (reused after a free) or
+ *  a table index (the order of registration) is not. */
+static inline uint64_t disco__func_key(const char *name)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return h != 0 ? h : 1;
+}
 
 /** disco_register_func for a builtin that needs a session worker (see
  *  needs_worker). Thread-safe. Returns as disco_register_func. */

@@ -399,6 +399,14 @@ static inline disco_status_t receive(struct loop *l, struct disco__trace_writer 
     return st;
 }
 
+/* The key (registry.h) of the function in register func, or 0. */
+static inline uint64_t func_key(const disco_worker_t *w, uint64_t func)
+{
+    if (func == 0 || func >= w->nregs || w->regs[func].type != DISCO_T_FUNC)
+        return 0;
+    return disco__func_at(w->regs[func].v.handle)->key;
+}
+
 /* Points the loop's waits' hooks at the worker's status words (wstat.h):
  * parks are reported as they happen. */
 static void hook_status(struct loop *l, struct disco__wstat *ws)
@@ -449,10 +457,10 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
             rc = DISCO_WORKER_EXIT_PROTOCOL;
             goto out;
         }
-        uint64_t func = disco__trace_func(&h, args);
+        uint64_t func = disco__trace_func(&h, args), key = func_key(w, func);
         /* Times from the trace stamps only (wstat.h: no clock read of its own). */
         bool timed = tr.ring != NULL;
-        disco__wstat_begin(&ws, h.seq, h.code, func, timed ? tr.t_start : 0,
+        disco__wstat_begin(&ws, h.seq, h.code, key, timed ? tr.t_start : 0,
                            timed && prev_end != 0 ? tr.t_start - prev_end : 0);
         size_t rlen;
         st = disco__worker_exec(w, &h, args, l.reply, DISCO_REPLY_MAX, &rlen);
@@ -466,7 +474,7 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
             disco__chan_prepare_recv(c);
             disco__trace_end(&tr, h.seq, h.code, func, rlen != 0);
         }
-        disco__wstat_end(&ws, func, timed ? tr.last_end - tr.t_start : 0);
+        disco__wstat_end(&ws, key, timed ? tr.last_end - tr.t_start : 0);
     }
 out:
     disco__wstat_state(&ws, DISCO_WS_EXITED);

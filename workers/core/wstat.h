@@ -46,7 +46,7 @@
 
 #define DISCO_STAT_MAGIC 0x5441545343534944ULL /* "DISCSTAT" */
 #define DISCO_STAT_FUNCS 16u                   /* per-worker function table */
-#define DISCO_STAT_NAMES 256u                  /* register -> name entries */
+#define DISCO_STAT_NAMES 256u                  /* function key -> name entries */
 #define DISCO_STAT_NAME  48u
 #define DISCO_STAT_WHY   256u
 
@@ -67,10 +67,10 @@ enum disco__cwait {
 };
 
 /* One function's figures on one worker: calls and ticks inside them
- * (ticks: with tracing on). reg 0: unused. A register that hashes to a
- * taken entry replaces it (the figures restart). */
+ * (ticks: with tracing on). key: the function's (registry.h); 0: unused.
+ * A key that hashes to a taken entry replaces it (the figures restart). */
 struct disco__wstat_func {
-    _Atomic uint64_t reg;
+    _Atomic uint64_t key;
     _Atomic uint64_t calls;
     _Atomic uint64_t ticks;
     uint64_t reserved;
@@ -78,7 +78,8 @@ struct disco__wstat_func {
 
 struct disco__wstat {
     _Alignas(64) _Atomic uint64_t seq; /* the command started last (S1) */
-    _Atomic uint64_t info;             /* its code << 32 | function register (calls) */
+    _Atomic uint64_t info;             /* its command code */
+    _Atomic uint64_t fkey;             /* a call's function key (registry.h), else 0 */
     _Atomic uint64_t t_start;          /* ticks it started; 0: unknown (tracing off) */
     _Atomic uint64_t done;             /* commands finished */
     _Atomic uint64_t busy_ticks;       /* ticks inside commands */
@@ -92,7 +93,7 @@ struct disco__wstat {
 struct disco__stat_name {
     _Atomic uint32_t ver; /* seqlock (S3) */
     uint32_t reserved;
-    _Atomic uint64_t reg;
+    _Atomic uint64_t key; /* the function's key (registry.h) */
     _Atomic char name[DISCO_STAT_NAME];
 };
 
@@ -121,7 +122,7 @@ struct disco__stat_hdr {
 struct disco__wstat_writer {
     struct disco__wstat *w; /* NULL: no status */
     uint64_t done, busy, idle;
-    uint64_t freg[DISCO_STAT_FUNCS], fcalls[DISCO_STAT_FUNCS], fticks[DISCO_STAT_FUNCS];
+    uint64_t fkey[DISCO_STAT_FUNCS], fcalls[DISCO_STAT_FUNCS], fticks[DISCO_STAT_FUNCS];
 };
 
 /** The status region's size for world workers. */
@@ -142,16 +143,17 @@ static inline void disco__wstat_state(struct disco__wstat_writer *s, enum disco_
         atomic_store_explicit(&s->w->state, (uint32_t)st, memory_order_relaxed);
 }
 
-/** A command began: seq, code, function register (calls), start stamp
- *  (ticks; 0 unknown), and the idle time before it (ticks; 0 unknown). */
+/** A command began: seq, code, the called function's key (0: not a
+ *  call), start stamp (ticks; 0 unknown), and the idle time before it
+ *  (ticks; 0 unknown). */
 static inline void disco__wstat_begin(struct disco__wstat_writer *s, uint64_t seq, uint32_t code,
-                                      uint64_t func, uint64_t t_start, uint64_t idle)
+                                      uint64_t key, uint64_t t_start, uint64_t idle)
 {
     struct disco__wstat *w = s->w;
     if (w == NULL)
         return;
-    atomic_store_explicit(&w->info, (uint64_t)code << 32 | (func & 0xffffffffu),
-                          memory_order_relaxed);
+    atomic_store_explicit(&w->info, code, memory_order_relaxed);
+    atomic_store_explicit(&w->fkey, key, memory_order_relaxed);
     atomic_store_explicit(&w->t_start, t_start, memory_order_relaxed);
     /* S1: release, pairs with the reader's S2 (see the top). */
     atomic_store_explicit(&w->seq, seq, memory_order_release);
@@ -162,9 +164,9 @@ static inline void disco__wstat_begin(struct disco__wstat_writer *s, uint64_t se
     }
 }
 
-/** The command begun last is done after dur ticks (0: unknown); func is
- *  the register it called (0: not a call). */
-static inline void disco__wstat_end(struct disco__wstat_writer *s, uint64_t func, uint64_t dur)
+/** The command begun last is done after dur ticks (0: unknown); key is
+ *  the function it called (0: not a call). */
+static inline void disco__wstat_end(struct disco__wstat_writer *s, uint64_t key, uint64_t dur)
 {
     struct disco__wstat *w = s->w;
     if (w == NULL)
@@ -175,14 +177,14 @@ static inline void disco__wstat_end(struct disco__wstat_writer *s, uint64_t func
         s->busy += dur;
         atomic_store_explicit(&w->busy_ticks, s->busy, memory_order_relaxed);
     }
-    if (func == 0)
+    if (key == 0)
         return;
-    unsigned i = (unsigned)(func % DISCO_STAT_FUNCS);
+    unsigned i = (unsigned)(key % DISCO_STAT_FUNCS);
     struct disco__wstat_func *f = &w->func[i];
-    if (s->freg[i] != func) { /* a new register in this entry: its figures restart */
-        s->freg[i] = func;
+    if (s->fkey[i] != key) { /* a new function in this entry: its figures restart */
+        s->fkey[i] = key;
         s->fcalls[i] = s->fticks[i] = 0;
-        atomic_store_explicit(&f->reg, func, memory_order_relaxed);
+        atomic_store_explicit(&f->key, key, memory_order_relaxed);
     }
     atomic_store_explicit(&f->calls, ++s->fcalls[i], memory_order_relaxed);
     if (dur != 0) {
@@ -201,17 +203,20 @@ static inline void disco__stat_set_why(struct disco__stat_hdr *h, const char *wh
                               memory_order_relaxed);
 }
 
-/** Records reg's name (the controller, at get function; S3). */
-static inline void disco__stat_name_set(struct disco__stat_hdr *h, uint64_t reg, const char *name)
+/** Records the name of the function whose key is key (the controller, at
+ *  get function; S3). */
+static inline void disco__stat_name_set(struct disco__stat_hdr *h, uint64_t key, const char *name)
 {
-    struct disco__stat_name *e = &h->names[reg % DISCO_STAT_NAMES];
+    struct disco__stat_name *e = &h->names[key % DISCO_STAT_NAMES];
+    if (atomic_load_explicit(&e->key, memory_order_relaxed) == key)
+        return; /* recorded already (only this thread writes it) */
     uint32_t v = atomic_load_explicit(&e->ver, memory_order_relaxed); /* only we write it */
     /* Odd: being written. Acquire (of the RMW) keeps the stores below after
      * it; release keeps the previous write's stores before it. */
     atomic_exchange_explicit(&e->ver, v + 1, memory_order_acq_rel);
     /* S3: each store releases, so a reader whose acquire load (S4) reads one
      * of them also sees ver odd or newer when it loads ver again. */
-    atomic_store_explicit(&e->reg, reg, memory_order_release);
+    atomic_store_explicit(&e->key, key, memory_order_release);
     size_t n = strlen(name);
     for (size_t i = 0; i < DISCO_STAT_NAME; i++)
         atomic_store_explicit(&e->name[i], i < n && i + 1 < DISCO_STAT_NAME ? name[i] : '\0',
