@@ -18,6 +18,9 @@
  * writes the watchdog's report of a view; disco_session_dump is the two in
  * one call. `disco top PID` and `disco dump PID` are built on these.
  *
+ * Across nodes (DISCO_NODES_MPI) a view holds the workers of the node it is
+ * taken on (the controller's: workers 0..W-1), not the other nodes'.
+ *
  * The watchdog: when a wait of the controller (a sync, a reply, room in the
  * command channel, worker 0 waiting in a collective) passes
  * cfg.watchdog_ms, the session writes one report to stderr and an instant

@@ -130,27 +130,31 @@ disco_status_t disco_observer_open(int pid, int index, int *count_out, disco_obs
     return DISCO_OK;
 }
 
-/* CPU seconds (user + system) of process pid from /proc/pid/stat; -1 when
- * it cannot be read (the process ended, or is not ours to read). */
-static double cpu_seconds(int pid, long ticks_per_s)
+/* Process pid's CPU seconds (user + system) from /proc/pid/stat into
+ * *cpu_s (-1 when it cannot be read: ended, or not ours to read); false
+ * when the process is gone or a zombie (it has ended, reaped or not). */
+static bool proc_stat(int pid, long ticks_per_s, double *cpu_s)
 {
     char path[64], buf[1024];
+    *cpu_s = -1.0;
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     FILE *f = fopen(path, "re");
     if (f == NULL)
-        return -1.0;
+        return errno != ENOENT && errno != ESRCH;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
     /* The command name (field 2) may hold spaces and parentheses: the
      * fields after it start after its last ')'. */
     char *p = strrchr(buf, ')');
+    char state;
     unsigned long long utime, stime;
-    if (p == NULL || ticks_per_s <= 0 ||
-        sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) !=
-            2)
-        return -1.0;
-    return (double)(utime + stime) / (double)ticks_per_s;
+    if (p == NULL || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &state,
+                            &utime, &stime) != 3)
+        return true;
+    if (ticks_per_s > 0)
+        *cpu_s = (double)(utime + stime) / (double)ticks_per_s;
+    return state != 'Z' && state != 'X';
 }
 
 disco_status_t disco_observer_read(disco_observer_t *o, disco_session_view_t *view_out)
@@ -161,9 +165,13 @@ disco_status_t disco_observer_read(disco_observer_t *o, disco_session_view_t *vi
     disco_status_t st = disco__view_take(&o->src, &v);
     if (st != DISCO_OK)
         return st;
-    for (int i = 0; i < v.world; i++)
-        if (v.workers[i].pid > 0)
-            v.workers[i].cpu_s = cpu_seconds(v.workers[i].pid, o->ticks_per_s);
+    for (int i = 0; i < v.world; i++) {
+        disco_worker_view_t *w = &v.workers[i];
+        /* A process that ended (a kill, a crash) wrote no word about it:
+         * the kernel says it is gone. */
+        if (w->pid > 0 && !proc_stat(w->pid, o->ticks_per_s, &w->cpu_s))
+            w->state = DISCO_WORKER_EXITED;
+    }
     *view_out = v;
     return DISCO_OK;
 }
