@@ -73,6 +73,12 @@ void bench_tensor(void);
  *  CPU allocation (baseline: memcpy_gbps from bench_tensor). */
 void bench_rpc(void);
 
+/** The SPMD step figures beside Open MPI's (bench_step.c): call on all +
+ *  sync every worker at N = 2, 4, 8 (call_sync_all_ns_nN and p99) beside
+ *  mpi_bcast_gather_ns_nN, stream_calls_per_s_n2/_n4, idle_cpu_pct_n8
+ *  beside mpi_idle_cpu_pct_n8. */
+void bench_step(void);
+
 /** The Open MPI baseline (bench_tensor.c): runs bench_mpi_path() under
  *  mpirun with 2 ranks and records mpi_allreduce_us_1MiB and
  *  mpi_allreduce_us_64MiB; records nothing (and says why) without it. */

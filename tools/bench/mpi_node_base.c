@@ -19,13 +19,22 @@
  *       and its return on every rank, the slowest rank's time (until
  *       everyone has the result), median (and p99 for 1 MiB)
  *
+ * A second argument picks one part (bench_step.c, the SPMD step figures
+ * beside their Open MPI baselines at 2, 4 and 8 ranks):
+ *   calls  only mpi_bcast_gather_us and its p99
+ *   idle   mpi_idle_cpu_pct: ranks 1..N-1 wait in MPI_Bcast while rank 0
+ *          sleeps 1 s; the mean share of a core each used meanwhile (Open
+ *          MPI's waiting ranks poll)
+ *
  * The round counts are node_bench's: 150 x REPS call rounds, 10 x REPS
  * 1 MiB allreduces, REPS of 64 MiB, each after untimed warm-up rounds.
  * (The allreduce timing is mpi_allreduce.c's; that program stays as it is,
  * the 2-rank baseline of the one-node figures.)
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep under -std=c11 */
 #include <mpi.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,6 +127,43 @@ static void allreduce(size_t bytes, int warm, int reps, const char *key, const c
     free(tmax);
 }
 
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Ranks 1.. wait in MPI_Bcast while rank 0 sleeps a second: the CPU each
+ * waiting rank uses. */
+static void idle(void)
+{
+    char cmd[64] = {0};
+    int rc = MPI_Barrier(MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS)
+        die("MPI_Barrier", rc);
+    double cpu0 = cpu_now(), wall0 = MPI_Wtime();
+    if (rank == 0) {
+        struct timespec second = {.tv_sec = 1};
+        nanosleep(&second, NULL);
+    }
+    if ((rc = MPI_Bcast(cmd, (int)sizeof cmd, MPI_BYTE, 0, MPI_COMM_WORLD)) != MPI_SUCCESS)
+        die("MPI_Bcast", rc);
+    double pct = 100.0 * (cpu_now() - cpu0) / (MPI_Wtime() - wall0), *all = NULL;
+    if (rank == 0)
+        all = xcalloc((size_t)size, sizeof *all);
+    if ((rc = MPI_Gather(&pct, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD)) !=
+        MPI_SUCCESS)
+        die("MPI_Gather", rc);
+    if (rank == 0) {
+        double sum = 0;
+        for (int i = 1; i < size; i++)
+            sum += all[i];
+        printf("mpi_idle_cpu_pct=%.3f\n", size > 1 ? sum / (size - 1) : 0.0);
+        free(all);
+    }
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -126,14 +172,24 @@ int main(int argc, char **argv)
     int reps = argc > 1 ? atoi(argv[1]) : 15;
     if (reps < 1 || reps > 100) {
         if (rank == 0)
-            fprintf(stderr, "usage: mpirun -np N mpi_node_base [REPS 1..100]\n");
+            fprintf(stderr, "usage: mpirun -np N mpi_node_base [REPS 1..100] [calls|idle]\n");
         MPI_Finalize();
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (rank == 0)
         printf("mpi_ranks=%d\n", size);
+    const char *part = argc > 2 ? argv[2] : "all";
+    if (strcmp(part, "idle") == 0) {
+        idle();
+        MPI_Finalize();
+        return 0;
+    }
     bcast_gather(150 * reps);
+    if (strcmp(part, "calls") == 0) {
+        MPI_Finalize();
+        return 0;
+    }
     allreduce(MIB, WARM_SMALL, 10 * reps, "mpi_allreduce_flat_us_1MiB",
               "mpi_allreduce_flat_p99_us_1MiB");
     allreduce(64 * MIB, WARM_BIG, reps, "mpi_allreduce_flat_us_64MiB", NULL);
