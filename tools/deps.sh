@@ -4,6 +4,8 @@
 # `deps.sh fuzz` instead installs what `make fuzz` needs: clang and its
 # libFuzzer and sanitizer runtimes (libclang-rt-dev, which clang only
 # recommends: --no-install-recommends would leave it out).
+# `deps.sh plot [LOG]` installs gnuplot-nox for `make bench`'s plots, the
+# same way (never fails).
 # `deps.sh mpi [LOG]` installs Debian's Open MPI, the baseline of `make
 # bench`, when mpicc or mpirun is missing (root only; apt's output goes to
 # LOG). It never fails: without Open MPI the benchmark skips its MPI figures
@@ -52,6 +54,24 @@ if [ "${1:-}" = mpi ]; then
         --no-install-recommends $pkgs; } >"$log" 2>&1; then
         tail -5 "$log"
         echo "bench: installing Open MPI failed; MPI baseline skipped"
+    fi
+    exit 0
+fi
+
+if [ "${1:-}" = plot ]; then
+    # gnuplot draws `make bench`'s plots (tools/bench/plot.py); never fails.
+    command -v gnuplot >/dev/null 2>&1 && exit 0
+    log=${2:-build/plot-install.log}
+    if [ "$(id -u)" != 0 ]; then
+        echo "bench: gnuplot missing and not root; plots skipped (install gnuplot-nox)"
+        exit 0
+    fi
+    echo "bench: installing gnuplot-nox (the plots; log in $log)"
+    mkdir -p "$(dirname "$log")"
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends gnuplot-nox; } >"$log" 2>&1; then
+        tail -5 "$log"
+        echo "bench: installing gnuplot failed; plots skipped"
     fi
     exit 0
 fi

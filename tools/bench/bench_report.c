@@ -14,7 +14,7 @@
 /* ---- results ---- */
 
 typedef struct result {
-    const char *key;
+    char key[64]; /* a copy: callers may build keys in a buffer they reuse */
     double value;
     const char *unit;
 } result_t;
@@ -26,7 +26,10 @@ void record(const char *key, double value, const char *unit)
 {
     if (nresults == (int)(sizeof results / sizeof results[0]))
         bu_die("too many results");
-    results[nresults++] = (result_t){key, value, unit};
+    result_t *r = &results[nresults++];
+    snprintf(r->key, sizeof r->key, "%s", key);
+    r->value = value;
+    r->unit = unit;
     printf("  %-30s %12.1f %s\n", key, value, unit);
     fflush(stdout);
 }

@@ -1,0 +1,112 @@
+#!/usr/bin/python3
+"""plot.py - draws make bench's results (build/bench.json) with gnuplot.
+
+Usage: plot.py BENCH_JSON OUT_DIR
+
+Writes OUT_DIR/latency.svg (one SPMD step against the number of workers:
+disco's call on all + sync of every worker, Open MPI's bcast + gather over
+as many ranks, and disco over pipes, the transport TVM's ProcessSession
+uses) and OUT_DIR/allreduce.svg (allreduce time against size, N = 2:
+disco, Open MPI, and the memory-bandwidth floor: 3 bytes of traffic per
+byte reduced (two inputs read, one output written) at twice memcpy_gbps,
+memcpy itself moving 2 bytes per byte). Figures missing from the JSON are
+left out of the plots; a plot with nothing to show is not drawn. Standard
+library only; gnuplot (Debian's gnuplot-nox) draws. Exits 0 and says so
+when gnuplot is missing.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+
+def value(results, key):
+    v = results.get(key)
+    if isinstance(v, dict):
+        v = v.get('value')
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def series(results, keys):
+    """[(x, y)] for the (x, key) pairs whose key has a value."""
+    return [(x, value(results, k)) for x, k in keys if value(results, k) is not None]
+
+
+def write_data(path, points):
+    with open(path, 'w') as f:
+        for x, y in points:
+            f.write('%g %g\n' % (x, y))
+
+
+def draw(out_dir, name, title, xlabel, ylabel, lines, logx=False):
+    # logx: sizes (ticks 1, 4, 16, 64 MiB); else worker counts (2, 4, 8, 16)
+    """lines: [(label, points)]; draws OUT_DIR/name.svg from those with points."""
+    lines = [(label, pts) for label, pts in lines if pts]
+    if not lines:
+        print('plot: no figures for %s; not drawn' % name)
+        return
+    plots = []
+    for i, (label, pts) in enumerate(lines):
+        data = os.path.join(out_dir, '%s-%d.dat' % (name, i))
+        write_data(data, pts)
+        plots.append("'%s' using 1:2 with linespoints linewidth 2 pointsize 1.2 title '%s'"
+                     % (data, label.replace("'", "")))
+    svg = os.path.join(out_dir, name + '.svg')
+    script = '\n'.join([
+        "set terminal svg size 720,440 dynamic font 'sans,12' background rgb 'white'",
+        "set output '%s'" % svg,
+        "set title '%s'" % title,
+        "set xlabel '%s'" % xlabel,
+        "set ylabel '%s'" % ylabel,
+        'set logscale y',
+        'set logscale x 2',
+        'set xtics (1, 4, 16, 64)' if logx else 'set xtics (2, 4, 8, 16)',
+        'set key top left',
+        'set grid',
+        'plot ' + ', '.join(plots),
+        ''])
+    subprocess.run(['gnuplot'], input=script, text=True, check=True)
+    print('plot: wrote %s' % svg)
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit('usage: plot.py BENCH_JSON OUT_DIR')
+    if shutil.which('gnuplot') is None:
+        print('plot: gnuplot is missing; plots skipped (Debian: gnuplot-nox)')
+        return
+    with open(sys.argv[1]) as f:
+        doc = json.load(f)
+    r = doc.get('results', {})
+    out = sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    machine = doc.get('machine', {})
+    where = machine.get('cpu', '') if isinstance(machine, dict) else ''
+    ns = [2, 4, 8, 16]
+    us = lambda pts: [(x, y / 1000.0) for x, y in pts]
+    draw(out, 'latency', 'One SPMD step (call on every worker + sync of every worker) %s' % where,
+         'workers', 'microseconds (median)', [
+             ('disco', us(series(r, [(n, 'call_sync_all_ns_n%d' % n) for n in ns]))),
+             ('disco p99', us(series(r, [(n, 'call_sync_all_p99_ns_n%d' % n) for n in ns]))),
+             ('Open MPI bcast + gather', us(series(r, [(n, 'mpi_bcast_gather_ns_n%d' % n)
+                                                       for n in ns]))),
+             ('disco over pipes (sync of worker 1)',
+              us(series(r, [(2, 'call_sync_pipe_ns'), (4, 'call_sync_pipe_ns_n4'),
+                            (8, 'call_sync_pipe_ns_n8')]))),
+         ])
+    sizes = [(1, '1MiB'), (64, '64MiB')]
+    bw = value(r, 'memcpy_gbps')
+    floor = [(mib, 3.0 * mib * 2**20 / (2.0 * bw * 1e9) * 1e3) for mib, _ in sizes] if bw else []
+    draw(out, 'allreduce', 'Allreduce (sum, float32), 2 workers', 'MiB',
+         'milliseconds (median)', [
+             ('disco', [(m, y / 1000.0) for m, y in
+                        series(r, [(mib, 'allreduce_us_' + k) for mib, k in sizes])]),
+             ('Open MPI', [(m, y / 1000.0) for m, y in
+                           series(r, [(mib, 'mpi_allreduce_us_' + k) for mib, k in sizes])]),
+             ('memory-bandwidth floor (DRAM rate; 1 MiB fits in cache)', floor),
+         ], logx=True)
+
+
+if __name__ == '__main__':
+    main()
