@@ -213,6 +213,8 @@ static int run_top(const top_opts_t *o, disco_observer_t *obs)
     int rc = 0;
     for (long frame = 0; o->count == 0 || frame < o->count; frame++) {
         pause_ms(o->interval_ms);
+        /* Gone before the read: then the read shows the session's last state. */
+        bool gone = process_gone(o->pid);
         if (disco_observer_read(obs, &cur) != DISCO_OK)
             goto failed;
         top_frame_t f;
@@ -224,7 +226,7 @@ static int run_top(const top_opts_t *o, disco_observer_t *obs)
         disco_view_free(&prev);
         prev = cur;
         cur = (disco_session_view_t){0};
-        if (stop_asked || session_over(&prev) || process_gone(o->pid))
+        if (stop_asked || gone || session_over(&prev))
             break;
         if (o->count != 1 && o->out == OUT_TEXT && !redraw)
             fputc('\n', stdout); /* frames one after another */

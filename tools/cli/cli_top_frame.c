@@ -127,6 +127,8 @@ static void col_dur(FILE *out, double s, int w)
     char buf[32];
     if (s < 0)
         snprintf(buf, sizeof buf, "-");
+    else if (s < 1e-5)
+        snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
     else if (s < 1e-3)
         snprintf(buf, sizeof buf, "%.0f us", s * 1e6);
     else if (s < 1.0)
