@@ -67,8 +67,9 @@ void bench_session(void);
  *  session, alternated: call_sync_notop_ns, call_sync_top_ns (--interval
  *  100), call_sync_top10_ns (--interval 10), top_overhead_ratio and
  *  top10_overhead_ratio (with / without), call_sync_notop_p99_ns and
- *  call_sync_top_p99_ns. Skipped, with one line, without the disco
- *  program (beside this one, or $DISCO_BENCH_TOP). */
+ *  call_sync_top_p99_ns; the control: call_sync_waker_ns and
+ *  waker_overhead_ratio, with a process that only wakes every 100 ms. Skipped, with one line,
+ * without the disco program (beside this one, or $DISCO_BENCH_TOP). */
 void bench_session_top(void);
 
 /** The data-plane figures, N = 2 (bench_tensor.c): allreduce_us_1MiB,

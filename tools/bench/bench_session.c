@@ -227,6 +227,26 @@ static pid_t top_start(const char *interval_ms)
     return pid;
 }
 
+/* In a child: the control, a process that only wakes every 100 ms (as
+ * `disco top --interval 100` does) and reads nothing, floating too. */
+static int waker(void *unused)
+{
+    (void)unused;
+    bu_unpin();
+    struct timespec ts = {0, 100 * 1000000L};
+    while (nanosleep(&ts, NULL) == 0 || errno == EINTR)
+        ts = (struct timespec){0, 100 * 1000000L};
+    return 1; /* ended by SIGTERM (top_stop) */
+}
+
+static pid_t waker_start(void)
+{
+    pid_t pid = bu_spawn(waker, NULL);
+    struct timespec ts = {0, 200 * 1000000L};
+    nanosleep(&ts, NULL); /* as top_start settles */
+    return pid;
+}
+
 static void top_stop(pid_t pid)
 {
     int st;
@@ -237,10 +257,12 @@ static void top_stop(pid_t pid)
 }
 
 /* call_sync_ns of one pinned session of 2 (as call_sync_ns), measured
- * without a watcher, with `disco top --interval 100` attached and with
- * `--interval 10`, alternated five times in the same session, medians;
- * then the p99 of single rounds (as call_sync_p99_ns, here pinned) without
- * and with the 100 ms watcher. */
+ * without a watcher, with `disco top --interval 100` attached, with
+ * `--interval 10`, and with the control (a process that wakes every 100 ms
+ * and reads nothing: what any periodic process costs a session that fills
+ * the machine's cores), alternated five times in the same session,
+ * medians; then the p99 of single rounds (as call_sync_p99_ns, here
+ * pinned) without and with the 100 ms watcher. */
 static void top_overhead(void)
 {
     char self[sizeof top_path - 16];
@@ -259,7 +281,7 @@ static void top_overhead(void)
     }
     call_ctx_t c;
     open_session(&c, 2, DISCO_TRANSPORT_RING, true, true);
-    double off[5], on[5], on10[5];
+    double off[5], on[5], on10[5], wake[5];
     for (int i = 0; i < 5; i++) {
         off[i] = measure(call_rounds, &c);
         pid_t top = top_start("100");
@@ -268,6 +290,9 @@ static void top_overhead(void)
         top = top_start("10");
         on10[i] = measure(call_rounds, &c);
         top_stop(top);
+        top = waker_start();
+        wake[i] = measure(call_rounds, &c);
+        top_stop(top);
     }
     double p99_off = p99_rounds(&c);
     pid_t top = top_start("100");
@@ -275,7 +300,8 @@ static void top_overhead(void)
     top_stop(top);
     disco_session_close(c.s);
     bu_unpin();
-    double a = bu_median(on, 5), b = bu_median(off, 5), a10 = bu_median(on10, 5);
+    double a = bu_median(on, 5), b = bu_median(off, 5), a10 = bu_median(on10, 5),
+           w = bu_median(wake, 5);
     record("call_sync_notop_ns", b, "ns");
     record("call_sync_top_ns", a, "ns");
     record("call_sync_top10_ns", a10, "ns");
@@ -283,6 +309,8 @@ static void top_overhead(void)
     record("call_sync_top_p99_ns", p99_on, "ns");
     record("top_overhead_ratio", a / b, "x");
     record("top10_overhead_ratio", a10 / b, "x");
+    record("call_sync_waker_ns", w, "ns");
+    record("waker_overhead_ratio", w / b, "x");
 }
 
 void bench_session_top(void)

@@ -26,7 +26,9 @@
  *                       (baseline, alternated 5 times, medians);
  *                       top_overhead_ratio = top / notop; _top10_ and
  *                       top10_: --interval 10; call_sync_top_p99_ns and
- *                       call_sync_notop_p99_ns: p99 of single rounds
+ *                       call_sync_notop_p99_ns: p99 of single rounds;
+ *                       call_sync_waker_ns, waker_overhead_ratio: the
+ *                       control, a process that wakes every 100 ms
  *   trace_overhead_pct  call_sync_ns with command stamps on against off
  *                       (call_sync_traced_ns / call_sync_untraced_ns), 5
  *                       alternations, medians

@@ -79,7 +79,7 @@ int top_print_json(const top_frame_t *f, FILE *out)
     json_t *j = json_frame(f);
     if (j == NULL)
         return -1;
-    int rc = json_dumpf(j, out, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    int rc = json_dumpf(j, out, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
     json_decref(j);
     if (rc == 0 && fputc('\n', out) == EOF)
         rc = -1;
