@@ -185,7 +185,7 @@ static void check_worker(json_t *w, int i, int demo_pid, int ncpus)
  * after the demo ends, none of its processes is left. */
 START_TEST(test_top_json)
 {
-    demo_t d;
+    demo_t d = {.pid = 0};
     demo_start(&d);
     json_t *j = frame_of(d.pid);
     ck_assert_int_eq(in_range(j, "pid", d.pid, d.pid), d.pid);
@@ -241,7 +241,7 @@ END_TEST
  * with that worker's pid. */
 START_TEST(test_dump)
 {
-    demo_t d;
+    demo_t d = {.pid = 0};
     demo_start(&d);
     json_t *j = frame_of(d.pid);
     static char out[1 << 16];
@@ -297,7 +297,7 @@ END_TEST
  * attention function. */
 START_TEST(test_prometheus)
 {
-    demo_t d;
+    demo_t d = {.pid = 0};
     demo_start(&d);
     static char out[1 << 17];
     char args[64];
@@ -347,7 +347,7 @@ END_TEST
  * session shut down. SIGINT ends it too (exit 0). */
 START_TEST(test_live_ends)
 {
-    demo_t d;
+    demo_t d = {.pid = 0};
     demo_start(&d);
     char bin[512], pid[32], out[128], out2[128];
     snprintf(bin, sizeof bin, "%s/disco", DISCO_TEST_BIN);

@@ -217,6 +217,11 @@ static int run_top(const top_opts_t *o, disco_observer_t *obs)
         bool gone = process_gone(o->pid);
         if (disco_observer_read(obs, &cur) != DISCO_OK)
             goto failed;
+        if (cur.world != prev.world) { /* a session's world is fixed: not ours to trust */
+            disco_set_error(DISCO_E_BAD_MAGIC, "its world changed from %d to %d", prev.world,
+                            cur.world);
+            goto failed;
+        }
         top_frame_t f;
         top_frame_make(&prev, &cur, o->session, workers, &f);
         if (print_frame(o, &f, redraw) != 0 || fflush(stdout) != 0) {
