@@ -2,8 +2,9 @@
  * disco-demo (--hold keeps its decoder stepping): every field of a JSON
  * frame present and sane, the watchdog's report naming every worker, the
  * Prometheus output well formed, live mode ending with the session or on
- * SIGINT, and clear refusals (exit 1) for a process without a session and
- * for no process at all. Nothing is left running afterwards. */
+ * SIGINT, unknown times (tracing off) as null, --session, and clear
+ * refusals (exit 1) for a process without a session and for no process. Nothing is left running
+ * afterwards. */
 #include <check.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "disco/clock.h"
+#include "disco/session.h"
 #include "tests/testutil.h"
 
 #define WORKERS     4
@@ -140,17 +142,22 @@ static double in_range(json_t *o, const char *k, double lo, double hi)
     return x;
 }
 
-/* `disco top --once --json PID` of a running session, parsed. */
-static json_t *frame_of(int pid)
+/* `disco top --once --json [--session K] PID` of a running session, parsed. */
+static json_t *frame_of_session(int pid, int session)
 {
     static char out[1 << 16];
-    char args[64];
-    snprintf(args, sizeof args, "top --once --json %d", pid);
+    char args[96];
+    snprintf(args, sizeof args, "top --once --json --interval 100 --session %d %d", session, pid);
     ck_assert_msg(disco(args, out, sizeof out) == 0, "disco %s failed: %s", args, out);
     json_error_t e;
     json_t *j = json_loads(out, 0, &e);
     ck_assert_msg(j != NULL, "not JSON (%s): %s", e.text, out);
     return j;
+}
+
+static json_t *frame_of(int pid)
+{
+    return frame_of_session(pid, 0);
 }
 
 static void check_worker(json_t *w, int i, int demo_pid, int ncpus)
@@ -374,6 +381,64 @@ START_TEST(test_live_ends)
 }
 END_TEST
 
+/* With tracing off the times are unknown and say so: a session opened
+ * with trace_off shows tracing false, and null (never 0 or -1) for every
+ * share, time in a command and mean time, while counts still move (calls,
+ * commands done); --session picks one of a process's sessions (here this
+ * test's own two: 2 workers traced, 3 untraced), and one past the last is
+ * refused with exit 1. */
+START_TEST(test_untraced_and_session)
+{
+    disco_session_config_t cfg = disco_session_config_default(2);
+    disco_session_t *traced, *untraced;
+    CK_OK(disco_session_open(&cfg, &traced));
+    cfg = disco_session_config_default(3);
+    cfg.trace_off = true;
+    CK_OK(disco_session_open(&cfg, &untraced));
+    disco_dref_t r;
+    for (int i = 0; i < 10; i++) {
+        CK_OK(disco_session_call_by_name(untraced, "disco.noop", NULL, 0, &r));
+        CK_OK(disco_session_free_reg(untraced, r));
+    }
+    CK_OK(disco_session_sync(untraced, 2));
+    json_t *f[2] = {frame_of_session(getpid(), 0), frame_of_session(getpid(), 1)};
+    int k = json_integer_value(key(f[0], "world")) == 3 ? 0 : 1; /* the untraced one */
+    ck_assert_int_eq(json_integer_value(key(f[1 - k], "world")), 2);
+    ck_assert(json_is_true(key(f[1 - k], "tracing")));
+    json_t *u = f[k];
+    ck_assert_int_eq(in_range(u, "world", 3, 3), 3);
+    ck_assert(json_is_false(key(u, "tracing")));
+    ck_assert_str_eq(json_string_value(key(u, "health")), "ok");
+    for (int i = 0; i < 3; i++) {
+        json_t *w = json_array_get(key(u, "workers"), (size_t)i);
+        in_range(w, "done", 10, 1e9); /* counts move without tracing */
+        in_range(w, "done_per_s", 0, 1e9);
+        static const char *const unknown[] = {"busy_pct", "spin_pct", "park_pct", "in_cmd_s"};
+        for (size_t n = 0; n < sizeof unknown / sizeof unknown[0]; n++)
+            ck_assert_msg(json_is_null(key(w, unknown[n])), "worker %d: %s is not null", i,
+                          unknown[n]);
+    }
+    ck_assert_int_eq(json_integer_value(key(json_array_get(key(u, "workers"), 0), "pid")),
+                     getpid());
+    json_t *noop = NULL, *funcs = key(u, "functions");
+    for (size_t i = 0; i < json_array_size(funcs); i++)
+        if (strcmp(json_string_value(key(json_array_get(funcs, i), "name")), "disco.noop") == 0)
+            noop = json_array_get(funcs, i);
+    ck_assert_msg(noop != NULL, "no disco.noop in the untraced frame");
+    ck_assert_int_eq(in_range(noop, "calls", 30, 30), 30); /* 10 calls x 3 workers */
+    ck_assert(json_is_null(key(noop, "mean_us")));
+    ck_assert(json_is_null(key(noop, "total_s")));
+    json_decref(f[0]), json_decref(f[1]);
+
+    char out[4096], args[64];
+    snprintf(args, sizeof args, "top --once --session 2 %d", (int)getpid());
+    ck_assert_int_eq(disco(args, out, sizeof out), 1);
+    ck_assert_msg(strstr(out, "holds 2 sessions; no session 2") != NULL, "%s", out);
+    disco_session_close(untraced);
+    disco_session_close(traced);
+}
+END_TEST
+
 Suite *suite_top(void)
 {
     Suite *s = suite_create("top");
@@ -384,6 +449,7 @@ Suite *suite_top(void)
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_prometheus);
     tcase_add_test(tc, test_live_ends);
+    tcase_add_test(tc, test_untraced_and_session);
     suite_add_tcase(s, tc);
     return s;
 }
