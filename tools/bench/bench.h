@@ -62,6 +62,16 @@ void bench_idle(void);
  *  call_sync_ns_n8, session_open_ms_n8. */
 void bench_session(void);
 
+/** What watching costs (bench_session.c): call_sync_ns's session measured
+ *  without and with a `disco top` process attached to this one, same
+ *  session, alternated: call_sync_notop_ns, call_sync_top_ns (--interval
+ *  100), call_sync_top10_ns (--interval 10), top_overhead_ratio and
+ *  top10_overhead_ratio (with / without), call_sync_notop_p99_ns and
+ *  call_sync_top_p99_ns; the control: call_sync_waker_ns and
+ *  waker_overhead_ratio, with a process that only wakes every 100 ms. Skipped, with one line,
+ * without the disco program (beside this one, or $DISCO_BENCH_TOP). */
+void bench_session_top(void);
+
 /** The data-plane figures, N = 2 (bench_tensor.c): allreduce_us_1MiB,
  *  allreduce_us_64MiB, bcast_us_1MiB, bcast_us_64MiB, copy_to_worker0_gbps
  *  and its baseline memcpy_gbps. */

@@ -20,6 +20,15 @@
  *                       99th percentile of single rounds
  *   call_sync_pipe_ns   the same session over pipes (baseline; _n4, _n8 too)
  *   session_open_ms_n8  open + close a session of 8 workers
+ *   call_sync_top_ns    call_sync_ns's session with `disco top --interval 100`
+ *                       attached to this process (bench_session.c);
+ *                       call_sync_notop_ns the same session unwatched
+ *                       (baseline, alternated 5 times, medians);
+ *                       top_overhead_ratio = top / notop; _top10_ and
+ *                       top10_: --interval 10; call_sync_top_p99_ns and
+ *                       call_sync_notop_p99_ns: p99 of single rounds;
+ *                       call_sync_waker_ns, waker_overhead_ratio: the
+ *                       control, a process that wakes every 100 ms
  *   trace_overhead_pct  call_sync_ns with command stamps on against off
  *                       (call_sync_traced_ns / call_sync_untraced_ns), 5
  *                       alternations, medians
@@ -187,6 +196,7 @@ static const struct section {
     {"broadcast + acks", bench_bcast},
     {"idle reader", bench_idle},
     {"session: call + sync", bench_session},
+    {"session: call + sync watched by disco top", bench_session_top},
     {"data plane: tensors, N = 2", bench_tensor},
     {"RPC: call and copy to remote", bench_rpc},
     {"Open MPI baseline", bench_mpi},

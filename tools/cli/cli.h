@@ -5,5 +5,7 @@
 
 int disco_cli_topo(int argc, char **argv);
 int disco_cli_trace(int argc, char **argv);
+int disco_cli_top(int argc, char **argv);
+int disco_cli_dump(int argc, char **argv);
 
 #endif

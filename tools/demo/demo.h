@@ -50,6 +50,7 @@ typedef struct demo_dec_opts {
     const char *json_path;    /* NULL: no figures file */
     DLDeviceType device;      /* kDLCPU, kDLExtDev (sim) or kDLCUDA */
     int workers_per_node;     /* > 0: a session across the mpirun job's nodes */
+    double hold_s;            /* > 0: then go on stepping this long, or to SIGTERM/SIGINT */
 } demo_dec_opts_t;
 
 /** The main job: the tensor-parallel decoder (demo_decoder.c) generating

@@ -6,9 +6,11 @@
  * a Perfetto trace. The workers' functions are in demo_decoder_lib.c. */
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "disco/placement.h"
 #include "disco/shm/wait.h"
@@ -347,6 +349,49 @@ static void teardown(dec_run_t *r)
             disco_session_free_reg(r->s, regs[i]);
 }
 
+static volatile sig_atomic_t hold_stop;
+
+static void on_hold_stop(int sig)
+{
+    (void)sig;
+    hold_stop = 1;
+}
+
+/* --hold: the same steps again and again (positions 0..steps-1 of the
+ * prompt and the tokens made, rewriting the same KV cache entries) for
+ * o->hold_s seconds or until SIGTERM or SIGINT, so that `disco top` and
+ * `disco dump` have a busy session to watch. logits: scratch of vocab
+ * floats. */
+static disco_status_t hold(const dec_run_t *r, const demo_dec_opts_t *o, const int64_t *toks,
+                           int steps, float *logits)
+{
+    struct sigaction sa = {.sa_handler = on_hold_stop}, old_term, old_int;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGINT, &sa, &old_int);
+    int64_t len = o->vocab, end = disco_now_ns() + (int64_t)(o->hold_s * 1e9), rounds = 0;
+    DLTensor host = {.data = logits,
+                     .device = {kDLCPU, 0},
+                     .ndim = 1,
+                     .dtype = {kDLFloat, 32, 1},
+                     .shape = &len};
+    printf("holding: session of pid %d steps on for %.0f s (SIGTERM or SIGINT ends it; watch "
+           "it with: disco top %d)\n",
+           (int)getpid(), o->hold_s, (int)getpid());
+    fflush(stdout);
+    disco_status_t st = DISCO_OK;
+    while (st == DISCO_OK && !hold_stop && disco_now_ns() < end) {
+        for (int k = 0; k < steps && st == DISCO_OK; k++)
+            st = step(r, k < o->nprompt ? o->prompt[k] : toks[k - o->nprompt], k, &host);
+        rounds++;
+    }
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    printf("held: %lld rounds of %d steps%s\n", (long long)rounds, steps,
+           hold_stop ? " (stopped by a signal)" : "");
+    return st;
+}
+
 static void write_trace(const disco_trace_t *t, const char *path)
 {
     FILE *f = fopen(path, "w");
@@ -468,6 +513,8 @@ bool demo_decoder(const demo_dec_opts_t *o, const char *lib)
     disco_trace_summary_print(sum, stdout, false);
     if (o->trace_path != NULL)
         write_trace(t, o->trace_path);
+    if (o->hold_s > 0)
+        CHECK(hold(&r, o, toks, steps, ref));
     ok = match && err <= TOLERANCE;
 out:
     if (r.s != NULL)

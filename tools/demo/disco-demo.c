@@ -238,7 +238,7 @@ static void usage(FILE *f)
             "                  [--json PATH] [--vocab V] [--d-model D] [--layers L] [--heads H]\n"
             "                  [--d-ff F] [--prompt IDS] [--tokens T] [--weights FILE]\n"
             "                  [--save-weights FILE] [--decoder-only] [--workers-per-node W]\n"
-            "                  [--mlp-only [--batch B] [--steps S]] [--help]\n"
+            "                  [--mlp-only [--batch B] [--steps S]] [--hold SECONDS] [--help]\n"
             "The main job: a decoder-only transformer (RMSNorm, attention with rotary\n"
             "positions and a KV cache, an MLP, per layer) sharded Megatron style over N\n"
             "worker processes (heads and MLP columns split, an allreduce after the\n"
@@ -277,6 +277,9 @@ static void usage(FILE *f)
             "  --mlp-only   run the earlier main job instead: one MLP block, y = gelu(x W1)\n"
             "               W2, W1 split by columns, W2 by rows; --batch B rows of x\n"
             "               (default 8), --steps S timed steps (default 20)\n"
+            "  --hold SECONDS  after the decoder's figures, run its steps again and again\n"
+            "               for SECONDS, or until SIGTERM or SIGINT, so that `disco top PID`\n"
+            "               and `disco dump PID` have a busy session to watch\n"
             "  -n N         same as --workers\n",
             BU_MAX_CHILDREN, DEMO_DEC_MAX_PROMPT);
 }
@@ -392,6 +395,8 @@ int main(int argc, char **argv)
             d.trace_path = v, i++;
         } else if (strcmp(a, "--json") == 0 && v != NULL) {
             d.json_path = v, i++;
+        } else if (strcmp(a, "--hold") == 0) {
+            d.hold_s = (double)opt_long(a, v, 1, 86400), i++;
         } else if (strcmp(a, "--mlp-only") == 0) {
             mlp_only = true;
         } else if (strcmp(a, "--decoder-only") == 0) {
