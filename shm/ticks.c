@@ -1,4 +1,4 @@
-/* ticks.c - the trace clock's choice (see ticks.h). */
+/* ticks.c - the trace clock's choice (see ticks.h), and disco_now_ns. */
 #include <stdio.h>
 #include <string.h>
 
@@ -7,6 +7,15 @@
 #include "disco/clock.h"
 
 bool disco__tick_tsc;
+
+/* The public clock (disco/clock.h) lives with the trace clock, so that the
+ * two conversions between them need no other file. */
+int64_t disco_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 /* The TSC is one time base for every core and process only where the kernel
  * trusts it as its clock source (it checks that the TSC is invariant and

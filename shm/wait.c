@@ -14,13 +14,6 @@
 #include "shm/ticks.h"
 #include "shm/wait_internal.h"
 
-int64_t disco_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* Shared (not FUTEX_PRIVATE) operations: the word lives in a MAP_SHARED
  * mapping used by several processes. */
 static long futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns)
