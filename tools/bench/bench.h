@@ -62,6 +62,11 @@ void bench_idle(void);
  *  call_sync_ns_n8, session_open_ms_n8. */
 void bench_session(void);
 
+/** The recovery figures (bench_recover.c): recover_ms_n8 (median),
+ *  recover_ms_n8_p99 and their baseline recover_open_ms_n8 (open + close of
+ *  a fresh session of 8, in the same run). */
+void bench_recover(void);
+
 /** The data-plane figures, N = 2 (bench_tensor.c): allreduce_us_1MiB,
  *  allreduce_us_64MiB, bcast_us_1MiB, bcast_us_64MiB, copy_to_worker0_gbps
  *  and its baseline memcpy_gbps. */

@@ -20,6 +20,10 @@
  *                       99th percentile of single rounds
  *   call_sync_pipe_ns   the same session over pipes (baseline; _n4, _n8 too)
  *   session_open_ms_n8  open + close a session of 8 workers
+ *   recover_ms_n8       disco_session_recover of 8 workers after a kill -9,
+ *                       median of single recoveries; _p99 their p99
+ *                       (bench_recover.c); recover_open_ms_n8: open +
+ *                       close of 8 in the same run (baseline)
  *   trace_overhead_pct  call_sync_ns with command stamps on against off
  *                       (call_sync_traced_ns / call_sync_untraced_ns), 5
  *                       alternations, medians
@@ -187,6 +191,7 @@ static const struct section {
     {"broadcast + acks", bench_bcast},
     {"idle reader", bench_idle},
     {"session: call + sync", bench_session},
+    {"session: recovery", bench_recover},
     {"data plane: tensors, N = 2", bench_tensor},
     {"RPC: call and copy to remote", bench_rpc},
     {"Open MPI baseline", bench_mpi},
