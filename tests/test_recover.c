@@ -440,6 +440,27 @@ START_TEST(test_failed_then_retried)
 }
 END_TEST
 
+/* The worker program's path is the session's own copy: a caller's buffer
+ * reused after open does not change what a recovery spawns. (Open kept
+ * the caller's pointer: the recovery then spawned whatever the buffer held
+ * by then.) */
+START_TEST(test_worker_path_copied)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s", DISCO_TEST_WORKER);
+    disco_session_config_t cfg = disco_session_config_default(2);
+    cfg.launch = DISCO_LAUNCH_SPAWN;
+    cfg.worker_path = path;
+    cfg.call_timeout_ms = 20000;
+    disco_session_t *s = tu_open_with_testlib(&cfg);
+    snprintf(path, sizeof path, "/nonexistent/disco-worker");
+    kill_and_see(s, 1);
+    CK_OK(disco_session_recover(s));
+    check_add(s);
+    disco_session_close(s);
+}
+END_TEST
+
 /* disco.arena_stats of worker w: [bytes, used, blocks, peers, type, id,
  * events, one-shot allreduces, two-shot ones]. */
 static void arena_of(disco_session_t *s, int w, int64_t out[9])
@@ -537,6 +558,7 @@ Suite *suite_recover(void)
     tcase_add_test(tc, test_healthy_and_shutdown);
     tcase_add_test(tc, test_trace_goes_on);
     tcase_add_test(tc, test_failed_then_retried);
+    tcase_add_test(tc, test_worker_path_copied);
     tcase_add_loop_test(tc, test_sim_gpu, 0, 2);
     suite_add_tcase(s, tc);
     return s;

@@ -109,7 +109,8 @@ typedef struct disco_session_config {
                                     processes outnumber cores) */
     uint64_t pause_ns;           /* pause-only part of the spin; 0 = default */
     const char *worker_path;     /* spawn: the disco-worker program; NULL = $DISCO_WORKER,
-                                    else "disco-worker" beside the running program */
+                                    else "disco-worker" beside the running program
+                                    (copied at open: it need not outlive the call) */
     uint32_t max_msg;            /* largest command frame; 0 = 64 KiB */
     uint64_t heap_bytes;         /* shared heap for tensors, allocated (and backed) at
                                     open; 0 = 16 MiB */

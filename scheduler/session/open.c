@@ -241,6 +241,7 @@ static void free_session(struct disco_session *s)
     disco__procs_fini(&s->procs);
     disco__regs_fini(&s->regs);
     disco__session_libs_fini(s);
+    free(s->worker_path);
     free(s->buf);
     free(s->reply);
     free(s);
@@ -285,9 +286,13 @@ static disco_status_t open_local(const disco_session_config_t *cfg, int gid_base
     s->reply_rings = calloc(n, sizeof *s->reply_rings);
     s->cmd_fd = malloc(n * sizeof *s->cmd_fd);
     s->reply_fd = malloc(n * sizeof *s->reply_fd);
+    /* The caller's string need not outlive open; a recovery spawns again. */
+    if (cfg->worker_path != NULL)
+        s->cfg.worker_path = s->worker_path = strdup(cfg->worker_path);
     s->buf = aligned_alloc(8, ((size_t)s->cfg.max_msg + 7u) & ~(size_t)7u);
     s->reply = aligned_alloc(8, DISCO_REPLY_MAX);
     if (!s->reply_rings || !s->cmd_fd || !s->reply_fd || !s->buf || !s->reply ||
+        (cfg->worker_path != NULL && s->worker_path == NULL) ||
         disco__procs_init(&s->procs, s->world) != DISCO_OK) {
         free_session(s);
         return disco_set_error(DISCO_E_NOMEM, "session of %d workers", s->world);

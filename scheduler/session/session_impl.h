@@ -63,6 +63,7 @@ struct disco_session {
     disco_wait_t wait;    /* deadline filled per call */
     disco_wait_t w0_wait; /* worker 0's waits inside collectives */
 
+    char *worker_path; /* cfg.worker_path's copy (cfg points to it): a recovery spawns again */
     const struct disco__func *load_fn; /* "disco.load_library": its calls are noted in libs */
     struct disco__libs libs;
     uint64_t recoveries; /* disco_session_recover calls that succeeded */
