@@ -197,6 +197,39 @@ class Session(_core.Session):
         self._get_cached_method("disco._import_python_module")(module_name)
         for worker in range(self.num_workers):
             self.sync_worker(worker)
+        imported = self.__dict__.setdefault("_imported", [])
+        if module_name not in imported:
+            imported.append(module_name)
+
+    # ---- failures ----
+
+    def recover(self):
+        """Brings a broken session back without closing it (after a worker
+        died, or was killed at a deadline): every worker 1..N-1 is killed
+        and started again as at open, the libraries loaded with
+        :meth:`load_library` are loaded again on every worker, and so are
+        the modules of :meth:`import_python_module`. Every DRef made before
+        is lost: using it raises :class:`disco.BadRegisterError` saying it
+        "was lost in a recovery" (get functions again); collecting it is
+        quiet. Views of tensors (``di.Tensor``, arrays from them) keep their
+        bytes. A healthy session is reset the same way. Raises
+        SessionShutdownError after :meth:`shutdown`; another error when the
+        recovery failed (the session stays broken and recover may be tried
+        again)."""
+        env = self.__dict__.get("_spawn_env", {})
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            self.__dict__.pop("_cache", None)  # functions of the old run: lost
+            self._recover()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        for module_name in list(self.__dict__.get("_imported", ())):
+            self.import_python_module(module_name)
 
     # ---- profiling ----
 
@@ -263,6 +296,7 @@ class ProcessSession(Session):
         try:
             super().__init__(num_workers, num_groups, launch=launch, worker_path=worker_path,
                              **options)
+            self._spawn_env = env  # a recovery spawns the workers again
         finally:
             for key, value in saved.items():
                 if value is None:
