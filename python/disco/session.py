@@ -8,6 +8,7 @@ with their destinations, ``empty``, ``load_library`` (TVM's
 """
 
 import atexit
+import contextlib
 import json
 import os
 import sys
@@ -36,6 +37,22 @@ def _shutdown_all():
             sess.shutdown()
         except Exception:  # pylint: disable=broad-except
             pass
+
+
+@contextlib.contextmanager
+def _environ(env):
+    """os.environ with env's variables set, as it was afterwards (spawned
+    workers inherit the environment of the call that starts them)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 class DModule:
@@ -216,18 +233,9 @@ class Session(_core.Session):
         SessionShutdownError after :meth:`shutdown`; another error when the
         recovery failed (the session stays broken and recover may be tried
         again)."""
-        env = self.__dict__.get("_spawn_env", {})
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with _environ(self.__dict__.get("_spawn_env", {})):
             self.__dict__.pop("_cache", None)  # functions of the old run: lost
             self._recover()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
         for module_name in list(self.__dict__.get("_imported", ())):
             self.import_python_module(module_name)
 
@@ -291,18 +299,10 @@ class ProcessSession(Session):
             env = {"DISCO_PYTHON": sys.executable,
                    "DISCO_PY_IMPORTS": ",".join(imports),
                    "DISCO_PY_PATH": os.pathsep.join(p for p in sys.path if p)}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with _environ(env):
             super().__init__(num_workers, num_groups, launch=launch, worker_path=worker_path,
                              **options)
-            self._spawn_env = env  # a recovery spawns the workers again
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        self._spawn_env = env  # a recovery spawns the workers again
         _live.add(self)
 
 

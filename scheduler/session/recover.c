@@ -88,22 +88,18 @@ void disco__session_libs_fini(struct disco_session *s)
 }
 
 /* A recovery that failed at step: the session stays broken with this as
- * its cause; the caller is told by the return. */
+ * its cause (whatever broke it before); the caller is told by the return. */
 static disco_status_t failed(struct disco_session *s, disco_status_t st, const char *step)
 {
     char why[DISCO_ERR_MSG_MAX];
     snprintf(why, sizeof why, "%s", disco_last_error());
+    s->state = DISCO_OK; /* so that the break below records this cause */
     /* The step's detail cut so that the advice at the end always fits. */
-    snprintf(s->why, sizeof s->why,
-             "recovery failed at %s: %.240s (disco_session_recover may be tried again)", step, why);
-    s->state = st;
+    st = disco__session_break(
+        s, st, "recovery failed at %s: %.240s (disco_session_recover may be tried again)", step,
+        why);
     s->told = true;
-    /* Release: as disco__session_break (why before the word); workers that
-     * started (R6) leave their loops on it. */
-    atomic_store_explicit(&s->ctl->broken, st, memory_order_release);
-    if (s->chan.kind == DISCO_TRANSPORT_RING && s->world > 1)
-        disco_ring_wake_all(&s->chan.cmd);
-    return disco_set_error(st, "%s", s->why);
+    return st;
 }
 
 /* R6: every noted library on every worker, then a sync of each. */
