@@ -75,7 +75,7 @@ static void check_allreduce(disco_session_t *s)
     CK_OK(disco_session_call_by_name(s, "disco.broadcast_from_worker0", ab, 2, &b));
     disco_value_t ar[3] = {dref(b), disco_value_str("sum"), disco_value_bool(false)};
     CK_OK(disco_session_call_by_name(s, "disco.allreduce", ar, 3, &y));
-    float out[64];
+    float out[64] = {0};
     int64_t len = 64;
     DLTensor h = {.data = out, .device = {kDLCPU, 0}, .ndim = 1, .dtype = F32, .shape = &len};
     CK_OK(disco_session_copy_from_worker0(s, y, &h));
@@ -440,6 +440,30 @@ START_TEST(test_failed_then_retried)
 }
 END_TEST
 
+/* A library loaded with its path in a register (disco.echo's result) is
+ * loaded again too: spawned workers, which have only what they load, run
+ * its functions after the recovery. */
+START_TEST(test_library_by_register)
+{
+    disco_session_config_t cfg = disco_session_config_default(3);
+    cfg.launch = DISCO_LAUNCH_SPAWN;
+    cfg.worker_path = DISCO_TEST_WORKER;
+    cfg.call_timeout_ms = 20000;
+    disco_session_t *s;
+    CK_OK(disco_session_open(&cfg, &s));
+    disco_value_t path = disco_value_str(DISCO_TEST_LIB);
+    disco_dref_t p, r;
+    CK_OK(disco_session_call_by_name(s, "disco.echo", &path, 1, &p));
+    disco_value_t arg = dref(p);
+    CK_OK(disco_session_call_by_name(s, "disco.load_library", &arg, 1, &r));
+    check_add(s);
+    kill_and_see(s, 2);
+    CK_OK(disco_session_recover(s));
+    check_add(s);
+    disco_session_close(s);
+}
+END_TEST
+
 /* The worker program's path is the session's own copy: a caller's buffer
  * reused after open does not change what a recovery spawns. (Open kept
  * the caller's pointer: the recovery then spawned whatever the buffer held
@@ -484,7 +508,7 @@ static void sim_allreduce(disco_session_t *s, int n, disco_dref_t *x, disco_dref
     CK_OK(disco_session_call_by_name(s, "test.fill_device", fa, 2, x));
     disco_value_t ar[3] = {dref(*x), disco_value_str("sum"), disco_value_bool(false)};
     CK_OK(disco_session_call_by_name(s, "disco.allreduce", ar, 3, y));
-    float out[256];
+    float out[256] = {0};
     DLTensor h = {.data = out, .device = {kDLCPU, 0}, .ndim = 1, .dtype = F32, .shape = &len};
     CK_OK(disco_session_copy_from_worker0(s, *y, &h));
     for (int i = 0; i < 256; i++)
@@ -559,6 +583,7 @@ Suite *suite_recover(void)
     tcase_add_test(tc, test_trace_goes_on);
     tcase_add_test(tc, test_failed_then_retried);
     tcase_add_test(tc, test_worker_path_copied);
+    tcase_add_test(tc, test_library_by_register);
     tcase_add_loop_test(tc, test_sim_gpu, 0, 2);
     suite_add_tcase(s, tc);
     return s;

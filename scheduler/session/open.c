@@ -240,7 +240,7 @@ static void free_session(struct disco_session *s)
     free(s->reply_fd);
     disco__procs_fini(&s->procs);
     disco__regs_fini(&s->regs);
-    disco__session_libs_fini(s);
+    disco__libs_fini(&s->libs);
     free(s->worker_path);
     free(s->buf);
     free(s->reply);

@@ -44,48 +44,12 @@
  * A failure after R1 leaves the session broken (the cause says the
  * recovery failed and may be tried again); a later call may recover it.
  */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "workers/data/tensor_impl.h"
 #include "scheduler/session/session_impl.h"
-
-void disco__session_note_library(struct disco_session *s, const disco_value_t *path)
-{
-    if (path->type != DISCO_T_STR)
-        return;
-    for (size_t i = 0; i < s->libs.n; i++)
-        if (strcmp(s->libs.path[i], path->v.str) == 0)
-            return;
-    /* Worker 0 ran the load in this process just now: the library is here
-     * if it loaded (RTLD_NOLOAD finds it without loading; the reference it
-     * takes is given back). One that failed is not loaded again. */
-    void *h = dlopen(path->v.str, RTLD_NOW | RTLD_NOLOAD);
-    if (h == NULL)
-        return;
-    dlclose(h);
-    if (s->libs.n == s->libs.cap) {
-        size_t cap = s->libs.cap ? 2 * s->libs.cap : 8;
-        char **p = realloc(s->libs.path, cap * sizeof *p);
-        if (p == NULL)
-            return; /* not noted: a recovery's spawned workers would lack it */
-        s->libs.path = p;
-        s->libs.cap = cap;
-    }
-    char *copy = strdup(path->v.str);
-    if (copy != NULL)
-        s->libs.path[s->libs.n++] = copy;
-}
-
-void disco__session_libs_fini(struct disco_session *s)
-{
-    for (size_t i = 0; i < s->libs.n; i++)
-        free(s->libs.path[i]);
-    free(s->libs.path);
-    s->libs = (struct disco__libs){0};
-}
 
 /* A recovery that failed at step: the session stays broken with this as
  * its cause (whatever broke it before); the caller is told by the return. */

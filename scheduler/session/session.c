@@ -248,7 +248,7 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     const struct disco__func *f = code == DISCO_CMD_CALL ? s->regs.func[args[1].v.reg] : NULL;
     st = disco__session_deliver(s, &h, args, s->buf, len, f != NULL ? f->name : NULL, &rlen);
     if (st == DISCO_OK && f != NULL && f == s->load_fn) /* for a recovery to load it again */
-        disco__session_note_library(s, &args[2]);
+        disco__libs_note(&s->libs, &args[2], &s->w0);
     if (st == DISCO_OK && w0_reply_len != NULL)
         *w0_reply_len = rlen;
     return st;

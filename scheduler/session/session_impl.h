@@ -14,18 +14,12 @@
 #include "workers/core/worker.h"
 #include "disco/shm/segment.h"
 #include "disco/session.h"
+#include "scheduler/session/libs.h"
 #include "scheduler/session/procs.h"
 #include "scheduler/session/regs.h"
 #include "scheduler/trace/trace_impl.h"
 
 struct disco__node;
-
-/* The libraries the session loaded ("disco.load_library" on every worker,
- * by path, in order, each once): a recovery loads them again (recover.c). */
-struct disco__libs {
-    char **path;
-    size_t n, cap;
-};
 
 struct disco_session {
     disco_session_config_t cfg;
@@ -65,8 +59,8 @@ struct disco_session {
 
     char *worker_path; /* cfg.worker_path's copy (cfg points to it): a recovery spawns again */
     const struct disco__func *load_fn; /* "disco.load_library": its calls are noted in libs */
-    struct disco__libs libs;
-    uint64_t recoveries; /* disco_session_recover calls that succeeded */
+    struct disco__libs libs;           /* what recoveries load again (libs.h) */
+    uint64_t recoveries;               /* disco_session_recover calls that succeeded */
 };
 
 /** Polls the workers without blocking; on a death, breaks the session and
@@ -194,13 +188,5 @@ disco_status_t disco__session_start_workers(struct disco_session *s);
 /** Closes the controller's ends of the workers' pipes (pipe transport) and
  *  marks them closed. */
 void disco__session_close_pipes(struct disco_session *s);
-
-/** Notes that "disco.load_library" was issued with path (a string value)
- *  and ran on worker 0: recoveries load it again. A path noted already, or
- *  one worker 0 could not load, is not noted. */
-void disco__session_note_library(struct disco_session *s, const disco_value_t *path);
-
-/** Frees the noted libraries. */
-void disco__session_libs_fini(struct disco_session *s);
 
 #endif
