@@ -508,7 +508,7 @@ int soak_run(const soak_opts_t *o, soak_report_t *r)
         if ((o->rounds > 0 && r->rounds >= o->rounds) || (o->seconds > 0 && elapsed >= o->seconds))
             break;
         round_t rd = {.r = r, .o = o, .index = ++r->rounds};
-        double det = 0;
+        double det = 0, rec = 0;
         bool ctl = pick(&rng, 4) == 0 && o->recover_pct < 100;
         bool recover = !ctl && pick(&rng, 100) < o->recover_pct;
         if (ctl) {
@@ -518,7 +518,6 @@ int soak_run(const soak_opts_t *o, soak_report_t *r)
             r->worst_controller_ms = det > r->worst_controller_ms ? det : r->worst_controller_ms;
         } else {
             r->worker_rounds++;
-            double rec = 0;
             worker_round(&rd, &rng, recover, &det, &rec);
             room = push(&wms, det);
             r->worst_worker_ms = det > r->worst_worker_ms ? det : r->worst_worker_ms;
@@ -529,12 +528,12 @@ int soak_run(const soak_opts_t *o, soak_report_t *r)
             }
         }
         r->failures += rd.failed;
-        if (o->log != NULL && !rd.failed)
+        if (o->log != NULL && !rd.failed && recover)
+            fprintf(o->log, "round %d (%s): caller told in %.3f ms, recovered in %.3f ms\n",
+                    rd.index, rd.what, det, rec);
+        else if (o->log != NULL && !rd.failed)
             fprintf(o->log, "round %d (%s): %s in %.3f ms\n", rd.index, rd.what,
-                    ctl       ? "workers gone"
-                    : recover ? "caller told, then recovered"
-                              : "caller told",
-                    det);
+                    ctl ? "workers gone" : "caller told", det);
     }
     r->seconds = ms_since(t0, disco_now_ns()) / 1e3;
     r->median_worker_ms = median(wms.v, wms.n);
