@@ -6,6 +6,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "disco/shm/wait.h"
@@ -386,11 +387,14 @@ disco_status_t disco_heap_free(disco_heap_t *h, uint64_t off)
     return DISCO_OK;
 }
 
-disco_status_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner, size_t *freed_out)
+/* Frees every used block keep() does not keep (under the lock, one walk);
+ * what names the caller in messages. */
+static disco_status_t sweep(disco_heap_t *h, disco_heap_keep_fn keep, void *ctx, const char *what,
+                            size_t *freed_out)
 {
-    if (h == NULL || h->sh == NULL)
-        return disco_set_error(DISCO_E_INVAL, "disco_heap_reclaim_owner: the heap is NULL");
-    disco_status_t st = disco__heap_lock(h, "disco_heap_reclaim_owner");
+    if (h == NULL || h->sh == NULL || keep == NULL)
+        return disco_set_error(DISCO_E_INVAL, "%s: the heap or the predicate is NULL", what);
+    disco_status_t st = disco__heap_lock(h, what);
     if (st != DISCO_OK)
         return st;
     uint64_t freed = 0;
@@ -400,7 +404,7 @@ disco_status_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner, size_t 
             break;
         }
         struct block *b = blk(h, off);
-        if (b->tag == TAG_USED && b->owner == owner) {
+        if (b->tag == TAG_USED && !keep(ctx, off + HDR, b->owner)) {
             freed += b->size;
             off = release(h, off); /* may merge backwards: go on from the merged block */
         }
@@ -409,11 +413,30 @@ disco_status_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner, size_t 
     bool broken = h->sh->broken;
     disco__heap_unlock(h);
     if (broken)
-        return disco_set_error(DISCO_E_BROKEN,
-                               "disco_heap_reclaim_owner(%u): heap metadata is corrupt", owner);
+        return disco_set_error(DISCO_E_BROKEN, "%s: heap metadata is corrupt", what);
     if (freed_out != NULL)
         *freed_out = (size_t)freed;
     return DISCO_OK;
+}
+
+disco_status_t disco_heap_sweep(disco_heap_t *h, disco_heap_keep_fn keep, void *ctx,
+                                size_t *freed_out)
+{
+    return sweep(h, keep, ctx, "disco_heap_sweep", freed_out);
+}
+
+/* reclaim_owner's predicate: keeps the blocks of every other owner. */
+static bool not_owner(void *ctx, uint64_t off, uint32_t owner)
+{
+    (void)off;
+    return owner != *(const uint32_t *)ctx;
+}
+
+disco_status_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner, size_t *freed_out)
+{
+    char what[48];
+    snprintf(what, sizeof what, "disco_heap_reclaim_owner(%u)", owner);
+    return sweep(h, not_owner, &owner, what, freed_out);
 }
 
 disco_status_t disco_heap_stats(const disco_heap_t *h, disco_heap_stats_t *stats_out)

@@ -394,6 +394,38 @@ START_TEST(test_event_recorder_died)
 }
 END_TEST
 
+/* A wait for a record whose recorder is already dead ends at once, not
+ * after a 100 ms sleep: ten syncs of such an event take well under the
+ * 1 s that ten sleeps would (a session's recovery met one such record per
+ * dead peer: 0.7 s for 8 workers in the soak before this). */
+START_TEST(test_event_recorder_dead_at_once)
+{
+    int c2p[2];
+    ck_assert(pipe(c2p) == 0);
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        disco_event_t *ev;
+        CH_OK(disco_device_event_create(sim0, &ev));
+        CH_OK(disco_device_event_export(ev, &sh->ev));
+        CH_OK(disco_device_event_record(ev, NULL)); /* queued, never synced */
+        put(c2p[1], 'r');
+        pause();
+        _exit(1);
+    }
+    expect(c2p[0], 'r', &pid, 1, "recorder failed");
+    disco_event_t *ev;
+    CK_OK(disco_device_event_import(sim1, &sh->ev, &ev));
+    tu_kill_all(&pid, 1);
+    int64_t t0 = disco_now_ns();
+    for (int i = 0; i < 10; i++) {
+        CK_STATUS(disco_device_event_sync(ev), DISCO_E_SYS);
+        CK_HAS("died");
+    }
+    ck_assert_msg(tu_ms_since(t0) < 500, "10 syncs took %.0f ms", tu_ms_since(t0));
+    disco_device_event_free(ev);
+}
+END_TEST
+
 /* The pattern sessions use, with four processes on two sim devices (more
  * processes than cores): each exports one arena and one event, imports every
  * peer's once, writes its chunk, records, and after a barrier makes its
@@ -485,6 +517,7 @@ Suite *suite_sim_ipc(void)
     tcase_add_test(tc, test_event_orders_across_processes);
     tcase_add_test(tc, test_event_in_process);
     tcase_add_test(tc, test_event_recorder_died);
+    tcase_add_test(tc, test_event_recorder_dead_at_once);
     tcase_add_test(tc, test_allgather_pattern);
     suite_add_tcase(s, tc);
     return s;

@@ -109,7 +109,8 @@ typedef struct disco_session_config {
                                     processes outnumber cores) */
     uint64_t pause_ns;           /* pause-only part of the spin; 0 = default */
     const char *worker_path;     /* spawn: the disco-worker program; NULL = $DISCO_WORKER,
-                                    else "disco-worker" beside the running program */
+                                    else "disco-worker" beside the running program
+                                    (copied at open: it need not outlive the call) */
     uint32_t max_msg;            /* largest command frame; 0 = 64 KiB */
     uint64_t heap_bytes;         /* shared heap for tensors, allocated (and backed) at
                                     open; 0 = 16 MiB */
@@ -223,7 +224,9 @@ disco_status_t disco_session_debug_set(disco_session_t *sess, disco_dref_t reg, 
 disco_status_t disco_session_alloc_reg(disco_session_t *sess, disco_dref_t *reg_out);
 
 /** Frees register reg on every worker; its id is reused (last freed, first
- *  reused). Returns DISCO_OK, DISCO_E_BAD_REG, DISCO_E_BROKEN,
+ *  reused). A register lost in a recovery (disco_session_recover) is freed
+ *  quietly: DISCO_OK, nothing sent, its id reusable from now on, whatever
+ *  the session's health. Returns DISCO_OK, DISCO_E_BAD_REG, DISCO_E_BROKEN,
  *  DISCO_E_SHUTDOWN. */
 disco_status_t disco_session_free_reg(disco_session_t *sess, disco_dref_t reg);
 
@@ -245,6 +248,39 @@ disco_status_t disco_session_health(const disco_session_t *sess);
  *  when the heap's metadata is corrupt; or another code of
  *  disco_heap_stats (its lock could not be had). */
 disco_status_t disco_session_heap_stats(const disco_session_t *sess, disco_heap_stats_t *stats_out);
+
+/** Brings a broken session back to health without closing it, e.g. after a
+ *  worker died or was killed for a deadline. Every worker 1..N-1 is killed
+ *  (SIGKILL, the survivors too), reaped and started again the way open
+ *  started it (same launch mode, transport, worker program and placement);
+ *  the control segment's rings, error boxes and collective and device
+ *  areas are formatted again (tracing goes on); every register is lost:
+ *  its value is gone on every worker (worker 0 included: its tensors are
+ *  released), and using its DRef in any call fails with DISCO_E_BAD_REG and
+ *  a message saying it "was lost in a recovery of the session" (functions
+ *  from get_func too: get them again); freeing it succeeds quietly, and
+ *  its id is not reused until it is freed. The shared heap keeps only the
+ *  blocks this process still holds (tensor views), with their bytes; every
+ *  other block is freed. Every library the session loaded with
+ *  "disco.load_library" is loaded again on every worker, in the order it
+ *  was first loaded, and every worker is synced before it returns. A
+ *  healthy session is reset the same way (every worker replaced, every
+ *  register lost). As open, it forks or spawns: with DISCO_LAUNCH_FORK the
+ *  controller must be single-threaded when it calls this.
+ *  Thread safety: as every call, one thread at a time; no other thread may
+ *  release this session's tensor views meanwhile.
+ *  Returns DISCO_OK (healthy again: disco_session_health is DISCO_OK);
+ *  DISCO_E_SHUTDOWN (shut down or closed: nothing done);
+ *  DISCO_E_UNSUPPORTED (a session across nodes, cfg.nodes =
+ *  DISCO_NODES_MPI: nothing done). Otherwise the recovery failed and the
+ *  session is left broken, its cause naming the failed step and saying
+ *  that a recovery may be tried again: DISCO_E_TIMEOUT (a worker did not
+ *  end after SIGKILL, e.g. in a frozen cgroup), DISCO_E_SYS or
+ *  DISCO_E_INVAL (fork, spawn or pipes, as open), DISCO_E_NOMEM, a heap
+ *  error (DISCO_E_BROKEN for corrupt heap metadata), DISCO_E_LIBRARY (a
+ *  library would not load again on a new worker), DISCO_E_WORKER_DIED (a
+ *  new worker died before it answered). */
+disco_status_t disco_session_recover(disco_session_t *sess);
 
 /** Convenience: get_func + call + free of the function register. */
 disco_status_t disco_session_call_by_name(disco_session_t *sess, const char *name,

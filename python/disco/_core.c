@@ -83,6 +83,7 @@ static int session_init(SessionObject *so, PyObject *args, PyObject *kw)
     so->num_workers = n;
     so->num_groups = groups;
     so->shut = false;
+    so->forks = cfg.launch == DISCO_LAUNCH_FORK;
     return 0;
 }
 
@@ -125,6 +126,29 @@ static PyObject *session_shutdown(SessionObject *so, PyObject *unused)
     disco_session_t *s = so->s;
     Py_BEGIN_ALLOW_THREADS disco_session_shutdown(s);
     Py_END_ALLOW_THREADS dp_leave(so);
+    Py_RETURN_NONE;
+}
+
+/* _recover(): disco_session_recover, its forks made as open's are (the GIL
+ * held, the at-fork hooks run). The registers of every DRef go: their
+ * frees are quiet from now on (session.py drops its cached functions). */
+static PyObject *session_recover(SessionObject *so, PyObject *unused)
+{
+    (void)unused;
+    if (dp_enter(so) < 0)
+        return NULL;
+    if (so->shut) {
+        dp_leave(so);
+        return dp_raise_msg(DISCO_E_SHUTDOWN, "session is shut down");
+    }
+    if (so->forks)
+        PyOS_BeforeFork();
+    disco_status_t st = disco_session_recover(so->s);
+    if (so->forks)
+        PyOS_AfterFork_Parent();
+    dp_leave(so);
+    if (st != DISCO_OK)
+        return dp_raise(st);
     Py_RETURN_NONE;
 }
 
@@ -462,6 +486,7 @@ static PyMethodDef session_methods[] = {
      "returns the\nresult register at once, as a DRef. args: int, float, bool, str, bytes,\n"
      "None, shapes (tuples or lists of ints), dtypes (DataType, numpy or torch dtypes;\n"
      "\"float32\" strings where the function's signature wants one), devices, DRefs."},
+    {"_recover", (PyCFunction)session_recover, METH_NOARGS, NULL},
     {"worker_pid", (PyCFunction)session_worker_pid, METH_O,
      "worker_pid(worker_id)\n--\n\nProcess id of a worker (this process for worker 0)."},
     {"_empty", (PyCFunction)session_empty, METH_VARARGS, NULL},

@@ -69,6 +69,7 @@ typedef struct {
     int num_workers;
     int num_groups;
     bool shut;         /* disco_session_shutdown has run */
+    bool forks;        /* launch "fork": open and recover fork the workers */
     uint64_t *pending; /* registers to free (collected while locked) */
     size_t npending, cap_pending;
     DLManagedTensor **pviews; /* views to release (collected while locked) */

@@ -8,6 +8,7 @@ with their destinations, ``empty``, ``load_library`` (TVM's
 """
 
 import atexit
+import contextlib
 import json
 import os
 import sys
@@ -36,6 +37,22 @@ def _shutdown_all():
             sess.shutdown()
         except Exception:  # pylint: disable=broad-except
             pass
+
+
+@contextlib.contextmanager
+def _environ(env):
+    """os.environ with env's variables set, as it was afterwards (spawned
+    workers inherit the environment of the call that starts them)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 class DModule:
@@ -197,6 +214,30 @@ class Session(_core.Session):
         self._get_cached_method("disco._import_python_module")(module_name)
         for worker in range(self.num_workers):
             self.sync_worker(worker)
+        imported = self.__dict__.setdefault("_imported", [])
+        if module_name not in imported:
+            imported.append(module_name)
+
+    # ---- failures ----
+
+    def recover(self):
+        """Brings a broken session back without closing it (after a worker
+        died, or was killed at a deadline): every worker 1..N-1 is killed
+        and started again as at open, the libraries loaded with
+        :meth:`load_library` are loaded again on every worker, and so are
+        the modules of :meth:`import_python_module`. Every DRef made before
+        is lost: using it raises :class:`disco.BadRegisterError` saying it
+        "was lost in a recovery" (get functions again); collecting it is
+        quiet. Views of tensors (``di.Tensor``, arrays from them) keep their
+        bytes. A healthy session is reset the same way. Raises
+        SessionShutdownError after :meth:`shutdown`; another error when the
+        recovery failed (the session stays broken and recover may be tried
+        again)."""
+        with _environ(self.__dict__.get("_spawn_env", {})):
+            self.__dict__.pop("_cache", None)  # functions of the old run: lost
+            self._recover()
+        for module_name in list(self.__dict__.get("_imported", ())):
+            self.import_python_module(module_name)
 
     # ---- profiling ----
 
@@ -258,17 +299,10 @@ class ProcessSession(Session):
             env = {"DISCO_PYTHON": sys.executable,
                    "DISCO_PY_IMPORTS": ",".join(imports),
                    "DISCO_PY_PATH": os.pathsep.join(p for p in sys.path if p)}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with _environ(env):
             super().__init__(num_workers, num_groups, launch=launch, worker_path=worker_path,
                              **options)
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        self._spawn_env = env  # a recovery spawns the workers again
         _live.add(self)
 
 

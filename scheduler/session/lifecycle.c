@@ -157,6 +157,8 @@ void disco__procs_fini(struct disco__procs *p)
 disco_status_t disco__procs_adopt(struct disco__procs *p, int i, pid_t pid)
 {
     p->pid[i] = pid;
+    p->reaped[i] = false; /* a new process in an entry whose last one was reaped (recovery) */
+    p->wstatus[i] = 0;
     p->pidfd[i] = pidfd_open(pid);
     /* Without pidfds (kernels before 5.3, valgrind) the workers, our
      * children, are watched with waitpid(WNOHANG) instead. */
@@ -278,6 +280,16 @@ void disco__procs_kill(struct disco__procs *p, int i)
     } else {
         reap(p, i, 0); /* no pidfd (old kernels, valgrind) */
     }
+}
+
+void disco__procs_kill_all(struct disco__procs *p)
+{
+    /* Every signal first, so that the processes end (their memory torn
+     * down) side by side rather than one after another. */
+    for (int i = 1; i < p->n; i++)
+        if (!p->reaped[i] && p->pid[i] > 0)
+            kill(p->pid[i], SIGKILL);
+    disco__procs_stop(p, 0);
 }
 
 void disco__procs_stop(struct disco__procs *p, int grace_ms)

@@ -76,21 +76,27 @@ static void pick_spin(disco_session_config_t *c, const disco_plan_t *plan)
         c->spin_ns = crowded ? 50000 : DISCO_WAIT_DEFAULT_SPIN_NS;
 }
 
-/* Lays out (ctl_layout.h) and formats the control segment. */
+/* The geometry of s's control segment. */
+static struct disco__ctl_geom geom_of(const struct disco_session *s)
+{
+    return (struct disco__ctl_geom){.world = (uint32_t)s->world,
+                                    .num_groups = (uint32_t)s->cfg.num_groups,
+                                    .transport = (uint32_t)s->cfg.transport,
+                                    .max_msg = s->cfg.max_msg,
+                                    .trace = !s->cfg.trace_off,
+                                    .heap_size = disco_heap_footprint(s->cfg.heap_bytes)};
+}
+
+/* Lays out (ctl_layout.h) and creates the control segment; writes its
+ * header, the trace rings' settings and the heap, which live as long as
+ * the segment; the rest is disco__session_format's. */
 static disco_status_t make_segment(struct disco_session *s)
 {
-    int world = s->world;
-    struct disco__ctl_geom geom = {.world = (uint32_t)world,
-                                   .num_groups = (uint32_t)s->cfg.num_groups,
-                                   .transport = (uint32_t)s->cfg.transport,
-                                   .max_msg = s->cfg.max_msg,
-                                   .trace = !s->cfg.trace_off,
-                                   .heap_size = disco_heap_footprint(s->cfg.heap_bytes)};
+    struct disco__ctl_geom geom = geom_of(s);
     struct disco__ctl_layout lay;
     disco_status_t st = disco__ctl_layout(&geom, &lay);
     if (st != DISCO_OK)
         return st;
-    bool rings = lay.rings;
     if ((st = disco_segment_create("disco-session", (size_t)lay.total, &s->seg)) != DISCO_OK)
         return st;
     char *base = disco_segment_data(&s->seg);
@@ -105,20 +111,51 @@ static disco_status_t make_segment(struct disco_session *s)
     if (geom.trace) {
         struct disco__trace_ring *rings =
             (struct disco__trace_ring *)(base + lay.r[DISCO_CTL_TRACE].off);
-        for (int i = 0; i < world - 1; i++) {
+        for (int i = 0; i < s->world - 1; i++) {
             rings[i].cap = DISCO_TRACE_CAP;
             rings[i].on = 1;
         }
         if (disco__trace_open(&s->trace, rings) != DISCO_OK)
             return disco_set_error(DISCO_E_NOMEM, "trace records");
     }
+    s->ctl = ctl;
+    s->errbox = (struct disco__errbox *)(base + lay.r[DISCO_CTL_ERRBOX].off);
+    st = disco_heap_init(base + lay.r[DISCO_CTL_HEAP].off, (size_t)geom.heap_size, &s->heap);
+    if (st != DISCO_OK)
+        return st;
+    return disco__session_format(s);
+}
+
+disco_status_t disco__session_format(struct disco_session *s)
+{
+    int world = s->world;
+    struct disco__ctl_geom geom = geom_of(s);
+    struct disco__ctl_layout lay;
+    disco_status_t st = disco__ctl_layout(&geom, &lay);
+    if (st != DISCO_OK)
+        return st;
+    bool rings = lay.rings;
+    char *base = disco_segment_data(&s->seg);
+    /* No process but this one maps the segment now (at open none has
+     * started; at a recovery every worker has been reaped), so plain
+     * stores do; starting the workers (fork, spawn) publishes them all.
+     * Relaxed: as the rest. */
+    atomic_store_explicit(&s->ctl->broken, 0, memory_order_relaxed);
+    memset(base + lay.r[DISCO_CTL_ERRBOX].off, 0, (size_t)lay.r[DISCO_CTL_ERRBOX].size);
     struct disco__bind *bind = (struct disco__bind *)(base + lay.r[DISCO_CTL_BIND].off);
     for (int i = 0; i < world; i++) {
         snprintf(bind[i].cpus, sizeof bind[i].cpus, "%s", s->plan->worker[i].cpus);
         snprintf(bind[i].nodes, sizeof bind[i].nodes, "%s", s->plan->worker[i].nodes);
     }
-    s->ctl = ctl;
-    s->errbox = (struct disco__errbox *)(base + lay.r[DISCO_CTL_ERRBOX].off);
+    /* Workers 1..N-1's status (workers/core/wstat.h) starts over with the
+     * processes; worker 0's and the header's (names, reports) go on. */
+    struct disco__stat_hdr *stat = (struct disco__stat_hdr *)(base + lay.r[DISCO_CTL_STATUS].off);
+    for (int i = 1; i < world; i++)
+        memset(disco__stat_worker(stat, i), 0, sizeof(struct disco__wstat));
+    disco__stat_set_why(stat, "");
+    /* The collective area, the device area after it included: barriers,
+     * slots, marks and every worker's arena publication start at zero. */
+    memset(base + lay.r[DISCO_CTL_COLL].off, 0, (size_t)lay.r[DISCO_CTL_COLL].size);
     struct disco__coll_area *coll = (struct disco__coll_area *)(base + lay.r[DISCO_CTL_COLL].off);
     disco__coll_init(coll, (uint32_t)world, (uint32_t)s->cfg.num_groups);
     st = disco__dev_area_init(
@@ -126,10 +163,6 @@ static disco_status_t make_segment(struct disco_session *s)
         s->cfg.device_arena_bytes);
     if (st != DISCO_OK)
         return st;
-    st = disco_heap_init(base + lay.r[DISCO_CTL_HEAP].off, (size_t)geom.heap_size, &s->heap);
-    if (st != DISCO_OK)
-        return st;
-
     s->chan = (disco_chan_t){.kind = rings || s->cfg.transport == DISCO_TRANSPORT_RING
                                          ? DISCO_TRANSPORT_RING
                                          : DISCO_TRANSPORT_PIPE,
@@ -154,24 +187,68 @@ static disco_status_t make_segment(struct disco_session *s)
     return DISCO_OK;
 }
 
+void disco__session_init_w0(struct disco_session *s)
+{
+    disco__worker_init(
+        &s->w0, 0, s->world, &s->errbox[0], &s->heap,
+        (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off),
+        &s->w0_wait);
+    s->w0.ngroups = (uint32_t)s->cfg.num_groups;
+    s->w0.dev_area = disco__coll_dev_area(s->w0.coll, (uint32_t)s->world, s->w0.ngroups);
+    s->w0.abandon = disco__session_abandon;
+    s->w0.gid_base = s->gid_base;
+    s->w0.gworld = s->gworld;
+    s->w0.one_group = s->ggroups == 1;
+    s->w0.abandon_ctx = s;
+    /* Worker 0 has no trace ring (disco__worker_init leaves w0.trace NULL):
+     * it runs inline in issue(), whose record of each command (enqueue,
+     * issued) is its slice. */
+}
+
+void disco__session_close_pipes(struct disco_session *s)
+{
+    for (int i = 1; i < s->world; i++) {
+        if (s->cmd_fd != NULL && s->cmd_fd[i] >= 0)
+            close(s->cmd_fd[i]);
+        if (s->reply_fd != NULL && s->reply_fd[i] >= 0)
+            close(s->reply_fd[i]);
+        if (s->cmd_fd != NULL && s->reply_fd != NULL)
+            s->cmd_fd[i] = s->reply_fd[i] = -1;
+    }
+}
+
+disco_status_t disco__session_start_workers(struct disco_session *s)
+{
+    struct disco__procs_launch how = {.launch = s->cfg.launch,
+                                      .worker_path = s->cfg.worker_path,
+                                      .seg = &s->seg,
+                                      .pipes = s->chan.kind == DISCO_TRANSPORT_PIPE,
+                                      .cmd_fd = s->cmd_fd,
+                                      .reply_fd = s->reply_fd};
+    disco_status_t st = disco__procs_start(&s->procs, &how);
+    if (st != DISCO_OK)
+        return st;
+    for (int i = 1; i < s->world; i++)
+        if (s->chan.kind == DISCO_TRANSPORT_RING)
+            disco_ring_set_reader_pid(&s->chan.cmd, (uint32_t)(i - 1), s->procs.pid[i]);
+    return DISCO_OK;
+}
+
 static void free_session(struct disco_session *s)
 {
     disco__bind_restore(&s->ctl_saved);
     disco__worker_fini(&s->w0);
     disco__trace_close(&s->trace);
     disco_plan_free(s->plan);
-    for (int i = 1; i < s->world; i++) {
-        if (s->cmd_fd != NULL && s->cmd_fd[i] >= 0)
-            close(s->cmd_fd[i]);
-        if (s->reply_fd != NULL && s->reply_fd[i] >= 0)
-            close(s->reply_fd[i]);
-    }
+    disco__session_close_pipes(s);
     disco_segment_close(&s->seg);
     free(s->reply_rings);
     free(s->cmd_fd);
     free(s->reply_fd);
     disco__procs_fini(&s->procs);
     disco__regs_fini(&s->regs);
+    disco__libs_fini(&s->libs);
+    free(s->worker_path);
     free(s->buf);
     free(s->reply);
     free(s);
@@ -208,14 +285,21 @@ static disco_status_t open_local(const disco_session_config_t *cfg, int gid_base
     }
     pick_spin(&s->cfg, s->plan);
     s->regs.next = 1;
+    uint64_t lib;
+    if (disco__func_find("disco.load_library", &lib) == DISCO_OK) /* noted for recoveries */
+        s->load_fn = disco__func_at(lib);
     s->seg.fd = -1;
     size_t n = (size_t)s->world;
     s->reply_rings = calloc(n, sizeof *s->reply_rings);
     s->cmd_fd = malloc(n * sizeof *s->cmd_fd);
     s->reply_fd = malloc(n * sizeof *s->reply_fd);
+    /* The caller's string need not outlive open; a recovery spawns again. */
+    if (cfg->worker_path != NULL)
+        s->cfg.worker_path = s->worker_path = strdup(cfg->worker_path);
     s->buf = aligned_alloc(8, ((size_t)s->cfg.max_msg + 7u) & ~(size_t)7u);
     s->reply = aligned_alloc(8, DISCO_REPLY_MAX);
     if (!s->reply_rings || !s->cmd_fd || !s->reply_fd || !s->buf || !s->reply ||
+        (cfg->worker_path != NULL && s->worker_path == NULL) ||
         disco__procs_init(&s->procs, s->world) != DISCO_OK) {
         free_session(s);
         return disco_set_error(DISCO_E_NOMEM, "session of %d workers", s->world);
@@ -241,20 +325,7 @@ static disco_status_t open_local(const disco_session_config_t *cfg, int gid_base
     /* The heap's lock is waited for the same way: a stopped holder ends the
      * call with DISCO_E_TIMEOUT, a dead worker with its death. */
     disco_heap_set_wait(&s->heap, &s->w0_wait);
-    disco__worker_init(
-        &s->w0, 0, s->world, &s->errbox[0], &s->heap,
-        (struct disco__coll_area *)((char *)disco_segment_data(&s->seg) + s->ctl->coll_off),
-        &s->w0_wait);
-    s->w0.ngroups = (uint32_t)s->cfg.num_groups;
-    s->w0.dev_area = disco__coll_dev_area(s->w0.coll, (uint32_t)s->world, s->w0.ngroups);
-    s->w0.abandon = disco__session_abandon;
-    s->w0.gid_base = gid_base;
-    s->w0.gworld = gworld;
-    s->w0.one_group = s->ggroups == 1;
-    s->w0.abandon_ctx = s;
-    /* Worker 0 has no trace ring (disco__worker_init leaves w0.trace NULL):
-     * it runs inline in issue(), whose record of each command (enqueue,
-     * issued) is its slice. */
+    disco__session_init_w0(s);
     /* The controller's thread is worker 0: whenever the plan binds it,
      * bind it, or the kernel is free to put it on worker 1's CPU, where
      * each waits for the other to be descheduled (2 workers on 2 cores:
@@ -277,21 +348,12 @@ static disco_status_t open_local(const disco_session_config_t *cfg, int gid_base
                     disco_last_error());
         disco__bind_restore(&s->ctl_saved);
     }
-    struct disco__procs_launch how = {.launch = s->cfg.launch,
-                                      .worker_path = s->cfg.worker_path,
-                                      .seg = &s->seg,
-                                      .pipes = s->chan.kind == DISCO_TRANSPORT_PIPE,
-                                      .cmd_fd = s->cmd_fd,
-                                      .reply_fd = s->reply_fd};
-    if ((st = disco__procs_start(&s->procs, &how)) != DISCO_OK) {
+    if ((st = disco__session_start_workers(s)) != DISCO_OK) {
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());
         free_session(s);
         return disco_set_error(st, "%s", why);
     }
-    for (int i = 1; i < s->world; i++)
-        if (s->chan.kind == DISCO_TRANSPORT_RING)
-            disco_ring_set_reader_pid(&s->chan.cmd, (uint32_t)(i - 1), s->procs.pid[i]);
     *sess_out = s;
     return DISCO_OK;
 }

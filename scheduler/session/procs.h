@@ -52,8 +52,9 @@ void disco__procs_fini(struct disco__procs *p);
  *  DISCO_E_INVAL for a missing worker program). */
 disco_status_t disco__procs_start(struct disco__procs *p, const struct disco__procs_launch *how);
 
-/** Makes the table watch process pid as entry i (a child of this process):
- *  opens its pidfd. Returns DISCO_OK, DISCO_E_SYS. */
+/** Makes the table watch process pid as entry i (a child of this process;
+ *  the entry's last process, if any, reaped): opens its pidfd. Returns
+ *  DISCO_OK, DISCO_E_SYS. */
 disco_status_t disco__procs_adopt(struct disco__procs *p, int i, pid_t pid);
 
 /** Polls the processes without blocking. Returns DISCO_OK while all live;
@@ -63,6 +64,11 @@ disco_status_t disco__procs_check(struct disco__procs *p, struct disco__procs_ex
 
 /** Kills entry i (SIGKILL) and reaps it, waiting a bounded time. */
 void disco__procs_kill(struct disco__procs *p, int i);
+
+/** Kills every process not reaped yet (SIGKILL, all at once) and reaps
+ *  them as disco__procs_stop(p, 0) does; closes the pidfds. A process that
+ *  does not end in time (a frozen one) stays unreaped: reaped[] says which. */
+void disco__procs_kill_all(struct disco__procs *p);
 
 /** Waits up to grace_ms for every process to exit, then kills the rest, and
  *  reaps them all; closes the pidfds. */

@@ -1,7 +1,9 @@
 /* regs.h - a session's register table (internal): which register ids are
  * live on the controller's side and which function each holds. Ids run
- * from 1; freed ids are reused last-in first-out. Only the session's
- * thread uses it. The lookups are on every call's path, so they are
+ * from 1; freed ids are reused last-in first-out. A recovery makes every
+ * live id lost (disco__regs_lose_all): a lost id is not live, and is not
+ * reused until the user frees it, so that an old DRef never names a new
+ * value. Only the session's thread uses it. The lookups are on every call's path, so they are
  * static inline; growing the table is out of line (regs.c). */
 #ifndef DISCO_SCHEDULER_REGS_H
 #define DISCO_SCHEDULER_REGS_H
@@ -20,7 +22,9 @@ struct disco__regs {
     size_t nfree;
     const struct disco__func **func; /* [cap]: function held, or NULL */
     bool *live;                      /* [cap] */
+    bool *lost;                      /* [cap]: live before a recovery, not freed since */
     uint64_t cap;
+    uint64_t nlost; /* ids lost and not freed */
 };
 
 /** Doubles the table so that every id ever issued fits in the free list
@@ -28,8 +32,12 @@ struct disco__regs {
  *  DISCO_E_NOMEM (the table is unchanged, still valid). */
 disco_status_t disco__regs_grow(struct disco__regs *t);
 
-/** Sets and returns DISCO_E_BAD_REG: r is not a live register. */
-disco_status_t disco__regs_bad(uint64_t r);
+/** Sets and returns DISCO_E_BAD_REG: r is not a live register; the
+ *  message says when it was lost in a recovery. */
+disco_status_t disco__regs_bad(const struct disco__regs *t, uint64_t r);
+
+/** Makes every live id lost (a recovery). Returns how many. */
+uint64_t disco__regs_lose_all(struct disco__regs *t);
 
 /** Frees the table's memory. */
 void disco__regs_fini(struct disco__regs *t);
@@ -55,6 +63,20 @@ static inline void disco__regs_release(struct disco__regs *t, uint64_t r)
 {
     t->live[r] = false;
     t->func[r] = NULL;
+    t->free[t->nfree++] = r; /* room: cap > every id issued */
+}
+
+/** Whether r was lost in a recovery (and not freed since). */
+static inline bool disco__regs_lost(const struct disco__regs *t, uint64_t r)
+{
+    return r != 0 && r < t->cap && t->lost[r];
+}
+
+/** Frees lost id r: it may be reused from now on. */
+static inline void disco__regs_forget(struct disco__regs *t, uint64_t r)
+{
+    t->lost[r] = false;
+    t->nlost--;
     t->free[t->nfree++] = r; /* room: cap > every id issued */
 }
 

@@ -256,9 +256,10 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     if (st != DISCO_OK)
         return st;
     size_t rlen = 0;
-    st = disco__session_deliver(s, &h, args, s->buf, len,
-                                code == DISCO_CMD_CALL ? s->regs.func[args[1].v.reg]->name : NULL,
-                                &rlen);
+    const struct disco__func *f = code == DISCO_CMD_CALL ? s->regs.func[args[1].v.reg] : NULL;
+    st = disco__session_deliver(s, &h, args, s->buf, len, f != NULL ? f->name : NULL, &rlen);
+    if (st == DISCO_OK && f != NULL && f == s->load_fn) /* for a recovery to load it again */
+        disco__libs_note(&s->libs, &args[2], &s->w0);
     if (st == DISCO_OK && w0_reply_len != NULL)
         *w0_reply_len = rlen;
     return st;
@@ -360,7 +361,7 @@ static disco_status_t check_reg_on(struct disco_session *s, disco_dref_t reg, in
     if (st == DISCO_OK)
         st = usable(s);
     if (st == DISCO_OK && !disco__regs_ok(&s->regs, reg))
-        st = disco__regs_bad(reg);
+        st = disco__regs_bad(&s->regs, reg);
     return st;
 }
 
@@ -408,7 +409,9 @@ static disco_status_t api_call(disco_session_t *s, disco_dref_t func, const disc
     disco_status_t st = usable(s);
     if (st != DISCO_OK)
         return st;
-    if (!disco__regs_ok(&s->regs, func) || s->regs.func[func] == NULL)
+    if (!disco__regs_ok(&s->regs, func))
+        return disco__regs_bad(&s->regs, func);
+    if (s->regs.func[func] == NULL)
         return disco_set_error(DISCO_E_BAD_REG, "register %llu holds no function",
                                (unsigned long long)func);
     if (nargs < 0 || nargs > DISCO_MAX_ARGS - 2)
@@ -416,7 +419,7 @@ static disco_status_t api_call(disco_session_t *s, disco_dref_t func, const disc
                                DISCO_MAX_ARGS - 2);
     for (int i = 0; i < nargs; i++)
         if (args[i].type == DISCO_T_DREF && !disco__regs_ok(&s->regs, args[i].v.reg))
-            return disco__regs_bad(args[i].v.reg);
+            return disco__regs_bad(&s->regs, args[i].v.reg);
     disco_value_t frame[DISCO_MAX_ARGS];
     if (nargs > 0)
         memcpy(frame + 2, args, (size_t)nargs * sizeof *args);
@@ -455,11 +458,15 @@ static disco_status_t api_call_by_name(disco_session_t *s, const char *name,
 
 static disco_status_t api_free(disco_session_t *s, disco_dref_t reg)
 {
+    if (disco__regs_lost(&s->regs, reg)) { /* no worker has it: nothing to send */
+        disco__regs_forget(&s->regs, reg);
+        return DISCO_OK;
+    }
     disco_status_t st = usable(s);
     if (st != DISCO_OK)
         return st;
     if (!disco__regs_ok(&s->regs, reg))
-        return disco__regs_bad(reg);
+        return disco__regs_bad(&s->regs, reg);
     disco_value_t args[1] = {{.type = DISCO_T_DREF, .v.reg = reg}};
     if ((st = issue(s, DISCO_CMD_KILL_REG, args, 1, NULL)) != DISCO_OK)
         return st;

@@ -14,6 +14,7 @@
 #include "workers/core/worker.h"
 #include "disco/shm/segment.h"
 #include "disco/session.h"
+#include "scheduler/session/libs.h"
 #include "scheduler/session/procs.h"
 #include "scheduler/session/regs.h"
 #include "scheduler/trace/trace_impl.h"
@@ -66,6 +67,11 @@ struct disco_session {
     void *reply;
     disco_wait_t wait;    /* deadline filled per call */
     disco_wait_t w0_wait; /* worker 0's waits inside collectives */
+
+    char *worker_path; /* cfg.worker_path's copy (cfg points to it): a recovery spawns again */
+    const struct disco__func *load_fn; /* "disco.load_library": its calls are noted in libs */
+    struct disco__libs libs;           /* what recoveries load again (libs.h) */
+    uint64_t recoveries;               /* disco_session_recover calls that succeeded */
 };
 
 /** Polls the workers without blocking; on a death, breaks the session and
@@ -180,5 +186,28 @@ disco_status_t disco__session_watchdog(struct disco_session *s);
  *  Wakes every waiter so workers see it. Returns status. */
 disco_status_t disco__session_break(struct disco_session *s, disco_status_t status, const char *fmt,
                                     ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- opening and recovering (open.c, recover.c) ---- */
+
+/** Formats the control segment's shared state that workers use (the broken
+ *  word, error boxes, bindings, the collective and device areas, the
+ *  command and reply rings) and sets up s->chan over it; the header, the
+ *  trace rings and the heap are made once, at open. Only while no worker
+ *  process lives. One function for open and recovery. Returns DISCO_OK or
+ *  what the layout, the device area or a ring's init returns. */
+disco_status_t disco__session_format(struct disco_session *s);
+
+/** Sets up worker 0 (the controller's thread) over the segment. */
+void disco__session_init_w0(struct disco_session *s);
+
+/** Starts workers 1..world-1 as the config says (launch mode, transport,
+ *  worker program; the plan is in the segment) and tells the command ring
+ *  their pids. Returns as disco__procs_start (nothing left running on
+ *  failure). */
+disco_status_t disco__session_start_workers(struct disco_session *s);
+
+/** Closes the controller's ends of the workers' pipes (pipe transport) and
+ *  marks them closed. */
+void disco__session_close_pipes(struct disco_session *s);
 
 #endif

@@ -77,7 +77,7 @@ static disco_status_t w0_tensor(disco_session_t *s, disco_dref_t reg, const DLTe
     if (st != DISCO_OK || (st = check_host(host, what)) != DISCO_OK)
         return st;
     if (!disco__regs_ok(&s->regs, reg))
-        return disco__regs_bad(reg);
+        return disco__regs_bad(&s->regs, reg);
     const disco_value_t *v = disco__worker_get_reg(&s->w0, reg);
     if (v == NULL || v->type != DISCO_T_TENSOR)
         return disco_set_error(DISCO_E_BAD_TYPE, "register %llu on worker 0 holds %s, not a tensor",
@@ -361,7 +361,7 @@ static disco_status_t api_tensor_view(disco_session_t *s, disco_dref_t reg, int 
     if (st != DISCO_OK)
         return st;
     if (!disco__regs_ok(&s->regs, reg))
-        return disco__regs_bad(reg);
+        return disco__regs_bad(&s->regs, reg);
     struct view *v = NULL;
     st = worker == 0 ? view_w0(s, reg, &v) : view_remote(s, reg, worker, &v);
     if (st == DISCO_OK)

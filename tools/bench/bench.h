@@ -71,6 +71,10 @@ void bench_session(void);
  *  waker_overhead_ratio, with a process that only wakes every 100 ms. Skipped, with one line,
  * without the disco program (beside this one, or $DISCO_BENCH_TOP). */
 void bench_session_top(void);
+/** The recovery figures (bench_recover.c): recover_ms_n8 (median),
+ *  recover_ms_n8_p99 and their baseline recover_open_ms_n8 (open + close of
+ *  a fresh session of 8, in the same run). */
+void bench_recover(void);
 
 /** The data-plane figures, N = 2 (bench_tensor.c): allreduce_us_1MiB,
  *  allreduce_us_64MiB, bcast_us_1MiB, bcast_us_64MiB, copy_to_worker0_gbps

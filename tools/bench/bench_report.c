@@ -138,6 +138,8 @@ static const row_t rows[] = {
     {"top_overhead_ratio", NULL, false, NULL, T_VALUE_LE, 1.05},
     {"top_overhead_ratio", "waker_overhead_ratio", false, "top/waker", T_NONE, 0},
     {"session_open_ms_n8", NULL, false, NULL, T_VALUE_LE, 10},
+    {"recover_ms_n8", "recover_open_ms_n8", false, "recover/open", T_VALUE_LE, 20},
+    {"recover_ms_n8_p99", "recover_open_ms_n8", false, "recover/open", T_NONE, 0},
     {"allreduce_us_1MiB", "mpi_allreduce_us_1MiB", true, "mpi/disco", T_RATIO_GE, 1.5},
     {"allreduce_us_64MiB", "mpi_allreduce_us_64MiB", true, "mpi/disco", T_RATIO_GE, 1.5},
     {"bcast_us_1MiB", NULL, false, NULL, T_NONE, 0},

@@ -29,6 +29,10 @@
  *                       call_sync_notop_p99_ns: p99 of single rounds;
  *                       call_sync_waker_ns, waker_overhead_ratio: the
  *                       control, a process that wakes every 100 ms
+ *   recover_ms_n8       disco_session_recover of 8 workers after a kill -9,
+ *                       median of single recoveries; _p99 their p99
+ *                       (bench_recover.c); recover_open_ms_n8: open +
+ *                       close of 8 in the same run (baseline)
  *   trace_overhead_pct  call_sync_ns with command stamps on against off
  *                       (call_sync_traced_ns / call_sync_untraced_ns), 5
  *                       alternations, medians
@@ -197,6 +201,7 @@ static const struct section {
     {"idle reader", bench_idle},
     {"session: call + sync", bench_session},
     {"session: call + sync watched by disco top", bench_session_top},
+    {"session: recovery", bench_recover},
     {"data plane: tensors, N = 2", bench_tensor},
     {"RPC: call and copy to remote", bench_rpc},
     {"Open MPI baseline", bench_mpi},

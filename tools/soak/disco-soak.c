@@ -5,7 +5,7 @@
  * tools/soak/soak.h for what each round checks).
  *
  *   disco-soak [--seconds S] [--rounds N] [--seed X] [--bound-ms MS]
- *              [--no-sim] [--json PATH] [--quiet] [--help]
+ *              [--no-sim] [--recover | --recover-pct P] [--json PATH] [--quiet] [--help]
  *
  * Stops at whichever limit comes first (default: 60 s, no round limit).
  * Exits 0 when every round passed, 1 when one failed, 2 on bad usage.
@@ -20,13 +20,17 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: disco-soak [--seconds S] [--rounds N] [--seed X] [--bound-ms MS]\n"
-               "                  [--no-sim] [--json PATH] [--quiet] [--help]\n"
+               "                  [--no-sim] [--recover | --recover-pct P] [--json PATH]\n"
+               "                  [--quiet] [--help]\n"
                "Kills a random worker (or the controller) mid-call, round after round, and\n"
                "checks the caller's error comes within --bound-ms (default 1000) and that no\n"
                "process, fd, memfd mapping, /dev/shm entry or heap block is left. Default:\n"
                "60 s. --seed repeats a run (the seed used is printed). --quiet: no line per\n"
                "round (failures still go to stderr). One round in three runs its session's\n"
                "tensors on sim GPUs (DISCO_SIM_GPUS, 2 when unset); --no-sim: none.\n"
+               "Half the worker rounds then recover the session (disco_session_recover),\n"
+               "run the workload again and check its values and leaks; --recover-pct P:\n"
+               "P%% of them; --recover: every round kills a worker and recovers.\n"
                "Exit 0: all passed.\n");
 }
 
@@ -39,7 +43,7 @@ static bool number(const char *s, double *out)
 
 int main(int argc, char **argv)
 {
-    soak_opts_t o = {.seconds = -1, .bound_ms = 1000, .log = stdout};
+    soak_opts_t o = {.seconds = -1, .bound_ms = 1000, .recover_pct = 50, .log = stdout};
     const char *json = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -58,6 +62,10 @@ int main(int argc, char **argv)
             o.bound_ms = (uint32_t)v, i++;
         } else if (strcmp(a, "--json") == 0 && i + 1 < argc) {
             json = argv[++i];
+        } else if (strcmp(a, "--recover") == 0) {
+            o.recover_pct = 100;
+        } else if (strcmp(a, "--recover-pct") == 0 && has && v <= 100) {
+            o.recover_pct = (int)v, i++;
         } else if (strcmp(a, "--no-sim") == 0) {
             o.no_sim = true;
         } else if (strcmp(a, "--quiet") == 0) {

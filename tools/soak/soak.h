@@ -18,6 +18,16 @@
  * a child subreaper, so the orphaned workers become its children and their
  * end is seen by waitpid as well as by their pidfds.
  *
+ * A recovery round (recover_pct of the worker rounds; every round with
+ * recover_pct 100, and then no controller round) goes on after the kill's
+ * report: disco_session_recover brings the session back within the same
+ * round, the old registers must be lost (DISCO_E_BAD_REG, "lost in a
+ * recovery") and the heap empty, the workload is set up and run again (a
+ * fault-free pass and a failed call leave the heap as they found it), an
+ * allreduce gives exact values, and the heap's live blocks and this
+ * process's fds and memfd mappings must be what they were before the
+ * kill; then the round closes and is checked as any other.
+ *
  * One round in three (unless no_sim) is a sim-GPU round: the session's
  * tensors are on sim devices (DISCO_SIM_GPUS, set to 2 when unset), so the
  * workloads run on device arenas (device allreduce, device empties with a
@@ -44,16 +54,18 @@ typedef struct soak_opts {
     uint32_t bound_ms;       /* every death must be reported within this */
     const char *worker_path; /* spawned workers' program; NULL: the session's default */
     bool no_sim;             /* no sim-GPU rounds (default: one round in three) */
+    int recover_pct;         /* worker rounds that recover (0..100); 100: no controller rounds */
     FILE *log;               /* one line per round, or NULL (failures then go to stderr) */
 } soak_opts_t;
 
 typedef struct soak_report {
     uint64_t seed;
-    int rounds, worker_rounds, controller_rounds, failures;
+    int rounds, worker_rounds, controller_rounds, recover_rounds, failures;
     int mid_call; /* worker kills that landed while the caller was in a call or sync */
     double seconds;
     double worst_worker_ms, median_worker_ms;         /* kill to the caller's error */
     double worst_controller_ms, median_controller_ms; /* kill to its last worker gone */
+    double worst_recover_ms, median_recover_ms;       /* disco_session_recover's time */
     uint64_t heap_recoveries;                         /* heap locks taken back from a dead holder */
     int orphans;       /* grandchildren that came to the soak and ended */
     int by_workers[9]; /* rounds by worker count */

@@ -16,6 +16,8 @@ void soak_print(const soak_report_t *r, FILE *f)
             r->median_worker_ms, r->worst_worker_ms, r->mid_call);
     fprintf(f, "  controller killed -> workers gone: median %.3f ms, worst %.3f ms\n",
             r->median_controller_ms, r->worst_controller_ms);
+    fprintf(f, "  recovered after the kill: %d rounds; recover median %.3f ms, worst %.3f ms\n",
+            r->recover_rounds, r->median_recover_ms, r->worst_recover_ms);
     fprintf(f,
             "  rounds by workers: 2:%d 3:%d 4:%d 8:%d; fork %d, spawn %d; rings %d, pipes %d; "
             "cpu %d, sim %d;",
@@ -37,14 +39,17 @@ int soak_write_json(const soak_report_t *r, const char *path)
     for (int i = 0; i < SOAK_WORKLOADS; i++)
         json_object_set_new(by, soak_workload_name[i], json_integer(r->by_workload[i]));
     json_t *root = json_pack(
-        "{s:I, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:o, s:s}", "seed",
-        (json_int_t)r->seed, "rounds", r->rounds, "worker_rounds", r->worker_rounds,
-        "controller_rounds", r->controller_rounds, "sim_rounds", r->by_device[1], "mid_call",
-        r->mid_call, "orphans", r->orphans, "failures", r->failures, "seconds", r->seconds,
-        "worst_worker_ms", r->worst_worker_ms, "median_worker_ms", r->median_worker_ms,
-        "worst_controller_ms", r->worst_controller_ms, "median_controller_ms",
-        r->median_controller_ms, "heap_recoveries", (json_int_t)r->heap_recoveries, "workloads", by,
-        "first_failure", r->failure);
+        "{s:I, s:i, s:i, s:i, s:f, s:f, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, "
+        "s:o, "
+        "s:s}",
+        "seed", (json_int_t)r->seed, "rounds", r->rounds, "worker_rounds", r->worker_rounds,
+        "recover_rounds", r->recover_rounds, "median_recover_ms", r->median_recover_ms,
+        "worst_recover_ms", r->worst_recover_ms, "controller_rounds", r->controller_rounds,
+        "sim_rounds", r->by_device[1], "mid_call", r->mid_call, "orphans", r->orphans, "failures",
+        r->failures, "seconds", r->seconds, "worst_worker_ms", r->worst_worker_ms,
+        "median_worker_ms", r->median_worker_ms, "worst_controller_ms", r->worst_controller_ms,
+        "median_controller_ms", r->median_controller_ms, "heap_recoveries",
+        (json_int_t)r->heap_recoveries, "workloads", by, "first_failure", r->failure);
     int rc = root != NULL ? json_dump_file(root, path, JSON_INDENT(2)) : -1;
     if (rc != 0)
         fprintf(stderr, "disco-soak: cannot write %s\n", path);

@@ -7,7 +7,18 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "disco/session.h"
 #include "tools/soak/soak.h"
+
+/* A round's session and workload (soak_run.c). */
+typedef struct work {
+    disco_session_t *s;
+    int n;
+    DLDevice dev; /* where the tensors are: CPU, or sim (a sim-GPU round) */
+    disco_dref_t f_allreduce, f_empty, f_bcast, f_allgather;
+    disco_dref_t x; /* X_FLOATS of float32 on every worker */
+    uint64_t rng;
+} work_t;
 
 /* What a round leaves open: fds, memfd mappings, /dev/shm entries. */
 typedef struct leaks {
@@ -43,5 +54,37 @@ bool soak_wait_gone(pid_t pid, int fd, int64_t deadline);
 /** After a round: no process of it may live on, and what was open before
  *  (*before) must be all that is open now; fails the round otherwise. */
 void soak_check_clean(round_t *rd, const leaks_t *before, const int *workers, int nworkers);
+
+/** The workload's functions and its tensor x (soak_run.c). Returns the
+ *  first failing call's status. */
+disco_status_t soak_setup(work_t *w);
+
+/** Syncs every worker, worker 0 last. Returns the first failure. */
+disco_status_t soak_sync_all(work_t *w);
+
+/** A tensor of floats float32 on every worker, on the round's device. */
+disco_status_t soak_empty_on_all(work_t *w, int64_t floats, disco_dref_t *out);
+
+/** The heap (and a sim round's arenas) must be the same before and after
+ *  a fault-free pass of workload kind and a failing call; fails the round
+ *  otherwise. */
+void soak_check_steady(round_t *rd, work_t *w, int kind);
+
+/** [1..64] into worker 0's tensor, broadcast from it, allreduce (sum) on
+ *  every worker, copied back: n * (i + 1) exactly, else the round fails
+ *  (soak_recover.c). Returns the first failing call's status. */
+disco_status_t soak_check_values(round_t *rd, work_t *w);
+
+/** A recovery round's second half (soak_recover.c), after the kill was
+ *  reported: recovers the session (its time in *ms_out), checks that the
+ *  old registers are lost and that the heap holds nothing, sets the
+ *  workload up again, runs it (a fault-free pass and a failed call, as
+ *  before the kill) and checks an allreduce's values; the heap's live
+ *  blocks must then be held_blocks again and this process's fds and
+ *  mappings *held (both taken after the first setup, its fault-free pass
+ *  and a soak_check_values). Fails the round on
+ *  any difference. */
+void soak_recover(round_t *rd, work_t *w, int kind, size_t held_blocks, const leaks_t *held,
+                  double *ms_out);
 
 #endif

@@ -50,21 +50,12 @@ static double ms_since(int64_t t0, int64_t t1)
 
 /* ---- the workloads ---- */
 
-typedef struct work {
-    disco_session_t *s;
-    int n;
-    DLDevice dev; /* where the tensors are: CPU, or sim (a sim-GPU round) */
-    disco_dref_t f_allreduce, f_empty, f_bcast, f_allgather;
-    disco_dref_t x; /* X_FLOATS of float32 on every worker */
-    uint64_t rng;
-} work_t;
-
 static disco_value_t dref_value(disco_dref_t r)
 {
     return (disco_value_t){.type = DISCO_T_DREF, .v.i = (int64_t)r};
 }
 
-static disco_status_t empty_on_all(work_t *w, int64_t floats, disco_dref_t *out)
+disco_status_t soak_empty_on_all(work_t *w, int64_t floats, disco_dref_t *out)
 {
     disco_value_t a[4] = {disco_value_shape(&floats, 1),
                           disco_value_dtype((DLDataType){kDLFloat, 32, 1}),
@@ -73,7 +64,7 @@ static disco_status_t empty_on_all(work_t *w, int64_t floats, disco_dref_t *out)
 }
 
 /* A sim round's copy: floats from the host into worker 0's tensor reg. */
-static disco_status_t copy_in(work_t *w, int64_t floats, disco_dref_t reg)
+disco_status_t soak_copy_in(work_t *w, int64_t floats, disco_dref_t reg)
 {
     static const float zeros[X_FLOATS];
     DLTensor h = {.data = (void *)zeros,
@@ -84,7 +75,7 @@ static disco_status_t copy_in(work_t *w, int64_t floats, disco_dref_t reg)
     return disco_session_copy_into_worker0(w->s, &h, reg);
 }
 
-static disco_status_t setup(work_t *w)
+disco_status_t soak_setup(work_t *w)
 {
     disco_status_t st;
     if ((st = disco_session_get_func(w->s, "disco.allreduce", &w->f_allreduce)) != DISCO_OK ||
@@ -93,9 +84,9 @@ static disco_status_t setup(work_t *w)
             DISCO_OK ||
         (st = disco_session_get_func(w->s, "disco.allgather", &w->f_allgather)) != DISCO_OK)
         return st;
-    disco_status_t st2 = empty_on_all(w, X_FLOATS, &w->x);
+    disco_status_t st2 = soak_empty_on_all(w, X_FLOATS, &w->x);
     if (st2 == DISCO_OK && w->dev.device_type != kDLCPU)
-        st2 = copy_in(w, X_FLOATS, w->x);
+        st2 = soak_copy_in(w, X_FLOATS, w->x);
     return st2;
 }
 
@@ -112,10 +103,10 @@ static disco_status_t step(work_t *w, int kind)
     }
     if (kind == 1) {
         int64_t floats = 1 + pick(&w->rng, X_FLOATS);
-        if ((st = empty_on_all(w, floats, &a)) != DISCO_OK)
+        if ((st = soak_empty_on_all(w, floats, &a)) != DISCO_OK)
             return st;
         /* sim: a host-to-device copy into worker 0's new tensor too */
-        if (w->dev.device_type != kDLCPU && (st = copy_in(w, floats, a)) != DISCO_OK) {
+        if (w->dev.device_type != kDLCPU && (st = soak_copy_in(w, floats, a)) != DISCO_OK) {
             disco_session_free_reg(w->s, a);
             return st;
         }
@@ -132,7 +123,7 @@ static disco_status_t step(work_t *w, int kind)
     return disco_session_free_reg(w->s, b);
 }
 
-static disco_status_t sync_all(work_t *w)
+disco_status_t soak_sync_all(work_t *w)
 {
     for (int i = 0; i < w->n; i++) {
         disco_status_t st = disco_session_sync(w->s, (i + 1) % w->n); /* worker 0 last */
@@ -215,12 +206,13 @@ static disco_status_t arena_use(work_t *w, int64_t out[16])
 
 /* The heap (and a sim round's arenas) before and after a fault-free pass
  * and a failing call. */
-static void check_heap_steady(round_t *rd, work_t *w, int kind)
+void soak_check_steady(round_t *rd, work_t *w, int kind)
 {
     disco_heap_stats_t h0, h1;
     int64_t a0[16] = {0}, a1[16] = {0};
     disco_status_t st;
-    if ((st = sync_all(w)) != DISCO_OK || (st = disco_session_heap_stats(w->s, &h0)) != DISCO_OK ||
+    if ((st = soak_sync_all(w)) != DISCO_OK ||
+        (st = disco_session_heap_stats(w->s, &h0)) != DISCO_OK ||
         (st = arena_use(w, a0)) != DISCO_OK) {
         soak_fail(rd, "setup: %s (%s)", disco_err_name(st), disco_last_error());
         return;
@@ -228,7 +220,7 @@ static void check_heap_steady(round_t *rd, work_t *w, int kind)
     for (int i = 0; i < 2 && st == DISCO_OK; i++)
         st = step(w, kind);
     if (st == DISCO_OK)
-        st = sync_all(w);
+        st = soak_sync_all(w);
     /* A call that fails on every worker: the session stays usable. */
     disco_value_t bad[2] = {dref_value(w->x), disco_value_str("no-such-op")};
     disco_dref_t r;
@@ -248,7 +240,7 @@ static void check_heap_steady(round_t *rd, work_t *w, int kind)
             soak_fail(rd, "allreduce with op \"no-such-op\" succeeded");
         st = disco_session_free_reg(w->s, r);
         if (st == DISCO_OK)
-            st = sync_all(w);
+            st = soak_sync_all(w);
     }
     if (st != DISCO_OK) {
         soak_fail(rd, "fault-free pass: %s (%s)", disco_err_name(st), disco_last_error());
@@ -268,7 +260,10 @@ static void check_heap_steady(round_t *rd, work_t *w, int kind)
                       (long long)a1[2 * i + 1]);
 }
 
-static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
+/* A worker round: kill a worker mid-call, check the report; a recovery
+ * round (recover) then recovers the session and checks it before closing
+ * (soak_recover.c), *rec_ms its recovery's time. */
+static void worker_round(round_t *rd, uint64_t *rng, bool recover, double *det_ms, double *rec_ms)
 {
     const soak_opts_t *o = rd->o;
     int kind;
@@ -277,8 +272,8 @@ static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
     disco_session_config_t cfg = draw_round(rd, rng, &kind, &dev, setting, sizeof setting);
     int n = cfg.num_workers, victim = 1 + pick(rng, n - 1);
     killer_t k = {.delay_us = pick(rng, MAX_DELAY_US + 1)};
-    snprintf(rd->what, sizeof rd->what, "kill worker %d, %s, after %ld us", victim, setting,
-             k.delay_us);
+    snprintf(rd->what, sizeof rd->what, "kill worker %d%s, %s, after %ld us", victim,
+             recover ? " and recover" : "", setting, k.delay_us);
     leaks_t before = soak_leaks_now();
     work_t w = {.n = n, .dev = dev, .rng = next_rand(rng) | 1};
     disco_status_t st = disco_session_open(&cfg, &w.s);
@@ -286,15 +281,26 @@ static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
         soak_fail(rd, "open: %s (%s)", disco_err_name(st), disco_last_error());
         return;
     }
-    if ((st = setup(&w)) != DISCO_OK)
+    if ((st = soak_setup(&w)) != DISCO_OK)
         soak_fail(rd, "setup: %s (%s)", disco_err_name(st), disco_last_error());
     else
-        check_heap_steady(rd, &w, kind);
+        soak_check_steady(rd, &w, kind);
+    /* A recovery round does before the kill what it checks after the
+     * recovery, so that both hold the same (a sim round's peer imports). */
+    if (recover && !rd->failed && (st = soak_check_values(rd, &w)) != DISCO_OK)
+        soak_fail(rd, "the workload: %s (%s)", disco_err_name(st), disco_last_error());
     if (rd->failed) {
         disco_session_close(w.s);
         return;
     }
-    int pids[8] = {0};
+    disco_heap_stats_t held;
+    if ((st = disco_session_heap_stats(w.s, &held)) != DISCO_OK) {
+        soak_fail(rd, "heap: %s (%s)", disco_err_name(st), disco_last_error());
+        disco_session_close(w.s);
+        return;
+    }
+    leaks_t in_session = soak_leaks_now();
+    int pids[16] = {0}; /* the workers, and after a recovery the new ones */
     for (int i = 0; i < n; i++)
         pids[i] = disco_session_worker_pid(w.s, i);
     k.pid = pids[victim];
@@ -310,11 +316,11 @@ static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
     for (int i = 0; i < 64 && st == DISCO_OK; i++)
         st = step(&w, kind);
     if (st == DISCO_OK)
-        st = sync_all(&w);
+        st = soak_sync_all(&w);
     bool joined = st == DISCO_OK;
     if (joined) {
         pthread_join(th, NULL);
-        st = sync_all(&w);
+        st = soak_sync_all(&w);
     }
     int64_t t_err = disco_now_ns();
     char msg[512];
@@ -340,8 +346,14 @@ static void worker_round(round_t *rd, uint64_t *rng, double *det_ms)
     if (disco_session_health(w.s) != DISCO_E_WORKER_DIED)
         soak_fail(rd, "session health %s after the death",
                   disco_err_name(disco_session_health(w.s)));
+    int npids = n;
+    if (recover && !rd->failed) {
+        soak_recover(rd, &w, kind, held.live_blocks, &in_session, rec_ms);
+        for (int i = 1; i < n; i++)
+            pids[npids++] = disco_session_worker_pid(w.s, i);
+    }
     disco_session_close(w.s);
-    soak_check_clean(rd, &before, pids, n);
+    soak_check_clean(rd, &before, pids, npids);
 }
 
 /* ---- a controller round ---- */
@@ -359,10 +371,10 @@ static void controller_child(const disco_session_config_t *cfg, DLDevice dev, in
         if (write(fd, &pid, sizeof pid) != (ssize_t)sizeof pid)
             _exit(3);
     }
-    if (setup(&w) != DISCO_OK)
+    if (soak_setup(&w) != DISCO_OK)
         _exit(3);
     for (;;)
-        if (step(&w, kind) != DISCO_OK || (pick(&w.rng, 8) == 0 && sync_all(&w) != DISCO_OK))
+        if (step(&w, kind) != DISCO_OK || (pick(&w.rng, 8) == 0 && soak_sync_all(&w) != DISCO_OK))
             _exit(3);
 }
 
@@ -489,15 +501,16 @@ int soak_run(const soak_opts_t *o, soak_report_t *r)
      * them, i mod 2); spawned workers inherit the variable. */
     if (!o->no_sim)
         setenv("DISCO_SIM_GPUS", "2", 0);
-    samples_t wms = {0}, cms = {0};
+    samples_t wms = {0}, cms = {0}, rms = {0};
     int64_t t0 = disco_now_ns();
     for (bool room = true; room;) {
         double elapsed = ms_since(t0, disco_now_ns()) / 1e3;
         if ((o->rounds > 0 && r->rounds >= o->rounds) || (o->seconds > 0 && elapsed >= o->seconds))
             break;
         round_t rd = {.r = r, .o = o, .index = ++r->rounds};
-        double det = 0;
-        bool ctl = pick(&rng, 4) == 0;
+        double det = 0, rec = 0;
+        bool ctl = pick(&rng, 4) == 0 && o->recover_pct < 100;
+        bool recover = !ctl && pick(&rng, 100) < o->recover_pct;
         if (ctl) {
             r->controller_rounds++;
             controller_round(&rd, &rng, &det);
@@ -505,19 +518,29 @@ int soak_run(const soak_opts_t *o, soak_report_t *r)
             r->worst_controller_ms = det > r->worst_controller_ms ? det : r->worst_controller_ms;
         } else {
             r->worker_rounds++;
-            worker_round(&rd, &rng, &det);
+            worker_round(&rd, &rng, recover, &det, &rec);
             room = push(&wms, det);
             r->worst_worker_ms = det > r->worst_worker_ms ? det : r->worst_worker_ms;
+            if (recover) {
+                r->recover_rounds++;
+                room = room && push(&rms, rec);
+                r->worst_recover_ms = rec > r->worst_recover_ms ? rec : r->worst_recover_ms;
+            }
         }
         r->failures += rd.failed;
-        if (o->log != NULL && !rd.failed)
+        if (o->log != NULL && !rd.failed && recover)
+            fprintf(o->log, "round %d (%s): caller told in %.3f ms, recovered in %.3f ms\n",
+                    rd.index, rd.what, det, rec);
+        else if (o->log != NULL && !rd.failed)
             fprintf(o->log, "round %d (%s): %s in %.3f ms\n", rd.index, rd.what,
                     ctl ? "workers gone" : "caller told", det);
     }
     r->seconds = ms_since(t0, disco_now_ns()) / 1e3;
     r->median_worker_ms = median(wms.v, wms.n);
     r->median_controller_ms = median(cms.v, cms.n);
+    r->median_recover_ms = median(rms.v, rms.n);
     free(wms.v);
     free(cms.v);
+    free(rms.v);
     return r->failures;
 }

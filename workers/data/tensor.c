@@ -437,3 +437,72 @@ disco_status_t disco__tensor_bytes_value(const DLTensor *t, disco_value_t *out)
     *out = disco_value_bytes((const char *)t->data + t->byte_offset, (uint32_t)n);
     return DISCO_OK;
 }
+
+/* ---- rebuilding a heap's counts (a session's recovery) ---- */
+
+/* One block this process holds, and how many of its tensors hold it. */
+struct held {
+    uint64_t block;
+    uint64_t refs;
+};
+
+static int cmp_held(const void *a, const void *b)
+{
+    uint64_t x = ((const struct held *)a)->block, y = ((const struct held *)b)->block;
+    return (x > y) - (x < y);
+}
+
+struct rebuild {
+    disco_heap_t *heap;
+    struct held *held; /* sorted by block, one entry per block */
+    size_t n;
+};
+
+/* The sweep's predicate (under the heap's lock): a block this process
+ * holds keeps exactly its holders' count; any other is garbage. */
+static bool keep_held(void *ctx, uint64_t off, uint32_t owner)
+{
+    (void)owner;
+    struct rebuild *rb = ctx;
+    struct held key = {.block = off};
+    struct held *h = rb->n ? bsearch(&key, rb->held, rb->n, sizeof key, cmp_held) : NULL;
+    struct block_hdr *b = block_at(rb->heap, off);
+    if (h == NULL) {
+        b->magic = 0; /* as the last release does: no longer a tensor block */
+        return false;
+    }
+    /* Relaxed: no other process is left to use the count, and the caller
+     * holds this process's only users of the session (tensor_impl.h);
+     * the heap's lock, released after the walk, publishes it. */
+    atomic_store_explicit(&b->refs, h->refs, memory_order_relaxed);
+    return true;
+}
+
+disco_status_t disco__tensor_heap_rebuild(disco_heap_t *heap, size_t *freed_out)
+{
+    struct rebuild rb = {.heap = heap};
+    pthread_mutex_lock(&live_lock);
+    if (nlive != 0 && (rb.held = malloc(nlive * sizeof *rb.held)) == NULL) {
+        pthread_mutex_unlock(&live_lock);
+        return disco_set_error(DISCO_E_NOMEM, "rebuilding the heap's counts: %zu tensors", nlive);
+    }
+    for (size_t i = 0; i < nlive; i++)
+        if (live[i]->dblock == NULL && live[i]->heap != NULL && live[i]->heap->sh == heap->sh)
+            rb.held[rb.n++] = (struct held){.block = live[i]->block, .refs = 1};
+    if (rb.n != 0)
+        qsort(rb.held, rb.n, sizeof *rb.held, cmp_held);
+    size_t k = 0; /* merge duplicates: one entry per block, its holders counted */
+    for (size_t i = 0; i < rb.n; i++) {
+        if (k != 0 && rb.held[k - 1].block == rb.held[i].block)
+            rb.held[k - 1].refs++;
+        else
+            rb.held[k++] = rb.held[i];
+    }
+    rb.n = k;
+    /* live_lock stays held: no tensor of this process comes or goes during
+     * the walk (lock order: live_lock, then the heap's). */
+    disco_status_t st = disco_heap_sweep(heap, keep_held, &rb, freed_out);
+    pthread_mutex_unlock(&live_lock);
+    free(rb.held);
+    return st;
+}

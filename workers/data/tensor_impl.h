@@ -83,6 +83,16 @@ bool disco__tensor_is_ours(const DLTensor *t);
  *  bytes value cannot say: its length is 32 bits). */
 disco_status_t disco__tensor_bytes_value(const DLTensor *t, disco_value_t *out);
 
+/** Rebuilds heap's tensor blocks after every other process that used it
+ *  has ended (a session's recovery): a block that tensors of this process
+ *  hold gets their number as its count (what dead processes held is
+ *  dropped), and every other live block is freed (a dead process's own, or
+ *  one only dead processes held). *freed_out (NULL: not wanted) is the
+ *  bytes freed. Not thread-safe against this process's other users of
+ *  heap's tensors (their releases during the walk would be miscounted).
+ *  Returns DISCO_OK, DISCO_E_NOMEM, or what disco_heap_sweep returns. */
+disco_status_t disco__tensor_heap_rebuild(disco_heap_t *heap, size_t *freed_out);
+
 /** Heap offset of t's block and byte offset of t's data within it. */
 uint64_t disco__tensor_block(const DLTensor *t);
 uint64_t disco__tensor_byte_offset(const DLTensor *t);

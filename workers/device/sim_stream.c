@@ -283,6 +283,16 @@ disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want
          * never the last. */
         atomic_fetch_add_explicit(&m->pokes, 1, memory_order_relaxed);
         syscall(SYS_futex, &m->pokes, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+        /* A recorder that is gone runs nothing more: said before a sleep,
+         * not after one (a session's recovery meets one such record per
+         * dead peer; test_sim_ipc.c, test_event_recorder_dead_at_once). */
+        if (pid > 0 && !alive(pid) &&
+            !disco__sim_reached(atomic_load_explicit(&m->completed, memory_order_acquire),
+                                want)) /* E4 */
+            return disco_set_error(DISCO_E_SYS,
+                                   "sim: event recorder pid %d died before its "
+                                   "record %u ran",
+                                   (int)pid, want);
         /* Sleeps in slices: 100 ms, or 2 ms under a watch (watch.h), which
          * is looked at after each. */
         bool watched = disco__device_watching() != NULL;
@@ -292,13 +302,6 @@ disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want
         disco_status_t wst = disco__device_watch_check();
         if (wst != DISCO_OK)
             return wst; /* the watch's own message says why */
-        if (pid > 0 && !alive(pid) &&
-            !disco__sim_reached(atomic_load_explicit(&m->completed, memory_order_acquire),
-                                want)) /* E4 */
-            return disco_set_error(DISCO_E_SYS,
-                                   "sim: event recorder pid %d died before its "
-                                   "record %u ran",
-                                   (int)pid, want);
     }
 }
 

@@ -173,6 +173,22 @@ disco_status_t disco_heap_free(disco_heap_t *h, uint64_t off);
  *  untouched); DISCO_E_SYS; the lock wait's status (disco_heap_set_wait). */
 disco_status_t disco_heap_reclaim_owner(disco_heap_t *h, uint32_t owner, size_t *freed_out);
 
+/** A sweep's predicate: whether to keep the used block whose data is at
+ *  off (marked with owner). Called under the heap's lock: it must not call
+ *  the heap. */
+typedef bool (*disco_heap_keep_fn)(void *ctx, uint64_t off, uint32_t owner);
+
+/** Frees every live block that keep(ctx, off, owner) does not keep, in one
+ *  walk under the lock, and sets *freed_out (NULL: not wanted) to the bytes
+ *  freed, headers included. For a heap whose other users have all ended,
+ *  whose blocks' true holders only the caller knows (a session's recovery);
+ *  disco_heap_reclaim_owner is the sweep that keeps every other owner's.
+ *  Thread-safe (any process). Returns DISCO_OK; DISCO_E_INVAL (h or keep
+ *  NULL); DISCO_E_BROKEN (corrupt metadata, as reclaim_owner); DISCO_E_SYS;
+ *  the lock wait's status (disco_heap_set_wait). */
+disco_status_t disco_heap_sweep(disco_heap_t *h, disco_heap_keep_fn keep, void *ctx,
+                                size_t *freed_out);
+
 /** Fills *stats_out with a snapshot of the statistics, taken under the
  *  lock; *stats_out is left untouched on failure. Thread-safe (any process).
  *  Returns DISCO_OK; DISCO_E_INVAL (h, its header or stats_out NULL);
