@@ -57,7 +57,8 @@ static void call_int2(disco_session_t *s, const char *fn, int64_t a, int64_t b)
 
 /* A view of s once every worker has finished every command issued (they
  * run asynchronously: a sync waits for one worker only, and a worker
- * counts a command done after its reply went out). Polls, bounded. */
+ * counts a command done after its reply went out): each at the last
+ * command and not busy in it. Polls, bounded. */
 static void settled_view(disco_session_t *s, disco_session_view_t *v)
 {
     int64_t deadline = disco_now_ns() + 5000 * MS;
@@ -65,7 +66,7 @@ static void settled_view(disco_session_t *s, disco_session_view_t *v)
         CK_OK(disco_session_view(s, v));
         bool all = true;
         for (int w = 0; w < v->world; w++)
-            all = all && v->workers[w].done == v->issued;
+            all = all && v->workers[w].seq == v->issued && v->workers[w].state != DISCO_WORKER_BUSY;
         if (all)
             return;
         disco_view_free(v);
@@ -332,6 +333,38 @@ START_TEST(test_observer_other_process)
 }
 END_TEST
 
+/* After a worker's death and a recovery, the view shows the new processes,
+ * a healthy session with no cause left from the break, and the workers
+ * running the commands issued since. */
+START_TEST(test_view_after_recover)
+{
+    disco_session_config_t c = config(3);
+    disco_session_t *s = tu_open_with_testlib(&c);
+    pid_t old = disco_session_worker_pid(s, 2);
+    ck_assert_int_eq(kill(old, SIGKILL), 0);
+    CK_STATUS(disco_session_sync(s, 2), DISCO_E_WORKER_DIED);
+    disco_session_view_t v;
+    CK_OK(disco_session_view(s, &v));
+    ck_assert_int_eq(v.health, DISCO_E_WORKER_DIED);
+    ck_assert_ptr_nonnull(strstr(v.why, "killed by signal 9"));
+    disco_view_free(&v);
+    CK_OK(disco_session_recover(s));
+    call_int2(s, "test.spin_on", 1, 1);
+    for (int w = 0; w < 3; w++)
+        CK_OK(disco_session_sync(s, w));
+    settled_view(s, &v);
+    ck_assert_int_eq(v.health, DISCO_OK);
+    ck_assert_str_eq(v.why, "");
+    for (int w = 1; w < 3; w++) {
+        ck_assert_int_eq(v.workers[w].pid, disco_session_worker_pid(s, w));
+        ck_assert_int_ne(v.workers[w].pid, old);
+        ck_assert_uint_eq(v.workers[w].seq, v.issued);
+    }
+    disco_view_free(&v);
+    disco_session_close(s);
+}
+END_TEST
+
 /* A segment that calls itself a session but whose header does not hold is
  * refused (DISCO_E_BAD_MAGIC), never read past its bounds. */
 START_TEST(test_observer_refuses_bad_header)
@@ -357,6 +390,7 @@ Suite *suite_observe(void)
     tcase_add_test(tc, test_park_counted);
     tcase_add_test(tc, test_observer_other_process);
     tcase_add_test(tc, test_observer_refuses_bad_header);
+    tcase_add_test(tc, test_view_after_recover);
     suite_add_tcase(s, tc);
     return s;
 }

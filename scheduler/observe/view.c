@@ -98,7 +98,8 @@ static void take_worker(const struct disco__view_src *src, int i, double ns_per_
         t_start = atomic_load_explicit(&w->t_start, memory_order_relaxed);
     } while (atomic_load_explicit(&w->seq, memory_order_acquire) != seq && ++tries < 8);
     /* Relaxed, the rest: counters and states of a monitor (wstat.h). */
-    uint32_t state = atomic_load_explicit(&w->state, memory_order_relaxed);
+    /* S5: acquire, pairs with the release of a command's end. */
+    uint32_t state = atomic_load_explicit(&w->state, memory_order_acquire);
     *o = (disco_worker_view_t){.worker = (int)src->ctl->gid_base + i,
                                .pid = i == 0 ? src->ctl->controller_pid
                                              : atomic_load_explicit(&w->pid, memory_order_relaxed),

@@ -431,8 +431,11 @@ disco_status_t disco_session_shutdown(disco_session_t *s)
         /* Ask politely; the ring may be full of work, so allow a grace. */
         s->wait.deadline_ns = 0;
         s->wait.timeout_ns = 2000000000LL;
-        if (disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, &s->wait, NULL) == DISCO_OK)
+        if (disco__chan_bcast(&s->chan, s->buf, (uint32_t)len, &s->wait, NULL) == DISCO_OK) {
             grace = 2000;
+            /* Relaxed: a monitor's word (wstat.h); the shutdown is issued. */
+            atomic_store_explicit(&s->stat->issued, h.seq, memory_order_relaxed);
+        }
     }
     disco__procs_stop(&s->procs, grace);
     s->state = DISCO_E_SHUTDOWN;

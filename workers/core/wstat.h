@@ -19,6 +19,9 @@
  *      seq again: if seq is unchanged the three belong to one command (a
  *      newer command may have started in between: then the reader retries
  *      or reports the newer seq without its stamp).
+ *   S5 a worker stores done (and its busy time), then state idle with
+ *      release; a reader that loads state with acquire and sees it idle
+ *      after seq sees that command counted.
  *   S3 a name entry is a seqlock: the controller makes ver odd (an
  *      acq_rel exchange), writes reg and name with release stores, makes
  *      ver even (release); a reader (S4) loads ver, reg and every name
@@ -171,12 +174,14 @@ static inline void disco__wstat_end(struct disco__wstat_writer *s, uint64_t key,
     struct disco__wstat *w = s->w;
     if (w == NULL)
         return;
-    atomic_store_explicit(&w->done, ++s->done, memory_order_relaxed);
-    atomic_store_explicit(&w->state, DISCO_WS_IDLE, memory_order_relaxed);
     if (dur != 0) {
         s->busy += dur;
         atomic_store_explicit(&w->busy_ticks, s->busy, memory_order_relaxed);
     }
+    atomic_store_explicit(&w->done, ++s->done, memory_order_relaxed);
+    /* S5: release, pairs with the reader's acquire of state: a reader that
+     * sees the worker idle after seq sees it counted done. */
+    atomic_store_explicit(&w->state, DISCO_WS_IDLE, memory_order_release);
     if (key == 0)
         return;
     unsigned i = (unsigned)(key % DISCO_STAT_FUNCS);
