@@ -127,6 +127,30 @@ START_TEST(test_view_after_calls)
 }
 END_TEST
 
+/* Two functions whose keys share a home entry of a worker's function table
+ * (test.add and test.sleep_on: FNV-1a of the name, modulo 32) both keep
+ * their counts (before probing, the second took the first's entry). */
+START_TEST(test_functions_sharing_an_entry)
+{
+    disco_session_config_t c = config(2);
+    disco_session_t *s = tu_open_with_testlib(&c);
+    for (int i = 0; i < 3; i++)
+        call_int2(s, "test.add", 1, 2);
+    for (int i = 0; i < 2; i++)
+        call_int2(s, "test.sleep_on", 9, 0); /* no worker 9: nobody sleeps */
+    CK_OK(disco_session_sync(s, 1));
+    disco_session_view_t v;
+    settled_view(s, &v);
+    const disco_func_view_t *add = find_func(&v, "test.add"), *sl = find_func(&v, "test.sleep_on");
+    ck_assert_ptr_nonnull(add);
+    ck_assert_ptr_nonnull(sl);
+    ck_assert_uint_eq(add->calls, 6);
+    ck_assert_uint_eq(sl->calls, 4);
+    disco_view_free(&v);
+    disco_session_close(s);
+}
+END_TEST
+
 /* With tracing off the counts and states still move; every time is
  * unknown (-1), never a made-up 0. */
 START_TEST(test_view_trace_off)
@@ -385,6 +409,7 @@ Suite *suite_observe(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_view_after_calls);
     tcase_add_test(tc, test_view_trace_off);
+    tcase_add_test(tc, test_functions_sharing_an_entry);
     tcase_add_test(tc, test_watchdog_names_hung_worker);
     tcase_add_test(tc, test_watchdog_collective_not_arrived);
     tcase_add_test(tc, test_park_counted);

@@ -48,7 +48,7 @@
 #include <string.h>
 
 #define DISCO_STAT_MAGIC 0x5441545343534944ULL /* "DISCSTAT" */
-#define DISCO_STAT_FUNCS 16u                   /* per-worker function table */
+#define DISCO_STAT_FUNCS 32u                   /* per-worker function table */
 #define DISCO_STAT_NAMES 256u                  /* function key -> name entries */
 #define DISCO_STAT_NAME  48u
 #define DISCO_STAT_WHY   256u
@@ -71,7 +71,9 @@ enum disco__cwait {
 
 /* One function's figures on one worker: calls and ticks inside them
  * (ticks: with tracing on). key: the function's (registry.h); 0: unused.
- * A key that hashes to a taken entry replaces it (the figures restart). */
+ * A function takes the first free entry from its key's home (linear
+ * probing); past DISCO_STAT_FUNCS functions a newcomer takes its home
+ * entry and the figures there restart. */
 struct disco__wstat_func {
     _Atomic uint64_t key;
     _Atomic uint64_t calls;
@@ -184,9 +186,17 @@ static inline void disco__wstat_end(struct disco__wstat_writer *s, uint64_t key,
     atomic_store_explicit(&w->state, DISCO_WS_IDLE, memory_order_release);
     if (key == 0)
         return;
-    unsigned i = (unsigned)(key % DISCO_STAT_FUNCS);
+    /* Open addressing in the local mirror: the function's entry, else the
+     * first free one; a full table gives the home entry to the newcomer
+     * (its figures restart). */
+    unsigned home = (unsigned)(key % DISCO_STAT_FUNCS), i = home;
+    while (s->fkey[i] != key && s->fkey[i] != 0) {
+        i = (i + 1) % DISCO_STAT_FUNCS;
+        if (i == home)
+            break;
+    }
     struct disco__wstat_func *f = &w->func[i];
-    if (s->fkey[i] != key) { /* a new function in this entry: its figures restart */
+    if (s->fkey[i] != key) {
         s->fkey[i] = key;
         s->fcalls[i] = s->fticks[i] = 0;
         atomic_store_explicit(&f->key, key, memory_order_relaxed);
