@@ -79,6 +79,10 @@ struct disco_session {
  *  last words (its error box), if any. */
 disco_status_t disco__session_check(struct disco_session *s);
 
+/** The other nodes (a controller across nodes): a dead or broken node
+ *  breaks the session, naming it. Returns DISCO_OK, or the break's status. */
+disco_status_t disco__session_check_nodes(struct disco_session *s);
+
 /** Kills worker i (SIGKILL), reaps it, and marks it dead to the command
  *  channel so that no broadcast waits for it. The session is not broken. */
 void disco__session_kill(struct disco_session *s, int i);

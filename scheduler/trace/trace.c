@@ -78,9 +78,9 @@ static size_t copy_ring(const struct disco__ctrace *t, int w, double scale,
         uint64_t info = atomic_load_explicit(&x->info, memory_order_acquire);
         uint64_t a = atomic_load_explicit(&x->t_start, memory_order_acquire);
         uint64_t b = atomic_load_explicit(&x->t_end, memory_order_acquire);
-        parked[n] = atomic_load_explicit(&x->park_ns, memory_order_acquire);
+        parked[n] = disco__trace_info_park_ns(info);
         sl->worker = w;
-        sl->cmd = (uint32_t)(info >> 32);
+        sl->cmd = disco__trace_info_code(info);
         sl->start_us = to_us(t, scale, a);
         sl->end_us = to_us(t, scale, b);
         const struct disco__ctl_rec *c = &t->rec[sl->seq % DISCO_TRACE_CAP];

@@ -52,15 +52,35 @@
 
 #include "shm/ticks.h"
 
-#define DISCO_TRACE_CAP 8192u /* records per worker: 320 KiB */
+#define DISCO_TRACE_CAP 8192u /* records per worker: 256 KiB */
 
 struct disco__trace_rec {
     _Atomic uint64_t seq;  /* command sequence number */
-    _Atomic uint64_t info; /* command code << 32 | function register (calls) */
+    _Atomic uint64_t info; /* disco__trace_info: code, function register, time parked */
     _Atomic uint64_t t_start;
     _Atomic uint64_t t_end;
-    _Atomic uint64_t park_ns; /* nanoseconds parked in the wait before t_start */
 };
+
+/* A record's info word, so that a record stays 32 bytes (two a cache
+ * line): the command code (8 bits), the called register (24 bits: a
+ * register id is below 2^24, worker.c), and the microseconds parked in the
+ * wait before the command (32 bits, saturated at about 71 minutes). */
+static inline uint64_t disco__trace_info(uint32_t code, uint64_t func, uint64_t park_ns)
+{
+    uint64_t us = park_ns / 1000u;
+    return (uint64_t)(code & 0xffu) << 56 | (func & 0xffffffu) << 32 |
+           (us > 0xffffffffu ? 0xffffffffu : us);
+}
+
+static inline uint32_t disco__trace_info_code(uint64_t info)
+{
+    return (uint32_t)(info >> 56);
+}
+
+static inline uint64_t disco__trace_info_park_ns(uint64_t info)
+{
+    return (info & 0xffffffffu) * 1000u;
+}
 
 struct disco__trace_ring {
     _Alignas(64) _Atomic uint64_t head; /* records ever written */
@@ -86,11 +106,9 @@ static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, u
     struct disco__trace_rec *x = &r->rec[h % DISCO_TRACE_CAP];
     /* T0: release, each pairs with T3 in the reader. */
     atomic_store_explicit(&x->seq, seq, memory_order_release);
-    atomic_store_explicit(&x->info, (uint64_t)code << 32 | (func & 0xffffffffu),
-                          memory_order_release);
+    atomic_store_explicit(&x->info, disco__trace_info(code, func, park_ns), memory_order_release);
     atomic_store_explicit(&x->t_start, t_start, memory_order_release);
     atomic_store_explicit(&x->t_end, t_end, memory_order_release);
-    atomic_store_explicit(&x->park_ns, park_ns, memory_order_release);
     /* T1: release, pairs with T2 in the reader. */
     atomic_store_explicit(&r->head, h + 1, memory_order_release);
 }
