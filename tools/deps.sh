@@ -37,42 +37,35 @@ if [ "${1:-}" = fuzz ]; then
     exit 0
 fi
 
-if [ "${1:-}" = mpi ]; then
-    pkgs="libopenmpi-dev openmpi-bin"
-    log=${2:-build/mpi-install.log}
-    if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
-        exit 0
-    fi
+# For `make bench` only (never fails: without them the benchmark skips the
+# figures or plots and says so): installs PKGS (one word each) for WHAT,
+# apt's output in LOG. Root only.
+bench_install() {
+    pkgs=$1 what=$2 log=$3
     if [ "$(id -u)" != 0 ]; then
-        echo "bench: mpicc/mpirun missing and not root; MPI baseline skipped (install $pkgs)"
-        exit 0
+        echo "bench: not root; $what skipped (install $pkgs)"
+        return 0
     fi
-    echo "bench: installing $pkgs (the MPI baseline; log in $log)"
+    echo "bench: installing $pkgs ($what; log in $log)"
     mkdir -p "$(dirname "$log")"
     # shellcheck disable=SC2086 # one word per package
     if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
         --no-install-recommends $pkgs; } >"$log" 2>&1; then
         tail -5 "$log"
-        echo "bench: installing Open MPI failed; MPI baseline skipped"
+        echo "bench: installing $pkgs failed; $what skipped"
     fi
+}
+
+if [ "${1:-}" = mpi ]; then
+    command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && exit 0
+    bench_install "libopenmpi-dev openmpi-bin" "the MPI baseline" "${2:-build/mpi-install.log}"
     exit 0
 fi
 
 if [ "${1:-}" = plot ]; then
-    # gnuplot draws `make bench`'s plots (tools/bench/plot.py); never fails.
+    # gnuplot draws `make bench`'s plots (tools/bench/plot.py).
     command -v gnuplot >/dev/null 2>&1 && exit 0
-    log=${2:-build/plot-install.log}
-    if [ "$(id -u)" != 0 ]; then
-        echo "bench: gnuplot missing and not root; plots skipped (install gnuplot-nox)"
-        exit 0
-    fi
-    echo "bench: installing gnuplot-nox (the plots; log in $log)"
-    mkdir -p "$(dirname "$log")"
-    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        --no-install-recommends gnuplot-nox; } >"$log" 2>&1; then
-        tail -5 "$log"
-        echo "bench: installing gnuplot failed; plots skipped"
-    fi
+    bench_install gnuplot-nox "the plots" "${2:-build/plot-install.log}"
     exit 0
 fi
 
