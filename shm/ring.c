@@ -17,9 +17,14 @@ struct ring_slot {
 };
 
 struct ring_reader {
-    _Alignas(64) _Atomic uint64_t cursor; /* next position to read */
+    /* The published line, which the writer scans. */
+    _Alignas(64) _Atomic uint64_t cursor; /* slots below it are read */
     _Atomic uint32_t alive;               /* 1 live, 0 dead */
     _Atomic int32_t pid;
+    /* The reader's own line: no other process touches it, so stepping
+     * through a batch costs the writer nothing. Atomic only because one
+     * reader index may move between threads (ring.h); relaxed throughout. */
+    _Alignas(64) _Atomic uint64_t next; /* the position to read next */
 };
 
 struct disco_ring_shared {
@@ -30,7 +35,7 @@ struct disco_ring_shared {
     uint32_t slot_size;
     uint32_t nreaders;
     uint32_t max_msg;
-    uint32_t reserved;
+    uint32_t batch; /* readers publish every batch slots (ring.h) */
     uint64_t start_pos;
     /* line 1: the writer's */
     _Alignas(64) _Atomic uint64_t head;
@@ -39,14 +44,14 @@ struct disco_ring_shared {
     struct ring_reader readers[];
 };
 
-_Static_assert(sizeof(struct ring_reader) == DISCO_CACHE_LINE, "reader line");
+_Static_assert(sizeof(struct ring_reader) == 2 * DISCO_CACHE_LINE, "reader lines");
 _Static_assert(sizeof(struct disco_ring_shared) == 4 * DISCO_CACHE_LINE, "ring header");
 
 static bool geometry_ok(const disco_ring_config_t *c)
 {
     return c->nslots >= 2 && (c->nslots & (c->nslots - 1)) == 0 &&
            c->slot_size >= DISCO_CACHE_LINE && c->slot_size % DISCO_CACHE_LINE == 0 &&
-           c->nreaders >= 1 && c->nreaders <= DISCO_RING_MAX_READERS &&
+           c->nreaders >= 1 && c->nreaders <= DISCO_RING_MAX_READERS && c->batch <= c->nslots / 2 &&
            (uint64_t)c->nslots * c->slot_size <= (1ULL << 40);
 }
 
@@ -67,6 +72,7 @@ static void fill_handle(struct disco_ring_shared *sh, disco_ring_t *r)
     r->payload = sh->slot_size - DISCO_RING_SLOT_HDR;
     r->nreaders = sh->nreaders;
     r->max_msg = sh->max_msg;
+    r->batch = sh->batch > 1 ? sh->batch : 1;
     r->min_seen = atomic_load_explicit(&sh->head, memory_order_relaxed) - sh->nslots;
 }
 
@@ -102,12 +108,14 @@ disco_status_t disco_ring_init(void *mem, size_t mem_size, const disco_ring_conf
     sh->slot_size = cfg->slot_size;
     sh->nreaders = cfg->nreaders;
     sh->max_msg = cfg->max_msg;
+    sh->batch = cfg->batch;
     sh->start_pos = cfg->start_pos;
     /* Relaxed stores: nothing is shared yet; whoever shares the memory
      * (fork, or a handshake) orders these before any other process reads. */
     atomic_store_explicit(&sh->head, cfg->start_pos, memory_order_relaxed);
     for (uint32_t i = 0; i < cfg->nreaders; i++) {
         atomic_store_explicit(&sh->readers[i].cursor, cfg->start_pos, memory_order_relaxed);
+        atomic_store_explicit(&sh->readers[i].next, cfg->start_pos, memory_order_relaxed);
         atomic_store_explicit(&sh->readers[i].alive, 1, memory_order_relaxed);
     }
     fill_handle(sh, ring_out);
@@ -131,7 +139,8 @@ disco_status_t disco_ring_attach(void *mem, size_t mem_size, disco_ring_t *ring_
     disco_ring_config_t cfg = {.nslots = sh->nslots,
                                .slot_size = sh->slot_size,
                                .nreaders = sh->nreaders,
-                               .max_msg = sh->max_msg};
+                               .max_msg = sh->max_msg,
+                               .batch = sh->batch};
     size_t need = disco_ring_footprint(&cfg);
     if (need == 0 || need > mem_size)
         return disco_set_error(DISCO_E_BAD_MAGIC, "ring geometry needs %zu bytes, %zu mapped", need,
@@ -288,12 +297,32 @@ static disco_status_t wait_slot(disco_ring_t *r, uint32_t reader, uint64_t pos,
     return DISCO_OK;
 }
 
-static void advance(disco_ring_t *r, struct ring_reader *rd, uint64_t pos)
+static void publish(disco_ring_t *r, struct ring_reader *rd, uint64_t pos)
 {
     /* R2: release, pairs with the writer's W1 acquire: our copy out of the
      * slots below pos is done before the writer may reuse them. */
     atomic_store_explicit(&rd->cursor, pos, memory_order_release);
     disco_waitq_wake(&r->sh->space_q); /* R3 */
+}
+
+/* The slot below pos is read: publish every batch slots (ring.h). */
+static void advance(disco_ring_t *r, struct ring_reader *rd, uint64_t pos)
+{
+    atomic_store_explicit(&rd->next, pos, memory_order_relaxed);
+    /* Relaxed: only this reader stores its cursor. */
+    if (pos - atomic_load_explicit(&rd->cursor, memory_order_relaxed) >= r->batch)
+        publish(r, rd, pos);
+}
+
+/* Before waiting for the slot at pos, publish what is read, so a writer
+ * waiting for room is never held up by a reader waiting for data. */
+static void publish_before_wait(disco_ring_t *r, struct ring_reader *rd, uint64_t pos)
+{
+    struct data_arg a = {slot_at(r, pos), pos};
+    /* Relaxed: only this reader stores its cursor. */
+    if (r->batch > 1 && atomic_load_explicit(&rd->cursor, memory_order_relaxed) != pos &&
+        !has_data(&a))
+        publish(r, rd, pos);
 }
 
 disco_status_t disco_ring_read(disco_ring_t *r, uint32_t reader, void *buf, uint32_t cap,
@@ -303,8 +332,9 @@ disco_status_t disco_ring_read(disco_ring_t *r, uint32_t reader, void *buf, uint
         return disco_set_error(DISCO_E_INVAL, "reader %u of a ring with %u readers", reader,
                                r->nreaders);
     struct ring_reader *rd = &r->sh->readers[reader];
-    /* Relaxed: only this reader stores its cursor. */
-    uint64_t pos = atomic_load_explicit(&rd->cursor, memory_order_relaxed);
+    /* Relaxed: only this reader stores next. */
+    uint64_t pos = atomic_load_explicit(&rd->next, memory_order_relaxed);
+    publish_before_wait(r, rd, pos);
     disco_status_t st = wait_slot(r, reader, pos, w);
     if (st != DISCO_OK)
         return st;
@@ -347,6 +377,7 @@ disco_status_t disco_ring_read(disco_ring_t *r, uint32_t reader, void *buf, uint
         /* A spanning message: take each further slot as it is published. A
          * wait error here leaves the message half read, which only happens
          * when the writer died or the caller's deadline passed. */
+        publish_before_wait(r, rd, pos + k + 1);
         if ((st = wait_slot(r, reader, pos + k + 1, w)) != DISCO_OK)
             return st;
         s = slot_at(r, pos + k + 1);
@@ -428,7 +459,7 @@ void disco_ring_prefetch_read(const disco_ring_t *r, uint32_t reader)
 {
     if (reader >= r->nreaders)
         return;
-    /* Relaxed: only this reader stores its cursor. */
-    uint64_t pos = atomic_load_explicit(&r->sh->readers[reader].cursor, memory_order_relaxed);
+    /* Relaxed: only this reader stores next. */
+    uint64_t pos = atomic_load_explicit(&r->sh->readers[reader].next, memory_order_relaxed);
     __builtin_prefetch(slot_at(r, pos), 0, 3);
 }

@@ -39,7 +39,8 @@ START_TEST(test_footprint_and_init)
         {.nslots = 8, .slot_size = 100, .nreaders = 1},
         {.nslots = 8, .slot_size = 64, .nreaders = 0},
         {.nslots = 8, .slot_size = 64, .nreaders = DISCO_RING_MAX_READERS + 1},
-        {.nslots = 1u << 31, .slot_size = 1024, .nreaders = 1}, /* 2 TiB */
+        {.nslots = 1u << 31, .slot_size = 1024, .nreaders = 1},    /* 2 TiB */
+        {.nslots = 8, .slot_size = 64, .nreaders = 1, .batch = 5}, /* more than half */
     };
     static _Alignas(64) unsigned char mem[1 << 16];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -135,6 +136,41 @@ START_TEST(test_fill_to_full)
         get(&t.r, 0, 40, k, &no_wait);
     empty(&t.r, 0);
     tring_free(&t);
+}
+END_TEST
+
+/* Batched publication (ring.h): while a reader has data its reads make
+ * room batch slots at a time; once it finds none it publishes all it read,
+ * so a writer waiting for room is not held up by a reader waiting for data
+ * (without that, the last no_wait read would leave 2 slots unpublished and
+ * the eighth write below would get DISCO_E_AGAIN). */
+START_TEST(test_batch_publication)
+{
+    disco_ring_config_t cfg = {
+        .nslots = 8, .slot_size = 64, .nreaders = 1, .max_msg = 256, .batch = 3};
+    static _Alignas(64) unsigned char mem[1 << 12];
+    ck_assert_uint_le(disco_ring_footprint(&cfg), sizeof mem);
+    disco_ring_t r;
+    CK_OK(disco_ring_init(mem, sizeof mem, &cfg, &r));
+    unsigned char buf[32] = {0};
+    for (uint32_t k = 0; k < 8; k++)
+        put(&r, 20, k, &no_wait);
+    get(&r, 0, 20, 0, &no_wait);
+    CK_STATUS(disco_ring_write(&r, buf, 20, &no_wait), DISCO_E_AGAIN); /* 1 read, unpublished */
+    for (uint32_t k = 1; k < 5; k++)
+        get(&r, 0, 20, k, &no_wait); /* published at 3 */
+    for (uint32_t k = 8; k < 11; k++)
+        put(&r, 20, k, &no_wait);
+    CK_STATUS(disco_ring_write(&r, buf, 20, &no_wait), DISCO_E_AGAIN);
+    for (uint32_t k = 5; k < 11; k++)
+        get(&r, 0, 20, k, &no_wait); /* published at 6 and 9; 11 not yet */
+    uint32_t got;
+    CK_STATUS(disco_ring_read(&r, 0, buf, sizeof buf, &got, &no_wait), DISCO_E_AGAIN);
+    for (uint32_t k = 11; k < 19; k++)
+        put(&r, 20, k, &no_wait);
+    CK_STATUS(disco_ring_write(&r, buf, 20, &no_wait), DISCO_E_AGAIN);
+    for (uint32_t k = 11; k < 19; k++)
+        get(&r, 0, 20, k, &no_wait);
 }
 END_TEST
 
@@ -534,6 +570,7 @@ Suite *suite_ring(void)
     tcase_add_test(tc, test_empty_no_wait);
     tcase_add_test(tc, test_fill_to_full);
     tcase_add_test(tc, test_full_waits_for_slowest);
+    tcase_add_test(tc, test_batch_publication);
     tcase_add_test(tc, test_wrap_around);
     tcase_add_test(tc, test_spanning_sizes);
     tcase_add_test(tc, test_larger_than_ring);

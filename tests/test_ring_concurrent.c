@@ -247,12 +247,13 @@ static disco_status_t stream_write(disco_ring_t *r, uint64_t from, uint64_t coun
 
 /* A shared segment holding a stream ring at the start of its data. */
 static disco_ring_t *stream_segment(disco_segment_t *seg, uint32_t nslots, uint32_t nreaders,
-                                    disco_ring_t *r)
+                                    uint32_t batch, disco_ring_t *r)
 {
     disco_ring_config_t cfg = {.nslots = nslots,
                                .slot_size = 64,
                                .nreaders = nreaders,
                                .max_msg = STREAM_MAX,
+                               .batch = batch,
                                .start_pos = (1ULL << 32) - 3000}; /* crosses 2^32 under load */
     size_t need = disco_ring_footprint(&cfg);
     CK_OK(disco_segment_create("disco-test-ring", need, seg));
@@ -285,14 +286,16 @@ static disco_status_t any_child_gone(void *ctx)
 /* One writer process and 1, 2, 4, 8 forked readers (up to 4x the cores)
  * pass a million variable-length messages, some spanning slots: each reader
  * sees every message once, in order, intact. Odd readers map the segment
- * afresh (another address), so the ring works through offsets alone. */
+ * afresh (another address), so the ring works through offsets alone. Loops
+ * 4 and 5 have readers publish in batches of 64 (ring.h), as sessions'
+ * workers do. */
 START_TEST(test_stream_processes)
 {
-    static const uint32_t nreaders_by_loop[] = {1, 2, 4, 8};
+    static const uint32_t nreaders_by_loop[] = {1, 2, 4, 8, 2, 8};
     const uint32_t nreaders = nreaders_by_loop[_i];
     disco_segment_t seg;
     disco_ring_t r;
-    stream_segment(&seg, STREAM_SLOTS, nreaders, &r);
+    stream_segment(&seg, STREAM_SLOTS, nreaders, _i >= 4 ? 64 : 0, &r);
     const int64_t deadline = disco_now_ns() + 150000 * MS;
 
     pid_t pids[8];
@@ -516,7 +519,7 @@ Suite *suite_ring_concurrent(void)
 
     tc = tcase_create("stream");
     tcase_set_timeout(tc, 180);
-    tcase_add_loop_test(tc, test_stream_processes, 0, 4);
+    tcase_add_loop_test(tc, test_stream_processes, 0, 6);
     tcase_add_test(tc, test_stream_killed_reader);
     tcase_add_test(tc, test_stream_threads);
     suite_add_tcase(s, tc);

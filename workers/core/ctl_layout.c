@@ -90,7 +90,8 @@ disco_status_t disco__ctl_layout(const struct disco__ctl_geom *g,
     l.cmd_ring = (disco_ring_config_t){.nslots = DISCO_CMD_SLOTS,
                                        .slot_size = DISCO_SLOT_SIZE,
                                        .nreaders = others > 0 ? others : 1,
-                                       .max_msg = g->max_msg};
+                                       .max_msg = g->max_msg,
+                                       .batch = DISCO_CMD_BATCH};
     l.reply_ring = (disco_ring_config_t){.nslots = DISCO_REPLY_SLOTS,
                                          .slot_size = DISCO_SLOT_SIZE,
                                          .nreaders = 1,

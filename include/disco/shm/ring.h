@@ -13,7 +13,9 @@
  *   line 1   writer line: head (next position to write)
  *   line 2   data queue: readers park here
  *   line 3   space queue: the writer parks here
- *   N lines  one per reader: cursor (next position to read), alive flag, pid
+ *   2N lines two per reader: the published line (cursor: where the writer
+ *            may write up to, alive flag, pid) and the reader's own line
+ *            (next: the position it reads next)
  *   slots    nslots x slot_size; each slot: seq, len, flags, payload
  *
  * Positions are free-running 64-bit counters, masked only to index a slot;
@@ -32,6 +34,15 @@
  *   W3 wake readers if parked
  * R2 -> W1 means the writer overwrites a slot only after every live reader
  * has finished copying it out; W2 -> R1 means a reader sees a whole payload.
+ *
+ * Publishing in batches (cfg.batch > 1): a reader keeps the position it
+ * reads next on a line of its own and does R2 + R3 only every batch slots,
+ * and always before it waits for a slot (so a writer waiting for room never
+ * waits on a reader that waits for data). R3's fence, and the writer pulling
+ * a cursor line the reader keeps writing, are most of what a message costs a
+ * reader when messages stream (issue 21); the price is that room appears
+ * batch slots at a time while the reader has data, which a writer that
+ * waits for room does not notice. batch 1 is the exact protocol.
  *
  * Thread safety: one writer thread at a time; each reader index used by one
  * thread at a time; different reader indexes may run concurrently.
@@ -52,7 +63,7 @@ extern "C" {
 #endif
 
 #define DISCO_RING_MAGIC       0x474e495243534944ULL /* "DISCRING" */
-#define DISCO_RING_LAYOUT      1u
+#define DISCO_RING_LAYOUT      2u
 #define DISCO_CACHE_LINE       64u
 #define DISCO_RING_SLOT_HDR    16u /* seq, len, flags */
 #define DISCO_RING_MAX_READERS 256u
@@ -63,6 +74,9 @@ typedef struct disco_ring_config {
     uint32_t slot_size; /* multiple of DISCO_CACHE_LINE, >= DISCO_CACHE_LINE */
     uint32_t nreaders;  /* 1 .. DISCO_RING_MAX_READERS */
     uint32_t max_msg;   /* longest message accepted, bytes */
+    uint32_t batch;     /* readers publish their cursor every batch slots
+                           (and before waiting); 0 or 1: every slot; at most
+                           nslots / 2 */
     uint64_t start_pos; /* first position (tests start near 2^32 or 2^64) */
 } disco_ring_config_t;
 
@@ -75,6 +89,7 @@ typedef struct disco_ring {
     uint32_t payload; /* bytes of payload per slot */
     uint32_t nreaders;
     uint32_t max_msg;
+    uint32_t batch;    /* >= 1 (disco_ring_config_t) */
     uint64_t min_seen; /* writer only: lowest live cursor at the last scan */
 } disco_ring_t;
 
