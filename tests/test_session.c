@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "disco/observe.h"
 #include "disco/session.h"
 #include "disco/shm/wait.h"
 #include "tests/session_util.h"
@@ -389,6 +390,126 @@ START_TEST(test_heap_stats)
 }
 END_TEST
 
+/* Commands the session has broadcast so far. */
+static uint64_t issued(disco_session_t *s)
+{
+    disco_session_view_t v;
+    CK_OK(disco_session_view(s, &v));
+    uint64_t n = v.issued;
+    disco_view_free(&v);
+    return n;
+}
+
+/* A tensor of 1000 floats on every worker (empty: disco.empty). */
+static disco_dref_t empty_tensor(disco_session_t *s, disco_dref_t empty)
+{
+    int64_t n = 1000;
+    disco_value_t a[4] = {disco_value_shape(&n, 1),
+                          disco_value_dtype((DLDataType){kDLFloat, 32, 1}),
+                          disco_value_device((DLDevice){kDLCPU, 0}), disco_value_bool(false)};
+    disco_dref_t r;
+    CK_OK(disco_session_call(s, empty, a, 4, &r));
+    return r;
+}
+
+/* A free rides with the next call: call + free + call is two commands, not
+ * three (issue 21). Before any other command, or a call that cannot carry
+ * it (every argument slot taken, or a frame that fits only without it), it
+ * goes alone. Either way the register is freed on every worker before what
+ * follows runs, its id reused at once included, and nothing leaks. */
+START_TEST(test_free_rides_with_call)
+{
+    disco_session_config_t cfg = disco_session_config_default(3);
+    cfg.max_msg = 512;
+    disco_session_t *s = tu_open_with_testlib(&cfg);
+    disco_heap_stats_t h0, h1;
+    CK_OK(disco_session_heap_stats(s, &h0));
+    disco_dref_t echo, empty, r;
+    CK_OK(disco_session_get_func(s, "test.echo", &echo));
+    CK_OK(disco_session_get_func(s, "disco.empty", &empty));
+
+    disco_dref_t t = empty_tensor(s, empty);
+    uint64_t before = issued(s);
+    CK_OK(disco_session_free_reg(s, t));
+    disco_value_t seven = disco_value_int(7);
+    CK_OK(disco_session_call(s, echo, &seven, 1, &r));
+    ck_assert_uint_eq(issued(s) - before, 1);
+    ck_assert_uint_ne(r, t); /* not reused before the workers were told */
+    disco_value_t v;
+    CK_STATUS(disco_session_debug_get(s, t, 1, &v), DISCO_E_BAD_REG);
+    disco_dref_t again;
+    CK_OK(disco_session_alloc_reg(s, &again));
+    ck_assert_uint_eq(again, t); /* but at once after */
+    CK_OK(disco_session_free_reg(s, again));
+    for (int w = 0; w < 3; w++)
+        ck_assert_int_eq(get_int(s, r, w), 7);
+    CK_OK(disco_session_heap_stats(s, &h1));
+    ck_assert_uint_eq(h1.live_blocks, h0.live_blocks);
+
+    /* Before a sync it goes alone, and the sync sees it done. */
+    t = empty_tensor(s, empty);
+    before = issued(s);
+    CK_OK(disco_session_free_reg(s, t));
+    for (int w = 0; w < 3; w++)
+        CK_OK(disco_session_sync(s, w));
+    ck_assert_uint_eq(issued(s) - before, 4);
+    CK_OK(disco_session_heap_stats(s, &h1));
+    ck_assert_uint_eq(h1.live_blocks, h0.live_blocks);
+
+    /* Two frees in a row: the first goes alone when the second comes. */
+    disco_dref_t t1 = empty_tensor(s, empty), t2 = empty_tensor(s, empty);
+    before = issued(s);
+    CK_OK(disco_session_free_reg(s, t1));
+    CK_OK(disco_session_free_reg(s, t2));
+    CK_OK(disco_session_call(s, echo, &seven, 1, &r));
+    ck_assert_uint_eq(issued(s) - before, 2);
+    CK_OK(disco_session_sync(s, 1));
+    CK_OK(disco_session_sync(s, 2));
+    CK_OK(disco_session_heap_stats(s, &h1));
+    ck_assert_uint_eq(h1.live_blocks, h0.live_blocks);
+
+    /* The longest string echo can take in a 512-byte frame without a free;
+     * with a free waiting, the call still goes (the free first, alone). */
+    static char str[600];
+    size_t len = 0;
+    for (size_t n = 1; n < sizeof str - 1; n++) {
+        memset(str, 'x', n);
+        str[n] = '\0';
+        disco_value_t v = disco_value_str(str);
+        disco_dref_t x;
+        disco_status_t st = disco_session_call(s, echo, &v, 1, &x);
+        if (st == DISCO_E_MSG_TOO_BIG)
+            break;
+        CK_OK(st);
+        CK_OK(disco_session_free_reg(s, x));
+        len = n;
+    }
+    ck_assert_uint_gt(len, 100);
+    memset(str, 'y', len);
+    str[len] = '\0';
+    t = empty_tensor(s, empty);
+    before = issued(s);
+    CK_OK(disco_session_free_reg(s, t));
+    v = disco_value_str(str);
+    disco_dref_t x;
+    CK_OK(disco_session_call(s, echo, &v, 1, &x));
+    ck_assert_uint_eq(issued(s) - before, 2);
+    disco_value_t got;
+    CK_OK(disco_session_debug_get(s, x, 2, &got));
+    ck_assert_int_eq(got.type, DISCO_T_STR);
+    ck_assert_str_eq(got.v.str, str);
+    disco_value_clear(&got);
+    CK_OK(disco_session_free_reg(s, x));
+    CK_OK(disco_session_free_reg(s, r));
+    for (int w = 0; w < 3; w++)
+        CK_OK(disco_session_sync(s, w));
+    CK_OK(disco_session_heap_stats(s, &h1));
+    ck_assert_uint_eq(h1.live_blocks, h0.live_blocks);
+    disco_session_close(s);
+    assert_clean();
+}
+END_TEST
+
 /* Shutdown is harmless twice; calls afterwards say so. */
 START_TEST(test_shutdown_twice)
 {
@@ -483,6 +604,7 @@ Suite *suite_session(void)
     tcase_add_loop_test(tc, test_worker_death, 0, 12);
     tcase_add_test(tc, test_deadline);
     tcase_add_test(tc, test_heap_stats);
+    tcase_add_test(tc, test_free_rides_with_call);
     tcase_add_test(tc, test_shutdown_twice);
     tcase_add_test(tc, test_bad_config);
     tcase_add_test(tc, test_controller_death);

@@ -224,7 +224,12 @@ disco_status_t disco_session_debug_set(disco_session_t *sess, disco_dref_t reg, 
 disco_status_t disco_session_alloc_reg(disco_session_t *sess, disco_dref_t *reg_out);
 
 /** Frees register reg on every worker; its id is reused (last freed, first
- *  reused). A register lost in a recovery (disco_session_recover) is freed
+ *  reused). The free is sent with the next command: inside it when that is
+ *  a call (a call + free loop sends one command per call, not two), else
+ *  just before it; every worker frees reg before anything after it runs.
+ *  Until then the id is not live (a use is DISCO_E_BAD_REG) and not reused
+ *  by a call's result; disco_session_alloc_reg sends it first, so that it
+ *  still returns the id freed last. A register lost in a recovery (disco_session_recover) is freed
  *  quietly: DISCO_OK, nothing sent, its id reusable from now on, whatever
  *  the session's health. Returns DISCO_OK, DISCO_E_BAD_REG, DISCO_E_BROKEN,
  *  DISCO_E_SHUTDOWN. */

@@ -103,7 +103,11 @@ disco_status_t disco_session_recover(disco_session_t *s)
             return failed(s, DISCO_E_TIMEOUT, "killing the workers");
         }
     disco__regs_lose_all(&s->regs); /* R2 */
-    disco__worker_fini(&s->w0);     /* R3 */
+    if (s->free_next != 0) {        /* a free waiting to ride: the workers' registers are gone */
+        disco__regs_recycle(&s->regs, s->free_next);
+        s->free_next = 0;
+    }
+    disco__worker_fini(&s->w0); /* R3 */
     disco_status_t st = disco__tensor_heap_rebuild(&s->heap, NULL);
     if (st != DISCO_OK)
         return failed(s, st, "rebuilding the heap");

@@ -66,6 +66,21 @@ static inline void disco__regs_release(struct disco__regs *t, uint64_t r)
     t->free[t->nfree++] = r; /* room: cap > every id issued */
 }
 
+/** Ends live id r without freeing it yet: it is not live (a use is
+ *  DISCO_E_BAD_REG) and not reused until disco__regs_recycle, once the
+ *  workers have been told to free it (session.c, free_next). */
+static inline void disco__regs_retire(struct disco__regs *t, uint64_t r)
+{
+    t->live[r] = false;
+    t->func[r] = NULL;
+}
+
+/** Returns retired id r to the free list. */
+static inline void disco__regs_recycle(struct disco__regs *t, uint64_t r)
+{
+    t->free[t->nfree++] = r; /* room: cap > every id issued */
+}
+
 /** Whether r was lost in a recovery (and not freed since). */
 static inline bool disco__regs_lost(const struct disco__regs *t, uint64_t r)
 {

@@ -156,11 +156,40 @@ disco_status_t disco__session_deliver(struct disco_session *s, const disco_frame
  * (disco__session_deliver). *w0_reply_len is worker 0's reply in
  * s->reply, if the command asked it for one. */
 static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_value_t *args,
+                            uint32_t nargs, size_t *w0_reply_len);
+
+/* Sends the kill of the register a free left for the next call on its
+ * own, when the next command is not a call that can carry it. */
+static disco_status_t free_alone(struct disco_session *s)
+{
+    disco_value_t kill = {.type = DISCO_T_DREF, .v.reg = s->free_next};
+    s->free_next = 0;
+    disco_status_t st = issue(s, DISCO_CMD_KILL_REG, &kill, 1, NULL);
+    disco__regs_recycle(&s->regs, kill.v.reg);
+    return st;
+}
+
+static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_value_t *args,
                             uint32_t nargs, size_t *w0_reply_len)
 {
     disco_status_t st = disco__session_ready(s);
     if (st != DISCO_OK)
         return st;
+    const struct disco__func *f = code == DISCO_CMD_CALL ? s->regs.func[args[1].v.reg] : NULL;
+    disco_value_t with_free[DISCO_MAX_ARGS];
+    if (s->free_next != 0) {
+        if (code != DISCO_CMD_CALL || nargs >= DISCO_MAX_ARGS) {
+            if ((st = free_alone(s)) != DISCO_OK)
+                return st;
+        } else { /* the free rides with this call: one command instead of two */
+            with_free[0] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = s->free_next};
+            memcpy(with_free + 1, args, nargs * sizeof *args);
+            s->free_next = 0;
+            code = DISCO_CMD_FREE_CALL;
+            args = with_free;
+            nargs++;
+        }
+    }
     /* The command slot's cache line is last held by the readers: start
      * taking it now, so the fetch overlaps the encoding instead of stalling
      * the broadcast's stores. */
@@ -168,13 +197,25 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     size_t len;
     disco_frame_hdr_t h = {.code = code, .nargs = nargs, .seq = ++s->seq};
     st = disco_frame_encode(code, h.seq, args, nargs, s->buf, s->chan.max_msg, &len);
+    if (st != DISCO_OK && code == DISCO_CMD_FREE_CALL) {
+        /* The call fits only without the free (DISCO_E_MSG_TOO_BIG): the
+         * free goes alone, and the call, as it came, after it. */
+        s->seq--;
+        s->free_next = args[0].v.reg;
+        if ((st = free_alone(s)) != DISCO_OK)
+            return st;
+        return issue(s, DISCO_CMD_CALL, args + 1, nargs - 1, w0_reply_len);
+    }
     if (st != DISCO_OK)
         return st;
+    /* The freed id may be taken again from now on: any later command runs
+     * after this one on every worker. */
+    if (code == DISCO_CMD_FREE_CALL)
+        disco__regs_recycle(&s->regs, args[0].v.reg);
     size_t rlen = 0;
-    const struct disco__func *f = code == DISCO_CMD_CALL ? s->regs.func[args[1].v.reg] : NULL;
     st = disco__session_deliver(s, &h, args, s->buf, len, f != NULL ? f->name : NULL, &rlen);
     if (st == DISCO_OK && f != NULL && f == s->load_fn) /* for a recovery to load it again */
-        disco__libs_note(&s->libs, &args[2], &s->w0);
+        disco__libs_note(&s->libs, &args[code == DISCO_CMD_FREE_CALL ? 3 : 2], &s->w0);
     if (st == DISCO_OK && w0_reply_len != NULL)
         *w0_reply_len = rlen;
     return st;
@@ -382,16 +423,23 @@ static disco_status_t api_free(disco_session_t *s, disco_dref_t reg)
         return st;
     if (!disco__regs_ok(&s->regs, reg))
         return disco__regs_bad(&s->regs, reg);
-    disco_value_t args[1] = {{.type = DISCO_T_DREF, .v.reg = reg}};
-    if ((st = issue(s, DISCO_CMD_KILL_REG, args, 1, NULL)) != DISCO_OK)
+    /* The kill rides with the next command when that is a call (issue):
+     * a serving loop's call + free is one command instead of two (issue
+     * 21). Until it is sent the id is retired, not reused: worker 0's
+     * registers are also written without a command (copies, empty), and a
+     * new value under the id would be freed by the kill. */
+    if (s->free_next != 0 && (st = free_alone(s)) != DISCO_OK)
         return st;
-    disco__regs_release(&s->regs, reg);
+    s->free_next = reg;
+    disco__regs_retire(&s->regs, reg);
     return DISCO_OK;
 }
 
 static disco_status_t api_alloc_reg(disco_session_t *s, disco_dref_t *reg_out)
 {
     disco_status_t st = usable(s);
+    if (st == DISCO_OK && s->free_next != 0) /* the id freed last comes first */
+        st = free_alone(s);
     return st != DISCO_OK ? st : disco__regs_alloc(&s->regs, reg_out);
 }
 

@@ -48,6 +48,7 @@ struct disco_session {
 
     uint64_t seq;
     int64_t token;
+    uint64_t free_next;   /* a freed register whose kill rides with the next call; 0: none */
     disco_status_t state; /* DISCO_OK, or what broke / ended the session */
     bool told;            /* a call has returned state (the cause) to the caller */
     char why[DISCO_ERR_MSG_MAX];

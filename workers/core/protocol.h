@@ -52,7 +52,10 @@ enum disco__cmd {
     DISCO_CMD_SYNC = 4,      /* [worker, token] */
     DISCO_CMD_DEBUG_GET = 7, /* [reg, worker, token] */
     DISCO_CMD_DEBUG_SET = 8, /* [reg, worker, token, value] */
-    DISCO_CMD_COUNT = 9,
+    /* A free riding with the next call (session.c, api_free): kill reg,
+     * then call as DISCO_CMD_CALL with the arguments after it. */
+    DISCO_CMD_FREE_CALL = 9, /* [reg, result reg, func reg, args...] */
+    DISCO_CMD_COUNT = 10,
 };
 
 /* Replies, worker -> controller. */
@@ -62,7 +65,7 @@ enum disco__reply {
 };
 
 #define DISCO_CTL_MAGIC          0x4c544343534944ULL /* "DISCCTL" */
-#define DISCO_CTL_LAYOUT         10u                 /* 10: the status region (wstat.h) */
+#define DISCO_CTL_LAYOUT         11u                 /* 11: ring cursors published in batches */
 #define DISCO_ERR_MSG_MAX        384
 #define DISCO_MAX_ARGS           64
 #define DISCO_MAX_WORKERS        255   /* on one node */
@@ -126,6 +129,9 @@ struct disco__bind {
 #define DISCO_REPLY_SLOTS 16u
 #define DISCO_REPLY_MAX   (1u << 20)
 #define DISCO_CMD_SLOTS   256u
+/* Workers publish their command-ring cursor every DISCO_CMD_BATCH slots
+ * (and before they wait): disco/shm/ring.h, "Publishing in batches". */
+#define DISCO_CMD_BATCH   32u
 #define DISCO_SLOT_SIZE   128u
 
 #endif

@@ -92,7 +92,9 @@ struct disco__trace_ring {
 
 /** The function register a command calls (0 for other commands). */
 #define disco__trace_func(h, args)                                                                 \
-    ((h)->code == DISCO_CMD_CALL && (h)->nargs >= 2 ? (args)[1].v.reg : 0u)
+    ((h)->code == DISCO_CMD_CALL && (h)->nargs >= 2        ? (args)[1].v.reg                       \
+     : (h)->code == DISCO_CMD_FREE_CALL && (h)->nargs >= 3 ? (args)[2].v.reg                       \
+                                                           : 0u)
 
 /** Appends one record (the ring's only writer). */
 static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, uint32_t code,

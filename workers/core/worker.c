@@ -18,6 +18,7 @@ static const char *const cmd_names[DISCO_CMD_COUNT] = {
     [DISCO_CMD_SYNC] = "sync worker",
     [DISCO_CMD_DEBUG_GET] = "debug get from remote",
     [DISCO_CMD_DEBUG_SET] = "debug set register",
+    [DISCO_CMD_FREE_CALL] = "call packed",
 };
 
 const char *disco__cmd_name(uint32_t code)
@@ -262,15 +263,17 @@ static disco_status_t fill_device(disco_worker_t *w, uint64_t reg, const disco_v
 static disco_status_t check_shape(const disco_frame_hdr_t *h, const disco_value_t *args)
 {
     static const char *const want[DISCO_CMD_COUNT] = {
-        [DISCO_CMD_SHUTDOWN] = "",      [DISCO_CMD_KILL_REG] = "r", [DISCO_CMD_GET_FUNC] = "rs",
-        [DISCO_CMD_CALL] = "rr",        [DISCO_CMD_SYNC] = "ii",    [DISCO_CMD_DEBUG_GET] = "rii",
-        [DISCO_CMD_DEBUG_SET] = "rii?",
+        [DISCO_CMD_SHUTDOWN] = "",      [DISCO_CMD_KILL_REG] = "r",
+        [DISCO_CMD_GET_FUNC] = "rs",    [DISCO_CMD_CALL] = "rr",
+        [DISCO_CMD_SYNC] = "ii",        [DISCO_CMD_DEBUG_GET] = "rii",
+        [DISCO_CMD_DEBUG_SET] = "rii?", [DISCO_CMD_FREE_CALL] = "rrr",
     };
     if (h->code >= DISCO_CMD_COUNT || want[h->code] == NULL)
         return disco_set_error(DISCO_E_PROTOCOL, "unknown command code %u", h->code);
     const char *s = want[h->code];
     size_t n = strlen(s);
-    if (h->code == DISCO_CMD_CALL ? h->nargs < n : h->nargs != n)
+    bool call = h->code == DISCO_CMD_CALL || h->code == DISCO_CMD_FREE_CALL;
+    if (call ? h->nargs < n : h->nargs != n)
         return disco_set_error(DISCO_E_ARG_COUNT, "%s with %u arguments", disco__cmd_name(h->code),
                                h->nargs);
     for (size_t i = 0; i < n; i++) {
@@ -300,10 +303,13 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
     switch (h->code) {
     case DISCO_CMD_SHUTDOWN:
         return DISCO_E_SHUTDOWN;
-    case DISCO_CMD_KILL_REG: {
+    case DISCO_CMD_KILL_REG:
+    case DISCO_CMD_FREE_CALL: {
         uint64_t r = args[0].v.reg;
         if (r != 0 && r < w->nregs)
             disco_value_clear(&w->regs[r]);
+        if (h->code == DISCO_CMD_FREE_CALL)
+            exec_call(w, args + 1, (int)h->nargs - 1);
         return DISCO_OK;
     }
     case DISCO_CMD_GET_FUNC:
