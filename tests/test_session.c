@@ -510,6 +510,48 @@ START_TEST(test_free_rides_with_call)
 }
 END_TEST
 
+/* A sync of every worker is one command that all of them answer, over
+ * either transport and launch mode: calls before it are done on every
+ * worker, failures reported there are returned (every reporting worker
+ * named), a death is DISCO_E_WORKER_DIED, not a hang. */
+START_TEST(test_sync_all)
+{
+    disco_session_t *s = open_with(4, (_i & 1) ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK,
+                                   (_i & 2) ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING, 0);
+    disco_dref_t echo, r, f;
+    CK_OK(disco_session_get_func(s, "test.echo", &echo));
+    disco_value_t v = disco_value_int(11);
+    CK_OK(disco_session_call(s, echo, &v, 1, &r));
+    uint64_t before = issued(s);
+    CK_OK(disco_session_sync_all(s));
+    ck_assert_uint_eq(issued(s) - before, 1);
+    for (int w = 0; w < 4; w++)
+        ck_assert_int_eq(get_int(s, r, w), 11);
+
+    disco_value_t args[2] = {disco_value_int(-1), disco_value_str("all bad")};
+    CK_OK(disco_session_get_func(s, "test.fail_on", &f));
+    CK_OK(disco_session_call(s, f, args, 2, &r));
+    CK_STATUS(disco_session_sync_all(s), DISCO_E_REMOTE);
+    for (int w = 0; w < 4; w++) {
+        char want[64];
+        snprintf(want, sizeof want, "worker %d: test.fail_on: all bad (worker %d)", w, w);
+        CK_HAS(want);
+    }
+    CK_OK(disco_session_sync_all(s)); /* reported once */
+
+    disco_value_t a[2] = {disco_value_int(3), disco_value_int(5)};
+    CK_OK(disco_session_call_by_name(s, "test.exit", a, 2, &r));
+    int64_t t0 = disco_now_ns();
+    CK_STATUS(disco_session_sync_all(s), DISCO_E_WORKER_DIED);
+    CK_HAS("worker 3 (pid");
+    CK_HAS("exited with code 5");
+    ck_assert_msg(disco_now_ns() - t0 < 5000000000LL, "death took too long to detect");
+    CK_STATUS(disco_session_sync_all(s), DISCO_E_BROKEN);
+    disco_session_close(s);
+    assert_clean();
+}
+END_TEST
+
 /* Shutdown is harmless twice; calls afterwards say so. */
 START_TEST(test_shutdown_twice)
 {
@@ -605,6 +647,7 @@ Suite *suite_session(void)
     tcase_add_test(tc, test_deadline);
     tcase_add_test(tc, test_heap_stats);
     tcase_add_test(tc, test_free_rides_with_call);
+    tcase_add_loop_test(tc, test_sync_all, 0, 4);
     tcase_add_test(tc, test_shutdown_twice);
     tcase_add_test(tc, test_bad_config);
     tcase_add_test(tc, test_controller_death);

@@ -202,6 +202,14 @@ disco_status_t disco_session_call(disco_session_t *sess, disco_dref_t func,
  *  worker). */
 disco_status_t disco_session_sync(disco_session_t *sess, int worker);
 
+/** Waits until every worker has run every command sent before: one
+ *  command that all of them answer, where a sync of each would send one
+ *  per worker, each read by all of them (with workers outnumbering the
+ *  cores, each such command makes every worker be scheduled; issue 21).
+ *  Across nodes, a sync of each worker in turn. Returns as
+ *  disco_session_sync, the first worker's failure first. */
+disco_status_t disco_session_sync_all(disco_session_t *sess);
+
 /** Fetches the value of register reg on worker (synchronous). The value
  *  owns its memory: disco_value_clear() it. A tensor comes back as the
  *  bytes of its data (a device tensor's are copied to the host and synced

@@ -338,6 +338,29 @@ static disco_status_t api_sync(disco_session_t *s, int worker)
     return disco__session_collect_errors(s);
 }
 
+static disco_status_t api_sync_all(disco_session_t *s)
+{
+    disco_status_t st = usable(s);
+    if (st != DISCO_OK)
+        return st;
+    if (s->node != NULL) { /* across nodes: the agents route one worker's sync */
+        for (int w = 0; w < s->gworld; w++)
+            if ((st = api_sync(s, w)) != DISCO_OK)
+                return st;
+        return DISCO_OK;
+    }
+    int64_t token = ++s->token;
+    disco_value_t args[2] = {disco_value_int(DISCO_SYNC_ALL), disco_value_int(token)};
+    size_t w0_len;
+    if ((st = issue(s, DISCO_CMD_SYNC, args, 2, &w0_len)) != DISCO_OK)
+        return st;
+    /* Worker 0's reply first: it is in s->reply, which the others' overwrite. */
+    for (int w = 0; w < s->world; w++)
+        if ((st = wait_reply(s, w, token, "sync", w0_len, NULL)) != DISCO_OK)
+            return st;
+    return disco__session_collect_errors(s);
+}
+
 static disco_status_t api_get_func(disco_session_t *s, const char *name, disco_dref_t *func_out)
 {
     disco_status_t st = usable(s);
@@ -512,6 +535,11 @@ static disco_status_t tell(struct disco_session *s, disco_status_t st)
 disco_status_t disco_session_sync(disco_session_t *s, int worker)
 {
     return tell(s, api_sync(s, worker));
+}
+
+disco_status_t disco_session_sync_all(disco_session_t *s)
+{
+    return tell(s, api_sync_all(s));
 }
 
 disco_status_t disco_session_get_func(disco_session_t *s, const char *name, disco_dref_t *func_out)

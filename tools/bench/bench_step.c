@@ -3,8 +3,12 @@
  *
  *   call_sync_all_ns_nN, call_sync_all_p99_ns_nN (N = 2, 4, 8): what one
  *       step of an SPMD program costs the controller: a no-op call on every
- *       worker, then a sync of every worker 1..N-1; single rounds, median
- *       and p99, default settings (placement, spin, tracing)
+ *       worker, then disco_session_sync_all (one command every worker
+ *       answers); single rounds, median and p99, default settings
+ *       (placement, spin, tracing)
+ *   call_sync_each_ns_nN, call_sync_each_p99_ns_nN: the same step with a
+ *       disco_session_sync of each worker 1..N-1 in turn (one command per
+ *       worker, each read by all of them), as issue 21 first measured it
  *   mpi_bcast_gather_ns_nN, mpi_bcast_gather_p99_ns_nN: MPI_Bcast of 64
  *       bytes from rank 0 + MPI_Gather of 8 bytes to it, N ranks
  *       (mpi_node_base.c, `calls`), timed on rank 0; and their ratio
@@ -20,6 +24,7 @@
  * its default placement (which binds nothing when workers outnumber
  * CPUs). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,21 +48,25 @@ static disco_session_t *open_default(int n)
     return s;
 }
 
-/* One step: a no-op call on every worker, a sync of each of 1..n-1; the
- * result is freed after the clock stops. Returns the step's ns. */
-static double step(disco_session_t *s, disco_dref_t noop, int n)
+/* One step: a no-op call on every worker, then a sync of all of them
+ * (each: a sync of each of 1..n-1); the result is freed after the clock
+ * stops. Returns the step's ns. */
+static double step(disco_session_t *s, disco_dref_t noop, int n, bool each)
 {
     disco_dref_t r;
     int64_t t0 = disco_now_ns();
     bu_check(disco_session_call(s, noop, NULL, 0, &r), "call disco.noop");
-    for (int w = 1; w < n; w++)
-        bu_check(disco_session_sync(s, w), "sync");
+    if (each)
+        for (int w = 1; w < n; w++)
+            bu_check(disco_session_sync(s, w), "sync");
+    else
+        bu_check(disco_session_sync_all(s), "sync all");
     double ns = (double)(disco_now_ns() - t0);
     bu_check(disco_session_free_reg(s, r), "free");
     return ns;
 }
 
-static void call_sync_all(int n, double *med_out, double *p99_out)
+static void call_sync_all(int n, bool each, double *med_out, double *p99_out)
 {
     disco_session_t *s = open_default(n);
     disco_dref_t noop;
@@ -65,9 +74,9 @@ static void call_sync_all(int n, double *med_out, double *p99_out)
     int rounds = bench_reps() * 1000;
     double *ns = bench_xmalloc((size_t)rounds * sizeof *ns);
     for (int i = 0; i < 1000; i++) /* warm-up */
-        step(s, noop, n);
+        step(s, noop, n, each);
     for (int i = 0; i < rounds; i++)
-        ns[i] = step(s, noop, n);
+        ns[i] = step(s, noop, n, each);
     *med_out = bench_stats(ns, rounds, p99_out);
     free(ns);
     disco_session_close(s);
@@ -181,12 +190,17 @@ void bench_step(void)
     char key[64];
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
         int n = ns[i];
-        double med, p99;
-        call_sync_all(n, &med, &p99);
+        double med, p99, each, each_p99;
+        call_sync_all(n, false, &med, &p99);
         snprintf(key, sizeof key, "call_sync_all_ns_n%d", n);
         record(key, med, "ns");
         snprintf(key, sizeof key, "call_sync_all_p99_ns_n%d", n);
         record(key, p99, "ns");
+        call_sync_all(n, true, &each, &each_p99);
+        snprintf(key, sizeof key, "call_sync_each_ns_n%d", n);
+        record(key, each, "ns");
+        snprintf(key, sizeof key, "call_sync_each_p99_ns_n%d", n);
+        record(key, each_p99, "ns");
         struct mpi_figs m;
         if (!run_mpi(n, "calls", &m))
             continue;
@@ -196,6 +210,8 @@ void bench_step(void)
         record(key, m.bg_p99_us * 1000.0, "ns");
         snprintf(key, sizeof key, "call_sync_all_vs_mpi_n%d", n);
         record(key, med / (m.bg_us * 1000.0), "x");
+        snprintf(key, sizeof key, "call_sync_each_vs_mpi_n%d", n);
+        record(key, each / (m.bg_us * 1000.0), "x");
     }
     record("stream_calls_per_s_n2", stream(2), "calls/s");
     record("stream_calls_per_s_n4", stream(4), "calls/s");

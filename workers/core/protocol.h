@@ -49,7 +49,7 @@ enum disco__cmd {
     DISCO_CMD_KILL_REG = 1,  /* [reg] */
     DISCO_CMD_GET_FUNC = 2,  /* [reg, name] */
     DISCO_CMD_CALL = 3,      /* [result reg, func reg, args...] */
-    DISCO_CMD_SYNC = 4,      /* [worker, token] */
+    DISCO_CMD_SYNC = 4,      /* [worker (DISCO_SYNC_ALL: every one), token] */
     DISCO_CMD_DEBUG_GET = 7, /* [reg, worker, token] */
     DISCO_CMD_DEBUG_SET = 8, /* [reg, worker, token, value] */
     /* A free riding with the next call (session.c, api_free): kill reg,
@@ -57,6 +57,9 @@ enum disco__cmd {
     DISCO_CMD_FREE_CALL = 9, /* [reg, result reg, func reg, args...] */
     DISCO_CMD_COUNT = 10,
 };
+
+/* A sync that every worker answers (disco_session_sync_all). */
+#define DISCO_SYNC_ALL (-1)
 
 /* Replies, worker -> controller. */
 enum disco__reply {

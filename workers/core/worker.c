@@ -319,7 +319,7 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         exec_call(w, args, (int)h->nargs);
         return DISCO_OK;
     case DISCO_CMD_SYNC:
-        if (args[0].v.i == disco__worker_gid(w))
+        if (args[0].v.i == disco__worker_gid(w) || args[0].v.i == DISCO_SYNC_ALL)
             return reply_ok(w, args[1].v.i, NULL, reply, reply_cap, reply_len);
         return DISCO_OK;
     case DISCO_CMD_DEBUG_GET: {
