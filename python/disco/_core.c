@@ -193,6 +193,19 @@ static PyObject *session_sync_worker_0(SessionObject *so, PyObject *unused)
     return sync_on(so, 0);
 }
 
+static PyObject *session_sync_all(SessionObject *so, PyObject *unused)
+{
+    (void)unused;
+    if (dp_enter(so) < 0)
+        return NULL;
+    disco_status_t st;
+    Py_BEGIN_ALLOW_THREADS st = disco_session_sync_all(so->s);
+    Py_END_ALLOW_THREADS dp_leave(so);
+    if (st != DISCO_OK)
+        return dp_raise(st);
+    Py_RETURN_NONE;
+}
+
 static PyObject *session_get_global_func(SessionObject *so, PyObject *name)
 {
     const char *n = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
@@ -477,6 +490,9 @@ static PyMethodDef session_methods[] = {
     {"_sync_worker", (PyCFunction)session_sync_worker, METH_O, "TVM's name of sync_worker."},
     {"sync_worker_0", (PyCFunction)session_sync_worker_0, METH_NOARGS,
      "sync_worker_0()\n--\n\nsync_worker(0)."},
+    {"sync_all", (PyCFunction)session_sync_all, METH_NOARGS,
+     "sync_all()\n--\n\nWaits until every worker has run every command sent before, with one\n"
+     "command they all answer; raises as sync_worker."},
     {"get_global_func", (PyCFunction)session_get_global_func, METH_O,
      "get_global_func(name)\n--\n\nLooks a function up by name on every worker: a DPackedFunc "
      "(a DRef\nholding it; call it to run it on every worker). Raises NoFunctionError when\n"

@@ -139,6 +139,25 @@ def test_sync_worker_orders_calls(sess):
     assert acc.debug_get_from_remote(1) == 51
 
 
+# sync_all waits for every worker with one command, and raises what any
+# worker reported, naming it.
+def test_sync_all(sess):
+    spin = sess.get_global_func("test.spin_on")
+    add = sess.get_global_func("test.add")
+    spin(sess.num_workers - 1, 20)  # the last worker straggles
+    acc = add(0, 1)
+    for _ in range(20):
+        acc = add(acc, 1)
+    sess.sync_all()
+    for w in range(sess.num_workers):
+        assert acc.debug_get_from_remote(w) == 21
+    sess.get_global_func("test.fail_on")(1, "boom all")
+    with pytest.raises(disco.RemoteError) as ei:
+        sess.sync_all()
+    assert "worker 1" in str(ei.value) and "boom all" in str(ei.value)
+    sess.sync_all()
+
+
 # load_library (TVM's load_vm_module) loads a library of DISCO_FUNCs into
 # every worker.
 def test_load_library(bare):
