@@ -21,6 +21,19 @@ static inline disco_session_t *tu_open_with_testlib(const disco_session_config_t
     return s;
 }
 
+/* A session of n workers launched and connected as asked, with the call
+ * timeout timeout_ms (0: the default) and tests/testlib.c loaded. */
+static inline disco_session_t *tu_open_as(int n, disco_launch_t launch,
+                                          disco_session_transport_t transport, uint32_t timeout_ms)
+{
+    disco_session_config_t cfg = disco_session_config_default(n);
+    cfg.launch = launch;
+    cfg.transport = transport;
+    cfg.call_timeout_ms = timeout_ms;
+    cfg.worker_path = DISCO_TEST_WORKER;
+    return tu_open_with_testlib(&cfg);
+}
+
 /* A register as an argument. */
 static inline disco_value_t tu_dref(disco_dref_t r)
 {

@@ -21,17 +21,6 @@
 
 #define LOST "lost in a recovery"
 
-static disco_session_t *open_with(int n, disco_launch_t launch, disco_session_transport_t tr,
-                                  uint32_t timeout_ms)
-{
-    disco_session_config_t cfg = disco_session_config_default(n);
-    cfg.launch = launch;
-    cfg.transport = tr;
-    cfg.call_timeout_ms = timeout_ms;
-    cfg.worker_path = DISCO_TEST_WORKER;
-    return tu_open_with_testlib(&cfg);
-}
-
 /* Kills worker w (SIGKILL) and sees the session report it. */
 static void kill_and_see(disco_session_t *s, int w)
 {
@@ -103,7 +92,7 @@ static size_t live_blocks(disco_session_t *s)
  * allreduce over all 8 gives the exact sums. */
 START_TEST(test_kill_recover_run)
 {
-    disco_session_t *s = open_with(8, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
+    disco_session_t *s = tu_open_as(8, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
     int old[8];
     for (int w = 0; w < 8; w++)
         old[w] = disco_session_worker_pid(s, w);
@@ -130,7 +119,7 @@ END_TEST
  * register reuses a lost id that was not freed. */
 START_TEST(test_old_drefs_lost)
 {
-    disco_session_t *s = open_with(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
+    disco_session_t *s = tu_open_as(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
     disco_dref_t f, r, x;
     CK_OK(disco_session_get_func(s, "test.add", &f));
     disco_value_t a[2] = {disco_value_int(1), disco_value_int(2)};
@@ -186,7 +175,7 @@ END_TEST
  * library's functions work on them: recover loaded it again. */
 START_TEST(test_spawn_pipes)
 {
-    disco_session_t *s = open_with(4, DISCO_LAUNCH_SPAWN, DISCO_TRANSPORT_PIPE, 20000);
+    disco_session_t *s = tu_open_as(4, DISCO_LAUNCH_SPAWN, DISCO_TRANSPORT_PIPE, 20000);
     check_add(s);
     kill_and_see(s, 2);
     CK_OK(disco_session_recover(s));
@@ -200,7 +189,7 @@ END_TEST
  * (DISCO_E_TIMEOUT); recover brings the session back. */
 START_TEST(test_after_timeout)
 {
-    disco_session_t *s = open_with(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 300);
+    disco_session_t *s = tu_open_as(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 300);
     disco_value_t w2 = disco_value_int(2);
     disco_dref_t r;
     CK_OK(disco_session_call_by_name(s, "test.hang", &w2, 1, &r));
@@ -218,7 +207,7 @@ END_TEST
  * works with every worker new. */
 START_TEST(test_stuck_survivor)
 {
-    disco_session_t *s = open_with(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
+    disco_session_t *s = tu_open_as(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
     disco_value_t w2 = disco_value_int(2);
     disco_dref_t r;
     CK_OK(disco_session_call_by_name(s, "test.hang", &w2, 1, &r));
@@ -239,7 +228,7 @@ END_TEST
  * nothing (no tensor is held by the controller). */
 START_TEST(test_twice_in_a_row)
 {
-    disco_session_t *s = open_with(4, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
+    disco_session_t *s = tu_open_as(4, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
     for (int round = 0; round < 3; round++) {
         disco_dref_t x;
         CK_OK(copy_floats(s, 1024, 0.0f, &x)); /* left in a register: lost below */
@@ -260,7 +249,7 @@ END_TEST
  * the heap is back to empty, its free space whole. */
 START_TEST(test_heap_no_leak)
 {
-    disco_session_t *s = open_with(4, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
+    disco_session_t *s = tu_open_as(4, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
     disco_heap_stats_t h0, h1;
     CK_OK(disco_session_heap_stats(s, &h0));
     ck_assert_uint_eq(h0.live_blocks, 0);
@@ -298,7 +287,7 @@ END_TEST
  * freed it under the view.) */
 START_TEST(test_view_survives)
 {
-    disco_session_t *s = open_with(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
+    disco_session_t *s = tu_open_as(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
     int64_t shape = 4096;
     disco_value_t fa[3] = {disco_value_shape(&shape, 1), disco_value_dtype(F32),
                            disco_value_int(5)};
@@ -339,7 +328,7 @@ END_TEST
 START_TEST(test_nothing_left)
 {
     int fds = tu_open_fds(), shm = tu_dev_shm_disco_entries();
-    disco_session_t *s = open_with(4, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_PIPE, 20000);
+    disco_session_t *s = tu_open_as(4, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_PIPE, 20000);
     int pids[3][4];
     for (int round = 0; round < 3; round++) {
         for (int w = 1; w < 4; w++)
@@ -365,7 +354,7 @@ END_TEST
  * DISCO_E_SHUTDOWN. */
 START_TEST(test_healthy_and_shutdown)
 {
-    disco_session_t *s = open_with(2, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
+    disco_session_t *s = tu_open_as(2, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
     disco_dref_t r;
     CK_OK(disco_session_alloc_reg(s, &r));
     int pid = disco_session_worker_pid(s, 1);
@@ -386,7 +375,7 @@ END_TEST
  * and it still exports as JSON. */
 START_TEST(test_trace_goes_on)
 {
-    disco_session_t *s = open_with(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
+    disco_session_t *s = tu_open_as(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 20000);
     check_add(s);
     kill_and_see(s, 2);
     CK_OK(disco_session_recover(s));

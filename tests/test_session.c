@@ -38,20 +38,9 @@ static void assert_clean(void)
     fclose(f);
 }
 
-static disco_session_t *open_with(int n, disco_launch_t launch, disco_session_transport_t transport,
-                                  uint32_t timeout_ms)
-{
-    disco_session_config_t cfg = disco_session_config_default(n);
-    cfg.launch = launch;
-    cfg.transport = transport;
-    cfg.call_timeout_ms = timeout_ms;
-    cfg.worker_path = DISCO_TEST_WORKER;
-    return tu_open_with_testlib(&cfg);
-}
-
 static disco_session_t *open_n(int n)
 {
-    return open_with(n, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 0);
+    return tu_open_as(n, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 0);
 }
 
 static int64_t get_int(disco_session_t *s, disco_dref_t r, int w)
@@ -96,7 +85,7 @@ START_TEST(test_transports_and_launch)
 {
     disco_launch_t launch = (_i & 1) ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
     disco_session_transport_t tr = (_i & 2) ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING;
-    disco_session_t *s = open_with(3, launch, tr, 0);
+    disco_session_t *s = tu_open_as(3, launch, tr, 0);
     check_ids(s);
     disco_session_close(s);
     assert_clean();
@@ -304,8 +293,8 @@ END_TEST
 START_TEST(test_worker_death)
 {
     int how = _i % 3, mode = _i / 3;
-    disco_session_t *s = open_with(3, (mode & 1) ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK,
-                                   (mode & 2) ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING, 0);
+    disco_session_t *s = tu_open_as(3, (mode & 1) ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK,
+                                    (mode & 2) ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING, 0);
     disco_dref_t r;
     int64_t t0 = disco_now_ns();
     if (how == 0) {
@@ -337,7 +326,7 @@ END_TEST
  * killed, the session reports itself broken. */
 START_TEST(test_deadline)
 {
-    disco_session_t *s = open_with(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 300);
+    disco_session_t *s = tu_open_as(3, DISCO_LAUNCH_FORK, DISCO_TRANSPORT_RING, 300);
     int pid = disco_session_worker_pid(s, 2);
     disco_value_t w = disco_value_int(2);
     disco_dref_t r;
@@ -355,6 +344,18 @@ START_TEST(test_deadline)
 }
 END_TEST
 
+/* A tensor of 1000 floats on every worker (empty: disco.empty). */
+static disco_dref_t empty_tensor(disco_session_t *s, disco_dref_t empty)
+{
+    int64_t n = 1000;
+    disco_value_t a[4] = {disco_value_shape(&n, 1),
+                          disco_value_dtype((DLDataType){kDLFloat, 32, 1}),
+                          disco_value_device((DLDevice){kDLCPU, 0}), disco_value_bool(false)};
+    disco_dref_t r;
+    CK_OK(disco_session_call(s, empty, a, 4, &r));
+    return r;
+}
+
 /* The heap's statistics count a tensor per worker while it lives, none
  * after its register is freed on every worker; a broken session still
  * answers. */
@@ -364,12 +365,9 @@ START_TEST(test_heap_stats)
     disco_heap_stats_t h0, h1, h2;
     CK_OK(disco_session_heap_stats(s, &h0));
     ck_assert_uint_eq(h0.capacity, h0.used_bytes + h0.free_bytes);
-    int64_t n = 1000;
-    disco_value_t a[4] = {disco_value_shape(&n, 1),
-                          disco_value_dtype((DLDataType){kDLFloat, 32, 1}),
-                          disco_value_device((DLDevice){kDLCPU, 0}), disco_value_bool(false)};
-    disco_dref_t r;
-    CK_OK(disco_session_call_by_name(s, "disco.empty", a, 4, &r));
+    disco_dref_t empty;
+    CK_OK(disco_session_get_func(s, "disco.empty", &empty));
+    disco_dref_t r = empty_tensor(s, empty);
     for (int w = 0; w < 3; w++)
         CK_OK(disco_session_sync(s, w));
     CK_OK(disco_session_heap_stats(s, &h1));
@@ -398,18 +396,6 @@ static uint64_t issued(disco_session_t *s)
     uint64_t n = v.issued;
     disco_view_free(&v);
     return n;
-}
-
-/* A tensor of 1000 floats on every worker (empty: disco.empty). */
-static disco_dref_t empty_tensor(disco_session_t *s, disco_dref_t empty)
-{
-    int64_t n = 1000;
-    disco_value_t a[4] = {disco_value_shape(&n, 1),
-                          disco_value_dtype((DLDataType){kDLFloat, 32, 1}),
-                          disco_value_device((DLDevice){kDLCPU, 0}), disco_value_bool(false)};
-    disco_dref_t r;
-    CK_OK(disco_session_call(s, empty, a, 4, &r));
-    return r;
 }
 
 /* A free rides with the next call: call + free + call is two commands, not
@@ -516,8 +502,8 @@ END_TEST
  * named), a death is DISCO_E_WORKER_DIED, not a hang. */
 START_TEST(test_sync_all)
 {
-    disco_session_t *s = open_with(4, (_i & 1) ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK,
-                                   (_i & 2) ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING, 0);
+    disco_session_t *s = tu_open_as(4, (_i & 1) ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK,
+                                    (_i & 2) ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING, 0);
     disco_dref_t echo, r, f;
     CK_OK(disco_session_get_func(s, "test.echo", &echo));
     disco_value_t v = disco_value_int(11);

@@ -367,9 +367,9 @@ START_TEST(test_event_in_process)
 }
 END_TEST
 
-/* A process waiting for a record whose recorder died before running it gets
- * DISCO_E_SYS naming the pid, instead of waiting forever. */
-START_TEST(test_event_recorder_died)
+/* Forks *pid_out, which records an event on sim0 and never runs it (it
+ * waits for a signal); returns that event imported on sim1. */
+static disco_event_t *import_unrun_record(pid_t *pid_out)
 {
     int c2p[2];
     ck_assert(pipe(c2p) == 0);
@@ -386,6 +386,16 @@ START_TEST(test_event_recorder_died)
     expect(c2p[0], 'r', &pid, 1, "recorder failed");
     disco_event_t *ev;
     CK_OK(disco_device_event_import(sim1, &sh->ev, &ev));
+    *pid_out = pid;
+    return ev;
+}
+
+/* A process waiting for a record whose recorder died before running it gets
+ * DISCO_E_SYS naming the pid, instead of waiting forever. */
+START_TEST(test_event_recorder_died)
+{
+    pid_t pid;
+    disco_event_t *ev = import_unrun_record(&pid);
     CK_STATUS(disco_device_event_query(ev), DISCO_E_AGAIN);
     tu_kill_all(&pid, 1);
     CK_STATUS(disco_device_event_sync(ev), DISCO_E_SYS);
@@ -400,21 +410,8 @@ END_TEST
  * dead peer: 0.7 s for 8 workers in the soak before this). */
 START_TEST(test_event_recorder_dead_at_once)
 {
-    int c2p[2];
-    ck_assert(pipe(c2p) == 0);
-    pid_t pid = tu_fork();
-    if (pid == 0) {
-        disco_event_t *ev;
-        CH_OK(disco_device_event_create(sim0, &ev));
-        CH_OK(disco_device_event_export(ev, &sh->ev));
-        CH_OK(disco_device_event_record(ev, NULL)); /* queued, never synced */
-        put(c2p[1], 'r');
-        pause();
-        _exit(1);
-    }
-    expect(c2p[0], 'r', &pid, 1, "recorder failed");
-    disco_event_t *ev;
-    CK_OK(disco_device_event_import(sim1, &sh->ev, &ev));
+    pid_t pid;
+    disco_event_t *ev = import_unrun_record(&pid);
     tu_kill_all(&pid, 1);
     int64_t t0 = disco_now_ns();
     for (int i = 0; i < 10; i++) {
