@@ -167,12 +167,14 @@ static int worker_arg(SessionObject *so, PyObject *o, int *w)
     return 0;
 }
 
+/* A sync of worker w, or of every worker when w is -1. */
 static PyObject *sync_on(SessionObject *so, int w)
 {
     if (dp_enter(so) < 0)
         return NULL;
     disco_status_t st;
-    Py_BEGIN_ALLOW_THREADS st = disco_session_sync(so->s, w);
+    Py_BEGIN_ALLOW_THREADS st =
+        w < 0 ? disco_session_sync_all(so->s) : disco_session_sync(so->s, w);
     Py_END_ALLOW_THREADS dp_leave(so);
     if (st != DISCO_OK)
         return dp_raise(st);
@@ -196,14 +198,7 @@ static PyObject *session_sync_worker_0(SessionObject *so, PyObject *unused)
 static PyObject *session_sync_all(SessionObject *so, PyObject *unused)
 {
     (void)unused;
-    if (dp_enter(so) < 0)
-        return NULL;
-    disco_status_t st;
-    Py_BEGIN_ALLOW_THREADS st = disco_session_sync_all(so->s);
-    Py_END_ALLOW_THREADS dp_leave(so);
-    if (st != DISCO_OK)
-        return dp_raise(st);
-    Py_RETURN_NONE;
+    return sync_on(so, -1);
 }
 
 static PyObject *session_get_global_func(SessionObject *so, PyObject *name)
