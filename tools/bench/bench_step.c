@@ -66,7 +66,8 @@ static double step(disco_session_t *s, disco_dref_t noop, int n, bool each)
     return ns;
 }
 
-static void call_sync_all(int n, bool each, double *med_out, double *p99_out)
+/* Median and p99 of single steps (step()) in a session of n workers. */
+static void time_steps(int n, bool each, double *med_out, double *p99_out)
 {
     disco_session_t *s = open_default(n);
     disco_dref_t noop;
@@ -191,12 +192,12 @@ void bench_step(void)
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
         int n = ns[i];
         double med, p99, each, each_p99;
-        call_sync_all(n, false, &med, &p99);
+        time_steps(n, false, &med, &p99);
         snprintf(key, sizeof key, "call_sync_all_ns_n%d", n);
         record(key, med, "ns");
         snprintf(key, sizeof key, "call_sync_all_p99_ns_n%d", n);
         record(key, p99, "ns");
-        call_sync_all(n, true, &each, &each_p99);
+        time_steps(n, true, &each, &each_p99);
         snprintf(key, sizeof key, "call_sync_each_ns_n%d", n);
         record(key, each, "ns");
         snprintf(key, sizeof key, "call_sync_each_p99_ns_n%d", n);
