@@ -1,11 +1,9 @@
 /* session.c - the Disco session API on the controller (see session.h). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "shm/text.h"
 #include "shm/wait_internal.h"
 #include "workers/data/tensor_impl.h"
 #include "disco/dtype.h"
@@ -59,15 +57,6 @@ static disco_status_t usable(struct disco_session *s)
     return disco_set_error(DISCO_E_BROKEN, "session is broken: %s", s->why);
 }
 
-/* The wait for one call: the config's spin, the call timeout (counted from
- * when the wait starts waiting), worker checks. */
-const disco_wait_t *disco__session_call_wait(struct disco_session *s)
-{
-    s->wait.deadline_ns = 0;
-    s->wait.timeout_ns = (int64_t)s->cfg.call_timeout_ms * 1000000;
-    return &s->wait;
-}
-
 /* ---- registers ---- */
 
 /* ---- issuing commands ---- */
@@ -95,18 +84,6 @@ disco_status_t disco__session_bcast_failed(struct disco_session *s, disco_status
                                     w + s->gid_base, s->cfg.call_timeout_ms);
     }
     return st;
-}
-
-/* A failure of the link to the other nodes: a node found dead or broken
- * is the cause (disco__session_check_nodes); else the failure itself breaks the session,
- * since the nodes may now disagree on what was sent. */
-static disco_status_t node_failed(struct disco_session *s, disco_status_t st)
-{
-    char why[DISCO_ERR_MSG_MAX];
-    snprintf(why, sizeof why, "%s", disco_last_error());
-    if (disco__session_check_nodes(s) != DISCO_OK)
-        return disco_set_error(s->state, "%s", s->why);
-    return disco__session_break(s, st, "%s", why);
 }
 
 disco_status_t disco__session_ready(struct disco_session *s)
@@ -137,7 +114,7 @@ disco_status_t disco__session_deliver(struct disco_session *s, const disco_frame
         return disco__session_bcast_failed(s, st);
     atomic_store_explicit(&s->stat->issued, h->seq, memory_order_relaxed);
     if (s->node != NULL && (st = disco__node_post(s->node, frame, len)) != DISCO_OK)
-        return node_failed(s, st);
+        return disco__session_node_failed(s, st);
     uint64_t func = disco__trace_func(h, args);
     uint64_t key =
         func != 0 && func < s->regs.cap && s->regs.func[func] != NULL ? s->regs.func[func]->key : 0;
@@ -152,9 +129,6 @@ disco_status_t disco__session_deliver(struct disco_session *s, const disco_frame
     return DISCO_OK;
 }
 
-/* Encodes a command, broadcasts it and runs it on worker 0
- * (disco__session_deliver). *w0_reply_len is worker 0's reply in
- * s->reply, if the command asked it for one. */
 static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_value_t *args,
                             uint32_t nargs, size_t *w0_reply_len);
 
@@ -169,6 +143,10 @@ static disco_status_t free_alone(struct disco_session *s)
     return st;
 }
 
+/* Encodes a command, broadcasts it and runs it on worker 0
+ * (disco__session_deliver). *w0_reply_len is worker 0's reply in
+ * s->reply, if the command asked it for one. A free waiting to be sent
+ * (free_next) goes first, inside the command when it is a call. */
 static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_value_t *args,
                             uint32_t nargs, size_t *w0_reply_len)
 {
@@ -221,87 +199,6 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     return st;
 }
 
-/* A wait for worker's reply to what that failed with st: past the
- * deadline the worker is killed; a closed channel means it is dying, and
- * its death (as the kernel reports it) is the cause. */
-disco_status_t disco__session_reply_failed(struct disco_session *s, int worker, disco_status_t st,
-                                           const char *what)
-{
-    if (st == DISCO_E_TIMEOUT) {
-        disco__session_kill(s, worker);
-        return disco__session_break(s, DISCO_E_TIMEOUT,
-                                    "worker %d did not answer %s within %u ms; it was killed",
-                                    worker + s->gid_base, what, s->cfg.call_timeout_ms);
-    }
-    if (st == DISCO_E_CLOSED || st == DISCO_E_TRUNCATED) {
-        /* A pipe closed: the worker is dying; wait for the kernel to say how. */
-        for (int i = 0; i < 100 && s->state == DISCO_OK; i++) {
-            if (disco__session_check(s) != DISCO_OK)
-                break;
-            usleep(10000);
-        }
-        if (s->state == DISCO_OK)
-            disco__session_break(s, st, "worker %d closed its channel", worker + s->gid_base);
-        return disco_set_error(s->state, "%s", s->why);
-    }
-    return st;
-}
-
-/* Receives worker's reply to token; value_out (optional) gets a copy of the
- * replied value. */
-static disco_status_t wait_reply(struct disco_session *s, int worker, int64_t token,
-                                 const char *what, size_t w0_len, disco_value_t *value_out)
-{
-    uint32_t len = (uint32_t)w0_len;
-    uint64_t seen = 0;        /* with tracing: when the wait found the reply (0: it did not wait) */
-    if (worker >= s->world) { /* on another node: its agent forwards the reply */
-        disco_status_t st =
-            disco__node_wait_reply(s->node, worker / s->world, s->reply, DISCO_REPLY_MAX, &len,
-                                   (int64_t)s->cfg.call_timeout_ms * 1000000);
-        if (st != DISCO_OK)
-            return node_failed(s, st);
-    } else if (worker != 0) {
-        const disco_wait_t *w = disco__session_call_wait(s);
-        s->wait_hook.found_at = disco__trace_slot(&s->trace, &seen);
-        /* Relaxed: a monitor's words (wstat.h). */
-        atomic_store_explicit(&s->stat->wait_what, DISCO_CW_REPLY, memory_order_relaxed);
-        atomic_store_explicit(&s->stat->wait_worker, worker, memory_order_relaxed);
-        disco_status_t st =
-            disco__chan_recv_reply(&s->chan, worker, s->reply, DISCO_REPLY_MAX, &len, w);
-        s->wait_hook.found_at = NULL;
-        if (st != DISCO_OK)
-            return disco__session_reply_failed(s, worker, st, what);
-    }
-    disco__trace_cmd_replied(&s->trace, s->seq, seen); /* it answers the last command issued */
-    disco_frame_hdr_t h;
-    disco_value_t v[3];
-    disco_status_t st = disco_frame_decode(s->reply, len, &h, v, 3);
-    if (st != DISCO_OK || h.nargs < 1 || v[0].type != DISCO_T_INT || v[0].v.i != token)
-        return disco__session_break(s, DISCO_E_PROTOCOL, "worker %d: bad reply to %s", worker,
-                                    what);
-    if (h.code == DISCO_REPLY_ERROR && h.nargs == 3 && v[1].type == DISCO_T_INT &&
-        v[2].type == DISCO_T_STR) {
-        /* The worker's words: bounded, escaped, and a code of ours. */
-        char msg[DISCO_ERR_MSG_MAX];
-        disco__text_safe(msg, sizeof msg, v[2].v.str, (size_t)v[2].len + 1);
-        if (!disco__status_is_error(v[1].v.i))
-            return disco__session_break(s, DISCO_E_PROTOCOL,
-                                        "worker %d: error reply with status %lld: %s", worker,
-                                        (long long)v[1].v.i, msg);
-        return disco_set_error((disco_status_t)v[1].v.i, "worker %d: %s", worker, msg);
-    }
-    if (h.code != DISCO_REPLY_OK)
-        return disco__session_break(s, DISCO_E_PROTOCOL, "worker %d: reply code %u to %s", worker,
-                                    h.code, what);
-    if (value_out != NULL) {
-        if (h.nargs != 2)
-            return disco__session_break(s, DISCO_E_PROTOCOL, "worker %d: no value in reply",
-                                        worker);
-        return disco_value_copy(&v[1], value_out);
-    }
-    return DISCO_OK;
-}
-
 static disco_status_t check_worker(const struct disco_session *s, int worker)
 {
     if (worker < 0 || worker >= s->gworld)
@@ -333,7 +230,7 @@ static disco_status_t api_sync(disco_session_t *s, int worker)
     size_t w0_len;
     if ((st = issue(s, DISCO_CMD_SYNC, args, 2, &w0_len)) != DISCO_OK)
         return st;
-    if ((st = wait_reply(s, worker, token, "sync", w0_len, NULL)) != DISCO_OK)
+    if ((st = disco__session_wait_reply(s, worker, token, "sync", w0_len, NULL)) != DISCO_OK)
         return st;
     return disco__session_collect_errors(s);
 }
@@ -356,7 +253,7 @@ static disco_status_t api_sync_all(disco_session_t *s)
         return st;
     /* Worker 0's reply first: it is in s->reply, which the others' overwrite. */
     for (int w = 0; w < s->world; w++)
-        if ((st = wait_reply(s, w, token, "sync", w0_len, NULL)) != DISCO_OK)
+        if ((st = disco__session_wait_reply(s, w, token, "sync", w0_len, NULL)) != DISCO_OK)
             return st;
     return disco__session_collect_errors(s);
 }
@@ -479,7 +376,7 @@ static disco_status_t api_debug_get(disco_session_t *s, disco_dref_t reg, int wo
     if ((st = issue(s, DISCO_CMD_DEBUG_GET, args, 3, &w0_len)) != DISCO_OK)
         return st;
     disco_value_t v;
-    if ((st = wait_reply(s, worker, token, "debug get", w0_len, &v)) != DISCO_OK)
+    if ((st = disco__session_wait_reply(s, worker, token, "debug get", w0_len, &v)) != DISCO_OK)
         return st;
     if ((st = disco__session_collect_errors(s)) != DISCO_OK) {
         disco_value_clear(&v);
@@ -506,7 +403,7 @@ static disco_status_t api_debug_set(disco_session_t *s, disco_dref_t reg, int wo
     size_t w0_len;
     if ((st = issue(s, DISCO_CMD_DEBUG_SET, args, 4, &w0_len)) != DISCO_OK)
         return st;
-    if ((st = wait_reply(s, worker, token, "debug set", w0_len, NULL)) != DISCO_OK)
+    if ((st = disco__session_wait_reply(s, worker, token, "debug set", w0_len, NULL)) != DISCO_OK)
         return st;
     return disco__session_collect_errors(s);
 }

@@ -137,6 +137,17 @@ const disco_wait_t *disco__session_call_wait(struct disco_session *s);
  *  breaks. Returns the status the caller gets. */
 disco_status_t disco__session_bcast_failed(struct disco_session *s, disco_status_t st);
 
+/** A failure of the link to the other nodes (st): a node found dead or
+ *  broken is the cause, else st breaks the session (session_reply.c). */
+disco_status_t disco__session_node_failed(struct disco_session *s, disco_status_t st);
+
+/** Receives worker's reply to the command with token (worker 0's is the
+ *  w0_len bytes already in s->reply); value_out (optional) gets a copy of
+ *  the replied value. A worker's error reply is returned as its status;
+ *  anything malformed breaks the session (session_reply.c). */
+disco_status_t disco__session_wait_reply(struct disco_session *s, int worker, int64_t token,
+                                         const char *what, size_t w0_len, disco_value_t *value_out);
+
 /** A wait for worker's reply to what that failed with st: past the
  *  deadline the worker is killed; a closed channel means it is dying, and
  *  its death is the cause. Returns the status the caller gets. */
