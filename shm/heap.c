@@ -4,6 +4,7 @@
  * hooks in heap_check.c, the layout in heap_block.h. */
 #include "disco/shm/heap.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -273,12 +274,37 @@ disco_status_t disco_heap_init(void *mem, size_t mem_size, disco_heap_t *heap_ou
     sh->arena_off = ARENA_OFF;
     sh->arena_end = ARENA_OFF + (mem_size - ARENA_OFF) / HDR * HDR;
     sh->mutex_size = (uint32_t)sizeof(pthread_mutex_t);
+    sh->backed_end = mem_size; /* disco_heap_init_lazy lowers it */
     disco_heap_t h;
     fill_handle(sh, mem, &h);
     write_free_header(&h, h.arena_off, h.arena_end - h.arena_off, 0);
     disco__heap_list_push(&h, h.arena_off);
     sh->magic = DISCO_HEAP_MAGIC; /* last: the heap is whole (not yet shared) */
     *heap_out = h;
+    return DISCO_OK;
+}
+
+disco_status_t disco_heap_init_lazy(void *mem, size_t mem_size, disco_heap_t *heap_out)
+{
+    if (mem == NULL || heap_out == NULL || (uintptr_t)mem % HDR != 0 ||
+        mem_size < disco_heap_footprint(0))
+        return disco_heap_init(mem, mem_size, heap_out); /* its messages */
+    /* The header and the first block's header first: that also tells
+     * whether this kernel can populate at all, before anything is written. */
+    disco_heap_t probe = {.base = mem};
+    uint64_t end = 0;
+    int e = disco__heap_populate(&probe, 0, ARENA_OFF + HDR, &end);
+    if (e == EINVAL)
+        return disco_set_error(DISCO_E_UNSUPPORTED,
+                               "disco_heap_init_lazy: this kernel cannot populate shared memory "
+                               "(MADV_POPULATE_WRITE needs Linux 5.14)");
+    if (e != 0)
+        return disco_set_error(DISCO_E_NOSPACE, "disco_heap_init_lazy: backing its header: %s",
+                               strerror(e));
+    disco_status_t st = disco_heap_init(mem, mem_size, heap_out);
+    if (st != DISCO_OK)
+        return st;
+    heap_out->sh->backed_end = end < mem_size ? end : mem_size;
     return DISCO_OK;
 }
 
@@ -321,6 +347,14 @@ disco_status_t disco_heap_alloc(disco_heap_t *h, size_t size, size_t align, uint
         return st;
     uint64_t off = 0, lead = 0;
     if (need <= arena && find_fit(h, need, al, &off, &lead)) {
+        /* Backed before any header is written: the block, and the header
+         * that carve may write after it. */
+        uint64_t end = off + lead + need + HDR;
+        st = disco__heap_back(h, end < h->arena_end ? end : h->arena_end, "disco_heap_alloc");
+        if (st != DISCO_OK) {
+            disco__heap_unlock(h);
+            return st;
+        }
         uint64_t data = carve(h, off, lead, need, owner, size);
         bool broken = h->sh->broken;
         disco__heap_unlock(h);
@@ -458,6 +492,7 @@ disco_status_t disco_heap_stats(const disco_heap_t *h, disco_heap_stats_t *stats
     s.live_blocks = (size_t)sh->live_blocks;
     s.free_blocks = (size_t)sh->free_blocks;
     s.recoveries = sh->recoveries;
+    s.backed_bytes = (size_t)(sh->backed_end < sh->mem_size ? sh->backed_end : sh->mem_size);
     disco__heap_unlock(h);
     *stats_out = s;
     return DISCO_OK;

@@ -53,6 +53,7 @@ struct disco_heap_shared {
     uint64_t live_blocks;
     uint64_t free_blocks;
     uint64_t recoveries;
+    uint64_t backed_end;         /* memory up to here is backed (heap_back.c); mem_size: all */
     uint64_t bitmap[NBINS / 64]; /* bit b: bins[b] is not empty */
     uint64_t bins[NBINS];        /* heads of the free lists */
 };
@@ -141,6 +142,17 @@ static inline void disco__heap_list_push(const disco_heap_t *h, uint64_t off)
  *  DISCO_E_TIMEOUT / the wait's status / DISCO_E_BROKEN / DISCO_E_SYS not
  *  holding it. */
 disco_status_t disco__heap_lock(const disco_heap_t *h, const char *who);
+
+/** Backs the pages of h's memory that hold offsets from..to (exclusive),
+ *  through this process's mapping (heap_back.c), and sets *end_out to the
+ *  offset where the backed pages end. Returns 0 or an errno (EINVAL: the
+ *  kernel cannot populate). Needs only h->base. */
+int disco__heap_populate(const disco_heap_t *h, uint64_t from, uint64_t to, uint64_t *end_out);
+
+/** Backs h's memory up to offset end (heap_back.c), if it is lazily backed
+ *  and not yet so far; under the lock. who names the caller in messages.
+ *  Returns DISCO_OK, or DISCO_E_NOSPACE with nothing changed. */
+disco_status_t disco__heap_back(const disco_heap_t *h, uint64_t end, const char *who);
 
 /** Releases the lock taken by disco__heap_lock. */
 static inline void disco__heap_unlock(const disco_heap_t *h)

@@ -27,6 +27,8 @@ disco_status_t disco__heap_check(disco_heap_t *h)
     for (uint64_t off = h->arena_off; off < h->arena_end; off += blk(h, off)->size) {
         const struct block *b = blk(h, off);
         CHECK(header_ok(h, off), "block %#" PRIx64 ": bad header", off);
+        CHECK(off + HDR <= sh->backed_end, "block %#" PRIx64 ": header past the backed %" PRIu64,
+              off, sh->backed_end);
         CHECK(b->prev_size == (prev != 0 ? blk(h, prev)->size : 0),
               "block %#" PRIx64 ": prev_size %" PRIu64, off, b->prev_size);
         CHECK(b->tag == TAG_USED || prev == 0 || blk(h, prev)->tag == TAG_USED,

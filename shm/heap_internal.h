@@ -30,6 +30,12 @@ enum disco__heap_step {
  * threads (plain variable, read without synchronization). */
 extern void (*disco__heap_fault_hook)(int step);
 
+/* Called, when non-NULL, before each populate of a lazily backed heap with
+ * the bytes about to be backed; a non-zero return is taken as that errno
+ * (a test's stand-in for memory that is not there). Process-local, as the
+ * fault hook. */
+extern int (*disco__heap_populate_hook)(size_t len);
+
 /** Takes the heap's lock and returns holding it (so that a test can kill
  *  the holder). Returns DISCO_OK or the lock's error. */
 disco_status_t disco__heap_lock_for_test(disco_heap_t *h);

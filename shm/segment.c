@@ -1,4 +1,5 @@
-/* segment.c - memfd segments with a checked header, fully backed at creation. */
+/* segment.c - memfd segments with a checked header, backed at creation (all
+ * of it, or a first part that the caller backs the rest of as it is used). */
 #include "disco/shm/segment.h"
 
 #include <errno.h>
@@ -170,9 +171,19 @@ disco_status_t disco_memory_check(uint64_t total, const char *what)
 
 disco_status_t disco_segment_create(const char *name, size_t data_size, disco_segment_t *seg_out)
 {
+    return disco_segment_create_partial(name, data_size, data_size, seg_out);
+}
+
+disco_status_t disco_segment_create_partial(const char *name, size_t data_size, size_t backed,
+                                            disco_segment_t *seg_out)
+{
     if (data_size == 0 || data_size > SIZE_MAX / 2)
         return disco_set_error(DISCO_E_INVAL, "segment size %zu is invalid", data_size);
+    if (backed > data_size)
+        return disco_set_error(DISCO_E_INVAL, "segment: %zu bytes to back of %zu", backed,
+                               data_size);
     size_t total = page_round(DISCO_SEGMENT_DATA_OFFSET + data_size);
+    size_t back = page_round(DISCO_SEGMENT_DATA_OFFSET + backed);
     disco_status_t st = disco_memory_check(total, "segment");
     if (st != DISCO_OK)
         return st;
@@ -186,9 +197,9 @@ disco_status_t disco_segment_create(const char *name, size_t data_size, disco_se
         st = disco_set_error(DISCO_E_SYS, "ftruncate(%zu): %s", total, strerror(errno));
         goto fail_fd;
     }
-    int err = posix_fallocate(fd, 0, (off_t)total);
+    int err = posix_fallocate(fd, 0, (off_t)back);
     if (err != 0) {
-        st = disco_set_error(DISCO_E_NOSPACE, "cannot back a segment of %zu bytes: %s", total,
+        st = disco_set_error(DISCO_E_NOSPACE, "cannot back %zu bytes of a segment: %s", back,
                              strerror(err));
         goto fail_fd;
     }
@@ -211,6 +222,22 @@ disco_status_t disco_segment_create(const char *name, size_t data_size, disco_se
 fail_fd:
     close(fd);
     return st;
+}
+
+disco_status_t disco_segment_back(const disco_segment_t *seg, size_t data_off, size_t len)
+{
+    size_t data = seg != NULL && seg->size > DISCO_SEGMENT_DATA_OFFSET
+                      ? seg->size - DISCO_SEGMENT_DATA_OFFSET
+                      : 0;
+    if (seg == NULL || seg->fd < 0 || data_off > data || len > data - data_off)
+        return disco_set_error(DISCO_E_INVAL, "segment: cannot back %zu bytes at %zu of %zu", len,
+                               data_off, data);
+    size_t off = DISCO_SEGMENT_DATA_OFFSET + data_off;
+    int err = posix_fallocate(seg->fd, (off_t)off, (off_t)len);
+    if (err != 0)
+        return disco_set_error(DISCO_E_NOSPACE, "cannot back %zu bytes of a segment: %s", len,
+                               strerror(err));
+    return DISCO_OK;
 }
 
 /* Maps the segment behind fd with protection prot (see the two callers). */

@@ -20,6 +20,8 @@ typedef struct disco_heap_stats {
     size_t live_blocks;  /* blocks allocated and not freed */
     size_t free_blocks;  /* free blocks (1 on an empty heap) */
     uint64_t recoveries; /* times a dead lock holder's state was recovered */
+    size_t backed_bytes; /* bytes of the heap's memory backed so far, its
+                          * header included: all of it, unless set up lazily */
 } disco_heap_stats_t;
 
 #ifdef __cplusplus

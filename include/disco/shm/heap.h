@@ -93,11 +93,11 @@ extern "C" {
 #endif
 
 #define DISCO_HEAP_MAGIC     0x5041454843534944ULL /* "DISCHEAP" */
-#define DISCO_HEAP_LAYOUT    1u
-#define DISCO_HEAP_ALIGN     64u   /* data alignment of every block */
-#define DISCO_HEAP_MAX_ALIGN 4096u /* largest alignment alloc honours */
-#define DISCO_HEAP_BLOCK_HDR 64u   /* bytes of header before each block's data */
-#define DISCO_HEAP_NULL      0u    /* never a block's offset */
+#define DISCO_HEAP_LAYOUT    2u                    /* 2: backed_end, for lazily backed heaps */
+#define DISCO_HEAP_ALIGN     64u                   /* data alignment of every block */
+#define DISCO_HEAP_MAX_ALIGN 4096u                 /* largest alignment alloc honours */
+#define DISCO_HEAP_BLOCK_HDR 64u                   /* bytes of header before each block's data */
+#define DISCO_HEAP_NULL      0u                    /* never a block's offset */
 
 /* Process-local handle; the caller owns its memory. */
 typedef struct disco_heap {
@@ -122,6 +122,20 @@ size_t disco_heap_footprint(size_t capacity);
  *  misaligned, mem_size smaller than disco_heap_footprint(64)); DISCO_E_SYS
  *  (the mutex cannot be set up). */
 disco_status_t disco_heap_init(void *mem, size_t mem_size, disco_heap_t *heap_out);
+
+/** disco_heap_init for memory whose pages are not all backed yet: the part
+ *  of a segment that disco_segment_create_partial left a hole. Only the
+ *  heap's header is backed now; an allocation that reaches past what is
+ *  backed backs the next 2 MiB or more first, under the lock, through the
+ *  caller's own mapping (MADV_POPULATE_WRITE), from whichever process
+ *  allocates; memory that cannot be had then fails that allocation with
+ *  DISCO_E_NOSPACE and changes nothing. Backing only grows: freed blocks
+ *  keep theirs. The mapping must cover mem's pages whole (mem + mem_size
+ *  rounded up to a page). Returns as disco_heap_init; DISCO_E_UNSUPPORTED
+ *  (the kernel cannot populate: before Linux 5.14) with nothing written, so
+ *  that the caller can back all of it and call disco_heap_init;
+ *  DISCO_E_NOSPACE (the header's page cannot be backed). */
+disco_status_t disco_heap_init_lazy(void *mem, size_t mem_size, disco_heap_t *heap_out);
 
 /** Fills a handle for a heap that another process (or another mapping in
  *  this one) formatted at mem, mapped in this process at any address with
@@ -149,6 +163,7 @@ void disco_heap_set_wait(disco_heap_t *h, const disco_wait_t *w);
  *  DISCO_OK; DISCO_E_INVAL (h or off_out NULL, bad align);
  *  DISCO_E_HEAP_EXHAUSTED (no free block fits; the detail names the size,
  *  the alignment, the largest free block and the free total);
+ *  DISCO_E_NOSPACE (a lazily backed heap could not back the block);
  *  DISCO_E_BROKEN (the heap's metadata is corrupt); DISCO_E_SYS (locking
  *  failed); DISCO_E_TIMEOUT or the wait's abort or callback status (the
  *  lock was held past the handle's wait, see disco_heap_set_wait). */

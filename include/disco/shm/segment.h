@@ -8,9 +8,11 @@
  * away with the last mapping and the last fd.
  *
  * The first page holds a header (magic + layout version + size); user data
- * starts at DISCO_SEGMENT_DATA_OFFSET, page-aligned. All of the memory is
- * allocated (fallocate) at creation: a size that cannot be backed fails there
- * with DISCO_E_NOSPACE, never with SIGBUS on a later touch.
+ * starts at DISCO_SEGMENT_DATA_OFFSET, page-aligned. The memory is allocated
+ * (fallocate) at creation: a size that cannot be backed fails there with
+ * DISCO_E_NOSPACE, never with SIGBUS on a later touch. A segment created
+ * partial backs only its first part; its creator backs the rest as it comes
+ * into use and checks each step (the session's heap: disco_heap_init_lazy).
  *
  * The mapping address differs between processes that attach separately (it is
  * the same across fork). Structures inside a segment use offsets.
@@ -44,6 +46,21 @@ typedef struct disco_segment {
  *  memory is not there: larger than what is available, or fallocate failed),
  *  DISCO_E_SYS (memfd_create/mmap failed). */
 disco_status_t disco_segment_create(const char *name, size_t data_size, disco_segment_t *seg_out);
+
+/** disco_segment_create, with only the header and the first backed bytes of
+ *  data allocated now (rounded up to a page); the rest is a hole until its
+ *  user backs it (fallocate, or MADV_POPULATE_WRITE through a mapping), and
+ *  the whole size is still checked against the memory available. Thread-safe.
+ *  Returns as disco_segment_create; DISCO_E_INVAL also for backed >
+ *  data_size. */
+disco_status_t disco_segment_create_partial(const char *name, size_t data_size, size_t backed,
+                                            disco_segment_t *seg_out);
+
+/** Backs (fallocate) len bytes of seg's data from data_off: what a partial
+ *  segment's creator does for a part that it wants whole now. Thread-safe.
+ *  Returns DISCO_OK, DISCO_E_INVAL (the range is not inside the segment, or
+ *  seg has no fd), DISCO_E_NOSPACE. */
+disco_status_t disco_segment_back(const disco_segment_t *seg, size_t data_off, size_t len);
 
 /** Maps an existing segment from an fd (for instance one inherited across
  *  exec). The fd is duplicated; the caller keeps its own. Checks the magic,

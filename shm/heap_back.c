@@ -1,0 +1,66 @@
+/* heap_back.c - backing a lazily backed heap (disco_heap_init_lazy, in
+ * heap.c): its memory is backed a chunk at a time, under the lock, as blocks
+ * reach past what is backed, so that a heap costs at creation only what it
+ * holds. */
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "disco/shm/segment.h"
+#include "shm/heap_block.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older C headers lack the name */
+#endif
+
+/* Backing grows by at least this much at a time: a populate of 2 MiB costs
+ * a few hundred microseconds, so the memory check before it (reading
+ * /proc/meminfo, tens of microseconds) stays a small part. */
+#define BACK_CHUNK ((uint64_t)2 << 20)
+
+int (*disco__heap_populate_hook)(size_t len);
+
+/* MADV_POPULATE_WRITE allocates the pages in the shared file, as fallocate
+ * would, through this process's mapping, so that any process of the session
+ * can do it without the file's descriptor. */
+int disco__heap_populate(const disco_heap_t *h, uint64_t from, uint64_t to, uint64_t *end_out)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)h->base + from) & ~(page - 1);
+    uintptr_t b = ((uintptr_t)h->base + to + page - 1) & ~(page - 1);
+    if (disco__heap_populate_hook != NULL) {
+        int e = disco__heap_populate_hook((size_t)(b - a));
+        if (e != 0)
+            return e;
+    }
+    if (madvise((void *)a, (size_t)(b - a), MADV_POPULATE_WRITE) != 0)
+        return errno;
+    *end_out = (uint64_t)(b - (uintptr_t)h->base);
+    return 0;
+}
+
+disco_status_t disco__heap_back(const disco_heap_t *h, uint64_t end, const char *who)
+{
+    struct disco_heap_shared *sh = h->sh;
+    uint64_t have = sh->backed_end; /* any value another process wrote: only compared */
+    if (end <= have)
+        return DISCO_OK;
+    uint64_t want = end + BACK_CHUNK - 1;
+    want = want - want % BACK_CHUNK;
+    if (want > sh->mem_size || want < end)
+        want = sh->mem_size;
+    disco_status_t st = disco_memory_check(want - have, "backing the heap");
+    if (st != DISCO_OK)
+        return disco_set_error(DISCO_E_NOSPACE, "%s: %s", who, disco_last_error());
+    uint64_t got = 0;
+    int e = disco__heap_populate(h, have, want, &got);
+    if (e != 0)
+        return disco_set_error(DISCO_E_NOSPACE,
+                               "%s: cannot back %" PRIu64 " more bytes of the heap (%" PRIu64
+                               " of %" PRIu64 " backed): %s",
+                               who, want - have, have, sh->mem_size, strerror(e));
+    sh->backed_end = got < sh->mem_size ? got : sh->mem_size;
+    return DISCO_OK;
+}
