@@ -439,11 +439,12 @@ static PyObject *session_heap_stats(SessionObject *so, PyObject *unused)
     if (st != DISCO_OK)
         return dp_raise(st);
     return Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "live_blocks", (unsigned long long)hs.live_blocks,
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "live_blocks", (unsigned long long)hs.live_blocks,
         "free_blocks", (unsigned long long)hs.free_blocks, "used_bytes",
         (unsigned long long)hs.used_bytes, "free_bytes", (unsigned long long)hs.free_bytes,
         "largest_free", (unsigned long long)hs.largest_free, "capacity",
-        (unsigned long long)hs.capacity, "recoveries", (unsigned long long)hs.recoveries);
+        (unsigned long long)hs.capacity, "recoveries", (unsigned long long)hs.recoveries,
+        "backed_bytes", (unsigned long long)hs.backed_bytes);
 }
 
 static PyObject *session_health(SessionObject *so, PyObject *unused)
@@ -519,7 +520,7 @@ static PyMethodDef session_methods[] = {
      "Chrome\nTrace Event JSON, which Perfetto (ui.perfetto.dev) opens."},
     {"heap_stats", (PyCFunction)session_heap_stats, METH_NOARGS,
      "heap_stats()\n--\n\nThe shared heap: live blocks, used and free bytes, capacity, "
-     "recoveries."},
+     "recoveries, and the bytes of its memory backed so far (backed_bytes)."},
     {"health", (PyCFunction)session_health, METH_NOARGS,
      "health()\n--\n\n(code, name): (0, 'DISCO_OK') while usable, else what broke or ended it."},
     {NULL, NULL, 0, NULL},

@@ -21,9 +21,24 @@ def live(sess):
 def test_heap_stats_fields(sess):
     st = heap(sess)
     for k in ("capacity", "used_bytes", "free_bytes", "largest_free", "live_blocks",
-              "free_blocks", "recoveries"):
+              "free_blocks", "recoveries", "backed_bytes"):
         assert isinstance(st[k], int), k
     assert st["used_bytes"] + st["free_bytes"] == st["capacity"]
+
+
+# The heap is backed as tensors reach it: a tensor past the backed mark
+# raises backed_bytes to cover it, and its bytes round-trip.
+def test_heap_backed_as_used(sess):
+    before = heap(sess)["backed_bytes"]
+    n = (before // 4) + (1 << 20)  # past what is backed now
+    assert n * 4 * 2 < heap(sess)["capacity"], "the fixture's heap is too small for this test"
+    x = sess.empty((n,), "float32", worker0_only=True)
+    after = heap(sess)["backed_bytes"]
+    assert after > before and after >= n * 4
+    host = np.arange(n, dtype=np.float32)
+    x.debug_copy_from(0, host)
+    assert np.array_equal(np.from_dlpack(x.debug_get_from_remote(0)), host)
+    del x
 
 
 # A tensor on every worker is one block per worker, freed with its DRef; on
