@@ -491,6 +491,18 @@ START_TEST(test_free_rides_with_call)
         CK_OK(disco_session_sync(s, w));
     CK_OK(disco_session_heap_stats(s, &h1));
     ck_assert_uint_eq(h1.live_blocks, h0.live_blocks);
+
+    /* A call_sync_all too big for the frame (its free's place is there
+     * either way) is refused, and the free waiting stays waiting: it goes
+     * with what follows, and nothing leaks. */
+    t = empty_tensor(s, empty);
+    CK_OK(disco_session_free_reg(s, t));
+    str[len - 8] = '\0'; /* fits a call, not a call_sync_all's 2 more arguments */
+    v = disco_value_str(str);
+    CK_STATUS(disco_session_call_sync_all(s, echo, &v, 1, &x), DISCO_E_MSG_TOO_BIG);
+    CK_OK(disco_session_sync_all(s));
+    CK_OK(disco_session_heap_stats(s, &h1));
+    ck_assert_uint_eq(h1.live_blocks, h0.live_blocks);
     disco_session_close(s);
     assert_clean();
 }
@@ -533,6 +545,81 @@ START_TEST(test_sync_all)
     CK_HAS("exited with code 5");
     ck_assert_msg(disco_now_ns() - t0 < 5000000000LL, "death took too long to detect");
     CK_STATUS(disco_session_sync_all(s), DISCO_E_BROKEN);
+    disco_session_close(s);
+    assert_clean();
+}
+END_TEST
+
+/* disco_session_call_sync_all, over either transport and launch mode: one
+ * command; it returns only once every worker ran the call (a straggler
+ * sleeping 150 ms is waited for); the results are there; a free waiting to
+ * be sent rides with it; a failing call is returned naming every worker,
+ * with its result register freed (its heap blocks too); a death is
+ * DISCO_E_WORKER_DIED, not a hang. */
+START_TEST(test_call_sync_all)
+{
+    disco_session_t *s = tu_open_as(4, (_i & 1) ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK,
+                                    (_i & 2) ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING, 0);
+    disco_dref_t echo, sleep_on, fail, r, old;
+    CK_OK(disco_session_get_func(s, "test.echo", &echo));
+    CK_OK(disco_session_get_func(s, "test.sleep_on", &sleep_on));
+    CK_OK(disco_session_get_func(s, "test.fail_on", &fail));
+    CK_OK(disco_session_sync_all(s));
+    disco_value_t v = disco_value_int(11);
+    uint64_t before = issued(s);
+    CK_OK(disco_session_call_sync_all(s, echo, &v, 1, &r));
+    ck_assert_uint_eq(issued(s) - before, 1);
+    for (int w = 0; w < 4; w++)
+        ck_assert_int_eq(get_int(s, r, w), 11);
+
+    /* Worker 3 sleeps 150 ms in the call: the step waits for it. */
+    disco_value_t sl[2] = {disco_value_int(3), disco_value_int(150)};
+    int64_t t0 = disco_now_ns();
+    CK_OK(disco_session_call_sync_all(s, sleep_on, sl, 2, &old));
+    ck_assert_msg(disco_now_ns() - t0 >= 150000000LL, "returned after %lld ns",
+                  (long long)(disco_now_ns() - t0));
+
+    /* A free rides with it: still one command, and the id comes back. */
+    CK_OK(disco_session_free_reg(s, old));
+    before = issued(s);
+    disco_dref_t r2;
+    CK_OK(disco_session_call_sync_all(s, echo, &v, 1, &r2));
+    ck_assert_uint_eq(issued(s) - before, 1);
+    disco_dref_t again;
+    CK_OK(disco_session_alloc_reg(s, &again));
+    ck_assert_uint_eq(again, old);
+    CK_OK(disco_session_free_reg(s, again));
+    CK_OK(disco_session_free_reg(s, r2));
+
+    /* A failing call: every worker named, its result register freed (the
+     * id the call took, last freed, is the next one handed out). */
+    disco_dref_t probe, none = 0;
+    CK_OK(disco_session_alloc_reg(s, &probe));
+    CK_OK(disco_session_free_reg(s, probe));
+    CK_OK(disco_session_sync_all(s)); /* the free goes: probe's id is next */
+    disco_value_t args[2] = {disco_value_int(-1), disco_value_str("all bad")};
+    CK_STATUS(disco_session_call_sync_all(s, fail, args, 2, &none), DISCO_E_REMOTE);
+    ck_assert_uint_eq(none, 0);
+    for (int w = 0; w < 4; w++) {
+        char want[64];
+        snprintf(want, sizeof want, "worker %d: test.fail_on: all bad (worker %d)", w, w);
+        CK_HAS(want);
+    }
+    CK_OK(disco_session_sync_all(s)); /* reported once */
+    CK_OK(disco_session_alloc_reg(s, &again));
+    ck_assert_uint_eq(again, probe);
+    CK_OK(disco_session_free_reg(s, again));
+    check_ids(s);
+
+    disco_value_t a[2] = {disco_value_int(3), disco_value_int(5)};
+    disco_dref_t ex;
+    CK_OK(disco_session_get_func(s, "test.exit", &ex));
+    t0 = disco_now_ns();
+    CK_STATUS(disco_session_call_sync_all(s, ex, a, 2, &r2), DISCO_E_WORKER_DIED);
+    CK_HAS("worker 3 (pid");
+    CK_HAS("exited with code 5");
+    ck_assert_msg(disco_now_ns() - t0 < 5000000000LL, "death took too long to detect");
+    CK_STATUS(disco_session_call_sync_all(s, echo, &v, 1, &r2), DISCO_E_BROKEN);
     disco_session_close(s);
     assert_clean();
 }
@@ -634,6 +721,7 @@ Suite *suite_session(void)
     tcase_add_test(tc, test_heap_stats);
     tcase_add_test(tc, test_free_rides_with_call);
     tcase_add_loop_test(tc, test_sync_all, 0, 4);
+    tcase_add_loop_test(tc, test_call_sync_all, 0, 4);
     tcase_add_test(tc, test_shutdown_twice);
     tcase_add_test(tc, test_bad_config);
     tcase_add_test(tc, test_controller_death);

@@ -210,6 +210,21 @@ disco_status_t disco_session_sync(disco_session_t *sess, int worker);
  *  disco_session_sync, the first worker's failure first. */
 disco_status_t disco_session_sync_all(disco_session_t *sess);
 
+/** One SPMD step: disco_session_call on every worker, then
+ *  disco_session_sync_all, sent as one command that every worker answers
+ *  once it has run the call (and everything before it). On two workers it
+ *  is one round trip, not the call's and the sync's; with workers
+ *  outnumbering the cores, each worker is scheduled once for it, not twice.
+ *  A free waiting to be sent rides with it, as with a call. Across nodes, a
+ *  call then disco_session_sync_all. Returns as disco_session_call and, once
+ *  the call went out, as disco_session_sync_all (a failure of this call or
+ *  of any command before it, named as a sync names it). *result_out is set
+ *  on success only: on a failure after the call went out its result
+ *  register is freed. */
+disco_status_t disco_session_call_sync_all(disco_session_t *sess, disco_dref_t func,
+                                           const disco_value_t *args, int nargs,
+                                           disco_dref_t *result_out);
+
 /** Fetches the value of register reg on worker (synchronous). The value
  *  owns its memory: disco_value_clear() it. A tensor comes back as the
  *  bytes of its data (a device tensor's are copied to the host and synced

@@ -219,18 +219,30 @@ static PyObject *session_get_global_func(SessionObject *so, PyObject *name)
     return dp_dref_new(dp_Func_Type, so, f, name);
 }
 
-static PyObject *session_call_packed(SessionObject *so, PyObject *const *args, Py_ssize_t n)
+/* call_packed and call_sync_all: what names the method in messages. */
+static PyObject *call_with(SessionObject *so, PyObject *const *args, Py_ssize_t n, bool sync_all,
+                           const char *what)
 {
     if (n < 1 || !PyObject_TypeCheck(args[0], dp_DRef_Type)) {
-        PyErr_SetString(PyExc_TypeError, "call_packed(func, *args): func must be a DPackedFunc");
+        PyErr_Format(PyExc_TypeError, "%s(func, *args): func must be a DPackedFunc", what);
         return NULL;
     }
     DRefObject *f = (DRefObject *)args[0];
     if (f->sess != so) {
-        PyErr_SetString(PyExc_ValueError, "call_packed: the function is another session's");
+        PyErr_Format(PyExc_ValueError, "%s: the function is another session's", what);
         return NULL;
     }
-    return dp_call(so, f->reg, args + 1, n - 1);
+    return dp_call_as(so, f->reg, args + 1, n - 1, sync_all);
+}
+
+static PyObject *session_call_packed(SessionObject *so, PyObject *const *args, Py_ssize_t n)
+{
+    return call_with(so, args, n, false, "call_packed");
+}
+
+static PyObject *session_call_sync_all(SessionObject *so, PyObject *const *args, Py_ssize_t n)
+{
+    return call_with(so, args, n, true, "call_sync_all");
 }
 
 static PyObject *session_worker_pid(SessionObject *so, PyObject *arg)
@@ -498,6 +510,10 @@ static PyMethodDef session_methods[] = {
      "returns the\nresult register at once, as a DRef. args: int, float, bool, str, bytes,\n"
      "None, shapes (tuples or lists of ints), dtypes (DataType, numpy or torch dtypes;\n"
      "\"float32\" strings where the function's signature wants one), devices, DRefs."},
+    {"call_sync_all", (PyCFunction)(void (*)(void))session_call_sync_all, METH_FASTCALL,
+     "call_sync_all(func, *args)\n--\n\nOne SPMD step: call_packed(func, *args), then sync_all(), "
+     "sent as one\ncommand that every worker answers once it ran the call. Returns the\nresult's "
+     "DRef when every worker is done; raises as sync_all does (the\nresult is then freed)."},
     {"_recover", (PyCFunction)session_recover, METH_NOARGS, NULL},
     {"worker_pid", (PyCFunction)session_worker_pid, METH_O,
      "worker_pid(worker_id)\n--\n\nProcess id of a worker (this process for worker 0)."},

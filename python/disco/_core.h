@@ -129,6 +129,11 @@ PyObject *dp_dref_new(PyTypeObject *type, SessionObject *so, uint64_t reg, PyObj
 /** disco_session_call of func with Python arguments: a new DRef. */
 PyObject *dp_call(SessionObject *so, uint64_t func, PyObject *const *args, Py_ssize_t n);
 
+/* dp_call, or with sync_all disco_session_call_sync_all (the call and a
+ * sync of every worker as one command). */
+PyObject *dp_call_as(SessionObject *so, uint64_t func, PyObject *const *args, Py_ssize_t n,
+                     bool sync_all);
+
 /* ---- Tensor ---- */
 
 typedef struct {

@@ -48,6 +48,12 @@ static void dref_dealloc(DRefObject *d)
 
 PyObject *dp_call(SessionObject *so, uint64_t func, PyObject *const *args, Py_ssize_t n)
 {
+    return dp_call_as(so, func, args, n, false);
+}
+
+PyObject *dp_call_as(SessionObject *so, uint64_t func, PyObject *const *args, Py_ssize_t n,
+                     bool sync_all)
+{
     if (n > DP_MAX_ARGS - 2) {
         char msg[96];
         snprintf(msg, sizeof msg, "%zd arguments; at most %d", n, DP_MAX_ARGS - 2);
@@ -72,7 +78,10 @@ PyObject *dp_call(SessionObject *so, uint64_t func, PyObject *const *args, Py_ss
      * long. Other Python threads run meanwhile (a Python function on
      * worker 0 takes the GIL back, _pyfunc.c). */
     disco_status_t st;
-    if (dp_call_nogil) {
+    if (sync_all) { /* waits for every worker: never with the GIL held */
+        Py_BEGIN_ALLOW_THREADS st = disco_session_call_sync_all(so->s, func, v, (int)n, &r);
+        Py_END_ALLOW_THREADS
+    } else if (dp_call_nogil) {
         Py_BEGIN_ALLOW_THREADS st = disco_session_call(so->s, func, v, (int)n, &r);
         Py_END_ALLOW_THREADS
     } else {

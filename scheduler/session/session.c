@@ -143,19 +143,35 @@ static disco_status_t free_alone(struct disco_session *s)
     return st;
 }
 
+/* Where a call command holds its function register; 0: not a call. */
+static uint32_t func_arg(uint32_t code)
+{
+    return code == DISCO_CMD_CALL        ? 1
+           : code == DISCO_CMD_FREE_CALL ? 2
+           : code == DISCO_CMD_CALL_SYNC ? 3
+                                         : 0;
+}
+
 /* Encodes a command, broadcasts it and runs it on worker 0
  * (disco__session_deliver). *w0_reply_len is worker 0's reply in
  * s->reply, if the command asked it for one. A free waiting to be sent
- * (free_next) goes first, inside the command when it is a call. */
+ * (free_next) goes first, inside the command when it is a call (a
+ * DISCO_CMD_CALL_SYNC has a place for it: its first argument). */
 static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_value_t *args,
                             uint32_t nargs, size_t *w0_reply_len)
 {
     disco_status_t st = disco__session_ready(s);
     if (st != DISCO_OK)
         return st;
-    const struct disco__func *f = code == DISCO_CMD_CALL ? s->regs.func[args[1].v.reg] : NULL;
+    const struct disco__func *f =
+        func_arg(code) != 0 ? s->regs.func[args[func_arg(code)].v.reg] : NULL;
     disco_value_t with_free[DISCO_MAX_ARGS];
-    if (s->free_next != 0) {
+    if (s->free_next != 0 && code == DISCO_CMD_CALL_SYNC) {
+        memcpy(with_free, args, nargs * sizeof *args);
+        with_free[0].v.reg = s->free_next;
+        s->free_next = 0;
+        args = with_free;
+    } else if (s->free_next != 0) {
         if (code != DISCO_CMD_CALL || nargs >= DISCO_MAX_ARGS) {
             if ((st = free_alone(s)) != DISCO_OK)
                 return st;
@@ -175,11 +191,14 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     size_t len;
     disco_frame_hdr_t h = {.code = code, .nargs = nargs, .seq = ++s->seq};
     st = disco_frame_encode(code, h.seq, args, nargs, s->buf, s->chan.max_msg, &len);
-    if (st != DISCO_OK && code == DISCO_CMD_FREE_CALL) {
+    bool carried = code == DISCO_CMD_FREE_CALL || (code == DISCO_CMD_CALL_SYNC && args[0].v.reg);
+    if (st != DISCO_OK && carried) {
+        s->seq--;
+        s->free_next = args[0].v.reg;    /* still waiting: nothing was sent */
+        if (code == DISCO_CMD_CALL_SYNC) /* its free's place is there either way */
+            return st;
         /* The call fits only without the free (DISCO_E_MSG_TOO_BIG): the
          * free goes alone, and the call, as it came, after it. */
-        s->seq--;
-        s->free_next = args[0].v.reg;
         if ((st = free_alone(s)) != DISCO_OK)
             return st;
         return issue(s, DISCO_CMD_CALL, args + 1, nargs - 1, w0_reply_len);
@@ -188,12 +207,12 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
         return st;
     /* The freed id may be taken again from now on: any later command runs
      * after this one on every worker. */
-    if (code == DISCO_CMD_FREE_CALL)
+    if (carried)
         disco__regs_recycle(&s->regs, args[0].v.reg);
     size_t rlen = 0;
     st = disco__session_deliver(s, &h, args, s->buf, len, f != NULL ? f->name : NULL, &rlen);
     if (st == DISCO_OK && f != NULL && f == s->load_fn) /* for a recovery to load it again */
-        disco__libs_note(&s->libs, &args[code == DISCO_CMD_FREE_CALL ? 3 : 2], &s->w0);
+        disco__libs_note(&s->libs, &args[func_arg(code) + 1], &s->w0);
     if (st == DISCO_OK && w0_reply_len != NULL)
         *w0_reply_len = rlen;
     return st;
@@ -279,8 +298,12 @@ static disco_status_t api_get_func(disco_session_t *s, const char *name, disco_d
     return DISCO_OK;
 }
 
-static disco_status_t api_call(disco_session_t *s, disco_dref_t func, const disco_value_t *args,
-                               int nargs, disco_dref_t *result_out)
+static disco_status_t api_free(disco_session_t *s, disco_dref_t reg);
+
+/* A call on every worker: DISCO_CMD_CALL; or, when wait, DISCO_CMD_CALL_SYNC
+ * and every worker's answer to it (disco_session_call_sync_all). */
+static disco_status_t call_as(disco_session_t *s, disco_dref_t func, const disco_value_t *args,
+                              int nargs, bool wait, disco_dref_t *result_out)
 {
     disco_status_t st = usable(s);
     if (st != DISCO_OK)
@@ -290,34 +313,79 @@ static disco_status_t api_call(disco_session_t *s, disco_dref_t func, const disc
     if (s->regs.func[func] == NULL)
         return disco_set_error(DISCO_E_BAD_REG, "register %llu holds no function",
                                (unsigned long long)func);
-    if (nargs < 0 || nargs > DISCO_MAX_ARGS - 2)
+    int lead = wait ? 4 : 2; /* the command's own arguments before the call's */
+    if (nargs < 0 || nargs > DISCO_MAX_ARGS - lead)
         return disco_set_error(DISCO_E_ARG_COUNT, "%d arguments; at most %d", nargs,
-                               DISCO_MAX_ARGS - 2);
+                               DISCO_MAX_ARGS - lead);
     for (int i = 0; i < nargs; i++)
         if (args[i].type == DISCO_T_DREF && !disco__regs_ok(&s->regs, args[i].v.reg))
             return disco__regs_bad(&s->regs, args[i].v.reg);
     disco_value_t frame[DISCO_MAX_ARGS];
     if (nargs > 0)
-        memcpy(frame + 2, args, (size_t)nargs * sizeof *args);
+        memcpy(frame + lead, args, (size_t)nargs * sizeof *args);
     /* A string where the signature wants a dtype becomes one ("float32"). */
     const struct disco__func *f = s->regs.func[func];
-    if ((st = disco__sig_coerce(f, frame + 2, nargs)) != DISCO_OK ||
-        (st = disco__sig_check(f, frame + 2, nargs, 1)) != DISCO_OK)
+    if ((st = disco__sig_coerce(f, frame + lead, nargs)) != DISCO_OK ||
+        (st = disco__sig_check(f, frame + lead, nargs, 1)) != DISCO_OK)
         return st;
     uint64_t res;
     if ((st = disco__regs_alloc(&s->regs, &res)) != DISCO_OK)
         return st;
-    frame[0] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = res};
-    frame[1] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = func};
-    if ((st = issue(s, DISCO_CMD_CALL, frame, (uint32_t)nargs + 2, NULL)) != DISCO_OK) {
+    frame[lead - 2] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = res};
+    frame[lead - 1] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = func};
+    int64_t token = wait ? ++s->token : 0;
+    if (wait) { /* no free to carry (issue fills it in), the answer's token */
+        frame[0] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = 0};
+        frame[1] = disco_value_int(token);
+    }
+    size_t w0_len = 0;
+    if ((st = issue(s, wait ? DISCO_CMD_CALL_SYNC : DISCO_CMD_CALL, frame, (uint32_t)(nargs + lead),
+                    wait ? &w0_len : NULL)) != DISCO_OK) {
         disco__regs_release(&s->regs, res);
         return st;
+    }
+    /* Worker 0's answer first: it is in s->reply, which the others'
+     * overwrite (as api_sync_all). */
+    for (int w = 0; wait && w < s->world && st == DISCO_OK; w++)
+        st = disco__session_wait_reply(s, w, token, "call", w0_len, NULL);
+    if (wait && st == DISCO_OK)
+        st = disco__session_collect_errors(s);
+    if (st != DISCO_OK) { /* nothing is left: the result goes (as a free does) */
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        api_free(s, res);
+        return disco_set_error(st, "%s", why);
     }
     *result_out = res;
     return DISCO_OK;
 }
 
-static disco_status_t api_free(disco_session_t *s, disco_dref_t reg);
+static disco_status_t api_call(disco_session_t *s, disco_dref_t func, const disco_value_t *args,
+                               int nargs, disco_dref_t *result_out)
+{
+    return call_as(s, func, args, nargs, false, result_out);
+}
+
+static disco_status_t api_call_sync_all(disco_session_t *s, disco_dref_t func,
+                                        const disco_value_t *args, int nargs,
+                                        disco_dref_t *result_out)
+{
+    if (s->node == NULL)
+        return call_as(s, func, args, nargs, true, result_out);
+    /* Across nodes the agents route one worker's answer: call, then sync. */
+    disco_dref_t res;
+    disco_status_t st = call_as(s, func, args, nargs, false, &res);
+    if (st != DISCO_OK)
+        return st;
+    if ((st = api_sync_all(s)) != DISCO_OK) {
+        char why[DISCO_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", disco_last_error());
+        api_free(s, res);
+        return disco_set_error(st, "%s", why);
+    }
+    *result_out = res;
+    return DISCO_OK;
+}
 
 static disco_status_t api_call_by_name(disco_session_t *s, const char *name,
                                        const disco_value_t *args, int nargs,
@@ -448,6 +516,13 @@ disco_status_t disco_session_call(disco_session_t *s, disco_dref_t func, const d
                                   int nargs, disco_dref_t *result_out)
 {
     return tell(s, api_call(s, func, args, nargs, result_out));
+}
+
+disco_status_t disco_session_call_sync_all(disco_session_t *s, disco_dref_t func,
+                                           const disco_value_t *args, int nargs,
+                                           disco_dref_t *result_out)
+{
+    return tell(s, api_call_sync_all(s, func, args, nargs, result_out));
 }
 
 disco_status_t disco_session_call_by_name(disco_session_t *s, const char *name,

@@ -158,6 +158,30 @@ def test_sync_all(sess):
     sess.sync_all()
 
 
+# call_sync_all(f, *args) is the call and a sync of every worker in one: it
+# returns once every worker ran it (a straggler too), with the result there;
+# a failing call raises as sync_all does, naming the worker.
+def test_call_sync_all(sess):
+    spin = sess.get_global_func("test.spin_on")
+    add = sess.get_global_func("test.add")
+    acc = add(0, 1)
+    for _ in range(5):
+        acc = add(acc, 1)
+    done = sess.call_sync_all(spin, sess.num_workers - 1, 20)  # waits for the straggler
+    assert done.debug_get_from_remote(sess.num_workers - 1) is None
+    r = sess.call_sync_all(add, acc, 10)
+    for w in range(sess.num_workers):
+        assert r.debug_get_from_remote(w) == 16
+    with pytest.raises(disco.RemoteError) as ei:
+        sess.call_sync_all(sess.get_global_func("test.fail_on"), 1, "boom fused")
+    assert "worker 1" in str(ei.value) and "boom fused" in str(ei.value)
+    with pytest.raises(disco.BadRegisterError):
+        sess.call_sync_all(acc)  # a DRef that holds no function
+    with pytest.raises(TypeError):
+        sess.call_sync_all(3)
+    sess.sync_all()
+
+
 # load_library (TVM's load_vm_module) loads a library of DISCO_FUNCs into
 # every worker.
 def test_load_library(bare):

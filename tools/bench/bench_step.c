@@ -9,6 +9,9 @@
  *   call_sync_each_ns_nN, call_sync_each_p99_ns_nN: the same step with a
  *       disco_session_sync of each worker 1..N-1 in turn (one command per
  *       worker, each read by all of them), as issue 21 first measured it
+ *   call_sync_fused_ns_nN, call_sync_fused_p99_ns_nN: the same step as one
+ *       command, disco_session_call_sync_all (the call that every worker
+ *       answers once it ran it), with call_sync_fused_vs_mpi_nN
  *   mpi_bcast_gather_ns_nN, mpi_bcast_gather_p99_ns_nN: MPI_Bcast of 64
  *       bytes from rank 0 + MPI_Gather of 8 bytes to it, N ranks
  *       (mpi_node_base.c, `calls`), timed on rank 0; and their ratio
@@ -48,18 +51,25 @@ static disco_session_t *open_default(int n)
     return s;
 }
 
-/* One step: a no-op call on every worker, then a sync of all of them
- * (each: a sync of each of 1..n-1); the result is freed after the clock
- * stops. Returns the step's ns. */
-static double step(disco_session_t *s, disco_dref_t noop, int n, bool each)
+/* How a step syncs: disco_session_sync_all after the call, a sync of each
+ * of workers 1..n-1 after it, or the call and its sync as one command. */
+enum step_kind { STEP_ALL, STEP_EACH, STEP_FUSED };
+
+/* One step: a no-op call on every worker, then a sync of all of them as
+ * kind says; the result is freed after the clock stops. Returns the step's
+ * ns. */
+static double step(disco_session_t *s, disco_dref_t noop, int n, enum step_kind kind)
 {
     disco_dref_t r;
     int64_t t0 = disco_now_ns();
-    bu_check(disco_session_call(s, noop, NULL, 0, &r), "call disco.noop");
-    if (each)
+    if (kind == STEP_FUSED)
+        bu_check(disco_session_call_sync_all(s, noop, NULL, 0, &r), "call_sync_all disco.noop");
+    else
+        bu_check(disco_session_call(s, noop, NULL, 0, &r), "call disco.noop");
+    if (kind == STEP_EACH)
         for (int w = 1; w < n; w++)
             bu_check(disco_session_sync(s, w), "sync");
-    else
+    else if (kind == STEP_ALL)
         bu_check(disco_session_sync_all(s), "sync all");
     double ns = (double)(disco_now_ns() - t0);
     bu_check(disco_session_free_reg(s, r), "free");
@@ -67,7 +77,7 @@ static double step(disco_session_t *s, disco_dref_t noop, int n, bool each)
 }
 
 /* Median and p99 of single steps (step()) in a session of n workers. */
-static void time_steps(int n, bool each, double *med_out, double *p99_out)
+static void time_steps(int n, enum step_kind kind, double *med_out, double *p99_out)
 {
     disco_session_t *s = open_default(n);
     disco_dref_t noop;
@@ -75,9 +85,9 @@ static void time_steps(int n, bool each, double *med_out, double *p99_out)
     int rounds = bench_reps() * 1000;
     double *ns = bench_xmalloc((size_t)rounds * sizeof *ns);
     for (int i = 0; i < 1000; i++) /* warm-up */
-        step(s, noop, n, each);
+        step(s, noop, n, kind);
     for (int i = 0; i < rounds; i++)
-        ns[i] = step(s, noop, n, each);
+        ns[i] = step(s, noop, n, kind);
     *med_out = bench_stats(ns, rounds, p99_out);
     free(ns);
     disco_session_close(s);
@@ -191,17 +201,22 @@ void bench_step(void)
     char key[64];
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
         int n = ns[i];
-        double med, p99, each, each_p99;
-        time_steps(n, false, &med, &p99);
+        double med, p99, each, each_p99, fused, fused_p99;
+        time_steps(n, STEP_ALL, &med, &p99);
         snprintf(key, sizeof key, "call_sync_all_ns_n%d", n);
         record(key, med, "ns");
         snprintf(key, sizeof key, "call_sync_all_p99_ns_n%d", n);
         record(key, p99, "ns");
-        time_steps(n, true, &each, &each_p99);
+        time_steps(n, STEP_EACH, &each, &each_p99);
         snprintf(key, sizeof key, "call_sync_each_ns_n%d", n);
         record(key, each, "ns");
         snprintf(key, sizeof key, "call_sync_each_p99_ns_n%d", n);
         record(key, each_p99, "ns");
+        time_steps(n, STEP_FUSED, &fused, &fused_p99);
+        snprintf(key, sizeof key, "call_sync_fused_ns_n%d", n);
+        record(key, fused, "ns");
+        snprintf(key, sizeof key, "call_sync_fused_p99_ns_n%d", n);
+        record(key, fused_p99, "ns");
         struct mpi_figs m;
         if (!run_mpi(n, "calls", &m))
             continue;
@@ -213,6 +228,8 @@ void bench_step(void)
         record(key, med / (m.bg_us * 1000.0), "x");
         snprintf(key, sizeof key, "call_sync_each_vs_mpi_n%d", n);
         record(key, each / (m.bg_us * 1000.0), "x");
+        snprintf(key, sizeof key, "call_sync_fused_vs_mpi_n%d", n);
+        record(key, fused / (m.bg_us * 1000.0), "x");
     }
     record("stream_calls_per_s_n2", stream(2), "calls/s");
     record("stream_calls_per_s_n4", stream(4), "calls/s");

@@ -55,7 +55,11 @@ enum disco__cmd {
     /* A free riding with the next call (session.c, api_free): kill reg,
      * then call as DISCO_CMD_CALL with the arguments after it. */
     DISCO_CMD_FREE_CALL = 9, /* [reg, result reg, func reg, args...] */
-    DISCO_CMD_COUNT = 10,
+    /* A call that every worker answers once it has run it (token), after
+     * killing reg first when it is not 0: one SPMD step, call and sync, in
+     * one command (disco_session_call_sync_all). */
+    DISCO_CMD_CALL_SYNC = 10, /* [reg or 0, token, result reg, func reg, args...] */
+    DISCO_CMD_COUNT = 11,
 };
 
 /* A sync that every worker answers (disco_session_sync_all). */
@@ -68,7 +72,7 @@ enum disco__reply {
 };
 
 #define DISCO_CTL_MAGIC          0x4c544343534944ULL /* "DISCCTL" */
-#define DISCO_CTL_LAYOUT         11u                 /* 11: ring cursors published in batches */
+#define DISCO_CTL_LAYOUT         12u                 /* 12: DISCO_CMD_CALL_SYNC */
 #define DISCO_ERR_MSG_MAX        384
 #define DISCO_MAX_ARGS           64
 #define DISCO_MAX_WORKERS        255   /* on one node */

@@ -94,6 +94,7 @@ struct disco__trace_ring {
 #define disco__trace_func(h, args)                                                                 \
     ((h)->code == DISCO_CMD_CALL && (h)->nargs >= 2        ? (args)[1].v.reg                       \
      : (h)->code == DISCO_CMD_FREE_CALL && (h)->nargs >= 3 ? (args)[2].v.reg                       \
+     : (h)->code == DISCO_CMD_CALL_SYNC && (h)->nargs >= 4 ? (args)[3].v.reg                       \
                                                            : 0u)
 
 /** Appends one record (the ring's only writer). */

@@ -19,6 +19,7 @@ static const char *const cmd_names[DISCO_CMD_COUNT] = {
     [DISCO_CMD_DEBUG_GET] = "debug get from remote",
     [DISCO_CMD_DEBUG_SET] = "debug set register",
     [DISCO_CMD_FREE_CALL] = "call packed",
+    [DISCO_CMD_CALL_SYNC] = "call packed and sync",
 };
 
 const char *disco__cmd_name(uint32_t code)
@@ -267,12 +268,14 @@ static disco_status_t check_shape(const disco_frame_hdr_t *h, const disco_value_
         [DISCO_CMD_GET_FUNC] = "rs",    [DISCO_CMD_CALL] = "rr",
         [DISCO_CMD_SYNC] = "ii",        [DISCO_CMD_DEBUG_GET] = "rii",
         [DISCO_CMD_DEBUG_SET] = "rii?", [DISCO_CMD_FREE_CALL] = "rrr",
+        [DISCO_CMD_CALL_SYNC] = "rirr",
     };
     if (h->code >= DISCO_CMD_COUNT || want[h->code] == NULL)
         return disco_set_error(DISCO_E_PROTOCOL, "unknown command code %u", h->code);
     const char *s = want[h->code];
     size_t n = strlen(s);
-    bool call = h->code == DISCO_CMD_CALL || h->code == DISCO_CMD_FREE_CALL;
+    bool call = h->code == DISCO_CMD_CALL || h->code == DISCO_CMD_FREE_CALL ||
+                h->code == DISCO_CMD_CALL_SYNC;
     if (call ? h->nargs < n : h->nargs != n)
         return disco_set_error(DISCO_E_ARG_COUNT, "%s with %u arguments", disco__cmd_name(h->code),
                                h->nargs);
@@ -311,6 +314,15 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         if (h->code == DISCO_CMD_FREE_CALL)
             exec_call(w, args + 1, (int)h->nargs - 1);
         return DISCO_OK;
+    }
+    case DISCO_CMD_CALL_SYNC: {
+        uint64_t r = args[0].v.reg;
+        if (r != 0 && r < w->nregs)
+            disco_value_clear(&w->regs[r]);
+        /* The call's failure is posted like any call's (the errbox); the
+         * answer only says that it ran, as a sync's does. */
+        exec_call(w, args + 2, (int)h->nargs - 2);
+        return reply_ok(w, args[1].v.i, NULL, reply, reply_cap, reply_len);
     }
     case DISCO_CMD_GET_FUNC:
         exec_get_func(w, args);
