@@ -91,7 +91,7 @@ def main():
              ('disco p99', us(series(r, [(n, 'call_sync_all_p99_ns_n%d' % n) for n in ns]))),
              ('disco, a sync of each worker',
               us(series(r, [(n, 'call_sync_each_ns_n%d' % n) for n in ns]))),
-             ('disco, call and sync as one command (call_sync_all)',
+             ('disco, call and sync as one command',
               us(series(r, [(n, 'call_sync_fused_ns_n%d' % n) for n in ns]))),
              ('Open MPI bcast + gather', us(series(r, [(n, 'mpi_bcast_gather_ns_n%d' % n)
                                                        for n in ns]))),
