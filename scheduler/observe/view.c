@@ -39,8 +39,7 @@ void disco__view_func_name(const struct disco__stat_hdr *h, uint64_t key, char *
 static void cmd_label(const struct disco__stat_hdr *h, uint64_t code, uint64_t key, char *buf,
                       size_t size)
 {
-    if ((code == DISCO_CMD_CALL || code == DISCO_CMD_FREE_CALL || code == DISCO_CMD_CALL_SYNC) &&
-        key != 0)
+    if (disco__cmd_func_arg((uint32_t)code) != 0 && key != 0)
         disco__view_func_name(h, key, buf, size);
     else
         snprintf(buf, size, "%s", disco__cmd_name((uint32_t)code));

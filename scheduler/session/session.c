@@ -143,15 +143,6 @@ static disco_status_t free_alone(struct disco_session *s)
     return st;
 }
 
-/* Where a call command holds its function register; 0: not a call. */
-static uint32_t func_arg(uint32_t code)
-{
-    return code == DISCO_CMD_CALL        ? 1
-           : code == DISCO_CMD_FREE_CALL ? 2
-           : code == DISCO_CMD_CALL_SYNC ? 3
-                                         : 0;
-}
-
 /* Encodes a command, broadcasts it and runs it on worker 0
  * (disco__session_deliver). *w0_reply_len is worker 0's reply in
  * s->reply, if the command asked it for one. A free waiting to be sent
@@ -164,7 +155,7 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     if (st != DISCO_OK)
         return st;
     const struct disco__func *f =
-        func_arg(code) != 0 ? s->regs.func[args[func_arg(code)].v.reg] : NULL;
+        disco__cmd_func_arg(code) != 0 ? s->regs.func[args[disco__cmd_func_arg(code)].v.reg] : NULL;
     disco_value_t with_free[DISCO_MAX_ARGS];
     if (s->free_next != 0 && code == DISCO_CMD_CALL_SYNC) {
         memcpy(with_free, args, nargs * sizeof *args);
@@ -212,7 +203,7 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     size_t rlen = 0;
     st = disco__session_deliver(s, &h, args, s->buf, len, f != NULL ? f->name : NULL, &rlen);
     if (st == DISCO_OK && f != NULL && f == s->load_fn) /* for a recovery to load it again */
-        disco__libs_note(&s->libs, &args[func_arg(code) + 1], &s->w0);
+        disco__libs_note(&s->libs, &args[disco__cmd_func_arg(code) + 1], &s->w0);
     if (st == DISCO_OK && w0_reply_len != NULL)
         *w0_reply_len = rlen;
     return st;

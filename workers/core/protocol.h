@@ -62,6 +62,17 @@ enum disco__cmd {
     DISCO_CMD_COUNT = 11,
 };
 
+/** Where a call command holds its function register among its arguments
+ *  (the result register is just before it); 0 for a command that calls
+ *  nothing. */
+static inline uint32_t disco__cmd_func_arg(uint32_t code)
+{
+    return code == DISCO_CMD_CALL        ? 1u
+           : code == DISCO_CMD_FREE_CALL ? 2u
+           : code == DISCO_CMD_CALL_SYNC ? 3u
+                                         : 0u;
+}
+
 /* A sync that every worker answers (disco_session_sync_all). */
 #define DISCO_SYNC_ALL (-1)
 

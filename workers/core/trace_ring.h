@@ -90,12 +90,12 @@ struct disco__trace_ring {
     _Alignas(64) struct disco__trace_rec rec[DISCO_TRACE_CAP];
 };
 
-/** The function register a command calls (0 for other commands). */
+/** The function register a command calls (0 for other commands; the codes
+ *  in workers/core/protocol.h, disco__cmd_func_arg). */
 #define disco__trace_func(h, args)                                                                 \
-    ((h)->code == DISCO_CMD_CALL && (h)->nargs >= 2        ? (args)[1].v.reg                       \
-     : (h)->code == DISCO_CMD_FREE_CALL && (h)->nargs >= 3 ? (args)[2].v.reg                       \
-     : (h)->code == DISCO_CMD_CALL_SYNC && (h)->nargs >= 4 ? (args)[3].v.reg                       \
-                                                           : 0u)
+    (disco__cmd_func_arg((h)->code) != 0 && (h)->nargs > disco__cmd_func_arg((h)->code)            \
+         ? (args)[disco__cmd_func_arg((h)->code)].v.reg                                            \
+         : 0u)
 
 /** Appends one record (the ring's only writer). */
 static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, uint32_t code,
