@@ -234,8 +234,14 @@ START_TEST(test_processes_grow_it_together)
     for (int i = 0; i < NPROC; i++)
         tu_wait_ok(pids[i], "growing child");
     assert_empty(&h, "after the children");
+    /* Each child holds all its blocks at once, so the mark passed one
+     * child's sum at least; how far the children overlapped in time, and
+     * so how much more, depends on the scheduler. */
+    size_t one = 0;
+    for (int r = 0; r < ROUNDS; r++)
+        one += (size_t)(r % 7 + 1) * 64 * KiB;
     disco_heap_stats_t s = stats_of(&h);
-    ck_assert_msg(s.backed_bytes >= 4 * 40 * 4 * 64 * KiB / 2, "backed only %zu", s.backed_bytes);
+    ck_assert_msg(s.backed_bytes >= one, "backed only %zu of one child's %zu", s.backed_bytes, one);
     ck_assert_msg(file_bytes(seg.fd) >= s.backed_bytes, "file holds %zu of %zu backed",
                   file_bytes(seg.fd), s.backed_bytes);
     disco_segment_close(&seg);
