@@ -274,8 +274,7 @@ static disco_status_t check_shape(const disco_frame_hdr_t *h, const disco_value_
         return disco_set_error(DISCO_E_PROTOCOL, "unknown command code %u", h->code);
     const char *s = want[h->code];
     size_t n = strlen(s);
-    bool call = h->code == DISCO_CMD_CALL || h->code == DISCO_CMD_FREE_CALL ||
-                h->code == DISCO_CMD_CALL_SYNC;
+    bool call = disco__cmd_func_arg(h->code) != 0;
     if (call ? h->nargs < n : h->nargs != n)
         return disco_set_error(DISCO_E_ARG_COUNT, "%s with %u arguments", disco__cmd_name(h->code),
                                h->nargs);
@@ -307,22 +306,20 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
     case DISCO_CMD_SHUTDOWN:
         return DISCO_E_SHUTDOWN;
     case DISCO_CMD_KILL_REG:
-    case DISCO_CMD_FREE_CALL: {
-        uint64_t r = args[0].v.reg;
-        if (r != 0 && r < w->nregs)
-            disco_value_clear(&w->regs[r]);
-        if (h->code == DISCO_CMD_FREE_CALL)
-            exec_call(w, args + 1, (int)h->nargs - 1);
-        return DISCO_OK;
-    }
+    case DISCO_CMD_FREE_CALL:
     case DISCO_CMD_CALL_SYNC: {
         uint64_t r = args[0].v.reg;
         if (r != 0 && r < w->nregs)
             disco_value_clear(&w->regs[r]);
-        /* The call's failure is posted like any call's (the errbox); the
-         * answer only says that it ran, as a sync's does. */
-        exec_call(w, args + 2, (int)h->nargs - 2);
-        return reply_ok(w, args[1].v.i, NULL, reply, reply_cap, reply_len);
+        if (h->code == DISCO_CMD_KILL_REG)
+            return DISCO_OK;
+        uint32_t at = disco__cmd_func_arg(h->code) - 1; /* the call's result register */
+        exec_call(w, args + at, (int)(h->nargs - at));
+        /* A call's failure is posted as any call's (the errbox); the answer
+         * to a CALL_SYNC only says that it ran, as a sync's does. */
+        return h->code == DISCO_CMD_CALL_SYNC
+                   ? reply_ok(w, args[1].v.i, NULL, reply, reply_cap, reply_len)
+                   : DISCO_OK;
     }
     case DISCO_CMD_GET_FUNC:
         exec_get_func(w, args);
