@@ -245,6 +245,20 @@ static disco_status_t api_sync(disco_session_t *s, int worker)
     return disco__session_collect_errors(s);
 }
 
+/* Every worker's answer to the command with token (one that all of them
+ * answer), then the errors they reported. Worker 0's first: it is in
+ * s->reply, which the others' overwrite. */
+static disco_status_t wait_every_reply(struct disco_session *s, int64_t token, const char *what,
+                                       size_t w0_len)
+{
+    for (int w = 0; w < s->world; w++) {
+        disco_status_t st = disco__session_wait_reply(s, w, token, what, w0_len, NULL);
+        if (st != DISCO_OK)
+            return st;
+    }
+    return disco__session_collect_errors(s);
+}
+
 static disco_status_t api_sync_all(disco_session_t *s)
 {
     disco_status_t st = usable(s);
@@ -261,11 +275,7 @@ static disco_status_t api_sync_all(disco_session_t *s)
     size_t w0_len;
     if ((st = issue(s, DISCO_CMD_SYNC, args, 2, &w0_len)) != DISCO_OK)
         return st;
-    /* Worker 0's reply first: it is in s->reply, which the others' overwrite. */
-    for (int w = 0; w < s->world; w++)
-        if ((st = disco__session_wait_reply(s, w, token, "sync", w0_len, NULL)) != DISCO_OK)
-            return st;
-    return disco__session_collect_errors(s);
+    return wait_every_reply(s, token, "sync", w0_len);
 }
 
 static disco_status_t api_get_func(disco_session_t *s, const char *name, disco_dref_t *func_out)
@@ -292,7 +302,9 @@ static disco_status_t api_get_func(disco_session_t *s, const char *name, disco_d
 static disco_status_t api_free(disco_session_t *s, disco_dref_t reg);
 
 /* A call on every worker: DISCO_CMD_CALL; or, when wait, DISCO_CMD_CALL_SYNC
- * and every worker's answer to it (disco_session_call_sync_all). */
+ * and every worker's answer to it (disco_session_call_sync_all; across
+ * nodes, where the agents route one worker's answer, a call and then
+ * api_sync_all). */
 static disco_status_t call_as(disco_session_t *s, disco_dref_t func, const disco_value_t *args,
                               int nargs, bool wait, disco_dref_t *result_out)
 {
@@ -304,7 +316,8 @@ static disco_status_t call_as(disco_session_t *s, disco_dref_t func, const disco
     if (s->regs.func[func] == NULL)
         return disco_set_error(DISCO_E_BAD_REG, "register %llu holds no function",
                                (unsigned long long)func);
-    int lead = wait ? 4 : 2; /* the command's own arguments before the call's */
+    bool fused = wait && s->node == NULL;
+    int lead = fused ? 4 : 2; /* the command's own arguments before the call's */
     if (nargs < 0 || nargs > DISCO_MAX_ARGS - lead)
         return disco_set_error(DISCO_E_ARG_COUNT, "%d arguments; at most %d", nargs,
                                DISCO_MAX_ARGS - lead);
@@ -324,23 +337,19 @@ static disco_status_t call_as(disco_session_t *s, disco_dref_t func, const disco
         return st;
     frame[lead - 2] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = res};
     frame[lead - 1] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = func};
-    int64_t token = wait ? ++s->token : 0;
-    if (wait) { /* no free to carry (issue fills it in), the answer's token */
+    int64_t token = fused ? ++s->token : 0;
+    if (fused) { /* no free to carry (issue fills it in), the answer's token */
         frame[0] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = 0};
         frame[1] = disco_value_int(token);
     }
     size_t w0_len = 0;
-    if ((st = issue(s, wait ? DISCO_CMD_CALL_SYNC : DISCO_CMD_CALL, frame, (uint32_t)(nargs + lead),
-                    wait ? &w0_len : NULL)) != DISCO_OK) {
+    if ((st = issue(s, fused ? DISCO_CMD_CALL_SYNC : DISCO_CMD_CALL, frame,
+                    (uint32_t)(nargs + lead), fused ? &w0_len : NULL)) != DISCO_OK) {
         disco__regs_release(&s->regs, res);
         return st;
     }
-    /* Worker 0's answer first: it is in s->reply, which the others'
-     * overwrite (as api_sync_all). */
-    for (int w = 0; wait && w < s->world && st == DISCO_OK; w++)
-        st = disco__session_wait_reply(s, w, token, "call", w0_len, NULL);
-    if (wait && st == DISCO_OK)
-        st = disco__session_collect_errors(s);
+    if (wait)
+        st = fused ? wait_every_reply(s, token, "call", w0_len) : api_sync_all(s);
     if (st != DISCO_OK) { /* nothing is left: the result goes (as a free does) */
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());
@@ -361,21 +370,7 @@ static disco_status_t api_call_sync_all(disco_session_t *s, disco_dref_t func,
                                         const disco_value_t *args, int nargs,
                                         disco_dref_t *result_out)
 {
-    if (s->node == NULL)
-        return call_as(s, func, args, nargs, true, result_out);
-    /* Across nodes the agents route one worker's answer: call, then sync. */
-    disco_dref_t res;
-    disco_status_t st = call_as(s, func, args, nargs, false, &res);
-    if (st != DISCO_OK)
-        return st;
-    if ((st = api_sync_all(s)) != DISCO_OK) {
-        char why[DISCO_ERR_MSG_MAX];
-        snprintf(why, sizeof why, "%s", disco_last_error());
-        api_free(s, res);
-        return disco_set_error(st, "%s", why);
-    }
-    *result_out = res;
-    return DISCO_OK;
+    return call_as(s, func, args, nargs, true, result_out);
 }
 
 static disco_status_t api_call_by_name(disco_session_t *s, const char *name,
