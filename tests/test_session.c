@@ -399,10 +399,11 @@ static uint64_t issued(disco_session_t *s)
 }
 
 /* A free rides with the next call: call + free + call is two commands, not
- * three (issue 21). Before any other command, or a call that cannot carry
- * it (every argument slot taken, or a frame that fits only without it), it
- * goes alone. Either way the register is freed on every worker before what
- * follows runs, its id reused at once included, and nothing leaks. */
+ * three (issue 21). Before any other command it goes alone. A call's head
+ * has the free's place either way, so a call that fits carries it, and a
+ * call refused as too big leaves it waiting. Either way the register is
+ * freed on every worker before what follows runs, its id reused at once
+ * included, and nothing leaks. */
 START_TEST(test_free_rides_with_call)
 {
     disco_session_config_t cfg = disco_session_config_default(3);
@@ -454,8 +455,8 @@ START_TEST(test_free_rides_with_call)
     CK_OK(disco_session_heap_stats(s, &h1));
     ck_assert_uint_eq(h1.live_blocks, h0.live_blocks);
 
-    /* The longest string echo can take in a 512-byte frame without a free;
-     * with a free waiting, the call still goes (the free first, alone). */
+    /* The longest string echo can take in a 512-byte frame: with a free
+     * waiting, the call carries it all the same. */
     static char str[600];
     size_t len = 0;
     for (size_t n = 1; n < sizeof str - 1; n++) {
@@ -479,7 +480,7 @@ START_TEST(test_free_rides_with_call)
     v = disco_value_str(str);
     disco_dref_t x;
     CK_OK(disco_session_call(s, echo, &v, 1, &x));
-    ck_assert_uint_eq(issued(s) - before, 2);
+    ck_assert_uint_eq(issued(s) - before, 1);
     disco_value_t got;
     CK_OK(disco_session_debug_get(s, x, 2, &got));
     ck_assert_int_eq(got.type, DISCO_T_STR);
@@ -492,14 +493,22 @@ START_TEST(test_free_rides_with_call)
     CK_OK(disco_session_heap_stats(s, &h1));
     ck_assert_uint_eq(h1.live_blocks, h0.live_blocks);
 
-    /* A call_sync_all too big for the frame (its free's place is there
-     * either way) is refused, and the free waiting stays waiting: it goes
-     * with what follows, and nothing leaks. */
+    /* A call or call_sync_all one byte too big is refused, and the free
+     * waiting stays waiting: it goes with what follows, and nothing
+     * leaks. */
     t = empty_tensor(s, empty);
     CK_OK(disco_session_free_reg(s, t));
-    str[len - 8] = '\0'; /* fits a call, not a call_sync_all's 2 more arguments */
+    str[len] = 'y';
+    str[len + 1] = '\0';
     v = disco_value_str(str);
+    before = issued(s);
+    CK_STATUS(disco_session_call(s, echo, &v, 1, &x), DISCO_E_MSG_TOO_BIG);
     CK_STATUS(disco_session_call_sync_all(s, echo, &v, 1, &x), DISCO_E_MSG_TOO_BIG);
+    ck_assert_uint_eq(issued(s), before);
+    CK_OK(disco_session_alloc_reg(s, &again)); /* the free waiting goes first */
+    ck_assert_uint_eq(issued(s) - before, 1);
+    ck_assert_uint_eq(again, t);
+    CK_OK(disco_session_free_reg(s, again));
     CK_OK(disco_session_sync_all(s));
     CK_OK(disco_session_heap_stats(s, &h1));
     ck_assert_uint_eq(h1.live_blocks, h0.live_blocks);

@@ -50,8 +50,8 @@
 
 #include <disco/disco.h>
 
-/* Most arguments a call takes (the session's limit is 62: 64 less the
- * result and function registers); more is refused before conversion. */
+/* Most arguments a call takes (the session's limit is 63: 64 less the
+ * call's head); more is refused before conversion. */
 #define DP_MAX_ARGS 64
 
 /* A worker function's failure message, as long as a worker's error box

@@ -54,9 +54,9 @@ PyObject *dp_call(SessionObject *so, uint64_t func, PyObject *const *args, Py_ss
 PyObject *dp_call_as(SessionObject *so, uint64_t func, PyObject *const *args, Py_ssize_t n,
                      bool sync_all)
 {
-    if (n > DP_MAX_ARGS - 2) {
+    if (n > DP_MAX_ARGS - 1) {
         char msg[96];
-        snprintf(msg, sizeof msg, "%zd arguments; at most %d", n, DP_MAX_ARGS - 2);
+        snprintf(msg, sizeof msg, "%zd arguments; at most %d", n, DP_MAX_ARGS - 1);
         return dp_raise_msg(DISCO_E_ARG_COUNT, msg);
     }
     disco_value_t v[DP_MAX_ARGS];
@@ -120,9 +120,9 @@ static PyObject *func_call(PyObject *self, PyObject *args, PyObject *kw)
         return NULL;
     }
     Py_ssize_t n = PyTuple_Size(args);
-    if (n > DP_MAX_ARGS - 2) {
+    if (n > DP_MAX_ARGS - 1) {
         char msg[96];
-        snprintf(msg, sizeof msg, "%zd arguments; at most %d", n, DP_MAX_ARGS - 2);
+        snprintf(msg, sizeof msg, "%zd arguments; at most %d", n, DP_MAX_ARGS - 1);
         return dp_raise_msg(DISCO_E_ARG_COUNT, msg);
     }
     PyObject *a[DP_MAX_ARGS];

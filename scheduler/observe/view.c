@@ -39,7 +39,7 @@ void disco__view_func_name(const struct disco__stat_hdr *h, uint64_t key, char *
 static void cmd_label(const struct disco__stat_hdr *h, uint64_t code, uint64_t key, char *buf,
                       size_t size)
 {
-    if (disco__cmd_func_arg((uint32_t)code) != 0 && key != 0)
+    if (disco__cmd_is_call((uint32_t)code) && key != 0)
         disco__view_func_name(h, key, buf, size);
     else
         snprintf(buf, size, "%s", disco__cmd_name((uint32_t)code));

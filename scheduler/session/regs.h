@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "disco/status.h"
+#include "workers/core/protocol.h"
 
 struct disco__func;
 
@@ -43,9 +44,16 @@ uint64_t disco__regs_lose_all(struct disco__regs *t);
 void disco__regs_fini(struct disco__regs *t);
 
 /** Takes a free id into *reg_out, marks it live and holding no function.
- *  Returns DISCO_OK, DISCO_E_NOMEM. */
+ *  Ids stay below DISCO_REG_LIMIT (protocol.h: what workers take and a call
+ *  head holds). Returns DISCO_OK, DISCO_E_NOMEM, DISCO_E_OVERFLOW (that
+ *  many registers live). */
 static inline disco_status_t disco__regs_alloc(struct disco__regs *t, uint64_t *reg_out)
 {
+    *reg_out = 0;
+    if (t->nfree == 0 && t->next >= DISCO_REG_LIMIT)
+        return disco_set_error(DISCO_E_OVERFLOW,
+                               "%u registers are live or waiting to be freed; at most %u",
+                               DISCO_REG_LIMIT - 1, DISCO_REG_LIMIT - 1);
     if (t->nfree == 0 && t->next >= t->cap) {
         disco_status_t st = disco__regs_grow(t);
         if (st != DISCO_OK)

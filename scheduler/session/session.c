@@ -146,34 +146,25 @@ static disco_status_t free_alone(struct disco_session *s)
 /* Encodes a command, broadcasts it and runs it on worker 0
  * (disco__session_deliver). *w0_reply_len is worker 0's reply in
  * s->reply, if the command asked it for one. A free waiting to be sent
- * (free_next) goes first, inside the command when it is a call (a
- * DISCO_CMD_CALL_SYNC has a place for it: its first argument). */
+ * (free_next) goes first: inside the command when it is a call (its head's
+ * kill), else alone. */
 static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_value_t *args,
                             uint32_t nargs, size_t *w0_reply_len)
 {
     disco_status_t st = disco__session_ready(s);
     if (st != DISCO_OK)
         return st;
-    const struct disco__func *f =
-        disco__cmd_func_arg(code) != 0 ? s->regs.func[args[disco__cmd_func_arg(code)].v.reg] : NULL;
+    struct disco__call_head hd;
+    bool call = disco__call_head_read(code, args, nargs, &hd);
+    const struct disco__func *f = call ? s->regs.func[hd.func] : NULL;
     disco_value_t with_free[DISCO_MAX_ARGS];
-    if (s->free_next != 0 && code == DISCO_CMD_CALL_SYNC) {
+    if (s->free_next != 0 && call) {      /* the free rides with this call */
+        hd.kill = (uint32_t)s->free_next; /* below DISCO_REG_LIMIT (regs.h) */
         memcpy(with_free, args, nargs * sizeof *args);
-        with_free[0].v.reg = s->free_next;
-        s->free_next = 0;
+        with_free[0] = disco__call_head_value(&hd);
         args = with_free;
-    } else if (s->free_next != 0) {
-        if (code != DISCO_CMD_CALL || nargs >= DISCO_MAX_ARGS) {
-            if ((st = free_alone(s)) != DISCO_OK)
-                return st;
-        } else { /* the free rides with this call: one command instead of two */
-            with_free[0] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = s->free_next};
-            memcpy(with_free + 1, args, nargs * sizeof *args);
-            s->free_next = 0;
-            code = DISCO_CMD_FREE_CALL;
-            args = with_free;
-            nargs++;
-        }
+    } else if (s->free_next != 0 && (st = free_alone(s)) != DISCO_OK) {
+        return st;
     }
     /* The command slot's cache line is last held by the readers: start
      * taking it now, so the fetch overlaps the encoding instead of stalling
@@ -181,29 +172,21 @@ static disco_status_t issue(struct disco_session *s, uint32_t code, const disco_
     disco__chan_prepare_bcast(&s->chan);
     size_t len;
     disco_frame_hdr_t h = {.code = code, .nargs = nargs, .seq = ++s->seq};
-    st = disco_frame_encode(code, h.seq, args, nargs, s->buf, s->chan.max_msg, &len);
-    bool carried = code == DISCO_CMD_FREE_CALL || (code == DISCO_CMD_CALL_SYNC && args[0].v.reg);
-    if (st != DISCO_OK && carried) {
-        s->seq--;
-        s->free_next = args[0].v.reg;    /* still waiting: nothing was sent */
-        if (code == DISCO_CMD_CALL_SYNC) /* its free's place is there either way */
-            return st;
-        /* The call fits only without the free (DISCO_E_MSG_TOO_BIG): the
-         * free goes alone, and the call, as it came, after it. */
-        if ((st = free_alone(s)) != DISCO_OK)
-            return st;
-        return issue(s, DISCO_CMD_CALL, args + 1, nargs - 1, w0_reply_len);
-    }
-    if (st != DISCO_OK)
+    if ((st = disco_frame_encode(code, h.seq, args, nargs, s->buf, s->chan.max_msg, &len)) !=
+        DISCO_OK) {
+        s->seq--; /* nothing was sent: a free riding stays waiting */
         return st;
+    }
     /* The freed id may be taken again from now on: any later command runs
      * after this one on every worker. */
-    if (carried)
-        disco__regs_recycle(&s->regs, args[0].v.reg);
+    if (call && hd.kill != 0) {
+        disco__regs_recycle(&s->regs, hd.kill);
+        s->free_next = 0;
+    }
     size_t rlen = 0;
     st = disco__session_deliver(s, &h, args, s->buf, len, f != NULL ? f->name : NULL, &rlen);
     if (st == DISCO_OK && f != NULL && f == s->load_fn) /* for a recovery to load it again */
-        disco__libs_note(&s->libs, &args[disco__cmd_func_arg(code) + 1], &s->w0);
+        disco__libs_note(&s->libs, &args[1], &s->w0);
     if (st == DISCO_OK && w0_reply_len != NULL)
         *w0_reply_len = rlen;
     return st;
@@ -317,39 +300,35 @@ static disco_status_t call_as(disco_session_t *s, disco_dref_t func, const disco
         return disco_set_error(DISCO_E_BAD_REG, "register %llu holds no function",
                                (unsigned long long)func);
     bool fused = wait && s->node == NULL;
-    int lead = fused ? 4 : 2; /* the command's own arguments before the call's */
-    if (nargs < 0 || nargs > DISCO_MAX_ARGS - lead)
+    if (nargs < 0 || nargs > DISCO_MAX_ARGS - 1) /* the head is the command's first */
         return disco_set_error(DISCO_E_ARG_COUNT, "%d arguments; at most %d", nargs,
-                               DISCO_MAX_ARGS - lead);
+                               DISCO_MAX_ARGS - 1);
     for (int i = 0; i < nargs; i++)
         if (args[i].type == DISCO_T_DREF && !disco__regs_ok(&s->regs, args[i].v.reg))
             return disco__regs_bad(&s->regs, args[i].v.reg);
     disco_value_t frame[DISCO_MAX_ARGS];
     if (nargs > 0)
-        memcpy(frame + lead, args, (size_t)nargs * sizeof *args);
+        memcpy(frame + 1, args, (size_t)nargs * sizeof *args);
     /* A string where the signature wants a dtype becomes one ("float32"). */
     const struct disco__func *f = s->regs.func[func];
-    if ((st = disco__sig_coerce(f, frame + lead, nargs)) != DISCO_OK ||
-        (st = disco__sig_check(f, frame + lead, nargs, 1)) != DISCO_OK)
+    if ((st = disco__sig_coerce(f, frame + 1, nargs)) != DISCO_OK ||
+        (st = disco__sig_check(f, frame + 1, nargs, 1)) != DISCO_OK)
         return st;
     uint64_t res;
     if ((st = disco__regs_alloc(&s->regs, &res)) != DISCO_OK)
         return st;
-    frame[lead - 2] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = res};
-    frame[lead - 1] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = func};
-    int64_t token = fused ? ++s->token : 0;
-    if (fused) { /* no free to carry (issue fills it in), the answer's token */
-        frame[0] = (disco_value_t){.type = DISCO_T_DREF, .v.reg = 0};
-        frame[1] = disco_value_int(token);
-    }
+    /* No free to carry yet (issue fills it in); ids below DISCO_REG_LIMIT. */
+    struct disco__call_head hd = {
+        .result = (uint32_t)res, .func = (uint32_t)func, .token = fused ? ++s->token : 0};
+    frame[0] = disco__call_head_value(&hd);
     size_t w0_len = 0;
-    if ((st = issue(s, fused ? DISCO_CMD_CALL_SYNC : DISCO_CMD_CALL, frame,
-                    (uint32_t)(nargs + lead), fused ? &w0_len : NULL)) != DISCO_OK) {
+    if ((st = issue(s, fused ? DISCO_CMD_CALL_SYNC : DISCO_CMD_CALL, frame, (uint32_t)(nargs + 1),
+                    fused ? &w0_len : NULL)) != DISCO_OK) {
         disco__regs_release(&s->regs, res);
         return st;
     }
     if (wait)
-        st = fused ? wait_every_reply(s, token, "call", w0_len) : api_sync_all(s);
+        st = fused ? wait_every_reply(s, hd.token, "call", w0_len) : api_sync_all(s);
     if (st != DISCO_OK) { /* nothing is left: the result goes (as a free does) */
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());

@@ -37,9 +37,12 @@
 #define DISCO_WORKERS_PROTOCOL_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "disco/shm/ring.h"
+#include "disco/value.h"
 
 /* Commands, numbered as TVM Disco's actions. Codes 5 and 6 (TVM's copies
  * to and from worker 0) are not commands here: copies go through the shared
@@ -48,29 +51,62 @@ enum disco__cmd {
     DISCO_CMD_SHUTDOWN = 0,
     DISCO_CMD_KILL_REG = 1,  /* [reg] */
     DISCO_CMD_GET_FUNC = 2,  /* [reg, name] */
-    DISCO_CMD_CALL = 3,      /* [result reg, func reg, args...] */
+    DISCO_CMD_CALL = 3,      /* [call head, args...] */
     DISCO_CMD_SYNC = 4,      /* [worker (DISCO_SYNC_ALL: every one), token] */
     DISCO_CMD_DEBUG_GET = 7, /* [reg, worker, token] */
     DISCO_CMD_DEBUG_SET = 8, /* [reg, worker, token, value] */
-    /* A free riding with the next call (session.c, api_free): kill reg,
-     * then call as DISCO_CMD_CALL with the arguments after it. */
-    DISCO_CMD_FREE_CALL = 9, /* [reg, result reg, func reg, args...] */
-    /* A call that every worker answers once it has run it (token), after
-     * killing reg first when it is not 0: one SPMD step, call and sync, in
-     * one command (disco_session_call_sync_all). */
-    DISCO_CMD_CALL_SYNC = 10, /* [reg or 0, token, result reg, func reg, args...] */
+    /* 9 was a call carrying a free (layouts 11-12); a call's head carries
+     * it now, and a worker refuses the code as unknown. */
+    /* A call that every worker answers once it has run it (the head's
+     * token): one SPMD step, call and sync, in one command
+     * (disco_session_call_sync_all). */
+    DISCO_CMD_CALL_SYNC = 10, /* [call head, args...] */
     DISCO_CMD_COUNT = 11,
 };
 
-/** Where a call command holds its function register among its arguments
- *  (the result register is just before it); 0 for a command that calls
- *  nothing. */
-static inline uint32_t disco__cmd_func_arg(uint32_t code)
+/* Register ids run from 1 to DISCO_REG_LIMIT - 1: a worker refuses others,
+ * the controller hands out no others, and a call head holds them in 32
+ * bits. */
+#define DISCO_REG_LIMIT (1u << 24)
+
+/* The head of a call command: its first argument, a bytes value of exactly
+ * sizeof (struct disco__call_head), in host order. One value for what were
+ * three or four (kill, token, result, function, 16 bytes each) keeps a call
+ * without arguments in a 48-byte frame, which with the ring slot's 16-byte
+ * header is one cache line: a second line costs the reader one more
+ * transfer from the writer's core, about 110 ns on the machines measured
+ * (issue 21; bench `ring_rtt_ns` against `ring_rtt_48b_ns`). */
+struct disco__call_head {
+    uint32_t kill;   /* a register to free before the call (a free riding), or 0 */
+    uint32_t result; /* the register the call's value goes into */
+    uint32_t func;   /* the register holding the function */
+    uint32_t zero;   /* 0: a worker refuses a head with it set */
+    int64_t token;   /* DISCO_CMD_CALL_SYNC: the answer's token; else 0 */
+};
+
+/** Whether code is a call command (its first argument is a call head). */
+static inline bool disco__cmd_is_call(uint32_t code)
 {
-    return code == DISCO_CMD_CALL        ? 1u
-           : code == DISCO_CMD_FREE_CALL ? 2u
-           : code == DISCO_CMD_CALL_SYNC ? 3u
-                                         : 0u;
+    return code == DISCO_CMD_CALL || code == DISCO_CMD_CALL_SYNC;
+}
+
+/** The call head value pointing at *hd (which must outlive its use). */
+static inline disco_value_t disco__call_head_value(const struct disco__call_head *hd)
+{
+    return disco_value_bytes(hd, (uint32_t)sizeof *hd);
+}
+
+/** Reads the head of a call command (args: its arguments) into *out.
+ *  Returns false, *out untouched, when code is not a call or its first
+ *  argument is not a head of the right size. */
+static inline bool disco__call_head_read(uint32_t code, const disco_value_t *args, uint32_t nargs,
+                                         struct disco__call_head *out)
+{
+    if (!disco__cmd_is_call(code) || nargs < 1 || args[0].type != DISCO_T_BYTES ||
+        args[0].len != sizeof *out)
+        return false;
+    memcpy(out, args[0].v.bytes, sizeof *out);
+    return true;
 }
 
 /* A sync that every worker answers (disco_session_sync_all). */
@@ -83,7 +119,7 @@ enum disco__reply {
 };
 
 #define DISCO_CTL_MAGIC          0x4c544343534944ULL /* "DISCCTL" */
-#define DISCO_CTL_LAYOUT         12u                 /* 12: DISCO_CMD_CALL_SYNC */
+#define DISCO_CTL_LAYOUT         13u                 /* 13: call heads */
 #define DISCO_ERR_MSG_MAX        384
 #define DISCO_MAX_ARGS           64
 #define DISCO_MAX_WORKERS        255   /* on one node */

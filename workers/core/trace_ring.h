@@ -51,6 +51,7 @@
 #include <stdint.h>
 
 #include "shm/ticks.h"
+#include "workers/core/protocol.h"
 
 #define DISCO_TRACE_CAP 8192u /* records per worker: 256 KiB */
 
@@ -90,12 +91,13 @@ struct disco__trace_ring {
     _Alignas(64) struct disco__trace_rec rec[DISCO_TRACE_CAP];
 };
 
-/** The function register a command calls (0 for other commands; the codes
- *  in workers/core/protocol.h, disco__cmd_func_arg). */
-#define disco__trace_func(h, args)                                                                 \
-    (disco__cmd_func_arg((h)->code) != 0 && (h)->nargs > disco__cmd_func_arg((h)->code)            \
-         ? (args)[disco__cmd_func_arg((h)->code)].v.reg                                            \
-         : 0u)
+/** The function register a command calls (0 for other commands: its head,
+ *  workers/core/protocol.h). */
+static inline uint64_t disco__trace_func(const disco_frame_hdr_t *h, const disco_value_t *args)
+{
+    struct disco__call_head hd;
+    return disco__call_head_read(h->code, args, h->nargs, &hd) ? hd.func : 0u;
+}
 
 /** Appends one record (the ring's only writer). */
 static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, uint32_t code,

@@ -18,7 +18,6 @@ static const char *const cmd_names[DISCO_CMD_COUNT] = {
     [DISCO_CMD_SYNC] = "sync worker",
     [DISCO_CMD_DEBUG_GET] = "debug get from remote",
     [DISCO_CMD_DEBUG_SET] = "debug set register",
-    [DISCO_CMD_FREE_CALL] = "call packed",
     [DISCO_CMD_CALL_SYNC] = "call packed and sync",
 };
 
@@ -75,7 +74,7 @@ void disco__worker_post_error(disco_worker_t *w, int code, const char *func, con
 
 static disco_status_t reg_slot(disco_worker_t *w, uint64_t reg, disco_value_t **slot_out)
 {
-    if (reg == 0 || reg > (1u << 24))
+    if (reg == 0 || reg >= DISCO_REG_LIMIT)
         return disco_set_error(DISCO_E_BAD_REG, "register %llu is out of range",
                                (unsigned long long)reg);
     if (reg >= w->nregs) {
@@ -115,6 +114,13 @@ const disco_value_t *disco__worker_get_reg(const disco_worker_t *w, uint64_t reg
 }
 
 /* ---- commands ---- */
+
+/* Frees register r (0, or one never set here: nothing to do). */
+static void kill_reg(disco_worker_t *w, uint64_t r)
+{
+    if (r != 0 && r < w->nregs)
+        disco_value_clear(&w->regs[r]);
+}
 
 static void fail_cmd(disco_worker_t *w, const char *what)
 {
@@ -159,9 +165,11 @@ static disco_status_t resolve_args(disco_worker_t *w, const disco_value_t *in, i
     return DISCO_OK;
 }
 
-static void exec_call(disco_worker_t *w, const disco_value_t *args, int nargs)
+/* Calls the function in register fr with the n arguments args into
+ * register res. */
+static void exec_call(disco_worker_t *w, uint64_t res, uint64_t fr, const disco_value_t *args,
+                      int n)
 {
-    uint64_t res = args[0].v.reg, fr = args[1].v.reg;
     disco_value_t *slot;
     if (reg_slot(w, res, &slot) != DISCO_OK) {
         fail_cmd(w, "call packed");
@@ -175,8 +183,7 @@ static void exec_call(disco_worker_t *w, const disco_value_t *args, int nargs)
     }
     const struct disco__func *f = disco__func_at(w->regs[fr].v.handle);
     disco_value_t real[DISCO_MAX_ARGS];
-    int n = nargs - 2;
-    disco_status_t st = resolve_args(w, args + 2, n, real);
+    disco_status_t st = resolve_args(w, args, n, real);
     if (st == DISCO_OK)
         st = disco__sig_check(f, real, n, 0);
     if (st != DISCO_OK) {
@@ -260,21 +267,20 @@ static disco_status_t fill_device(disco_worker_t *w, uint64_t reg, const disco_v
     return DISCO_OK;
 }
 
-/* Checks a command's fixed arguments: count and types. */
+/* Checks a command's fixed arguments: count and types; a call's head
+ * (protocol.h) is a bytes value of its exact size with its zero word 0. */
 static disco_status_t check_shape(const disco_frame_hdr_t *h, const disco_value_t *args)
 {
     static const char *const want[DISCO_CMD_COUNT] = {
-        [DISCO_CMD_SHUTDOWN] = "",      [DISCO_CMD_KILL_REG] = "r",
-        [DISCO_CMD_GET_FUNC] = "rs",    [DISCO_CMD_CALL] = "rr",
-        [DISCO_CMD_SYNC] = "ii",        [DISCO_CMD_DEBUG_GET] = "rii",
-        [DISCO_CMD_DEBUG_SET] = "rii?", [DISCO_CMD_FREE_CALL] = "rrr",
-        [DISCO_CMD_CALL_SYNC] = "rirr",
+        [DISCO_CMD_SHUTDOWN] = "",      [DISCO_CMD_KILL_REG] = "r",  [DISCO_CMD_GET_FUNC] = "rs",
+        [DISCO_CMD_CALL] = "h",         [DISCO_CMD_SYNC] = "ii",     [DISCO_CMD_DEBUG_GET] = "rii",
+        [DISCO_CMD_DEBUG_SET] = "rii?", [DISCO_CMD_CALL_SYNC] = "h",
     };
     if (h->code >= DISCO_CMD_COUNT || want[h->code] == NULL)
         return disco_set_error(DISCO_E_PROTOCOL, "unknown command code %u", h->code);
     const char *s = want[h->code];
     size_t n = strlen(s);
-    bool call = disco__cmd_func_arg(h->code) != 0;
+    bool call = disco__cmd_is_call(h->code);
     if (call ? h->nargs < n : h->nargs != n)
         return disco_set_error(DISCO_E_ARG_COUNT, "%s with %u arguments", disco__cmd_name(h->code),
                                h->nargs);
@@ -282,12 +288,19 @@ static disco_status_t check_shape(const disco_frame_hdr_t *h, const disco_value_
         uint32_t t = s[i] == 'r'   ? DISCO_T_DREF
                      : s[i] == 'i' ? DISCO_T_INT
                      : s[i] == 's' ? DISCO_T_STR
+                     : s[i] == 'h' ? DISCO_T_BYTES
                                    : args[i].type;
         if (args[i].type != t)
             return disco_set_error(DISCO_E_BAD_TYPE, "%s argument %zu: %s, expected %s",
                                    disco__cmd_name(h->code), i, disco_type_name(args[i].type),
                                    disco_type_name(t));
     }
+    struct disco__call_head hd;
+    if (call && (!disco__call_head_read(h->code, args, h->nargs, &hd) || hd.zero != 0))
+        return disco_set_error(
+            DISCO_E_BAD_TYPE, "%s: its head is %u bytes%s, expected %zu with its zero word 0",
+            disco__cmd_name(h->code), args[0].len,
+            args[0].len == sizeof hd ? " with its zero word set" : "", sizeof hd);
     return DISCO_OK;
 }
 
@@ -306,27 +319,23 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
     case DISCO_CMD_SHUTDOWN:
         return DISCO_E_SHUTDOWN;
     case DISCO_CMD_KILL_REG:
-    case DISCO_CMD_FREE_CALL:
-    case DISCO_CMD_CALL_SYNC: {
-        uint64_t r = args[0].v.reg;
-        if (r != 0 && r < w->nregs)
-            disco_value_clear(&w->regs[r]);
-        if (h->code == DISCO_CMD_KILL_REG)
-            return DISCO_OK;
-        uint32_t at = disco__cmd_func_arg(h->code) - 1; /* the call's result register */
-        exec_call(w, args + at, (int)(h->nargs - at));
-        /* A call's failure is posted as any call's (the errbox); the answer
-         * to a CALL_SYNC only says that it ran, as a sync's does. */
-        return h->code == DISCO_CMD_CALL_SYNC
-                   ? reply_ok(w, args[1].v.i, NULL, reply, reply_cap, reply_len)
-                   : DISCO_OK;
-    }
+        kill_reg(w, args[0].v.reg);
+        return DISCO_OK;
     case DISCO_CMD_GET_FUNC:
         exec_get_func(w, args);
         return DISCO_OK;
     case DISCO_CMD_CALL:
-        exec_call(w, args, (int)h->nargs);
-        return DISCO_OK;
+    case DISCO_CMD_CALL_SYNC: {
+        struct disco__call_head hd;
+        disco__call_head_read(h->code, args, h->nargs, &hd); /* check_shape checked it */
+        kill_reg(w, hd.kill);
+        exec_call(w, hd.result, hd.func, args + 1, (int)h->nargs - 1);
+        /* A call's failure is posted as any call's (the errbox); the answer
+         * to a CALL_SYNC only says that it ran, as a sync's does. */
+        return h->code == DISCO_CMD_CALL_SYNC
+                   ? reply_ok(w, hd.token, NULL, reply, reply_cap, reply_len)
+                   : DISCO_OK;
+    }
     case DISCO_CMD_SYNC:
         if (args[0].v.i == disco__worker_gid(w) || args[0].v.i == DISCO_SYNC_ALL)
             return reply_ok(w, args[1].v.i, NULL, reply, reply_cap, reply_len);
