@@ -105,9 +105,11 @@ static disco_status_t make_segment(struct disco_session *s)
      * (the whole size is still checked against the memory available):
      * - the heap, backed as its blocks reach it (disco_heap_init_lazy), so
      *   that an allocation still fails cleanly when memory is short;
-     * - the trace rings (256 KiB a worker), backed page by page by their
-     *   writer's first stores, as a worker's own stack and malloc'd memory
-     *   are: a page that cannot be had is the same out-of-memory as theirs.
+     * - the trace rings (256 KiB a worker), backed by their writer as it
+     *   starts (worker_main.c, disco__prefault), in parallel and off this
+     *   thread, or else by its first stores, as a worker's own stack and
+     *   malloc'd memory are: a page that cannot be had is the same
+     *   out-of-memory as theirs.
      * At 8 workers, backing the default 16 MiB heap and the rings took
      * about 3 ms of a 7 ms open and 2 ms of a 4 ms close on the 2-core
      * machine of the benchmarks. */

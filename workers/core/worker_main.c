@@ -10,6 +10,7 @@
 #include "disco/shm/segment.h"
 #include "disco/session.h"
 #include "disco/worker.h"
+#include "shm/prefault.h"
 #include "workers/data/bind.h"
 #include "workers/data/collective.h"
 #include "workers/core/ctl_layout.h"
@@ -122,8 +123,16 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     w.one_group = ctl->ggroups == 1;
     w.ngroups = lay.geom.num_groups; /* read once, at start, as the rest of the geometry */
     w.dev_area = disco__coll_dev_area(w.coll, lay.geom.world, w.ngroups);
-    if (lay.geom.trace)
+    if (lay.geom.trace) {
         w.trace = (struct disco__trace_ring *)(base + lay.r[DISCO_CTL_TRACE].off) + (id - 1);
+        /* The ring is a hole in the segment (open.c, make_segment): its
+         * pages are had now, before the first command, not by the first
+         * lap of records, where a fault was a microsecond or two in one
+         * step of every 128 (issue 21, the p99 of a step). Only this
+         * worker writes the records. A failure leaves them to fault in
+         * at first use, as before. */
+        (void)disco__prefault(w.trace->rec, sizeof w.trace->rec);
+    }
     w.stat = disco__stat_worker((struct disco__stat_hdr *)(base + lay.r[DISCO_CTL_STATUS].off), id);
     /* Relaxed: a monitor's word (wstat.h). */
     atomic_store_explicit(&w.stat->pid, (int32_t)getpid(), memory_order_relaxed);
