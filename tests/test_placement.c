@@ -177,8 +177,8 @@ START_TEST(test_list_errors)
 }
 END_TEST
 
-/* The default: spread while workers fit, none (unbound, noted) when they
- * outnumber PUs; none binds nothing. */
+/* The default: spread, also when workers outnumber PUs (several a PU,
+ * noted, as evenly as they go); none binds nothing. */
 START_TEST(test_default_and_none)
 {
     unsetenv("DISCO_PLACE");
@@ -186,10 +186,20 @@ START_TEST(test_default_and_none)
     ck_assert_int_eq(p->policy, DISCO_PLACE_SPREAD);
     expect(p, 1, "1", "", -1); /* no package level in this topology */
     disco_plan_free(p);
-    p = plan(DISCO_PLACE_DEFAULT, "core:2 pu:1", NULL, NULL, 3);
+    p = plan(DISCO_PLACE_DEFAULT, "core:2 pu:1", NULL, NULL, 4);
     ck_assert(p->oversubscribed);
-    ck_assert_int_eq(p->policy, DISCO_PLACE_NONE);
+    ck_assert_int_eq(p->policy, DISCO_PLACE_SPREAD);
     ck_assert(strstr(p->notes, "outnumber") != NULL);
+    int on0 = 0;
+    for (int i = 0; i < 4; i++) {
+        ck_assert_msg(strcmp(p->worker[i].cpus, "0") == 0 || strcmp(p->worker[i].cpus, "1") == 0,
+                      "worker %d cpus \"%s\"", i, p->worker[i].cpus);
+        on0 += strcmp(p->worker[i].cpus, "0") == 0;
+    }
+    ck_assert_int_eq(on0, 2); /* two a PU */
+    disco_plan_free(p);
+    p = plan(DISCO_PLACE_NONE, "core:2 pu:1", NULL, NULL, 3);
+    ck_assert_int_eq(p->policy, DISCO_PLACE_NONE);
     expect(p, 2, "", "", -1);
     disco_plan_free(p);
     setenv("DISCO_PLACE", "compact", 1);

@@ -294,13 +294,17 @@ static disco_status_t build(hwloc_topology_t t, const disco_place_config_t *cfg,
     p->num_packages = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PACKAGE);
     p->oversubscribed = p->num_workers > p->num_pus;
     if (p->policy == DISCO_PLACE_DEFAULT) {
-        /* Pinning more workers than PUs shares PUs between spinning
-         * waiters that the kernel could otherwise balance: call + sync
-         * with 4 and 8 workers on 2 PUs measured 5-10x slower pinned. */
-        p->policy = p->oversubscribed ? DISCO_PLACE_NONE : DISCO_PLACE_SPREAD;
+        /* Spread even when workers outnumber PUs: with the crowded waits
+         * (a 200 ns pause, then yields; scheduler/session/open.c) a no-op
+         * call + sync_all on 2 PUs took 4.5-4.8 us at N = 4 and 9.6-9.9 us
+         * at N = 8 spread, against 4.6-7.0 and 9.4-14.9 us unbound, where
+         * the kernel's choice of who shares a PU changes from one session
+         * to the next (issue 21). With waits that spun long before
+         * yielding, pinned was 5-10x slower: ask for none with them. */
+        p->policy = DISCO_PLACE_SPREAD;
         if (p->oversubscribed)
-            note(p, "Workers outnumber PUs: left unbound (the default); ask for a policy to "
-                    "bind them anyway. ");
+            note(p, "Workers outnumber PUs: spread over them, several a PU (the default); ask "
+                    "for none to leave them unbound. ");
     }
     for (int i = 0; i < p->num_workers; i++)
         p->worker[i] = (disco_place_entry_t){.core = -1, .package = -1, .gpu = -1};
