@@ -24,8 +24,8 @@
  *
  * mpirun binds its ranks to cores when there are cores enough, else binds
  * nothing and oversubscribes (Open MPI then yields when idle); disco uses
- * its default placement (which binds nothing when workers outnumber
- * CPUs). */
+ * its default placement (spread: with more workers than CPUs, several a
+ * CPU). */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
