@@ -240,15 +240,22 @@ START_TEST(test_env_writes_at_close)
 }
 END_TEST
 
-/* Past the ring's capacity the oldest records go; what is kept is the
- * latest, in order, and the loss is counted. */
-START_TEST(test_wrap_around)
+/* A default session of 2 workers (traced) and disco.noop in *noop. */
+static disco_session_t *open_noop(disco_dref_t *noop)
 {
     disco_session_config_t cfg = disco_session_config_default(2);
     disco_session_t *s;
     CK_OK(disco_session_open(&cfg, &s));
+    CK_OK(disco_session_get_func(s, "disco.noop", noop));
+    return s;
+}
+
+/* Past the ring's capacity the oldest records go; what is kept is the
+ * latest, in order, and the loss is counted. */
+START_TEST(test_wrap_around)
+{
     disco_dref_t noop, r;
-    CK_OK(disco_session_get_func(s, "disco.noop", &noop));
+    disco_session_t *s = open_noop(&noop);
     for (int i = 0; i < 9000; i++) {
         CK_OK(disco_session_call(s, noop, NULL, 0, &r));
         CK_OK(disco_session_free_reg(s, r));
@@ -291,11 +298,8 @@ static unsigned long long minflt_of(int pid)
  * step). */
 START_TEST(test_no_faults_in_steps)
 {
-    disco_session_config_t cfg = disco_session_config_default(2);
-    disco_session_t *s;
-    CK_OK(disco_session_open(&cfg, &s));
     disco_dref_t noop, r;
-    CK_OK(disco_session_get_func(s, "disco.noop", &noop));
+    disco_session_t *s = open_noop(&noop);
     for (int i = 0; i < 600; i++) { /* a lap of the command ring, and more */
         CK_OK(disco_session_call_sync_all(s, noop, NULL, 0, &r));
         CK_OK(disco_session_free_reg(s, r));
