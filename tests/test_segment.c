@@ -2,14 +2,17 @@
 #include <check.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "disco/shm/segment.h"
+#include "shm/prefault.h"
 #include "tests/testutil.h"
 
 #define MiB (1024u * 1024u)
@@ -346,6 +349,57 @@ START_TEST(test_fd_cloexec_across_exec)
 }
 END_TEST
 
+static void exit_segv(int sig)
+{
+    (void)sig;
+    _exit(42);
+}
+
+/* Hot memory (shm/prefault.h) is zeroed, resident before any store, and
+ * not mapped in a child forked later: touching it there is a SIGSEGV, not
+ * a copy of each page at the parent's next store. disco__prefault makes a
+ * hole of a shared file resident and allocated, inside the range only. */
+START_TEST(test_hot_memory)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    size_t len = 64 * (size_t)page;
+    unsigned char *p = disco__hot_alloc(len);
+    ck_assert_ptr_nonnull(p);
+    unsigned char vec[64];
+    ck_assert_int_eq(mincore(p, len, vec), 0);
+    for (int i = 0; i < 64; i++)
+        ck_assert_msg(vec[i] & 1, "page %d is not resident", i);
+    for (size_t i = 0; i < len; i += 997)
+        ck_assert_int_eq(p[i], 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) { /* its own handler: a sanitizer's would report and exit 1 */
+        signal(SIGSEGV, exit_segv);
+        volatile unsigned char c = p[0];
+        (void)c;
+        _exit(0);
+    }
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 42, "the child read it: status %#x", ws);
+    disco__hot_free(p, len);
+
+    int fd = memfd_create("disco-test-prefault", MFD_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
+    unsigned char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ck_assert(m != MAP_FAILED);
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    ck_assert_int_eq(st.st_blocks, 0);
+    ck_assert_int_eq(disco__prefault(m + page + 1, 2 * (size_t)page), 0);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    ck_assert_int_eq((long long)st.st_blocks * 512, 3LL * page); /* pages 1, 2, 3 */
+    munmap(m, len);
+    close(fd);
+}
+END_TEST
+
 Suite *suite_segment(void)
 {
     Suite *s = suite_create("segment");
@@ -371,6 +425,7 @@ Suite *suite_segment(void)
     tcase_add_test(tc, test_close_twice);
     tcase_add_test(tc, test_nothing_in_dev_shm);
     tcase_add_test(tc, test_fd_cloexec_across_exec);
+    tcase_add_test(tc, test_hot_memory);
     suite_add_tcase(s, tc);
     return s;
 }
