@@ -312,8 +312,15 @@ START_TEST(test_no_faults_in_steps)
         CK_OK(disco_session_free_reg(s, r));
     }
     unsigned long long dc = minflt_of(getpid()) - c0, dw = minflt_of(w1) - w0;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    /* A sanitizer's runtime faults in pages of its own as code runs (the
+     * ASan CI run counted 586 on the controller here): the count says
+     * nothing about disco's memory under it. */
+    (void)dc, (void)dw;
+#else
     ck_assert_msg(dc < 32 && dw < 32, "page faults in %d steps: controller %llu, worker 1 %llu",
                   9200, dc, dw);
+#endif
     disco_session_close(s);
 }
 END_TEST
