@@ -7,7 +7,7 @@
 
 #include "workers/core/protocol.h"
 #include "workers/core/worker.h"
-#include "tests/testutil.h"
+#include "tests/session_util.h"
 
 struct bench {
     disco_worker_t w;
@@ -17,13 +17,6 @@ struct bench {
     _Alignas(8) unsigned char reply[4096];
     size_t reply_len;
 };
-
-static disco_value_t reg_value(uint64_t r)
-{
-    disco_value_t v = {.type = DISCO_T_DREF};
-    v.v.reg = r;
-    return v;
-}
 
 /* Encodes code + args, decodes it as a worker's loop does and runs it on
  * b's worker. */
@@ -42,7 +35,7 @@ static void bench_init(struct bench *b)
 {
     memset(b, 0, sizeof *b);
     CK_OK(disco__worker_init(&b->w, 1, 2, &b->box, NULL, NULL, &b->wait));
-    disco_value_t get[2] = {reg_value(1), disco_value_str("disco.echo")};
+    disco_value_t get[2] = {tu_dref(1), disco_value_str("disco.echo")};
     run(b, DISCO_CMD_GET_FUNC, get, 2);
     ck_assert_int_eq(atomic_load(&b->box.full), 0);
 }
@@ -134,7 +127,7 @@ START_TEST(test_call_head_refused)
             hd.zero = 1;
             break;
         case 2:
-            args[0] = reg_value(2);
+            args[0] = tu_dref(2);
             break;
         case 3:
             hd.result = DISCO_REG_LIMIT;

@@ -268,8 +268,10 @@ static disco_status_t fill_device(disco_worker_t *w, uint64_t reg, const disco_v
 }
 
 /* Checks a command's fixed arguments: count and types; a call's head
- * (protocol.h) is a bytes value of its exact size with its zero word 0. */
-static disco_status_t check_shape(const disco_frame_hdr_t *h, const disco_value_t *args)
+ * (protocol.h) is a bytes value of its exact size with its zero word 0,
+ * and is read into *hd. */
+static disco_status_t check_shape(const disco_frame_hdr_t *h, const disco_value_t *args,
+                                  struct disco__call_head *hd)
 {
     static const char *const want[DISCO_CMD_COUNT] = {
         [DISCO_CMD_SHUTDOWN] = "",      [DISCO_CMD_KILL_REG] = "r",  [DISCO_CMD_GET_FUNC] = "rs",
@@ -295,12 +297,11 @@ static disco_status_t check_shape(const disco_frame_hdr_t *h, const disco_value_
                                    disco__cmd_name(h->code), i, disco_type_name(args[i].type),
                                    disco_type_name(t));
     }
-    struct disco__call_head hd;
-    if (call && (!disco__call_head_read(h->code, args, h->nargs, &hd) || hd.zero != 0))
+    if (call && (!disco__call_head_read(h->code, args, h->nargs, hd) || hd->zero != 0))
         return disco_set_error(
             DISCO_E_BAD_TYPE, "%s: its head is %u bytes%s, expected %zu with its zero word 0",
             disco__cmd_name(h->code), args[0].len,
-            args[0].len == sizeof hd ? " with its zero word set" : "", sizeof hd);
+            args[0].len == sizeof *hd ? " with its zero word set" : "", sizeof *hd);
     return DISCO_OK;
 }
 
@@ -310,7 +311,8 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
 {
     *reply_len = 0;
     w->seq = h->seq;
-    disco_status_t st = check_shape(h, args);
+    struct disco__call_head hd; /* a call's: check_shape reads it */
+    disco_status_t st = check_shape(h, args, &hd);
     if (st != DISCO_OK) {
         disco__worker_post_error(w, st, disco__cmd_name(h->code), disco_last_error());
         return DISCO_OK;
@@ -325,9 +327,7 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         exec_get_func(w, args);
         return DISCO_OK;
     case DISCO_CMD_CALL:
-    case DISCO_CMD_CALL_SYNC: {
-        struct disco__call_head hd;
-        disco__call_head_read(h->code, args, h->nargs, &hd); /* check_shape checked it */
+    case DISCO_CMD_CALL_SYNC:
         kill_reg(w, hd.kill);
         exec_call(w, hd.result, hd.func, args + 1, (int)h->nargs - 1);
         /* A call's failure is posted as any call's (the errbox); the answer
@@ -335,7 +335,6 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
         return h->code == DISCO_CMD_CALL_SYNC
                    ? reply_ok(w, hd.token, NULL, reply, reply_cap, reply_len)
                    : DISCO_OK;
-    }
     case DISCO_CMD_SYNC:
         if (args[0].v.i == disco__worker_gid(w) || args[0].v.i == DISCO_SYNC_ALL)
             return reply_ok(w, args[1].v.i, NULL, reply, reply_cap, reply_len);
