@@ -5,15 +5,10 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "disco/shm/segment.h"
 #include "shm/heap_block.h"
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older C headers lack the name */
-#endif
+#include "shm/prefault.h"
 
 /* Backing grows by at least this much at a time: a populate of 2 MiB costs
  * a few hundred microseconds, so the memory check before it (reading
@@ -27,18 +22,16 @@ int (*disco__heap_populate_hook)(size_t len);
  * can do it without the file's descriptor. */
 int disco__heap_populate(const disco_heap_t *h, uint64_t from, uint64_t to, uint64_t *end_out)
 {
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)h->base + from) & ~(page - 1);
-    uintptr_t b = ((uintptr_t)h->base + to + page - 1) & ~(page - 1);
     if (disco__heap_populate_hook != NULL) {
-        int e = disco__heap_populate_hook((size_t)(b - a));
+        int e = disco__heap_populate_hook((size_t)(to - from));
         if (e != 0)
             return e;
     }
-    if (madvise((void *)a, (size_t)(b - a), MADV_POPULATE_WRITE) != 0)
-        return errno;
-    *end_out = (uint64_t)(b - (uintptr_t)h->base);
-    return 0;
+    char *end;
+    int e = disco__populate((char *)h->base + from, (size_t)(to - from), &end);
+    if (e == 0)
+        *end_out = (uint64_t)(end - (char *)h->base);
+    return e;
 }
 
 disco_status_t disco__heap_back(const disco_heap_t *h, uint64_t end, const char *who)

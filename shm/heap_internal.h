@@ -31,7 +31,7 @@ enum disco__heap_step {
 extern void (*disco__heap_fault_hook)(int step);
 
 /* Called, when non-NULL, before each populate of a lazily backed heap with
- * the bytes about to be backed; a non-zero return is taken as that errno
+ * the bytes asked for (before rounding to pages); a non-zero return is taken as that errno
  * (a test's stand-in for memory that is not there). Process-local, as the
  * fault hook. */
 extern int (*disco__heap_populate_hook)(size_t len);

@@ -10,17 +10,26 @@
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older C headers lack the name */
 #endif
 
+int disco__populate(void *p, size_t len, char **end_out)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)p & ~(page - 1);
+    uintptr_t b = ((uintptr_t)p + len + page - 1) & ~(page - 1);
+    if (madvise((void *)a, (size_t)(b - a), MADV_POPULATE_WRITE) != 0)
+        return errno;
+    *end_out = (char *)b;
+    return 0;
+}
+
 int disco__prefault(void *p, size_t len)
 {
     if (len == 0)
         return 0;
+    char *end;
+    int e = disco__populate(p, len, &end);
+    if (e != EINVAL)
+        return e;
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = (uintptr_t)p & ~(page - 1);
-    uintptr_t b = ((uintptr_t)p + len + page - 1) & ~(page - 1);
-    if (madvise((void *)a, (size_t)(b - a), MADV_POPULATE_WRITE) == 0)
-        return 0;
-    if (errno != EINVAL)
-        return errno;
     /* No MADV_POPULATE_WRITE: a write fault per page, inside [p, p + len)
      * only (the bytes around it may be someone else's). */
     for (uintptr_t q = (uintptr_t)p; q < (uintptr_t)p + len; q = (q & ~(page - 1)) + page)

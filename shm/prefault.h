@@ -5,6 +5,12 @@
 
 #include <stddef.h>
 
+/** MADV_POPULATE_WRITE over the pages that [p, p + len) touches: present
+ *  and writable in this process, allocated in a shared file's hole too.
+ *  Sets *end_out to the end of the last of them. Returns 0, or an errno
+ *  (EINVAL: the kernel lacks it, before Linux 5.14; ENOMEM). */
+int disco__populate(void *p, size_t len, char **end_out);
+
 /** Makes the pages of [p, p + len) present and writable in this process,
  *  allocating them in a shared file's hole too: MADV_POPULATE_WRITE, or on
  *  a kernel without it (before Linux 5.14) a store of each page's first
