@@ -52,8 +52,8 @@ static inline disco_status_t disco__regs_alloc(struct disco__regs *t, uint64_t *
     *reg_out = 0;
     if (t->nfree == 0 && t->next >= DISCO_REG_LIMIT)
         return disco_set_error(DISCO_E_OVERFLOW,
-                               "%u registers are live or waiting to be freed; at most %u",
-                               DISCO_REG_LIMIT - 1, DISCO_REG_LIMIT - 1);
+                               "every register id below %u is live or waiting to be freed",
+                               DISCO_REG_LIMIT);
     if (t->nfree == 0 && t->next >= t->cap) {
         disco_status_t st = disco__regs_grow(t);
         if (st != DISCO_OK)
