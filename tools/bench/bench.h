@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <dlpack/dlpack.h>
+
 #include "tools/bench/bench_util.h"
 
 /* Runs iters rounds and returns the ns they took (the timed part only). */
@@ -138,5 +140,11 @@ void bench_print_table(const bu_machine_t *m);
 /** Writes the machine, the recorded figures and the configuration (quick,
  *  reps) as JSON to path; dies if it cannot (bench_report.c). */
 void bench_write_json(const char *path, const bu_machine_t *m, bool quick, int reps);
+
+/** The IPC figures of the GPU section (bench_gpu_ipc.c): medians, in us, of
+ *  importing a peer process's allocation on dev that opens its handle
+ *  (us_out[0]) and while one is held (us_out[1]). Forks: call it before
+ *  this process touches the device. */
+void bench_gpu_ipc(DLDevice dev, double us_out[2]);
 
 #endif

@@ -52,9 +52,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
@@ -62,10 +59,8 @@
 #include "disco/session.h"
 #include "disco/tensor.h"
 
-#define KIB      ((size_t)1 << 10)
-#define MIB      ((size_t)1 << 20)
-#define MAX_REPS 1000
-#define IPC_SIZE MIB /* the allocation the IPC figures import */
+#define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
 
 static struct {
     bool sim;
@@ -129,96 +124,6 @@ static int probe_count(char *why, size_t cap)
         return 0;
     }
     return n;
-}
-
-/* ---- IPC open, first and cached: two forked processes ---- */
-
-typedef struct ipc_ctx {
-    void *table; /* shared lifetime table, mapped before the fork */
-    size_t table_bytes;
-    int ref_fd[2];  /* exporter -> importer: the ref */
-    int done_fd[2]; /* importer -> exporter: done, free it */
-    int res_fd[2];  /* importer -> parent: the two medians, us */
-} ipc_ctx_t;
-
-static int ipc_exporter(void *p)
-{
-    ipc_ctx_t *c = p;
-    void *ptr;
-    disco_ipc_ref_t ref;
-    char done;
-    close(c->done_fd[1]); /* EOF, not a hang, if the importer dies */
-    close(c->res_fd[1]);
-    bu_child_check(disco_device_ipc_init(c->table, c->table_bytes, 4), "ipc_init");
-    bu_child_check(disco_device_alloc(g.dev, IPC_SIZE, &ptr), "alloc (ipc)");
-    bu_child_check(disco_device_ipc_export(ptr, &ref), "ipc_export");
-    if (write(c->ref_fd[1], &ref, sizeof ref) != (ssize_t)sizeof ref)
-        return 1;
-    if (read(c->done_fd[0], &done, 1) != 1)
-        return 1;
-    bu_child_check(disco_device_free(g.dev, ptr), "free (ipc)");
-    return 0;
-}
-
-static int ipc_importer(void *p)
-{
-    ipc_ctx_t *c = p;
-    disco_ipc_ref_t ref;
-    static double first[MAX_REPS], cached[MAX_REPS];
-    void *ptr, *held;
-    if (read(c->ref_fd[0], &ref, sizeof ref) != (ssize_t)sizeof ref)
-        return 1;
-    bu_child_check(disco_device_ipc_attach(c->table, c->table_bytes), "ipc_attach");
-    bu_child_check(disco_device_set(g.dev), "set device");
-    int reps = 4 * bench_reps();
-    for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
-        int64_t t0 = disco_now_ns();
-        bu_child_check(disco_device_ipc_import(&ref, &ptr), "ipc_import (first)");
-        int64_t t1 = disco_now_ns();
-        bu_child_check(disco_device_ipc_release(&ref), "ipc_release (first)");
-        if (r >= 0)
-            first[r] = (double)(t1 - t0) / 1e3;
-    }
-    bu_child_check(disco_device_ipc_import(&ref, &held), "ipc_import (held)");
-    for (int r = 0; r < reps; r++) {
-        int64_t t0 = disco_now_ns();
-        bu_child_check(disco_device_ipc_import(&ref, &ptr), "ipc_import (cached)");
-        int64_t t1 = disco_now_ns();
-        bu_child_check(disco_device_ipc_release(&ref), "ipc_release (cached)");
-        cached[r] = (double)(t1 - t0) / 1e3;
-    }
-    bu_child_check(disco_device_ipc_release(&ref), "ipc_release (held)");
-    double out[2] = {bu_median(first, reps), bu_median(cached, reps)};
-    if (write(c->res_fd[1], out, sizeof out) != (ssize_t)sizeof out)
-        return 1;
-    return write(c->done_fd[1], "d", 1) == 1 ? 0 : 1;
-}
-
-static void bench_ipc(void)
-{
-    ipc_ctx_t c = {.table_bytes = disco_device_ipc_footprint(4)};
-    c.table_bytes = (c.table_bytes + 4095) & ~(size_t)4095;
-    c.table = mmap(NULL, c.table_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (c.table == MAP_FAILED || pipe(c.ref_fd) != 0 || pipe(c.done_fd) != 0 || pipe(c.res_fd) != 0)
-        bu_die("bench_ipc: mmap or pipe failed");
-    fflush(stdout);
-    bu_spawn(ipc_exporter, &c);
-    bu_spawn(ipc_importer, &c);
-    /* only the children write: a child's death is then an EOF here */
-    close(c.ref_fd[1]);
-    close(c.done_fd[1]);
-    close(c.res_fd[1]);
-    double us[2];
-    ssize_t got = read(c.res_fd[0], us, sizeof us);
-    bu_reap_all();
-    if (got != (ssize_t)sizeof us)
-        bu_die("bench_ipc: the importer sent no figures");
-    figure("ipc_open_us_first", us[0], "us");
-    figure("ipc_open_us_cached", us[1], "us");
-    close(c.ref_fd[0]);
-    close(c.done_fd[0]);
-    close(c.res_fd[0]);
-    munmap(c.table, c.table_bytes);
 }
 
 /* ---- sessions ---- */
@@ -592,7 +497,10 @@ void bench_gpu(void)
         printf("  SIM: the simulated device (DISCO_SIM_GPUS=%s), smoke sizes; no figure below "
                "is a GPU figure\n",
                getenv("DISCO_SIM_GPUS"));
-    bench_ipc(); /* forks: before this process touches the device */
+    double ipc_us[2]; /* forks: before this process touches the device */
+    bench_gpu_ipc(g.dev, ipc_us);
+    figure("ipc_open_us_first", ipc_us[0], "us");
+    figure("ipc_open_us_cached", ipc_us[1], "us");
     figure("call_sync_spawn_ns", call_sync(false), "ns");
     figure("gpu_call_sync_ns", call_sync(true), "ns");
     bench_copies();
