@@ -16,6 +16,8 @@ KIND says how the block is checked:
                 stderr-has="..." : its stderr contains it;
                 same-as=PATH : the block is PATH's text, PATH's leading
                 comment left out (tests/readme_example.c);
+                mpirun=N : run under `mpirun -np N --oversubscribe` (built
+                only, saying so, where there is no mpirun);
                 compile-only why="..." : built, not run (the why is printed).
   c-session     statements run with `disco_session_t *s` open (workers=N,
                 default 2); after them every worker is synced and must
@@ -46,6 +48,7 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -153,8 +156,17 @@ class Checker:
             if not opts.get("why"):
                 return "compile-only needs why=\"...\""
             return None
+        argv = [str(exe)]
+        if "mpirun" in opts:  # under mpirun, its ranks on this machine (as tests/test_node.c)
+            if not shutil.which("mpirun"):
+                print("doc_examples: %s built, not run: no mpirun here" % where)
+                return None
+            argv = ["mpirun", "--oversubscribe", "--mca", "orte_enable_recovery", "1",
+                    "-np", str(opts["mpirun"])] + argv
+            if os.geteuid() == 0:
+                argv.insert(1, "--allow-run-as-root")
         # run in a folder of its own: files it writes land there
-        p = subprocess.run([str(exe)], cwd=str(self.tmp), env=self.env_with(opts),
+        p = subprocess.run(argv, cwd=str(self.tmp), env=self.env_with(opts),
                            capture_output=True, text=True, timeout=120)
         if p.returncode != 0:
             return "exit %d\nstdout:\n%s\nstderr:\n%s" % (p.returncode, p.stdout, p.stderr)
