@@ -436,6 +436,37 @@ cppcheck:
 	    --suppress=missingIncludeSystem --suppress=toomanyconfigs -I. -Iinclude \
 	    $(if $(PY_INCLUDE),-I$(PY_INCLUDE)) python
 
+# ---- Documentation ---------------------------------------------------------
+# `make docs`: the HTML API reference (build/docs/html/index.html) from the
+# public headers, include/disco/*.h and include/disco/shm/*.h, with README.md
+# and the guides in docs/ as its pages: doxygen (tools/docs/Doxyfile, warnings
+# are errors: a public function, type or macro without a comment fails), the
+# guides' links made to work in the HTML (tools/docs/fix_html.py), then a
+# page of it opened in headless chromium, which must show the entry of
+# disco_session_open (tools/docs/check.sh). doxygen and chromium are
+# installed when missing (`tools/deps.sh docs`); `make test` needs neither.
+# The documentation tests (doc-test, run by `make test`): every relative link
+# in README.md and docs/ resolves (tests/doc_links.py), and every example in
+# them is built or run (tests/doc_examples.py; how each kind of block is
+# checked is at its top).
+DOCS_OUT := build/docs
+.PHONY: docs doc-test
+docs:
+	@sh tools/deps.sh docs $(DOCS_OUT)/deps.log
+	$(PYTHON) tests/doc_links.py
+	@rm -rf $(DOCS_OUT)/html && mkdir -p $(DOCS_OUT)
+	@echo "doxygen tools/docs/Doxyfile"; doxygen tools/docs/Doxyfile || \
+	    { sed 's|^$(CURDIR)/||' $(DOCS_OUT)/warnings.log; echo "make docs: doxygen warned (above)"; exit 1; }
+	$(PYTHON) tools/docs/fix_html.py $(DOCS_OUT)/html
+	sh tools/docs/check.sh $(DOCS_OUT)/html
+
+doc-test: $(BUILD)/libdisco.so $(BUILD)/libdisco.so.1 $(TOOLS) $(TESTLIB) $(DEMOLIB) python
+	$(PYTHON) tests/doc_links.py
+	PYTHON=$(PYTHON) $(PYTHON) tests/doc_examples.py --build $(BUILD)
+ifeq ($(SANITIZE),)
+test: doc-test
+endif
+
 clean:
 	rm -rf build python/disco/_core*.so
 

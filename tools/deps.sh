@@ -6,6 +6,8 @@
 # recommends: --no-install-recommends would leave it out).
 # `deps.sh plot [LOG]` installs gnuplot-nox for `make bench`'s plots, the
 # same way (never fails).
+# `deps.sh docs [LOG]` installs doxygen and chromium for `make docs`, and
+# fails when it cannot (not root: it names them).
 # `deps.sh mpi [LOG]` installs Debian's Open MPI, the baseline of `make
 # bench`, when mpicc or mpirun is missing (root only; apt's output goes to
 # LOG). It never fails: without Open MPI the benchmark skips its MPI figures
@@ -59,6 +61,26 @@ bench_install() {
 if [ "${1:-}" = mpi ]; then
     command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && exit 0
     bench_install "libopenmpi-dev openmpi-bin" "the MPI baseline" "${2:-build/mpi-install.log}"
+    exit 0
+fi
+
+if [ "${1:-}" = docs ]; then
+    # doxygen makes `make docs`' API reference; chromium opens a page of it
+    # (tools/docs/check.sh). Unlike the bench groups this one fails when it
+    # cannot install them: the target cannot run without them.
+    missing=""
+    command -v doxygen >/dev/null 2>&1 || missing="$missing doxygen"
+    command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+    [ -z "$missing" ] && exit 0
+    if [ "$(id -u)" != 0 ]; then
+        echo "deps: not root; install these packages for make docs:$missing" >&2
+        exit 1
+    fi
+    log=${2:-build/docs/deps.log}
+    mkdir -p "$(dirname "$log")"
+    echo "deps: installing$missing (make docs; log in $log)"
+    # shellcheck disable=SC2086 # one word per package
+    install $missing >"$log" 2>&1 || { tail -5 "$log"; echo "deps: installing$missing failed"; exit 1; }
     exit 0
 fi
 

@@ -43,7 +43,7 @@
  * and disco_device_event_free first run every queued stream of the process
  * (cudaFree synchronizes too). IPC follows the CUDA rules below; importing
  * takes the exporter's memfd with pidfd_getfd, or through
- * /proc/<pid>/fd/<n> where that is refused (same user). State is per
+ * /proc/PID/fd/N where that is refused (same user). State is per
  * process: a forked child starts with no sim memory, streams or events.
  *
  * Workers and GPUs. Worker i uses GPU i mod (number of GPUs), so several
@@ -84,17 +84,24 @@ typedef void *disco_stream_t;
  * function may be called from any thread. The functions return what the
  * disco_device_* wrappers below document. */
 typedef struct disco_device_api {
-    DLDeviceType type;
-    const char *name; /* "cpu", "cuda", "sim" */
+    DLDeviceType type; /* the DLPack device type it serves */
+    const char *name;  /* "cpu", "cuda", "sim" */
+    /* as disco_device_count */
     disco_status_t (*count)(int *count_out);
+    /* makes device_id current for this thread (CUDA); cpu and sim check it */
     disco_status_t (*set_device)(int device_id);
+    /* as disco_device_alloc */
     disco_status_t (*alloc)(int device_id, size_t nbytes, void **ptr_out);
+    /* as disco_device_free */
     disco_status_t (*free)(int device_id, void *ptr);
     /* One side (or both) is of this type; the other is kDLCPU or this type. */
     disco_status_t (*copy)(void *dst, DLDevice dst_dev, const void *src, DLDevice src_dev,
                            size_t nbytes, disco_stream_t stream);
+    /* as disco_device_stream_create */
     disco_status_t (*stream_create)(int device_id, disco_stream_t *stream_out);
+    /* as disco_device_stream_free */
     disco_status_t (*stream_free)(int device_id, disco_stream_t stream);
+    /* as disco_device_stream_sync */
     disco_status_t (*stream_sync)(int device_id, disco_stream_t stream);
 } disco_device_api_t;
 
@@ -220,7 +227,7 @@ disco_status_t disco_device_stream_sync(DLDevice dev, disco_stream_t stream);
 
 /* A CUDA IPC handle (memory or event): opaque bytes. */
 typedef struct disco_ipc_handle {
-    unsigned char bytes[DISCO_IPC_HANDLE_BYTES];
+    unsigned char bytes[DISCO_IPC_HANDLE_BYTES]; /* the backend's handle, zero-padded */
 } disco_ipc_handle_t;
 
 /* A pointer into an exported allocation, as it travels between processes:

@@ -1,7 +1,7 @@
 /*
  * disco/disco.h - the whole public API in one include.
  *
- *   #include <disco/disco.h>
+ *   \#include <disco/disco.h>
  *   cc prog.c $(pkg-config --cflags --libs disco)
  *
  * Modules: status (errors), session (controller + N workers, SPMD), value
@@ -20,10 +20,10 @@
  *    (the session itself ends with disco_session_close);
  *    disco_listener_open / _accept / _close, disco_transport_connect /
  *    _send / _recv / _close; disco_trace_write_json.
- *  - disco_value_<kind>(...) builds a value of that kind (disco_value_int,
+ *  - disco_value_KIND(...) builds a value of that kind (disco_value_int,
  *    disco_value_dtype, disco_value_tensor, ...): inline in C and C++,
  *    exported under the same name for FFIs (value.h).
- *  - Output arguments come last, are named <what>_out (sess_out, reg_out,
+ *  - Output arguments come last, are named WHAT_out (sess_out, reg_out,
  *    stats_out, conn_out), and are written only when the call returns
  *    DISCO_OK. Caller-provided text buffers are (char *buf, size_t cap);
  *    FILE streams to print to are `stream`.

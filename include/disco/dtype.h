@@ -41,16 +41,17 @@ extern "C" {
 /* kDLBool of DLPack >= 0.8 (Debian's 0.6 header lacks it). */
 #define DISCO_DL_BOOL 6u
 
-#define DISCO_DTYPE_FLOAT16  ((DLDataType){kDLFloat, 16, 1})
-#define DISCO_DTYPE_BFLOAT16 ((DLDataType){kDLBfloat, 16, 1})
-#define DISCO_DTYPE_FLOAT32  ((DLDataType){kDLFloat, 32, 1})
-#define DISCO_DTYPE_FLOAT64  ((DLDataType){kDLFloat, 64, 1})
-#define DISCO_DTYPE_INT8     ((DLDataType){kDLInt, 8, 1})
-#define DISCO_DTYPE_INT16    ((DLDataType){kDLInt, 16, 1})
-#define DISCO_DTYPE_INT32    ((DLDataType){kDLInt, 32, 1})
-#define DISCO_DTYPE_INT64    ((DLDataType){kDLInt, 64, 1})
-#define DISCO_DTYPE_UINT8    ((DLDataType){kDLUInt, 8, 1})
-#define DISCO_DTYPE_BOOL     ((DLDataType){DISCO_DL_BOOL, 8, 1})
+/* The DLDataType of each dtype disco reduces and converts (one lane). */
+#define DISCO_DTYPE_FLOAT16  ((DLDataType){kDLFloat, 16, 1})     /* float16 */
+#define DISCO_DTYPE_BFLOAT16 ((DLDataType){kDLBfloat, 16, 1})    /* bfloat16 */
+#define DISCO_DTYPE_FLOAT32  ((DLDataType){kDLFloat, 32, 1})     /* float32 */
+#define DISCO_DTYPE_FLOAT64  ((DLDataType){kDLFloat, 64, 1})     /* float64 */
+#define DISCO_DTYPE_INT8     ((DLDataType){kDLInt, 8, 1})        /* int8 */
+#define DISCO_DTYPE_INT16    ((DLDataType){kDLInt, 16, 1})       /* int16 */
+#define DISCO_DTYPE_INT32    ((DLDataType){kDLInt, 32, 1})       /* int32 */
+#define DISCO_DTYPE_INT64    ((DLDataType){kDLInt, 64, 1})       /* int64 */
+#define DISCO_DTYPE_UINT8    ((DLDataType){kDLUInt, 8, 1})       /* uint8 */
+#define DISCO_DTYPE_BOOL     ((DLDataType){DISCO_DL_BOOL, 8, 1}) /* bool, 8 bits */
 
 /* Room disco_dtype_str needs for any DLDataType, NUL included. */
 #define DISCO_DTYPE_STR_MAX 48
@@ -104,8 +105,11 @@ uint16_t disco_fp32_to_bf16(float f);
 /** Bulk forms of the four conversions above: n elements from src to dst
  *  (which must not overlap). Vectorized. Thread-safe. */
 void disco_fp16_to_fp32_n(float *dst, const uint16_t *src, size_t n);
+/** disco_fp32_to_fp16 of n elements. Thread-safe. */
 void disco_fp32_to_fp16_n(uint16_t *dst, const float *src, size_t n);
+/** disco_bf16_to_fp32 of n elements. Thread-safe. */
 void disco_bf16_to_fp32_n(float *dst, const uint16_t *src, size_t n);
+/** disco_fp32_to_bf16 of n elements. Thread-safe. */
 void disco_fp32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
 
 /* ---- Reductions -------------------------------------------------------
@@ -137,7 +141,7 @@ typedef enum disco_reduce_op {
     DISCO_REDUCE_AVG = 4,
 } disco_reduce_op_t;
 
-#define DISCO_REDUCE_COUNT 5
+#define DISCO_REDUCE_COUNT 5 /* number of reduction ops */
 
 /** Name of op ("sum", "prod", "min", "max", "avg"; "unknown" otherwise).
  *  Thread-safe. */

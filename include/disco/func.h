@@ -32,6 +32,8 @@
 extern "C" {
 #endif
 
+/* The call's context, handed to a worker function: who runs it, how it
+ * reports a failure (disco_ctx_fail); opaque. */
 typedef struct disco_ctx disco_ctx_t;
 
 /* The function type. args are borrowed for the duration of the call. Set

@@ -12,6 +12,7 @@
 extern "C" {
 #endif
 
+/* A shared heap's figures (disco_session_heap_stats, disco_heap_stats). */
 typedef struct disco_heap_stats {
     size_t capacity;     /* bytes of blocks, headers included (used + free) */
     size_t used_bytes;   /* bytes in live blocks, headers included */

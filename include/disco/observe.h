@@ -44,9 +44,10 @@
 extern "C" {
 #endif
 
-#define DISCO_VIEW_NAME  48
-#define DISCO_VIEW_FUNCS 64
+#define DISCO_VIEW_NAME  48 /* room for a function name in a view, NUL included */
+#define DISCO_VIEW_FUNCS 64 /* functions a view lists at most */
 
+/* What a worker is doing. */
 typedef enum disco_worker_state {
     DISCO_WORKER_STARTING = 0, /* not yet in its loop */
     DISCO_WORKER_BUSY = 1,     /* executing a command */
@@ -63,9 +64,11 @@ typedef enum disco_view_wait {
     DISCO_VIEW_WAIT_COLLECTIVE = 3, /* worker 0, inside command wait_seq, for its peers */
 } disco_view_wait_t;
 
+/* One worker in a view. */
 typedef struct disco_worker_view {
     int worker; /* global id */
     int pid;    /* its process (worker 0: the controller's); 0 unknown */
+    /* what it is doing */
     disco_worker_state_t state;
     uint64_t seq;                  /* the command started last (0: none yet) */
     uint32_t cmd;                  /* its command code */
@@ -77,13 +80,17 @@ typedef struct disco_worker_view {
     double cpu_s;                  /* CPU time of its process (user + system); -1 unknown */
 } disco_worker_view_t;
 
+/* One function in a view. */
 typedef struct disco_func_view {
+    /* its registered name */
     char name[DISCO_VIEW_NAME];
     uint64_t calls; /* calls finished, summed over the workers */
     double total_s; /* time inside them, summed over the workers; -1 unknown */
     int workers;    /* workers that ran it */
 } disco_func_view_t;
 
+/* A snapshot of a session's status region (disco_session_view,
+ * disco_observer_read): what `disco top` and the watchdog show. */
 typedef struct disco_session_view {
     int pid;                /* the controller's process */
     int world;              /* workers on this node */
@@ -96,11 +103,14 @@ typedef struct disco_session_view {
     int wait_worker;        /* REPLY: whose reply (global id) */
     uint64_t wait_seq;      /* the command it waits on */
     double wait_s;          /* how long it has waited; -1 when not waiting */
+    /* reports the watchdog has written */
     uint64_t watchdog_reports;
     uint32_t watchdog_ms;         /* the session's threshold (0: off) */
     double at_s;                  /* CLOCK_MONOTONIC seconds of the snapshot */
     disco_worker_view_t *workers; /* [world] */
+    /* entries of funcs in use */
     int nfuncs;
+    /* the functions run so far */
     disco_func_view_t funcs[DISCO_VIEW_FUNCS];
 } disco_session_view_t;
 
@@ -122,6 +132,7 @@ disco_status_t disco_view_report(const disco_session_view_t *v, FILE *out);
  *  Returns as disco_session_view and disco_view_report. */
 disco_status_t disco_session_dump(disco_session_t *s, FILE *out);
 
+/* A read-only view onto another process's session (opaque). */
 typedef struct disco_observer disco_observer_t;
 
 /** Opens the index-th (from 0) disco session of process pid for reading:

@@ -35,6 +35,7 @@
 extern "C" {
 #endif
 
+/* Where workers run; the table in docs/sessions.md says what each does. */
 typedef enum disco_place_policy {
     DISCO_PLACE_DEFAULT = 0, /* $DISCO_PLACE if set, else spread, or none when
                                 workers outnumber PUs (pinned, they were measured
@@ -46,7 +47,9 @@ typedef enum disco_place_policy {
     DISCO_PLACE_LIST,
 } disco_place_policy_t;
 
+/* Placement options of a session (disco_session_config_t.place) or a plan. */
 typedef struct disco_place_config {
+    /* the policy (DISCO_PLACE_DEFAULT: see there) */
     disco_place_policy_t policy;
     const char *cpus;      /* list policy: "0,2,4-5"; NULL = $DISCO_CPUS */
     const char *synthetic; /* plan for a synthetic topology (hwloc syntax,
@@ -61,8 +64,9 @@ typedef struct disco_place_config {
                               at close (see session.h) */
 } disco_place_config_t;
 
-#define DISCO_PLACE_SET_MAX 256
+#define DISCO_PLACE_SET_MAX 256 /* room for a CPU or node list, NUL included */
 
+/* Where one worker runs. */
 typedef struct disco_place_entry {
     char cpus[DISCO_PLACE_SET_MAX];  /* OS indexes, hwloc list form ("3", "0-1");
                                         "" = not bound */
@@ -72,8 +76,10 @@ typedef struct disco_place_entry {
     int gpu;                         /* GPU index (gpu policy), or -1 */
 } disco_place_entry_t;
 
+/* A placement plan: one entry a worker (disco_plan_make, disco_session_plan). */
 typedef struct disco_plan {
     disco_place_policy_t policy; /* the one applied (never DEFAULT) */
+    /* entries in worker */
     int num_workers;
     int num_pus, num_cores, num_numa, num_packages, num_gpus; /* of the topology */
     bool oversubscribed;                                      /* more workers than PUs */

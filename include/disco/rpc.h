@@ -67,44 +67,60 @@
 extern "C" {
 #endif
 
-#define DISCO_RPC_VERSION     2
-#define DISCO_RPC_MAGIC       "disco-rpc"
-#define DISCO_RPC_CHUNK       (1u << 20)
-#define DISCO_RPC_SESS_MASK   128 /* remote device type = local type + mask * (index + 1) */
-#define DISCO_RPC_TOKEN_BYTES 32  /* 256-bit shared secret */
-#define DISCO_RPC_TOKEN_ENV   "DISCO_TOKEN_FILE"
+#define DISCO_RPC_VERSION     2           /* the wire protocol's version (hello) */
+#define DISCO_RPC_MAGIC       "disco-rpc" /* first bytes of every hello */
+#define DISCO_RPC_CHUNK       (1u << 20)  /* copies travel in chunks of this many bytes */
+#define DISCO_RPC_SESS_MASK   128         /* remote device type = local type + mask * (index + 1) */
+#define DISCO_RPC_TOKEN_BYTES 32          /* 256-bit shared secret */
+#define DISCO_RPC_TOKEN_ENV   "DISCO_TOKEN_FILE" /* names the client's token file */
 
+/* An RPC session: local, a client, or a view of a Disco worker. */
 typedef struct disco_rpc disco_rpc_t;
+/* A function or memory handle of the session's far side. */
 typedef uint64_t disco_rpc_handle_t;
 
 /* Completion of an asynchronous op: status, and the result (owned by the
  * callback for the call's duration only; copy what you keep). */
 typedef void (*disco_rpc_done_fn)(void *ctx, disco_status_t status, const disco_value_t *ret);
 
+/* What a kind of RPC session implements; each entry behaves as the
+ * disco_rpc_* function of the same name documents. */
 typedef struct disco_rpc_ops {
     const char *kind; /* "local", "client" */
+    /* disco_rpc_get_func */
     disco_status_t (*get_func)(disco_rpc_t *s, const char *name, disco_rpc_handle_t *func_out);
+    /* disco_rpc_call */
     disco_status_t (*call)(disco_rpc_t *s, disco_rpc_handle_t func, const disco_value_t *args,
                            int nargs, disco_value_t *ret_out);
+    /* disco_rpc_copy_to_remote */
     disco_status_t (*copy_to_remote)(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
                                      uint64_t offset, uint64_t nbytes);
+    /* disco_rpc_copy_from_remote */
     disco_status_t (*copy_from_remote)(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t offset,
                                        void *dst, uint64_t nbytes);
+    /* disco_rpc_free_handle */
     disco_status_t (*free_handle)(disco_rpc_t *s, disco_rpc_handle_t h);
+    /* disco_rpc_dev_alloc */
     disco_status_t (*dev_alloc)(disco_rpc_t *s, DLDevice dev, uint64_t nbytes, uint64_t align,
                                 disco_rpc_handle_t *mem_out);
+    /* disco_rpc_dev_free */
     disco_status_t (*dev_free)(disco_rpc_t *s, DLDevice dev, disco_rpc_handle_t mem);
+    /* disco_rpc_stream_sync */
     disco_status_t (*stream_sync)(disco_rpc_t *s, DLDevice dev);
+    /* disco_rpc_call_async */
     disco_status_t (*call_async)(disco_rpc_t *s, disco_rpc_handle_t func, const disco_value_t *args,
                                  int nargs, disco_rpc_done_fn done, void *ctx);
     /* Optional (NULL: the copy runs inside the call, then done runs). */
     disco_status_t (*copy_to_remote_async)(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
                                            uint64_t offset, uint64_t nbytes, disco_rpc_done_fn done,
                                            void *ctx);
+    /* Optional, as copy_to_remote_async. */
     disco_status_t (*copy_from_remote_async)(disco_rpc_t *s, disco_rpc_handle_t src,
                                              uint64_t offset, void *dst, uint64_t nbytes,
                                              disco_rpc_done_fn done, void *ctx);
+    /* disco_rpc_wait */
     disco_status_t (*wait)(disco_rpc_t *s);
+    /* disco_rpc_close */
     void (*close)(disco_rpc_t *s);
     /* Optional (NULL: none): where bytes [off, off + n) of memory handle h
      * are in this process, or NULL if they are not reachable; lets a server
@@ -112,7 +128,9 @@ typedef struct disco_rpc_ops {
     void *(*direct)(disco_rpc_t *s, disco_rpc_handle_t h, uint64_t off, uint64_t n);
 } disco_rpc_ops_t;
 
+/* The head of every kind of RPC session. */
 struct disco_rpc {
+    /* its kind's operations */
     const disco_rpc_ops_t *ops;
     int index; /* for device tagging: unique per process */
 };
@@ -157,6 +175,7 @@ typedef struct disco_rpc_client_config {
      * file token_file, else (disco_rpc_connect_with only) the file named by
      * $DISCO_TOKEN_FILE. */
     const uint8_t *token;
+    /* a 0600 file holding the token in hex */
     const char *token_file;
 } disco_rpc_client_config_t;
 
@@ -203,19 +222,46 @@ void disco_rpc_close(disco_rpc_t *sess);
 
 /* ---- the ops (thin wrappers over the table) ---- */
 
-/* Copies refuse a range whose end passes 2^63 (offsets travel as int64)
- * with DISCO_E_OVERFLOW before anything is sent. */
+/* Every op below is used by one thread at a time per session. A client's
+ * op that outlives the server's session timeout returns
+ * DISCO_E_SESSION_TIMEOUT; one that outlives the per-call deadline
+ * DISCO_E_TIMEOUT; a lost connection DISCO_E_CLOSED. Copies refuse a range
+ * whose end passes 2^63 (offsets travel as int64) with DISCO_E_OVERFLOW
+ * before anything is sent. */
+
+/** The handle of the far side's function name in *func_out. Returns
+ *  DISCO_OK, DISCO_E_NO_FUNC (no such function), or as above. */
 disco_status_t disco_rpc_get_func(disco_rpc_t *s, const char *name, disco_rpc_handle_t *func_out);
+/** Calls func with nargs args and waits; *ret_out owns its memory
+ *  (disco_value_clear). Returns DISCO_OK, the function's own error (e.g.
+ *  DISCO_E_REMOTE, the far side's message in disco_last_error()),
+ *  DISCO_E_BAD_REG (not a function of this session), DISCO_E_MSG_TOO_BIG,
+ *  or as above. */
 disco_status_t disco_rpc_call(disco_rpc_t *s, disco_rpc_handle_t func, const disco_value_t *args,
                               int nargs, disco_value_t *ret_out);
+/** Copies nbytes from src into memory handle dst at offset (in
+ *  DISCO_RPC_CHUNK pieces). Returns DISCO_OK, DISCO_E_BAD_REG (not memory of
+ *  this session), DISCO_E_INVAL (past the end of dst), DISCO_E_OVERFLOW, or
+ *  as above. */
 disco_status_t disco_rpc_copy_to_remote(disco_rpc_t *s, const void *src, disco_rpc_handle_t dst,
                                         uint64_t offset, uint64_t nbytes);
+/** Copies nbytes of memory handle src from offset into dst. Returns as
+ *  disco_rpc_copy_to_remote. */
 disco_status_t disco_rpc_copy_from_remote(disco_rpc_t *s, disco_rpc_handle_t src, uint64_t offset,
                                           void *dst, uint64_t nbytes);
+/** Frees a function or memory handle of the far side. Returns DISCO_OK,
+ *  DISCO_E_BAD_REG (unknown handle), or as above. */
 disco_status_t disco_rpc_free_handle(disco_rpc_t *s, disco_rpc_handle_t h);
+/** Allocates nbytes (aligned to align) on the far side's device dev; the
+ *  handle in *mem_out. Returns DISCO_OK, DISCO_E_INVAL (bad alignment),
+ *  DISCO_E_NOMEM, DISCO_E_NO_DEVICE, or as above. */
 disco_status_t disco_rpc_dev_alloc(disco_rpc_t *s, DLDevice dev, uint64_t nbytes, uint64_t align,
                                    disco_rpc_handle_t *mem_out);
+/** Frees memory from disco_rpc_dev_alloc. Returns DISCO_OK,
+ *  DISCO_E_BAD_REG (unknown handle), or as above. */
 disco_status_t disco_rpc_dev_free(disco_rpc_t *s, DLDevice dev, disco_rpc_handle_t mem);
+/** Waits for the far side's device dev to finish its queued work. Returns
+ *  DISCO_OK, DISCO_E_NO_DEVICE, or as above. */
 disco_status_t disco_rpc_stream_sync(disco_rpc_t *s, DLDevice dev);
 
 /** Whether the session runs in this process. */
@@ -269,6 +315,8 @@ disco_status_t disco_rpc_call_async(disco_rpc_t *s, disco_rpc_handle_t func,
 disco_status_t disco_rpc_copy_to_remote_async(disco_rpc_t *s, const void *src,
                                               disco_rpc_handle_t dst, uint64_t offset,
                                               uint64_t nbytes, disco_rpc_done_fn done, void *ctx);
+/** The asynchronous disco_rpc_copy_from_remote: dst must stay valid until
+ *  done runs. Returns as disco_rpc_copy_to_remote_async. */
 disco_status_t disco_rpc_copy_from_remote_async(disco_rpc_t *s, disco_rpc_handle_t src,
                                                 uint64_t offset, void *dst, uint64_t nbytes,
                                                 disco_rpc_done_fn done, void *ctx);
@@ -313,6 +361,7 @@ typedef struct disco_rpc_serve_config {
      * (so an unauthenticated client costs nothing, e.g. no proxy hop); the
      * session is closed at the end. */
     disco_status_t (*open)(void *ctx, disco_rpc_t **sess_out);
+    /* open's ctx */
     void *open_ctx;
 } disco_rpc_serve_config_t;
 

@@ -83,11 +83,13 @@
 extern "C" {
 #endif
 
+/* How workers 1..N-1 are started (see "Workers" above). */
 typedef enum disco_launch {
-    DISCO_LAUNCH_FORK = 0,
-    DISCO_LAUNCH_SPAWN = 1,
+    DISCO_LAUNCH_FORK = 0,  /* fork the controller (default) */
+    DISCO_LAUNCH_SPAWN = 1, /* exec the disco-worker program (worker_path) */
 } disco_launch_t;
 
+/* How commands reach the workers. */
 typedef enum disco_session_transport {
     DISCO_TRANSPORT_RING = 0, /* shared-memory rings (default) */
     DISCO_TRANSPORT_PIPE = 1, /* a pair of pipes per worker, as TVM's ProcessSession */
@@ -99,10 +101,12 @@ typedef enum disco_nodes {
     DISCO_NODES_MPI = 1,   /* one process per node started by mpirun; rank 0 controls */
 } disco_nodes_t;
 
+/* Options of a session: start from disco_session_config_default(). */
 typedef struct disco_session_config {
     int num_workers;       /* >= 1; worker 0 is the controller. Across nodes: 0, or
                               nodes * workers_per_node */
     disco_launch_t launch; /* default fork */
+    /* how commands reach the workers (default rings) */
     disco_session_transport_t transport;
     uint32_t call_timeout_ms;    /* deadline of each wait (sync, debug get); 0 = 60 s */
     uint64_t spin_ns;            /* spin before parking; 0 = default (shorter when
@@ -141,8 +145,9 @@ typedef struct disco_session_config {
                                     DISCO_WATCHDOG_OFF = never */
 } disco_session_config_t;
 
-#define DISCO_WATCHDOG_OFF UINT32_MAX
+#define DISCO_WATCHDOG_OFF UINT32_MAX /* watchdog_ms: no watchdog */
 
+/* A session (opaque): disco_session_open makes one, disco_session_close ends it. */
 typedef struct disco_session disco_session_t;
 
 /* A DRef: a register id valid on every worker of one session. 0 is never a

@@ -51,6 +51,8 @@ extern "C" {
     X(E_OVERFLOW, -30, "size overflows or exceeds its limit")                                      \
     X(E_UNSUPPORTED, -31, "not supported in this configuration")
 
+/* The status of every call: DISCO_OK or a negative DISCO_E_* of the table
+ * above (DISCO_E_NAME = value). */
 typedef enum {
 #define DISCO_STATUS_ENUM(name, value, msg) DISCO_##name = value,
     DISCO_STATUS_TABLE(DISCO_STATUS_ENUM)
@@ -66,6 +68,7 @@ union disco__status_span {
     DISCO_STATUS_TABLE(DISCO_STATUS_SPAN)
 #undef DISCO_STATUS_SPAN
 };
+/* The smallest code (see the union above). */
 #define DISCO_STATUS_MIN (1 - (int)sizeof(union disco__status_span))
 
 /** Message for a status code. Thread-safe. Never NULL: an unknown code gives

@@ -74,7 +74,7 @@
 extern "C" {
 #endif
 
-#define DISCO_MAX_NDIM 8
+#define DISCO_MAX_NDIM 8 /* dimensions a session tensor has at most */
 
 /* The largest tensor, in bytes, that disco makes or copies (2^62): far
  * beyond any heap, small enough that sizes, offsets and headers added to it

@@ -46,51 +46,54 @@
 extern "C" {
 #endif
 
-#define DISCO_TRACE_NAME_MAX 64
+#define DISCO_TRACE_NAME_MAX 64 /* room for a function name, NUL included */
 
 /* One command on one worker. Times in microseconds since the session opened. */
 typedef struct disco_trace_slice {
     uint64_t seq; /* the command's sequence number */
-    int worker;
+    int worker;   /* global id */
     uint32_t cmd; /* command code: 3 call, 4 sync, ... (TVM Disco's action numbers) */
-    char name[DISCO_TRACE_NAME_MAX]; /* function name for a call, else the command's */
-    double enqueue_us, start_us, end_us;
+    char name[DISCO_TRACE_NAME_MAX];     /* function name for a call, else the command's */
+    double enqueue_us, start_us, end_us; /* enqueued by the controller, started, ended */
 } disco_trace_slice_t;
 
 /* One command on the controller: enqueued, issued, and answered. */
 typedef struct disco_trace_cmd {
-    uint64_t seq;
-    uint32_t cmd;
-    char name[DISCO_TRACE_NAME_MAX];
-    double enqueue_us, issued_us; /* issued: broadcast, and run on worker 0 */
-    double reply_us;              /* the reply seen; < 0: none asked */
+    uint64_t seq;                    /* the command's sequence number */
+    uint32_t cmd;                    /* command code, as in a slice */
+    char name[DISCO_TRACE_NAME_MAX]; /* function name for a call, else the command's */
+    double enqueue_us, issued_us;    /* issued: broadcast, and run on worker 0 */
+    double reply_us;                 /* the reply seen; < 0: none asked */
 } disco_trace_cmd_t;
 
 /* A worker's wait between two commands: spinning (polling, yielding), or
  * parked on the futex. Workers 1..N-1 only (worker 0 is the caller's
  * thread between commands). */
 typedef struct disco_trace_wait {
-    int worker;
-    bool parked;
-    double start_us, end_us;
+    int worker;              /* global id */
+    bool parked;             /* parked on the futex; false: spinning */
+    double start_us, end_us; /* the wait's span */
 } disco_trace_wait_t;
 
 /* A moment the session marked: a watchdog report (its text). */
 #define DISCO_TRACE_MARK_MAX 1024
+/* A mark: the moment and its text. */
 typedef struct disco_trace_mark {
-    double at_us;
-    char text[DISCO_TRACE_MARK_MAX];
+    double at_us;                    /* when */
+    char text[DISCO_TRACE_MARK_MAX]; /* the report */
 } disco_trace_mark_t;
 
+/* A trace: every worker's slices and waits, the controller's commands and
+ * the marks, from disco_session_trace or disco_trace_load_json. */
 typedef struct disco_trace {
-    int world;
-    size_t nslices, ncmds;
+    int world;                   /* workers */
+    size_t nslices, ncmds;       /* entries of slices and cmds */
     disco_trace_slice_t *slices; /* by worker, then by time */
     disco_trace_cmd_t *cmds;     /* by seq */
     uint64_t dropped;            /* records lost to ring wrap-around */
-    size_t nwaits, nmarks;
-    disco_trace_wait_t *waits; /* by worker, then by time */
-    disco_trace_mark_t *marks; /* by time */
+    size_t nwaits, nmarks;       /* entries of waits and marks */
+    disco_trace_wait_t *waits;   /* by worker, then by time */
+    disco_trace_mark_t *marks;   /* by time */
 } disco_trace_t;
 
 /** A snapshot of the session's trace so far (the last 8192 commands). It
@@ -108,32 +111,36 @@ disco_status_t disco_trace_write_json(const disco_trace_t *trace, FILE *stream);
  *  JSON, or not a disco trace: the message says where), DISCO_E_NOMEM. */
 disco_status_t disco_trace_load_json(const char *path, disco_trace_t **trace_out);
 
+/** Frees a trace. NULL is harmless. */
 void disco_trace_free(disco_trace_t *trace);
 
+/* One worker in a summary. */
 typedef struct disco_trace_worker_stats {
-    size_t commands;
-    double busy_us, busy_pct; /* of the span from first start to last end */
-    double queue_p50_us, queue_p99_us;
-    size_t straggler_steps; /* steps in which this worker finished last */
+    size_t commands;                   /* commands it ran */
+    double busy_us, busy_pct;          /* of the span from first start to last end */
+    double queue_p50_us, queue_p99_us; /* enqueue to start, percentiles */
+    size_t straggler_steps;            /* steps in which this worker finished last */
 } disco_trace_worker_stats_t;
 
+/* One function in a summary. */
 typedef struct disco_trace_func_stats {
-    char name[DISCO_TRACE_NAME_MAX];
+    char name[DISCO_TRACE_NAME_MAX];  /* its name */
     size_t count;                     /* commands (each runs on every worker) */
     double total_us, mean_us, max_us; /* over every worker's slice */
 } disco_trace_func_stats_t;
 
+/* A trace's summary (disco_trace_summarize). */
 typedef struct disco_trace_summary {
-    int world;
-    double span_us;
-    size_t commands, steps;
+    int world;                          /* workers */
+    double span_us;                     /* first start to last end */
+    size_t commands, steps;             /* commands, and steps: the commands between two syncs */
     disco_trace_worker_stats_t *worker; /* [world] */
     disco_trace_func_stats_t *func;     /* [nfuncs], most time first */
-    size_t nfuncs;
+    size_t nfuncs;                      /* entries of func */
     /* the step whose straggler lagged the most behind the first finisher */
     uint64_t worst_step_sync_seq;
-    int worst_step_worker;
-    double worst_step_lag_us;
+    int worst_step_worker;    /* its straggler */
+    double worst_step_lag_us; /* how far behind the first finisher */
 } disco_trace_summary_t;
 
 /** Summarizes a trace. Returns DISCO_OK, DISCO_E_NOMEM. */
@@ -142,6 +149,7 @@ disco_status_t disco_trace_summarize(const disco_trace_t *trace, disco_trace_sum
 /** Prints a summary as a table or as JSON. Returns DISCO_OK, DISCO_E_SYS. */
 disco_status_t disco_trace_summary_print(const disco_trace_summary_t *sum, FILE *stream, bool json);
 
+/** Frees a summary. NULL is harmless. */
 void disco_trace_summary_free(disco_trace_summary_t *sum);
 
 #ifdef __cplusplus

@@ -106,7 +106,7 @@ typedef struct disco_listener disco_listener_t;   /* a listening address */
  *          address is in use: errno's text in the context). */
 disco_status_t disco_listener_open(const char *address, disco_listener_t **listener_out);
 
-#define DISCO_LISTEN_MAX_UIDS 16
+#define DISCO_LISTEN_MAX_UIDS 16 /* allow_uids holds at most this many */
 
 /* Options of a listener (disco_listener_open uses all zeros). */
 typedef struct disco_listener_config {
@@ -116,6 +116,7 @@ typedef struct disco_listener_config {
      * 0666 so that they can connect; the uid check (and the RPC token) then
      * keep everybody else out. */
     const uint32_t *allow_uids;
+    /* entries of allow_uids */
     int n_allow_uids;
     /* unix: called with the connection of a peer whose uid is refused,
      * before disco_listener_accept closes it, so that the layer above can tell the
@@ -123,6 +124,7 @@ typedef struct disco_listener_config {
      * must not keep t. NULL: the connection is just closed. (shm listeners
      * tell a refused peer in their own hello; tcp has no uid check.) */
     void (*on_refused)(disco_transport_t *t, disco_status_t status, const char *why, void *arg);
+    /* on_refused's arg */
     void *on_refused_arg;
 } disco_listener_config_t;
 

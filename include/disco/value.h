@@ -34,6 +34,7 @@
 extern "C" {
 #endif
 
+/* The type code of a value. */
 typedef enum disco_type {
     DISCO_T_NULL = 0,
     DISCO_T_BOOL = 1,
@@ -50,8 +51,9 @@ typedef enum disco_type {
     DISCO_T_TENSOR = 12  /* DLTensor (see tensor.h); never inside a frame */
 } disco_type_t;
 
-#define DISCO_T_COUNT 13
+#define DISCO_T_COUNT 13 /* number of type codes */
 
+/* A value: a type code, a length and an 8-byte payload. */
 typedef struct disco_value {
     uint32_t type; /* disco_type_t */
     uint32_t len;  /* STR: strlen; BYTES: bytes; SHAPE: ndim; else 0 */
@@ -67,7 +69,7 @@ typedef struct disco_value {
         uint64_t reg;    /* DREF */
         uint64_t handle; /* FUNC, OPAQUE */
         DLTensor *tensor;
-    } v;
+    } v; /* the payload, by type */
 } disco_value_t;
 
 /* Constructors (borrowing: no copies are made). One name per kind:
@@ -96,22 +98,26 @@ static inline disco_value_t disco__value_make(uint32_t type, uint32_t len)
     x.v.handle = 0;
     return x;
 }
+/* A null value. */
 DISCO__CTOR disco_value_t disco_value_null(void)
 {
     return disco__value_make(DISCO_T_NULL, 0);
 }
+/* A bool. */
 DISCO__CTOR disco_value_t disco_value_bool(bool b)
 {
     disco_value_t x = disco__value_make(DISCO_T_BOOL, 0);
     x.v.b = b;
     return x;
 }
+/* An int64. */
 DISCO__CTOR disco_value_t disco_value_int(int64_t i)
 {
     disco_value_t x = disco__value_make(DISCO_T_INT, 0);
     x.v.i = i;
     return x;
 }
+/* A float64. */
 DISCO__CTOR disco_value_t disco_value_float(double f)
 {
     disco_value_t x = disco__value_make(DISCO_T_FLOAT, 0);
@@ -125,30 +131,35 @@ DISCO__CTOR disco_value_t disco_value_str(const char *s)
     x.v.str = s;
     return x;
 }
+/* len bytes at p (borrowed). */
 DISCO__CTOR disco_value_t disco_value_bytes(const void *p, uint32_t len)
 {
     disco_value_t x = disco__value_make(DISCO_T_BYTES, len);
     x.v.bytes = p;
     return x;
 }
+/* A shape of ndim dims (borrowed). */
 DISCO__CTOR disco_value_t disco_value_shape(const int64_t *dims, uint32_t ndim)
 {
     disco_value_t x = disco__value_make(DISCO_T_SHAPE, ndim);
     x.v.shape = dims;
     return x;
 }
+/* A dtype. */
 DISCO__CTOR disco_value_t disco_value_dtype(DLDataType t)
 {
     disco_value_t x = disco__value_make(DISCO_T_DTYPE, 0);
     x.v.dtype = t;
     return x;
 }
+/* A device. */
 DISCO__CTOR disco_value_t disco_value_device(DLDevice d)
 {
     disco_value_t x = disco__value_make(DISCO_T_DEVICE, 0);
     x.v.device = d;
     return x;
 }
+/* An opaque handle, passed through untouched. */
 DISCO__CTOR disco_value_t disco_value_opaque(uint64_t h)
 {
     disco_value_t x = disco__value_make(DISCO_T_OPAQUE, 0);
@@ -178,10 +189,11 @@ bool disco_value_equal(const disco_value_t *a, const disco_value_t *b);
 
 #define DISCO_FRAME_HDR 16u
 
+/* A frame's header (see "Frames" above). */
 typedef struct disco_frame_hdr {
-    uint32_t code;
-    uint32_t nargs;
-    uint64_t seq;
+    uint32_t code;  /* command or reply code */
+    uint32_t nargs; /* values that follow */
+    uint64_t seq;   /* sequence number */
 } disco_frame_hdr_t;
 
 /** Bytes the encoding of v takes (type, len, padded payload), or 0 for an

@@ -63,10 +63,10 @@ extern "C" {
 #endif
 
 #define DISCO_RING_MAGIC       0x474e495243534944ULL /* "DISCRING" */
-#define DISCO_RING_LAYOUT      2u
-#define DISCO_CACHE_LINE       64u
-#define DISCO_RING_SLOT_HDR    16u /* seq, len, flags */
-#define DISCO_RING_MAX_READERS 256u
+#define DISCO_RING_LAYOUT      2u                    /* layout version in the ring's header */
+#define DISCO_CACHE_LINE       64u                   /* the cache line size disco pads to */
+#define DISCO_RING_SLOT_HDR    16u                   /* seq, len, flags */
+#define DISCO_RING_MAX_READERS 256u                  /* readers a ring holds at most */
 
 /* Geometry, fixed at init. */
 typedef struct disco_ring_config {
@@ -82,12 +82,18 @@ typedef struct disco_ring_config {
 
 /* Process-local handle onto a ring in shared memory; the caller owns it. */
 typedef struct disco_ring {
+    /* the ring's header in shared memory */
     struct disco_ring_shared *sh;
+    /* its first slot */
     unsigned char *slots;
+    /* nslots - 1 */
     uint64_t mask;
+    /* bytes a slot, header included */
     uint32_t slot_size;
     uint32_t payload; /* bytes of payload per slot */
+    /* readers, fixed at init */
     uint32_t nreaders;
+    /* longest message, bytes */
     uint32_t max_msg;
     uint32_t batch;    /* >= 1 (disco_ring_config_t) */
     uint64_t min_seen; /* writer only: lowest live cursor at the last scan */
@@ -171,6 +177,7 @@ static inline disco_status_t disco_spsc_write(disco_ring_t *r, const void *msg, 
     return disco_ring_write(r, msg, len, w);
 }
 
+/* disco_ring_read of reader 0. */
 static inline disco_status_t disco_spsc_read(disco_ring_t *r, void *buf, uint32_t cap,
                                              uint32_t *len_out, const disco_wait_t *w)
 {

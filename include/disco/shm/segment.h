@@ -30,8 +30,8 @@ extern "C" {
 #endif
 
 #define DISCO_SEGMENT_MAGIC       0x4745534f43534944ULL /* "DISCOSEG" */
-#define DISCO_SEGMENT_LAYOUT      1u
-#define DISCO_SEGMENT_DATA_OFFSET 4096u
+#define DISCO_SEGMENT_LAYOUT      1u                    /* layout version in the segment's header */
+#define DISCO_SEGMENT_DATA_OFFSET 4096u                 /* where the user's data begins */
 
 /* Process-local handle; the caller owns its memory. */
 typedef struct disco_segment {
@@ -41,7 +41,7 @@ typedef struct disco_segment {
 } disco_segment_t;
 
 /** Creates a segment with at least data_size bytes of user data, all of it
- *  allocated now. name shows in /proc/<pid>/maps only ("memfd:name").
+ *  allocated now. name shows in /proc/PID/maps only ("memfd:name").
  *  Thread-safe. Returns DISCO_OK, DISCO_E_INVAL (size 0), DISCO_E_NOSPACE (the
  *  memory is not there: larger than what is available, or fallocate failed),
  *  DISCO_E_SYS (memfd_create/mmap failed). */

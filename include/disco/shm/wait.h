@@ -100,14 +100,16 @@ typedef struct disco_wait {
     /* Called at least every park slice (and every few ms while spinning);
      * a non-OK return ends the wait with it. NULL: none. */
     disco_status_t (*check)(void *ctx);
+    /* check's argument */
     void *check_ctx;
     void *internal; /* disco's own use (shm/wait_internal.h); leave NULL */
 } disco_wait_t;
 
+/* The defaults of disco_wait_t's pause_ns, spin_ns and park_slice_ms. */
 #define DISCO_WAIT_DEFAULT_PAUSE_NS                                                                \
     2000u /* 2 us of pause, then yield: a peer sharing our core must run */
 #define DISCO_WAIT_DEFAULT_SPIN_NS  200000u /* 0.2 ms, then park */
-#define DISCO_WAIT_DEFAULT_SLICE_MS 10u
+#define DISCO_WAIT_DEFAULT_SLICE_MS 10u     /* the longest single park, ms */
 
 /** One spin-loop hint (pause on x86). */
 static inline void disco_cpu_relax(void)
