@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "workers/device/ipc.h"
+#include "workers/device/share.h"
 #include "workers/device/sim.h"
 
 /* ---- CPU ------------------------------------------------------------------ */
@@ -76,6 +77,8 @@ static const disco_device_api_t cpu_api = {
     .stream_create = cpu_stream_create,
     .stream_free = cpu_stream_nop,
     .stream_sync = cpu_stream_nop,
+    .physical_id = disco__cpu_physical_id,
+    .mps = disco__cpu_mps,
 };
 
 /* ---- the IPC backend, per device type --------------------------------------- */

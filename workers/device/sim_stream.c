@@ -252,6 +252,11 @@ static bool alive(int32_t pid)
     return rp == NULL || rp[1] != ' ' || (rp[2] != 'Z' && rp[2] != 'X');
 }
 
+bool disco__sim_pid_alive(int32_t pid)
+{
+    return alive(pid);
+}
+
 /* Blocks until m->completed reaches want (engine lock held). */
 disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want)
 {
@@ -356,8 +361,11 @@ static disco_status_t run_stream(struct stream *s, uint64_t upto, bool hold)
         }
         if (op.kind == DISCO_SIM_OP_COPY)
             memmove(op.dst, op.src, op.n);
-        else if (op.kind == DISCO_SIM_OP_CALL)
+        else if (op.kind == DISCO_SIM_OP_CALL) { /* a kernel: in its device's time slices */
+            (void)disco__sim_slice_enter(s->device_id); /* a failure: at the kernel's first wait */
             st = op.fn(op.arg);
+            disco__sim_slice_leave();
+        }
         else
             st = event_run(&op);
         if (st != DISCO_OK && first == DISCO_OK)
