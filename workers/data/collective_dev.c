@@ -211,7 +211,8 @@ static disco_status_t after_go(struct disco__coll_call *c, disco_status_t st)
  * MPS; else the call is staged through host memory (event-ordered copies,
  * reduce_slice). Workers outside the group count too: the other groups run
  * the same collective at the same time on the shared device. The first
- * member decides, and every member takes its choice at the go barrier. */
+ * member decides, and every member takes its choice at the go barrier.
+ * tests/test_gpu_share.c (test_route) holds each case. */
 
 #define CHOICE_TWO_SHOT 1u
 #define CHOICE_STAGED   2u

@@ -8,8 +8,11 @@
  * with pidfd_getfd, or opens /proc/<pid>/fd/<n> when that is refused).
  * sim_stream.c: streams (queues run when synced), with the record and wait
  * operations of events. sim_event.c: interprocess events (a counter pair in
- * a memfd). Arrows: sim_dev <- sim_stream <- sim_event; sim.c uses
- * sim_dev and sim_stream.
+ * a memfd). sim_slice.c: a device shared by several processes (its
+ * identity, DISCO_SIM_MPS, and the time slices its kernels run in without
+ * MPS: docs/gpu-sharing.md). Arrows: sim_dev <- sim_stream <- sim_event;
+ * sim.c uses sim_dev and sim_stream; sim_dev <- sim_slice <- sim_stream
+ * (the kernels' slices).
  *
  * State is per process; a forked child drops what it inherited (its
  * mappings are not inherited: MADV_DONTFORK) and starts empty, as a CUDA
@@ -120,7 +123,8 @@ disco_status_t disco__sim_stream_sync(int device_id, disco_stream_t stream);
 /** Forgets the streams inherited from a parent (in a forked child). */
 void disco__sim_streams_reset(void);
 
-/** Whether process pid runs (exists, not a zombie). Thread-safe. */
+/** Whether process pid runs (exists, not a zombie: a dead process its
+ *  parent has not reaped yet). sim_dev.c. Thread-safe. */
 bool disco__sim_pid_alive(int32_t pid);
 
 /* ---- several processes on one sim device (sim_slice.c) ----------------- */
@@ -137,8 +141,9 @@ size_t disco__sim_slices_bytes(void);
 /** Binds this process to the context words at mem (the session's; NULL:
  *  unbinds): its kernels then run in time slices on a device other
  *  processes bound to the same words use, unless DISCO_SIM_MPS=1. Waits
- *  for a kernel of this process that runs. Unbind before mem is unmapped.
- *  Thread-safe. */
+ *  for a kernel of this process that runs (it holds the binding from
+ *  disco__sim_slice_enter to disco__sim_slice_leave). Unbind before mem
+ *  is unmapped. Thread-safe. */
 void disco__sim_slices_bind(void *mem);
 
 /** Context switches of sim device device_id so far (slices its kernels
@@ -146,10 +151,11 @@ void disco__sim_slices_bind(void *mem);
  *  when unbound. Thread-safe. */
 uint32_t disco__sim_slice_switches(int device_id);
 
-/** Around a kernel (sim_stream.c, engine lock held): takes device_id's
- *  context word (waiting for its turn, under the thread's watch) and gives
- *  it back. A failed take is kept: the kernel runs until its first wait,
- *  where disco__sim_slice_yield returns it. Returns DISCO_OK or the watch's
+/** Around a kernel (sim_stream.c, engine lock held; every enter is
+ *  followed by a leave on the same thread): takes device_id's context word
+ *  (waiting for its turn, under the thread's watch) and gives it back. A
+ *  failed take is kept: the kernel runs until its first wait, where
+ *  disco__sim_slice_yield returns it. Returns DISCO_OK or the watch's
  *  status, with a detail saying the device is time-sliced. */
 disco_status_t disco__sim_slice_enter(int device_id);
 void disco__sim_slice_leave(void);

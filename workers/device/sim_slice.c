@@ -14,17 +14,19 @@
  * a waiting process once its slice (DISCO_SIM_SLICE_US, default 2 ms) is
  * over, then waits for its next turn. So two kernels on one sim device
  * that wait for each other meet once per slice, as on a GPU: slowly, and
- * past a short deadline not at all, with an error that says why. With
- * DISCO_SIM_MPS=1 the simulated machine runs MPS: no slices.
+ * past a short deadline not at all, with an error that says why
+ * (tests/test_gpu_share.c: test_slices_advance_per_switch,
+ * test_slices_caught_at_deadline). With DISCO_SIM_MPS=1 the simulated
+ * machine runs MPS: no slices.
  *
  * The context word protocol (labels used below):
- *   S1 a taker CASes owner from 0 to its pid (acquire: what the previous
+ *   C1 a taker CASes owner from 0 to its pid (acquire: what the previous
  *      holder did in its slice is visible to it, as after a context switch);
- *   S2 the holder gives the word back: owner = 0 (release, pairs with S1),
+ *   C2 the holder gives the word back: owner = 0 (release, pairs with C1),
  *      then turn + 1 (release) and a futex wake of turn's waiters;
- *   S3 a waiter counts itself in waiters (relaxed: only a hint to the holder
+ *   C3 a waiter counts itself in waiters (relaxed: only a hint to the holder
  *      that someone waits; a stale count costs a slice at most), reads turn
- *      (acquire, pairs with S2's increment), re-reads owner and sleeps on
+ *      (acquire, pairs with C2's increment), re-reads owner and sleeps on
  *      turn only if it is unchanged, so a release between the two reads is
  *      never missed. A holder that died is replaced (its pid is checked at
  *      each sleep), as the sim's event waits do.
@@ -32,6 +34,7 @@
  * starts unbound (it binds when it makes its own arena). */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -43,24 +46,27 @@
 
 #include "disco/clock.h"
 #include "workers/device/sim.h"
-#include "workers/device/sim_event.h"
 #include "workers/device/watch.h"
 
 /* One sim device's context word, in the session's shared memory. */
 struct disco__sim_slice {
-    _Alignas(64) _Atomic int32_t owner; /* S1/S2: the pid whose kernel runs; 0: none */
-    _Atomic uint32_t turn;              /* S2/S3: changes at each release; the futex word */
-    _Atomic uint32_t waiters;           /* S3: processes waiting for the word */
+    _Alignas(64) _Atomic int32_t owner; /* C1/C2: the pid whose kernel runs; 0: none */
+    _Atomic uint32_t turn;              /* C2/C3: changes at each release; the futex word */
+    _Atomic uint32_t waiters;           /* C3: processes waiting for the word */
     _Atomic uint32_t switches;          /* slices handed to a waiter (relaxed: a count) */
 };
 
 _Static_assert(sizeof(struct disco__sim_slice) == 64, "one cache line per sim device");
 
-static _Atomic(struct disco__sim_slice *) g_slices; /* the bound table, or NULL */
-static _Atomic pid_t g_bound_pid;                   /* the process that bound it */
+/* The bound table and the process that bound it, under g_bind; a kernel
+ * holds g_bind from enter to leave, so no table is unbound (and unmapped)
+ * under a kernel that holds one of its words. */
+static pthread_mutex_t g_bind = PTHREAD_MUTEX_INITIALIZER;
+static struct disco__sim_slice *g_slices;
+static pid_t g_bound_pid;
 
 /* The kernel this thread runs (one thread of a process runs operations at
- * a time: sim_stream.c's engine lock). */
+ * a time: sim_stream.c's engine lock; and g_bind is held meanwhile). */
 static _Thread_local struct {
     struct disco__sim_slice *s; /* the word held; NULL: none (no slices) */
     int device_id;
@@ -76,22 +82,17 @@ size_t disco__sim_slices_bytes(void)
 
 void disco__sim_slices_bind(void *mem)
 {
-    /* Under the engine lock: no kernel of this process holds a word of a
-     * table being unbound (its memory may be unmapped next). */
-    disco__sim_exec_lock();
-    /* Relaxed: the engine lock orders these stores before the loads of
-     * the next kernel of this process (which runs under it). */
-    atomic_store_explicit(&g_bound_pid, mem != NULL ? getpid() : 0, memory_order_relaxed);
-    atomic_store_explicit(&g_slices, (struct disco__sim_slice *)mem, memory_order_relaxed);
-    disco__sim_exec_unlock();
+    pthread_mutex_lock(&g_bind);
+    g_bound_pid = mem != NULL ? getpid() : 0;
+    g_slices = mem;
+    pthread_mutex_unlock(&g_bind);
 }
 
+/* The table bound by this process (a forked child's inherited binding is
+ * not its own), g_bind held. */
 static struct disco__sim_slice *bound(void)
 {
-    /* Relaxed: read under the engine lock (see disco__sim_slices_bind). */
-    if (atomic_load_explicit(&g_bound_pid, memory_order_relaxed) != getpid())
-        return NULL;
-    return atomic_load_explicit(&g_slices, memory_order_relaxed);
+    return g_bound_pid == getpid() ? g_slices : NULL;
 }
 
 static bool env_on(const char *name)
@@ -113,12 +114,12 @@ static int64_t slice_ns(void)
 
 uint32_t disco__sim_slice_switches(int device_id)
 {
-    disco__sim_exec_lock();
+    pthread_mutex_lock(&g_bind);
     struct disco__sim_slice *tab = bound();
     uint32_t n = tab != NULL && device_id >= 0 && device_id < DISCO_SIM_MAX_DEVICES
                      ? atomic_load_explicit(&tab[device_id].switches, memory_order_relaxed)
                      : 0;
-    disco__sim_exec_unlock();
+    pthread_mutex_unlock(&g_bind);
     return n;
 }
 
@@ -129,7 +130,7 @@ static void sleep_on(_Atomic uint32_t *word, uint32_t seen, long ns)
     syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0);
 }
 
-/* S2 */
+/* C2 */
 static void give_back(struct disco__sim_slice *s)
 {
     atomic_store_explicit(&s->owner, 0, memory_order_release);
@@ -137,7 +138,7 @@ static void give_back(struct disco__sim_slice *s)
     syscall(SYS_futex, &s->turn, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Takes s (S1, S3), sleeping in 2 ms steps under a watch (looked at after
+/* Takes s (C1, C3), sleeping in 2 ms steps under a watch (looked at after
  * each: the deadline, abort word and liveness check end the wait), else in
  * 20 ms ones. Returns DISCO_OK or the watch's status, naming the device. */
 static disco_status_t take(struct disco__sim_slice *s, int device_id)
@@ -147,24 +148,26 @@ static disco_status_t take(struct disco__sim_slice *s, int device_id)
     int64_t t0 = disco_now_ns();
     disco_status_t st = DISCO_OK;
     for (;;) {
-        int32_t o = atomic_load_explicit(&s->owner, memory_order_acquire); /* S1 */
+        int32_t o = atomic_load_explicit(&s->owner, memory_order_acquire); /* C1 */
         if (o == 0 || o == me) { /* me: a word this process left (a killed thread's) */
             if (atomic_compare_exchange_weak_explicit(&s->owner, &o, me, memory_order_acquire,
-                                                      memory_order_relaxed)) /* S1 */
+                                                      memory_order_relaxed)) /* C1 */
                 break;
             continue;
         }
         if (!counted) {
-            atomic_fetch_add_explicit(&s->waiters, 1, memory_order_relaxed); /* S3 */
+            atomic_fetch_add_explicit(&s->waiters, 1, memory_order_relaxed); /* C3 */
             counted = true;
         }
-        uint32_t t = atomic_load_explicit(&s->turn, memory_order_acquire); /* S3 */
-        if (atomic_load_explicit(&s->owner, memory_order_acquire) != o)    /* S3 */
+        uint32_t t = atomic_load_explicit(&s->turn, memory_order_acquire); /* C3 */
+        if (atomic_load_explicit(&s->owner, memory_order_acquire) != o)    /* C3 */
             continue;
         if (!disco__sim_pid_alive(o)) { /* a dead holder's word: freed for all */
+            /* C2 for the dead (acq_rel: as its release would have been;
+             * only one freer wins the CAS). */
             if (atomic_compare_exchange_strong_explicit(&s->owner, &o, 0, memory_order_acq_rel,
                                                         memory_order_relaxed)) {
-                atomic_fetch_add_explicit(&s->turn, 1, memory_order_release); /* S2 */
+                atomic_fetch_add_explicit(&s->turn, 1, memory_order_release); /* C2 */
                 syscall(SYS_futex, &s->turn, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
             }
             continue;
@@ -183,7 +186,7 @@ static disco_status_t take(struct disco__sim_slice *s, int device_id)
         }
     }
     if (counted)
-        atomic_fetch_sub_explicit(&s->waiters, 1, memory_order_relaxed); /* S3 */
+        atomic_fetch_sub_explicit(&s->waiters, 1, memory_order_relaxed); /* C3 */
     return st;
 }
 
@@ -191,6 +194,7 @@ disco_status_t disco__sim_slice_enter(int device_id)
 {
     t_cur.s = NULL;
     t_cur.failed = DISCO_OK;
+    pthread_mutex_lock(&g_bind); /* until disco__sim_slice_leave */
     struct disco__sim_slice *tab = bound();
     if (tab == NULL || device_id < 0 || device_id >= DISCO_SIM_MAX_DEVICES ||
         env_on("DISCO_SIM_MPS"))
@@ -213,6 +217,7 @@ void disco__sim_slice_leave(void)
         give_back(t_cur.s);
     t_cur.s = NULL;
     t_cur.failed = DISCO_OK;
+    pthread_mutex_unlock(&g_bind);
 }
 
 disco_status_t disco__sim_slice_yield(void)
@@ -222,7 +227,7 @@ disco_status_t disco__sim_slice_yield(void)
     struct disco__sim_slice *s = t_cur.s;
     if (s == NULL)
         return DISCO_OK;
-    bool wanted = atomic_load_explicit(&s->waiters, memory_order_relaxed) > 0; /* S3: a hint */
+    bool wanted = atomic_load_explicit(&s->waiters, memory_order_relaxed) > 0; /* C3: a hint */
     disco_status_t st = wanted ? disco__device_watch_check() : DISCO_OK;
     if (st != DISCO_OK) /* the wait ends here: say what held it up */
         return disco_set_error(
