@@ -237,7 +237,7 @@ static bool kernels_may_meet(const struct disco__coll_call *c)
     int32_t type[DISCO_MAX_WORKERS];
     disco_device_uid_t phys[DISCO_MAX_WORKERS];
     uint32_t share[DISCO_MAX_WORKERS];
-    bool has[DISCO_MAX_WORKERS];
+    bool has[DISCO_MAX_WORKERS] = {false};
     int world = c->w->world < DISCO_MAX_WORKERS ? c->w->world : DISCO_MAX_WORKERS;
     for (int r = 0; r < world; r++)
         has[r] = disco__arena_peer_share(c->w->arena, r, &type[r], &phys[r], &share[r]);

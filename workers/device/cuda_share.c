@@ -2,10 +2,24 @@
  * the GPU's UUID as its physical identity, the MPS daemon's pipe as the
  * sign that kernels of different processes run at the same time. Built
  * with the runtime API when DISCO_HAVE_CUDA is defined (as cuda.c). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "workers/device/cuda_impl.h"
 #include "workers/device/share.h"
+
+bool disco__mps_pipe_found(void)
+{
+    const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/control",
+                     dir != NULL && dir[0] != '\0' ? dir : "/tmp/nvidia-mps");
+    struct stat sb;
+    return n > 0 && (size_t)n < sizeof path && stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode);
+}
 
 #ifdef DISCO_HAVE_CUDA
 

@@ -1,40 +1,11 @@
-/* share.c - several processes on one device: the public calls, the CPU
- * table's ops and the MPS pipe detection (see share.h). */
+/* share.c - several processes on one device: the public calls and the
+ * sharing state a session binds (see share.h). */
 #include "workers/device/share.h"
 
-#include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "workers/device/sim.h"
-
-disco_status_t disco__cpu_physical_id(int device_id, disco_device_uid_t *id_out)
-{
-    if (device_id != 0)
-        return disco_set_error(DISCO_E_NO_DEVICE, "cpu: no device %d (only 0)", device_id);
-    memset(id_out, 0, sizeof *id_out);
-    memcpy(id_out->bytes, "cpu", 3);
-    return DISCO_OK;
-}
-
-disco_status_t disco__cpu_mps(int device_id, bool *on_out)
-{
-    (void)device_id;
-    *on_out = true; /* no kernels: nothing waits for a context */
-    return DISCO_OK;
-}
-
-bool disco__mps_pipe_found(void)
-{
-    const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
-    char path[PATH_MAX];
-    int n = snprintf(path, sizeof path, "%s/control",
-                     dir != NULL && dir[0] != '\0' ? dir : "/tmp/nvidia-mps");
-    struct stat sb;
-    return n > 0 && (size_t)n < sizeof path && stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode);
-}
 
 int disco__mps_declared(void)
 {

@@ -2,10 +2,11 @@
  * are disco_device_physical_id and disco_device_mps in disco/device.h,
  * the guide docs/gpu-sharing.md).
  *
- * share.c: the public calls (DISCO_GPU_MPS over each table's detection),
- * the CPU table's two ops and the MPS pipe detection CUDA uses.
- * cuda_share.c: CUDA's ops (the GPU's UUID). sim_slice.c: the sim's ops
- * and its time slices (sim.h). */
+ * share.c: the public calls (DISCO_GPU_MPS over each table's detection)
+ * and the sharing state a session binds. cuda_share.c: CUDA's ops (the
+ * GPU's UUID, the MPS daemon's pipe). sim_slice.c: the sim's ops and its
+ * time slices (sim.h). device.c: the CPU table's ("cpu"; always
+ * concurrent). Arrows: share -> device -> cuda -> cuda_share. */
 #ifndef DISCO_WORKERS_DEVICE_SHARE_H
 #define DISCO_WORKERS_DEVICE_SHARE_H
 
@@ -15,17 +16,14 @@
 #include "disco/device.h"
 #include "disco/status.h"
 
-/** The CPU table's ops: "cpu"; always concurrent. */
-disco_status_t disco__cpu_physical_id(int device_id, disco_device_uid_t *id_out);
-disco_status_t disco__cpu_mps(int device_id, bool *on_out);
-
 /** CUDA's ops (cuda_share.c): cudaDeviceProp.uuid; an MPS control pipe
  *  (disco__mps_pipe_found). Without CUDA: DISCO_E_NO_DEVICE. */
 disco_status_t disco__cuda_physical_id(int device_id, disco_device_uid_t *id_out);
 disco_status_t disco__cuda_mps(int device_id, bool *on_out);
 
 /** Whether an MPS control daemon's pipe is there: a FIFO named "control"
- *  in $CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps). Thread-safe. */
+ *  in $CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps). In every build
+ *  (cuda_share.c). Thread-safe. */
 bool disco__mps_pipe_found(void);
 
 /** DISCO_GPU_MPS: 1 (declared on), 0 (declared off), -1 (unset or neither
