@@ -105,7 +105,8 @@ static inline disco_session_t *open_for(DLDeviceType type, int i)
 static const DLDataType F32 = {kDLFloat, 32, 1};
 
 /* disco.arena_stats on worker w: [bytes, used, blocks, peers, type, id,
- * events, one-shot allreduce kernels, two-shot ones]. */
+ * events, one-shot allreduce kernels, two-shot ones] (its first 9; the
+ * 10th, allreduces staged through host memory: arena_staged). */
 static inline void arena_stats(disco_session_t *s, int w, int64_t out[9])
 {
     disco_dref_t r;
@@ -113,10 +114,26 @@ static inline void arena_stats(disco_session_t *s, int w, int64_t out[9])
     disco_value_t v;
     CK_OK(disco_session_debug_get(s, r, w, &v));
     ck_assert_int_eq(v.type, DISCO_T_SHAPE);
-    ck_assert_uint_eq(v.len, 9);
+    ck_assert_uint_eq(v.len, 10);
     memcpy(out, v.v.shape, 9 * sizeof *out);
     disco_value_clear(&v);
     CK_OK(disco_session_free_reg(s, r));
+}
+
+/* disco.arena_stats' 10th number on worker w: its allreduces staged through
+ * host memory (docs/gpu-sharing.md). */
+static inline int64_t arena_staged(disco_session_t *s, int w)
+{
+    disco_dref_t r;
+    CK_OK(disco_session_call_by_name(s, "disco.arena_stats", NULL, 0, &r));
+    disco_value_t v;
+    CK_OK(disco_session_debug_get(s, r, w, &v));
+    ck_assert_int_eq(v.type, DISCO_T_SHAPE);
+    ck_assert_uint_eq(v.len, 10);
+    int64_t n = v.v.shape[9];
+    disco_value_clear(&v);
+    CK_OK(disco_session_free_reg(s, r));
+    return n;
 }
 
 /* Asserts that register r of worker w holds exactly the len bytes at want

@@ -292,8 +292,8 @@ END_TEST
 
 /* disco-bench --only GPU --device sim: the GPU section's code runs on the
  * simulated device (2 workers, 512 B and 32 KiB, copies of 64 KiB), exits
- * 0, prints every figure's name marked SIM, and records none of them (the
- * JSON has no results). */
+ * 0, prints every figure's name marked SIM and each allreduce figure's
+ * path, and records none of them (the JSON has no results). */
 START_TEST(test_bench_gpu_sim)
 {
     char dir[] = "/tmp/disco-bench-gpu-XXXXXX", cmd[2048], out[65536];
@@ -322,6 +322,12 @@ START_TEST(test_bench_gpu_sim)
         snprintf(want, sizeof want, "SIM %s ", names[i]);
         ck_assert_msg(strstr(out, want) != NULL, "no \"%s\" in: %s", want, out);
     }
+    /* Each allreduce figure names its path (a device per worker: kernels). */
+    static const char *const paths[] = {"SIM gpu_allreduce_us_512B_f16_n2_path kernel-one-shot",
+                                        "SIM gpu_allreduce_twoshot_us_8KiB_n2_path kernel-two-shot",
+                                        "SIM gpu_allreduce_switch_bytes_n2_path kernels"};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        ck_assert_msg(strstr(out, paths[i]) != NULL, "no \"%s\" in: %s", paths[i], out);
     snprintf(cmd, sizeof cmd, "%s/b.json", dir);
     json_t *j = load_with(cmd, (const char *const[]){"results", NULL});
     ck_assert_msg(json_object_size(json_object_get(j, "results")) == 0,

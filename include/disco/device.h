@@ -80,6 +80,15 @@ extern "C" {
  * default stream; CPU ignores streams (its copies finish before they return). */
 typedef void *disco_stream_t;
 
+/* A physical device's identity, the same in every process of the machine
+ * (CUDA: the GPU's UUID; sim: "sim" and the device index; CPU: "cpu"). Two
+ * processes' devices with equal ids are one device, whatever index each
+ * process gives it. */
+#define DISCO_DEVICE_UID_BYTES 16
+typedef struct disco_device_uid {
+    uint8_t bytes[DISCO_DEVICE_UID_BYTES];
+} disco_device_uid_t;
+
 /* What a device type provides. Every pointer is set. Thread-safe: each
  * function may be called from any thread. The functions return what the
  * disco_device_* wrappers below document. */
@@ -103,6 +112,11 @@ typedef struct disco_device_api {
     disco_status_t (*stream_free)(int device_id, disco_stream_t stream);
     /* as disco_device_stream_sync */
     disco_status_t (*stream_sync)(int device_id, disco_stream_t stream);
+    /* The physical device behind device_id, and whether it runs kernels
+     * of different processes at the same time (MPS) as detected, before
+     * DISCO_GPU_MPS (which disco_device_mps applies): docs/gpu-sharing.md. */
+    disco_status_t (*physical_id)(int device_id, disco_device_uid_t *id_out);
+    disco_status_t (*mps)(int device_id, bool *on_out);
 } disco_device_api_t;
 
 /** The device API of a device type. Thread-safe. Returns DISCO_OK or
@@ -193,6 +207,31 @@ disco_status_t disco_device_stream_free(DLDevice dev, disco_stream_t stream);
  *  Returns DISCO_OK, DISCO_E_NO_DEVICE, DISCO_E_SYS (a failed kernel or copy
  *  reports here). */
 disco_status_t disco_device_stream_sync(DLDevice dev, disco_stream_t stream);
+
+/* ---------------------------------------------------------------------------
+ * Several processes on one device (docs/gpu-sharing.md)
+ *
+ * Each process holds its own context on a GPU. Without MPS (NVIDIA's
+ * Multi-Process Service) a GPU runs one context at a time, in time slices:
+ * kernels of two processes that wait for each other advance only at
+ * context switches (milliseconds). disco's collectives launch such kernels
+ * only when every member has a GPU of its own or MPS is on.
+ * ------------------------------------------------------------------------- */
+
+/** The physical identity of dev (CUDA: cudaDeviceProp.uuid, which
+ *  initializes CUDA in this process; sim: "sim" and the index, the same
+ *  device in every process of a session; CPU: "cpu"). Thread-safe. Returns
+ *  DISCO_OK, DISCO_E_NO_DEVICE (no such device), DISCO_E_SYS. */
+disco_status_t disco_device_physical_id(DLDevice dev, disco_device_uid_t *id_out);
+
+/** Whether kernels of different processes on dev run at the same time:
+ *  DISCO_GPU_MPS=1 or 0 when set (the user's word, read at each call);
+ *  else detected: CUDA, an MPS control daemon's pipe
+ *  ($CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps, holding a FIFO
+ *  named "control"); sim, DISCO_SIM_MPS=1 (the simulated machine runs
+ *  MPS); CPU, always. Thread-safe. Returns DISCO_OK, DISCO_E_NO_DEVICE (no
+ *  such device type). */
+disco_status_t disco_device_mps(DLDevice dev, bool *on_out);
 
 /* ---------------------------------------------------------------------------
  * Sharing CUDA (and sim) memory between processes (CUDA IPC)

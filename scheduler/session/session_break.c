@@ -88,7 +88,8 @@ disco_status_t disco__session_abandon(void *p, disco_status_t st, const int *lat
     if (st == DISCO_E_TIMEOUT && used != 0)
         return disco__session_break(s, DISCO_E_TIMEOUT,
                                     "%s: worker %s did not reach the collective within %u ms; "
-                                    "killed, so that it cannot touch worker 0's buffers",
-                                    what, who, s->cfg.call_timeout_ms);
+                                    "killed, so that it cannot touch worker 0's buffers (worker "
+                                    "0's wait: %s)",
+                                    what, who, s->cfg.call_timeout_ms, why);
     return disco__session_break(s, st, "%s given up by worker 0: %s", what, why);
 }

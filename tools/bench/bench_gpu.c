@@ -16,6 +16,13 @@
  *   gpu_allreduce_switch_bytes_n<N>  the smallest of those sizes from which
  *                        two-shot is faster at every larger one (0: never):
  *                        what DISCO_AR_TWO_SHOT_BYTES should be.
+ *   <figure>_path        for each allreduce figure: the path its calls took
+ *                        (worker 0's disco.arena_stats counts), a note in
+ *                        bench.json's "notes" and a printed line:
+ *                        kernel-one-shot, kernel-two-shot, or staged (through
+ *                        host memory: the workers share a GPU without MPS,
+ *                        docs/gpu-sharing.md); for the switch point, the
+ *                        paths of the two scans.
  *   gpu_memcpy_allreduce_us_<size>_n<N>  baseline: the copies a gather to
  *                        one buffer and a broadcast back make on one device,
  *                        2 (N - 1) device-to-device copies of <size> queued
@@ -84,7 +91,7 @@ static const DLDataType f16 = {kDLFloat, 16, 1}, f32 = {kDLFloat, 32, 1};
 /* record() keeps the key's pointer: keys made here live in this pool. */
 static const char *key(const char *fmt, ...)
 {
-    static char pool[64][48];
+    static char pool[128][48];
     static int used;
     if (used == (int)(sizeof pool / sizeof pool[0]))
         bu_die("bench_gpu: too many keys");
@@ -110,6 +117,49 @@ static disco_value_t dref(disco_dref_t r)
 {
     disco_value_t v = {.type = DISCO_T_DREF, .v.reg = r};
     return v;
+}
+
+/* ---- which path an allreduce took (docs/gpu-sharing.md) ---- */
+
+/* The allreduces worker 0 ran so far: one-shot kernels, two-shot kernels,
+ * staged through host memory (disco.arena_stats' numbers 7 to 9). */
+static void ar_counts(disco_session_t *s, int64_t out[3])
+{
+    disco_dref_t r;
+    disco_value_t v;
+    bu_check(disco_session_call_by_name(s, "disco.arena_stats", NULL, 0, &r), "arena_stats");
+    bu_check(disco_session_debug_get(s, r, 0, &v), "arena_stats");
+    if (v.type != DISCO_T_SHAPE || v.len < 10)
+        bu_die("disco.arena_stats: no allreduce counts");
+    memcpy(out, v.v.shape + 7, 3 * sizeof *out);
+    disco_value_clear(&v);
+    bu_check(disco_session_free_reg(s, r), "free");
+}
+
+/* The path of the calls between two counts: one name, or "mixed". */
+static const char *path_between(const int64_t before[3], const int64_t after[3])
+{
+    static const char *const names[3] = {"kernel-one-shot", "kernel-two-shot", "staged"};
+    int which = -1;
+    for (int i = 0; i < 3; i++) {
+        if (after[i] == before[i])
+            continue;
+        if (which >= 0)
+            return "mixed";
+        which = i;
+    }
+    return which < 0 ? "none" : names[which];
+}
+
+/* Names the path figure k took: a note beside the figures (GPU), and a
+ * line either way. */
+static void path_of(const char *k, const char *path)
+{
+    const char *pk = key("%s_path", k);
+    if (!g.sim)
+        bench_note(pk, path);
+    printf("  %s%-32s %s\n", g.sim ? "SIM " : "", pk, path);
+    fflush(stdout);
 }
 
 /* ---- is there a device? ---- */
@@ -266,15 +316,21 @@ static int warm_for(size_t bytes)
 }
 
 /* Median us of c's allreduce (sum) of bytes of ones (dtype dt) on n
- * workers, checked once first; the input is freed after. */
-static double time_allreduce(coll_ctx_t *c, size_t bytes, DLDataType dt, int n)
+ * workers, checked once first; the input is freed after. *path_out: the
+ * path the calls took. */
+static double time_allreduce(coll_ctx_t *c, size_t bytes, DLDataType dt, int n,
+                             const char **path_out)
 {
     disco_dref_t x = ones(c->s, bytes, dt);
     c->args[0] = dref(x);
     c->args[1] = disco_value_str("sum");
     c->args[2] = disco_value_bool(false);
+    int64_t before[3], after[3];
+    ar_counts(c->s, before);
     check_allreduce(c, bytes, dt, n);
     double ns = median_single(coll_rounds, c, warm_for(bytes), reps_for(bytes));
+    ar_counts(c->s, after);
+    *path_out = path_between(before, after);
     bu_check(disco_session_free_reg(c->s, x), "free");
     sync_all(c->s);
     return ns / 1e3;
@@ -293,8 +349,10 @@ static void bench_allreduce_n(int n)
         size_t bytes = g.sizes[i];
         for (int d = 0; d < 2; d++) {
             DLDataType dt = d == 0 ? f16 : f32;
-            figure(key("gpu_allreduce_us_%s_f%d_n%d", gpu_size_names[i], dt.bits, n),
-                   time_allreduce(&c, bytes, dt, n), "us");
+            const char *path,
+                *k = key("gpu_allreduce_us_%s_f%d_n%d", gpu_size_names[i], dt.bits, n);
+            figure(k, time_allreduce(&c, bytes, dt, n, &path), "us");
+            path_of(k, path);
         }
         mc_ctx_t m = {b, a, g.dev, g.dev, bytes, 2 * (n - 1)};
         double ns = median_single(memcpy_rounds, &m, warm_for(bytes), reps_for(bytes));
@@ -317,17 +375,19 @@ static const char *const scan_names[] = {"8KiB", "32KiB", "128KiB", "512KiB",
 /* Median us of an f16 sum allreduce of each scan size on n workers, every
  * call forced one way (DISCO_AR_TWO_SHOT_BYTES, read at each call by every
  * process: the session's workers inherit it). */
-static void scan_mode(int n, bool two_shot, int nsizes, double *us)
+static void scan_mode(int n, bool two_shot, int nsizes, double *us, bool *staged)
 {
     setenv("DISCO_AR_TWO_SHOT_BYTES", two_shot ? "0" : "1099511627776", 1);
     disco_session_t *s = open_spawned(n, 2 * scan_sizes[nsizes - 1] + 4 * MIB);
     coll_ctx_t c = {.s = s, .nargs = 3, .what = "allreduce"};
     bu_check(disco_session_get_func(s, "disco.allreduce", &c.func), "get disco.allreduce");
     for (int i = 0; i < nsizes; i++) {
-        us[i] = time_allreduce(&c, scan_sizes[i], f16, n);
-        figure(
-            key("gpu_allreduce_%s_us_%s_n%d", two_shot ? "twoshot" : "oneshot", scan_names[i], n),
-            us[i], "us");
+        const char *path, *k = key("gpu_allreduce_%s_us_%s_n%d", two_shot ? "twoshot" : "oneshot",
+                                   scan_names[i], n);
+        us[i] = time_allreduce(&c, scan_sizes[i], f16, n, &path);
+        figure(k, us[i], "us");
+        path_of(k, path);
+        *staged = *staged || strcmp(path, "staged") == 0;
     }
     bu_check(disco_session_free_reg(s, c.func), "free");
     disco_session_close(s);
@@ -340,12 +400,16 @@ static void bench_switch_point(int n)
 {
     int nsizes = g.sim ? 2 : NSCAN;
     double one[NSCAN], two[NSCAN];
-    scan_mode(n, false, nsizes, one);
-    scan_mode(n, true, nsizes, two);
+    bool staged = false;
+    scan_mode(n, false, nsizes, one, &staged);
+    scan_mode(n, true, nsizes, two, &staged);
     double at = 0;
     for (int i = nsizes - 1; i >= 0 && two[i] < one[i]; i--)
         at = (double)scan_sizes[i];
-    figure(key("gpu_allreduce_switch_bytes_n%d", n), at, "B");
+    const char *k = key("gpu_allreduce_switch_bytes_n%d", n);
+    figure(k, at, "B");
+    /* Staged, the two scans time the same path: the point means nothing. */
+    path_of(k, staged ? "staged (meaningless: no kernels ran)" : "kernels");
 }
 
 /* ---- copies to and from worker 0, and a peer's arena ---- */

@@ -86,7 +86,8 @@ static disco_status_t cpu_affinity(disco_ctx_t *ctx, const disco_value_t *args, 
 
 /* disco.arena_stats(): this worker's device arena as a shape [bytes, used,
  * blocks, peers imported, device type, device id, peers' events imported,
- * one-shot and two-shot allreduce kernels run]; all 0 (device type -1)
+ * one-shot and two-shot allreduce kernels run, allreduces staged through
+ * host memory]; all 0 (device type -1)
  * before its first device tensor. For tests and debugging. */
 static disco_status_t arena_stats(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
                                   disco_value_t *ret)
@@ -95,7 +96,7 @@ static disco_status_t arena_stats(disco_ctx_t *ctx, const disco_value_t *args, i
     (void)nargs;
     disco__arena_stats_t st;
     disco__arena_stats(ctx->worker != NULL ? ctx->worker->arena : NULL, &st);
-    int64_t *v = disco_ctx_alloc(ctx, 9 * sizeof *v);
+    int64_t *v = disco_ctx_alloc(ctx, 10 * sizeof *v);
     if (v == NULL)
         return disco_ctx_fail(ctx, "out of memory");
     v[0] = (int64_t)st.bytes;
@@ -107,7 +108,8 @@ static disco_status_t arena_stats(disco_ctx_t *ctx, const disco_value_t *args, i
     v[6] = st.events;
     v[7] = (int64_t)st.ar_one_shot;
     v[8] = (int64_t)st.ar_two_shot;
-    *ret = disco_value_shape(v, 9);
+    v[9] = (int64_t)st.ar_staged;
+    *ret = disco_value_shape(v, 10);
     return DISCO_OK;
 }
 

@@ -10,6 +10,7 @@
 #include "workers/core/protocol.h"
 #include "workers/device/ar.h"
 #include "workers/device/ipc.h"
+#include "workers/device/share.h"
 
 #define TABLE_SLOTS_PER_WORKER 2u /* one arena each, and room to reclaim a dead one's */
 
@@ -39,13 +40,19 @@ struct disco__arena {
     uint64_t peer_bytes[DISCO_MAX_WORKERS];
     DLDevice peer_dev[DISCO_MAX_WORKERS];
     disco_event_t *peer_ev[DISCO_MAX_WORKERS]; /* imported events, NULL: not yet */
-    uint64_t ar_runs[2];                       /* allreduce kernels run: one-shot, two-shot */
+    uint64_t ar_runs[3]; /* allreduces: one-shot kernels, two-shot ones, staged */
 };
 
-static uint64_t table_at(uint32_t world)
+/* The devices' sharing state (share.h), after the pubs. */
+static uint64_t share_at(uint32_t world)
 {
     uint64_t at = sizeof(struct disco__dev_area) + (uint64_t)world * sizeof(struct disco__dev_pub);
     return (at + 63) / 64 * 64;
+}
+
+static uint64_t table_at(uint32_t world)
+{
+    return share_at(world) + (disco__device_share_bytes() + 63) / 64 * 64;
 }
 
 size_t disco__dev_area_footprint(uint32_t world)
@@ -185,6 +192,12 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
     struct disco__dev_pub *p = &area->pub[worker];
     p->device_type = (int32_t)dev.device_type;
     p->device_id = dev.device_id;
+    /* What routes the allreduce (docs/gpu-sharing.md): an identity that
+     * cannot be read counts as shared with every other worker's device. */
+    bool mps = false;
+    p->share = (disco_device_physical_id(dev, &p->phys) == DISCO_OK ? DISCO_SHARE_PHYS_KNOWN : 0) |
+               (disco_device_mps(dev, &mps) == DISCO_OK && mps ? DISCO_SHARE_MPS : 0);
+    disco__device_share_bind(dev.device_type, (char *)area + share_at(world));
     p->bytes = a->total;
     p->ref = ref;
     p->event = evh;
@@ -232,6 +245,7 @@ void disco__arena_destroy(struct disco__arena *a)
      * this: nothing of this process may point into it any more (refused
      * only while the arena above is still exported). */
     (void)disco_device_ipc_detach((char *)a->area + table_at(a->world));
+    disco__device_share_bind(a->dev.device_type, NULL); /* the same: unmapped next */
     pthread_mutex_destroy(&a->lock);
     free(a->free);
     free(a);
@@ -470,6 +484,18 @@ disco_status_t disco__arena_wait_for(struct disco__arena *a, int peer)
     return st;
 }
 
+bool disco__arena_peer_share(const struct disco__arena *a, int peer, int32_t *type_out,
+                             disco_device_uid_t *phys_out, uint32_t *share_out)
+{
+    if (!disco__arena_peer_ready(a, peer)) /* P2 */
+        return false;
+    const struct disco__dev_pub *p = &a->area->pub[peer];
+    *type_out = p->device_type;
+    *phys_out = p->phys;
+    *share_out = p->share;
+    return true;
+}
+
 bool disco__arena_peer_ready(const struct disco__arena *a, int peer)
 {
     /* P2. Acquire, as in disco__arena_peer. */
@@ -496,6 +522,7 @@ void disco__arena_stats(struct disco__arena *a, disco__arena_stats_t *stats_out)
     stats_out->device = a->dev;
     stats_out->ar_one_shot = a->ar_runs[0];
     stats_out->ar_two_shot = a->ar_runs[1];
+    stats_out->ar_staged = a->ar_runs[2];
     for (uint32_t i = 0; i < a->world; i++) {
         stats_out->peers += a->peer[i] != NULL;
         stats_out->events += a->peer_ev[i] != NULL;
@@ -517,5 +544,12 @@ void disco__arena_count_ar(struct disco__arena *a, bool two_shot)
 {
     pthread_mutex_lock(&a->lock);
     a->ar_runs[two_shot ? 1 : 0]++;
+    pthread_mutex_unlock(&a->lock);
+}
+
+void disco__arena_count_staged(struct disco__arena *a)
+{
+    pthread_mutex_lock(&a->lock);
+    a->ar_runs[2]++;
     pthread_mutex_unlock(&a->lock);
 }

@@ -19,8 +19,13 @@
  *   header: magic, world, arena bytes, the IPC lifetime table's offset and
  *           size (the table disco_device_ipc_attach maps, formatted by the
  *           controller at open);
- *   pub[world]: per worker, its state word and, once ready, its device
- *           and the ref of its arena.
+ *   pub[world]: per worker, its state word and, once ready, its device,
+ *           the device's physical identity and MPS state as the worker saw
+ *           them (docs/gpu-sharing.md: the allreduce routes by them) and the
+ *           ref of its arena;
+ *   share:  the devices' sharing state (workers/device/share.h: the sim's
+ *           context words, one per sim device), bound by each process at
+ *           its arena.
  * Publication protocol (labels used in arena.c):
  *   P1 the owner writes dev, bytes and ref into pub[i], then stores
  *      state = READY (release);
@@ -49,16 +54,20 @@
 #define DISCO_ARENA_ALIGN         256u          /* every tensor's offset: as cudaMalloc */
 #define DISCO_ARENA_DEFAULT_BYTES (64ull << 20) /* cfg.device_arena_bytes 0 */
 #define DISCO_ARENA_MAX_BYTES     (UINT64_C(1) << 40)
-#define DISCO_DEV_AREA_MAGIC      0x41455241564544ull /* "DEVAREA" */
+#define DISCO_DEV_AREA_MAGIC      0x3241455241564544ull /* "DEVAREA2": pub's share fields */
 
 enum { DISCO_ARENA_NONE = 0, DISCO_ARENA_READY = 1 };
+
+/* pub.share's bits */
+enum { DISCO_SHARE_PHYS_KNOWN = 1u, DISCO_SHARE_MPS = 2u };
 
 /* One worker's published arena (shared memory). */
 struct disco__dev_pub {
     _Alignas(64) _Atomic uint32_t state; /* DISCO_ARENA_*: P1/P2 */
     int32_t device_type;
     int32_t device_id;
-    uint32_t reserved;
+    uint32_t share; /* DISCO_SHARE_*: phys is known; kernels of processes sharing it run at once */
+    disco_device_uid_t phys;
     uint64_t bytes;
     disco_ipc_ref_t ref;
     disco_ipc_handle_t event; /* the arena's IPC event (ordering, below) */
@@ -187,6 +196,7 @@ typedef struct disco__arena_stats {
     uint32_t events; /* peers' IPC events imported here */
     DLDevice device;
     uint64_t ar_one_shot, ar_two_shot; /* allreduce kernels this worker ran */
+    uint64_t ar_staged;                /* allreduces staged through host memory instead */
 } disco__arena_stats_t;
 
 /** The address, in this process, of worker peer's signal region (the
@@ -196,6 +206,15 @@ disco_status_t disco__arena_signal(struct disco__arena *a, int peer, uint32_t **
 
 /** Counts an allreduce kernel a's worker ran (stats). */
 void disco__arena_count_ar(struct disco__arena *a, bool two_shot);
+
+/** Counts an allreduce a's worker staged through host memory (stats). */
+void disco__arena_count_staged(struct disco__arena *a);
+
+/** What worker peer published about its device (P2): its type, physical
+ *  identity and DISCO_SHARE_* bits. Returns false (outputs untouched) while
+ *  it has no arena, or peer is out of range. */
+bool disco__arena_peer_share(const struct disco__arena *a, int peer, int32_t *type_out,
+                             disco_device_uid_t *phys_out, uint32_t *share_out);
 
 /** a's counts (for tests and debugging). */
 void disco__arena_stats(struct disco__arena *a, disco__arena_stats_t *stats_out);

@@ -179,21 +179,26 @@ disco_status_t disco__coll_dev_allgather(struct disco__coll_call *c, DLTensor *o
 disco_status_t disco__coll_dev_scatter(disco_ctx_t *ctx, struct disco__coll_call *c, int64_t rows,
                                        uint64_t chunk, disco_value_t *ret);
 
-/** Whether an allreduce of device tensors over c's members runs as a
+/** Whether an allreduce of device tensors over c's members may run as a
  *  kernel on every member (workers/device/ar.h): groups of at most
  *  DISCO_AR_MAX_RANKS members. The caller sets c->by_flags to it before
  *  the meeting when its input is a device tensor (every member decides
- *  alike: the group's size is the same on all). */
+ *  alike: the group's size is the same on all). Whether the kernels do
+ *  run is decided after the meeting (disco__coll_dev_allreduce). */
 bool disco__coll_dev_by_kernel(const struct disco__coll_call *c);
 
 /** After a meeting with same inputs. With c->by_flags: every member maps
  *  everyone's input, output and signal region, passes the go barrier
- *  (disco__coll_go: all launch, or none), launches its kernel and waits
- *  for its stream; no barrier after (the kernels' END flags order later
- *  uses). Else: this member reduces its slice of every member's x (staged
- *  through host memory, a chunk at a time), writes the result into every
- *  member's posted output, then passes the barrier. Returns DISCO_OK or the
- *  call's failure (the same on all when it is the go's). */
+ *  (disco__coll_go: all launch, or none; and the first member's route),
+ *  launches its kernel and waits for its stream; no barrier after (the
+ *  kernels' END flags order later uses). The route is staged instead when
+ *  two workers of the session share a physical device without MPS, or
+ *  DISCO_AR_PATH says so (docs/gpu-sharing.md; tests/test_gpu_share.c).
+ *  Staged (or without c->by_flags): this member reduces its slice of
+ *  every member's x (through host memory, a chunk at a time), writes the
+ *  result into every member's posted output, then passes the barrier.
+ *  Returns DISCO_OK or the call's failure (the same on all when it is the
+ *  go's). */
 disco_status_t disco__coll_dev_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
                                          const DLTensor *x, DLTensor *out);
 

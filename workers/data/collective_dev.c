@@ -200,22 +200,103 @@ static disco_status_t after_go(struct disco__coll_call *c, disco_status_t st)
     return disco__coll_give_up(c, st);
 }
 
+/* ---- the route: kernels that meet, or staging (docs/gpu-sharing.md) ----
+ *
+ * The kernels of ar.h wait for each other across processes. Two workers on
+ * one physical GPU hold two contexts, which a GPU without MPS runs one at a
+ * time: their kernels would meet only at context switches (milliseconds
+ * each, or past the deadline). So the kernels run only when no two workers
+ * of the session that hold arenas share a physical device (by the identity
+ * each published with its arena, arena.h), or every such pair runs under
+ * MPS; else the call is staged through host memory (event-ordered copies,
+ * reduce_slice). Workers outside the group count too: the other groups run
+ * the same collective at the same time on the shared device. The first
+ * member decides, and every member takes its choice at the go barrier.
+ * tests/test_gpu_share.c (test_route) holds each case. */
+
+#define CHOICE_TWO_SHOT 1u
+#define CHOICE_STAGED   2u
+
+/* DISCO_AR_PATH: "kernel" or "staged" forces the way of every allreduce
+ * the kernels may take (groups of at most DISCO_AR_MAX_RANKS); unset or
+ * "auto": decided as above. Read at each call, on the first member. */
+static int forced_path(void)
+{
+    const char *e = getenv("DISCO_AR_PATH");
+    if (e != NULL && strcmp(e, "kernel") == 0)
+        return 1;
+    if (e != NULL && strcmp(e, "staged") == 0)
+        return 0;
+    return -1;
+}
+
+/* Whether the kernels may meet: every member published its arena, and no
+ * two workers' arenas lie on one physical device unless both run MPS. */
+static bool kernels_may_meet(const struct disco__coll_call *c)
+{
+    int32_t type[DISCO_MAX_WORKERS];
+    disco_device_uid_t phys[DISCO_MAX_WORKERS];
+    uint32_t share[DISCO_MAX_WORKERS];
+    bool has[DISCO_MAX_WORKERS] = {false};
+    int world = c->w->world < DISCO_MAX_WORKERS ? c->w->world : DISCO_MAX_WORKERS;
+    for (int r = 0; r < world; r++)
+        has[r] = disco__arena_peer_share(c->w->arena, r, &type[r], &phys[r], &share[r]);
+    for (int r = c->base; r < c->base + c->size; r++)
+        if (r >= world || !has[r])
+            return false;
+    for (int r = 0; r < world; r++) {
+        for (int q = r + 1; q < world && has[r]; q++) {
+            if (!has[q] || type[q] != type[r])
+                continue;
+            bool known = share[r] & share[q] & DISCO_SHARE_PHYS_KNOWN;
+            if (known && memcmp(&phys[r], &phys[q], sizeof phys[r]) != 0)
+                continue; /* two devices */
+            if (!(share[r] & share[q] & DISCO_SHARE_MPS))
+                return false; /* one device (or not known), time-sliced */
+        }
+    }
+    return true;
+}
+
+/* This member's choice for the go barrier (only the first member's is
+ * taken: the others' is not computed). */
+static uint32_t choice_of(const struct disco__coll_call *c, uint64_t nbytes)
+{
+    if (c->rank != 0)
+        return 0;
+    int forced = forced_path();
+    bool kernels = forced >= 0 ? forced == 1 : kernels_may_meet(c);
+    return (kernels ? 0 : CHOICE_STAGED) | (disco__ar_two_shot(nbytes) ? CHOICE_TWO_SHOT : 0);
+}
+
+static disco_status_t staged_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
+                                       const DLTensor *x);
+
 /* Allreduce by a kernel on every member (ar.h): after the meeting, each
  * maps everyone's bytes, the go barrier tells whether all could (and
- * which way the call goes: the first member's choice), then each launches
- * its kernel and waits on the host for its own stream. No barrier after:
- * the kernels' END flags order every later use of the bytes. */
+ * which way the call goes: the first member's choice, staged or one-shot
+ * or two-shot), then each launches its kernel and waits on the host for
+ * its own stream. No barrier after: the kernels' END flags order every
+ * later use of the bytes. Staged after the go: the meeting and the go
+ * recorded no events (by_flags), so one more barrier, with them, orders
+ * the inputs' producers before the others' reads (Device ordering). */
 static disco_status_t kernel_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
                                        const DLTensor *x)
 {
     struct disco__ar_job j;
     disco_status_t st = make_job(c, op, x, &j);
     size_t esz = disco_dtype_bytes(x->dtype);
-    uint32_t two_shot = 0;
-    if ((st = disco__coll_go(c, st, disco__ar_two_shot(j.count * esz), &two_shot)) != DISCO_OK)
+    uint32_t choice = 0;
+    if ((st = disco__coll_go(c, st, choice_of(c, j.count * esz), &choice)) != DISCO_OK)
         return st;
+    if (choice & CHOICE_STAGED) {
+        c->by_flags = false; /* every member alike: the first member's choice */
+        if ((st = disco__coll_barrier(c)) != DISCO_OK)
+            return st;
+        return staged_allreduce(c, op, x);
+    }
     struct disco__arena *a = c->w->arena;
-    j.two_shot = two_shot != 0;
+    j.two_shot = (choice & CHOICE_TWO_SHOT) != 0;
     j.pieces = disco__ar_plan(j.count, esz, j.size, j.two_shot);
     j.budget_ns = budget_ns(c);
     if ((st = disco__ar_launch(disco__arena_device(a), disco__arena_stream(a), &j)) != DISCO_OK)
@@ -233,12 +314,11 @@ bool disco__coll_dev_by_kernel(const struct disco__coll_call *c)
     return c->size <= (int)DISCO_AR_MAX_RANKS;
 }
 
-disco_status_t disco__coll_dev_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
-                                         const DLTensor *x, DLTensor *out)
+/* This member reduces its slice of every member's x, staged through host
+ * memory, into every member's output, then passes the end barrier. */
+static disco_status_t staged_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
+                                       const DLTensor *x)
 {
-    (void)out; /* posted at the meeting: every member writes it through the imports */
-    if (c->by_flags)
-        return kernel_allreduce(c, op, x);
     size_t count = (size_t)disco_tensor_numel(x);
     size_t lo = count * (size_t)c->rank / (size_t)c->size;
     size_t hi = count * (size_t)(c->rank + 1) / (size_t)c->size;
@@ -248,6 +328,15 @@ disco_status_t disco__coll_dev_allreduce(struct disco__coll_call *c, disco_reduc
                             : disco_set_error(DISCO_E_NOMEM, "%s: worker %d: host staging buffers",
                                               c->what, c->w->id);
     free(stage);
+    if (st == DISCO_OK)
+        disco__arena_count_staged(c->w->arena);
     /* Every member passes the barrier, whatever its own part did. */
     return disco__coll_end(c, st);
+}
+
+disco_status_t disco__coll_dev_allreduce(struct disco__coll_call *c, disco_reduce_op_t op,
+                                         const DLTensor *x, DLTensor *out)
+{
+    (void)out; /* posted at the meeting: every member writes it through the imports */
+    return c->by_flags ? kernel_allreduce(c, op, x) : staged_allreduce(c, op, x);
 }

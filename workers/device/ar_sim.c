@@ -67,7 +67,11 @@ static disco_status_t await(const struct sim_job *s, uint32_t phase, uint32_t pi
             bool watched = disco__device_watching() != NULL;
             struct timespec ts = {0, (watched ? 2 : 100) * 1000 * 1000};
             syscall(SYS_futex, w, FUTEX_WAIT, v, &ts, NULL, 0);
-            disco_status_t st = disco__device_watch_check();
+            /* A device shared without MPS: the context may go to another
+             * process's kernel here (sim_slice.c). */
+            disco_status_t st = disco__sim_slice_yield();
+            if (st == DISCO_OK)
+                st = disco__device_watch_check();
             if (st != DISCO_OK)
                 return disco_set_error(st,
                                        "allreduce kernel on sim: member %u waited for member %u "

@@ -23,6 +23,7 @@
 #include "workers/device/cuda_impl.h"
 #include "workers/device/event.h"
 #include "workers/device/ipc.h"
+#include "workers/device/share.h"
 #include "workers/device/watch.h"
 
 #ifdef DISCO_HAVE_CUDA
@@ -388,6 +389,8 @@ const disco_device_api_t disco__cuda_api = {
     .stream_create = cuda_stream_create,
     .stream_free = cuda_stream_free,
     .stream_sync = cuda_stream_sync,
+    .physical_id = disco__cuda_physical_id, /* cuda_share.c */
+    .mps = disco__cuda_mps,
 };
 
 const disco_ipc_backend_t disco__cuda_ipc_backend = {

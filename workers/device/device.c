@@ -65,6 +65,22 @@ static disco_status_t cpu_stream_nop(int device_id, disco_stream_t stream)
     return DISCO_OK;
 }
 
+static disco_status_t cpu_physical_id(int device_id, disco_device_uid_t *id_out)
+{
+    if (device_id != 0)
+        return disco_set_error(DISCO_E_NO_DEVICE, "cpu: no device %d (only 0)", device_id);
+    memset(id_out, 0, sizeof *id_out);
+    memcpy(id_out->bytes, "cpu", 3);
+    return DISCO_OK;
+}
+
+static disco_status_t cpu_mps(int device_id, bool *on_out)
+{
+    (void)device_id;
+    *on_out = true; /* no kernels: nothing waits for a context */
+    return DISCO_OK;
+}
+
 static const disco_device_api_t cpu_api = {
     .type = kDLCPU,
     .name = "cpu",
@@ -76,6 +92,8 @@ static const disco_device_api_t cpu_api = {
     .stream_create = cpu_stream_create,
     .stream_free = cpu_stream_nop,
     .stream_sync = cpu_stream_nop,
+    .physical_id = cpu_physical_id,
+    .mps = cpu_mps,
 };
 
 /* ---- the IPC backend, per device type --------------------------------------- */

@@ -318,6 +318,8 @@ const disco_device_api_t disco__sim_api = {
     .stream_create = disco__sim_stream_create,
     .stream_free = disco__sim_stream_free,
     .stream_sync = disco__sim_stream_sync,
+    .physical_id = disco__sim_physical_id, /* sim_slice.c */
+    .mps = disco__sim_mps,
 };
 
 /* ---- IPC backend ------------------------------------------------------------- */

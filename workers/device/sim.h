@@ -8,8 +8,11 @@
  * with pidfd_getfd, or opens /proc/<pid>/fd/<n> when that is refused).
  * sim_stream.c: streams (queues run when synced), with the record and wait
  * operations of events. sim_event.c: interprocess events (a counter pair in
- * a memfd). Arrows: sim_dev <- sim_stream <- sim_event; sim.c uses
- * sim_dev and sim_stream.
+ * a memfd). sim_slice.c: a device shared by several processes (its
+ * identity, DISCO_SIM_MPS, and the time slices its kernels run in without
+ * MPS: docs/gpu-sharing.md). Arrows: sim_dev <- sim_stream <- sim_event;
+ * sim.c uses sim_dev and sim_stream; sim_dev <- sim_slice <- sim_stream
+ * (the kernels' slices).
  *
  * State is per process; a forked child drops what it inherited (its
  * mappings are not inherited: MADV_DONTFORK) and starts empty, as a CUDA
@@ -119,5 +122,49 @@ disco_status_t disco__sim_stream_sync(int device_id, disco_stream_t stream);
 
 /** Forgets the streams inherited from a parent (in a forked child). */
 void disco__sim_streams_reset(void);
+
+/** Whether process pid runs (exists, not a zombie: a dead process its
+ *  parent has not reaped yet). sim_dev.c. Thread-safe. */
+bool disco__sim_pid_alive(int32_t pid);
+
+/* ---- several processes on one sim device (sim_slice.c) ----------------- */
+
+/** The sim table's physical_id ("sim", then the index as 4 bytes) and mps
+ *  (DISCO_SIM_MPS=1) ops: DISCO_OK or DISCO_E_NO_DEVICE. Thread-safe. */
+disco_status_t disco__sim_physical_id(int device_id, disco_device_uid_t *id_out);
+disco_status_t disco__sim_mps(int device_id, bool *on_out);
+
+/** Bytes of the context words of every sim device (shared memory, 64-byte
+ *  aligned, zeroed before any process uses them). Pure. */
+size_t disco__sim_slices_bytes(void);
+
+/** Binds this process to the context words at mem (the session's; NULL:
+ *  unbinds): its kernels then run in time slices on a device other
+ *  processes bound to the same words use, unless DISCO_SIM_MPS=1. Waits
+ *  for a kernel of this process that runs (it holds the binding from
+ *  disco__sim_slice_enter to disco__sim_slice_leave). Unbind before mem
+ *  is unmapped. Thread-safe. */
+void disco__sim_slices_bind(void *mem);
+
+/** Context switches of sim device device_id so far (slices its kernels
+ *  handed to a waiting process), in the words this process is bound to; 0
+ *  when unbound. Thread-safe. */
+uint32_t disco__sim_slice_switches(int device_id);
+
+/** Around a kernel (sim_stream.c, engine lock held; every enter is
+ *  followed by a leave on the same thread): takes device_id's context word
+ *  (waiting for its turn, under the thread's watch) and gives it back. A
+ *  failed take is kept: the kernel runs until its first wait, where
+ *  disco__sim_slice_yield returns it. Returns DISCO_OK or the watch's
+ *  status, with a detail saying the device is time-sliced. */
+disco_status_t disco__sim_slice_enter(int device_id);
+void disco__sim_slice_leave(void);
+
+/** A kernel's wait loop calls this between looks at its flags: once its
+ *  slice is over and another process waits for the device, hands the
+ *  context over and waits for its next turn. Returns DISCO_OK, or the
+ *  status of a wait for the turn that the watch ended (the detail says
+ *  the device is time-sliced between processes without MPS). */
+disco_status_t disco__sim_slice_yield(void);
 
 #endif

@@ -1,8 +1,10 @@
 /* sim_dev.c - the simulated GPU's configuration (device count, memory
- * limit) and taking another process's file descriptor (see sim.h). */
+ * limit), taking another process's file descriptor, and whether a process
+ * runs (see sim.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,4 +115,22 @@ disco_status_t disco__sim_take_fd(int32_t pid, int32_t fd, uint64_t ino, const c
     }
     *fd_out = got;
     return DISCO_OK;
+}
+
+/* Whether pid runs: exists and is not a zombie (a dead process its parent
+ * has not reaped yet, perhaps because the parent waits here for it). */
+bool disco__sim_pid_alive(int32_t pid)
+{
+    if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
+        return false;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return true; /* no /proc: as kill says */
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')'); /* the state follows the command name */
+    return rp == NULL || rp[1] != ' ' || (rp[2] != 'Z' && rp[2] != 'X');
 }

@@ -15,7 +15,9 @@
  * an operation runs, so other threads queue work while a sync waits. A
  * stream is freed under both, so whoever holds g_exec may run any stream it
  * found. The record and wait operations of events (sim_event.c) run here:
- * E3 (a record's release) and E4 (a waiter's acquire). */
+ * E3 (a record's release) and E4 (a waiter's acquire). A kernel (a call
+ * operation) runs in its device's time slices when other processes share
+ * the device without MPS (sim_slice.c). */
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -234,24 +236,6 @@ uint32_t disco__sim_peer_copy_us(void)
 
 /* ---- event operations ---------------------------------------------------- */
 
-/* Whether pid runs: exists and is not a zombie (a dead process its parent
- * has not reaped yet, perhaps because the parent waits here for it). */
-static bool alive(int32_t pid)
-{
-    if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
-        return false;
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return true; /* no /proc: as kill says */
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')'); /* the state follows the command name */
-    return rp == NULL || rp[1] != ' ' || (rp[2] != 'Z' && rp[2] != 'X');
-}
-
 /* Blocks until m->completed reaches want (engine lock held). */
 disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want)
 {
@@ -286,7 +270,7 @@ disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want
         /* A recorder that is gone runs nothing more: said before a sleep,
          * not after one (a session's recovery meets one such record per
          * dead peer; test_sim_ipc.c, test_event_recorder_dead_at_once). */
-        if (pid > 0 && !alive(pid) &&
+        if (pid > 0 && !disco__sim_pid_alive(pid) &&
             !disco__sim_reached(atomic_load_explicit(&m->completed, memory_order_acquire),
                                 want)) /* E4 */
             return disco_set_error(DISCO_E_SYS,
@@ -354,12 +338,17 @@ static disco_status_t run_stream(struct stream *s, uint64_t upto, bool hold)
             while (nanosleep(&d, &d) != 0 && errno == EINTR)
                 ;
         }
-        if (op.kind == DISCO_SIM_OP_COPY)
+        if (op.kind == DISCO_SIM_OP_COPY) {
             memmove(op.dst, op.src, op.n);
-        else if (op.kind == DISCO_SIM_OP_CALL)
+        } else if (op.kind == DISCO_SIM_OP_CALL) {
+            /* A kernel, in its device's time slices; a failed take shows
+             * at the kernel's first wait (it must still free its arg). */
+            (void)disco__sim_slice_enter(s->device_id);
             st = op.fn(op.arg);
-        else
+            disco__sim_slice_leave();
+        } else {
             st = event_run(&op);
+        }
         if (st != DISCO_OK && first == DISCO_OK)
             first = st;
         pthread_mutex_lock(&g_lock);
