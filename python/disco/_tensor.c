@@ -47,6 +47,7 @@ static TensorObject *tensor_alloc(const DLTensor *src)
     t->sess = NULL;
     t->pid = dp_pid;
     t->live = true;
+    t->pins = 0;
     return t;
 }
 
@@ -91,9 +92,15 @@ static int check_live(TensorObject *t)
     if (t->live && t->pid == dp_pid)
         return 0;
     PyErr_SetString(PyExc_BufferError,
-                    "this disco.Tensor was a worker function's argument: its bytes belong "
-                    "to the call, which has returned");
+                    t->live ? "this disco.Tensor belongs to another process (a fork's copy)"
+                            : "this disco.Tensor was a worker function's argument: its bytes "
+                              "belong to the call, which has returned");
     return -1;
+}
+
+int dp_tensor_check_live(PyObject *o)
+{
+    return check_live((TensorObject *)o);
 }
 
 /* ---- DLPack ---- */
