@@ -432,6 +432,18 @@ def test_worker_id_range(bare):
         r.debug_get_from_remote(1.0)
 
 
+# send_recv's worker ids travel to a builtin that narrows them to C ints:
+# session.send_recv checks them whole first (before, send_recv(x, 2**32, 1)
+# sent worker 0's tensor).
+def test_send_recv_worker_range(sess):
+    x = sess.broadcast(np.arange(4, dtype="float32"))
+    for src, dst in ((2**32, 1), (0, 2**32 + 1), (-1, 1), (0, 2), (2**64, 0)):
+        with pytest.raises(disco.InvalidArgumentError):
+            sess.send_recv(x, src, dst)
+    r = sess.send_recv(x, 0, 1)
+    assert (np.asarray(r.debug_get_from_remote(1)) == np.arange(4)).all()
+
+
 # Every other integer that narrows: device fields, dtype fields, session
 # sizes, RPC handles and sizes. Before the fix each wrapped silently
 # (device_type 2**32 + 1 became 1, the CPU; a timeout of 2**32 ms became 0,
