@@ -150,38 +150,46 @@ def test_expired_argument_refused(bare):
 
 # A function's argument handed to a thread that copies it through another
 # session with the GIL released: the call waits for that copy before it
-# ends (its bytes stay valid), or the copy is refused because the call
-# ended first. Never a copy of freed bytes.
+# ends (its bytes stay valid: the pin), or the copy is refused because the
+# call ended first (the liveness check). Never a copy of freed bytes. Before
+# the fix, a copy that started after the call read the block that a new
+# tensor (all -1) had reused. (The pin alone is exercised here, not proven:
+# the copy and the reuse both run forwards, so without the pin the copy
+# still stays ahead of the overwrite.)
 def test_argument_pinned_during_copy():
     run_isolated("""
+import queue
 import threading
-other = open_session(1)
-s = open_session(1)
-out = []
+N = 1 << 22  # 16 MiB: the copy takes long enough for the caller to free and reuse src
+other = open_session(1, heap_bytes=64 << 20)
+s = open_session(1, heap_bytes=64 << 20)
+out = queue.Queue()
 
 @disco.register_func("t.handoff")
 def handoff(x):
     def copy():
         try:
-            out.append(other.copy_to_worker_0(x))
+            out.put(other.copy_to_worker_0(x))
         except BufferError as e:
-            out.append(e)
-    t = threading.Thread(target=copy)
-    t.start()
+            out.put(e)
+    threading.Thread(target=copy).start()
     return None  # the thread may still be copying: the call waits for it
 
+copied = 0
 for i in range(20):
-    out.clear()
-    src = s.copy_to_worker_0(np.arange(1 << 16, dtype="int32") + i)
+    src = s.copy_to_worker_0(np.arange(N, dtype="int32") + i)
     s.get_global_func("t.handoff")(src)
     del src
-    while not out:
-        threading.Event().wait(0.001)
-    if isinstance(out[0], BufferError):
+    s.sync_worker(0)  # the free goes out with it
+    s.copy_to_worker_0(np.full(N, -1, dtype="int32"))  # may reuse src's block
+    r = out.get(timeout=30)
+    if isinstance(r, BufferError):
         continue
-    got = np.zeros(1 << 16, dtype="int32")
-    other.copy_from_worker_0(got, out[0])
-    assert (got == np.arange(1 << 16) + i).all(), i
+    got = np.zeros(N, dtype="int32")
+    other.copy_from_worker_0(got, r)
+    assert (got == np.arange(N) + i).all(), (i, got[got != np.arange(N) + i][:4])
+    copied += 1
+print("copied", copied)
 s.shutdown()
 other.shutdown()
 """)
