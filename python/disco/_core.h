@@ -17,7 +17,15 @@
  * released. A DRef or Tensor collected while another thread holds the lock
  * does not wait: its register or view goes on the session's pending list,
  * which the next method empties first. Pending work and deferred errors
- * are only touched under the GIL.
+ * are only touched under the GIL. Taking a lock may release the GIL, so
+ * every state a method depends on (closed, shut down, an argument's call
+ * over) is checked again once the lock is held (test_safety.py's
+ * test_rpc_close_races, test_expired_argument_refused).
+ *
+ * What C reads of a Python object with the GIL released stays valid and
+ * unchanged until C is done: a Py_buffer export, a capsule or a reference
+ * is held for that long, and mutable bytes (a bytearray argument) are
+ * copied first (docs/python-safety.md).
  *
  * Processes. Workers are forked inside disco_session_open, with the GIL
  * held by the opening thread, so that thread's state is current in the
