@@ -223,7 +223,8 @@ static int from_dlpack(PyObject *o, int flags, dp_host_t *h)
     }
     if (stream != NULL) {
         disco_status_t st;
-        Py_BEGIN_ALLOW_THREADS st = disco_device_stream_sync(dev, stream);
+        Py_BEGIN_ALLOW_THREADS st =
+            disco_device_stream_sync((DLDevice){kDLCUDA, dev.device_id}, stream);
         Py_END_ALLOW_THREADS if (st != DISCO_OK)
         {
             dp_raise(st);
