@@ -15,6 +15,7 @@ is slow, not wrong), no example database.
 """
 
 import os
+import tempfile
 
 import pytest
 
@@ -152,7 +153,9 @@ def same(got, want):
 
 
 def _run(body):
-    run_isolated(COMMON.format(examples=EXAMPLES) + HOST_ARRAYS + body, timeout=120)
+    with tempfile.TemporaryDirectory() as home:  # hypothesis's caches: not in the tree
+        run_isolated(COMMON.format(examples=EXAMPLES) + HOST_ARRAYS + body, timeout=120,
+                     env={"HYPOTHESIS_STORAGE_DIRECTORY": home})
 
 
 # copy_to_worker_0 and copy_from_worker_0 of any host array: the bytes come
