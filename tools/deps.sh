@@ -110,8 +110,10 @@ command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
 #   python3-pylsp-jsonrpc  a JSON-RPC client nobody here wrote (tests/jsonrpc_test.py)
 #   python3-dev            Python.h, for the Python package's extension (make python)
 #   python3-numpy, python3-torch, python3-pytest   the Python tests (tests/python)
+#   python3-hypothesis     the property-based tests (tests/python/test_hypothesis*.py)
 if command -v dpkg-query >/dev/null 2>&1; then
-    for p in python3-pylsp-jsonrpc python3-dev python3-numpy python3-torch python3-pytest; do
+    for p in python3-pylsp-jsonrpc python3-dev python3-numpy python3-torch python3-pytest \
+        python3-hypothesis; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
             missing="$missing $p"
     done

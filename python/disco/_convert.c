@@ -2,6 +2,7 @@
  * host arrays (the buffer protocol or __dlpack__) as DLTensors. */
 #include "_core.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,14 +65,95 @@ int dp_to_dtype(PyObject *o, DLDataType *out)
     return 0;
 }
 
-static int int_attr(PyObject *o, const char *name, long *out)
+/* ---- integers from Python ---- */
+
+int dp_int_in(PyObject *o, long long lo, long long hi, const char *what, long long *out)
+{
+    int over = 0;
+    long long x;
+    PyObject *i = PyNumber_Index(o); /* int, bool, numpy integers; TypeError else */
+    if (i == NULL)
+        return -1;
+    x = PyLong_AsLongLongAndOverflow(i, &over);
+    Py_DECREF(i);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (over != 0 || x < lo || x > hi) {
+        PyErr_Format(PyExc_OverflowError, "%s must be in [%lld, %lld]", what, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int dp_uint_in(PyObject *o, unsigned long long hi, const char *what, unsigned long long *out)
+{
+    PyObject *i = PyNumber_Index(o);
+    if (i == NULL)
+        return -1;
+    int neg = PyObject_RichCompareBool(i, Py_False, Py_LT); /* i < 0 */
+    unsigned long long x = neg == 0 ? PyLong_AsUnsignedLongLong(i) : 0;
+    Py_DECREF(i);
+    if (neg < 0)
+        return -1;
+    if (neg) {
+        PyErr_Format(PyExc_ValueError, "%s must not be negative", what);
+        return -1;
+    }
+    if (x == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return -1;
+        PyErr_Clear();
+    } else if (x <= hi) {
+        *out = x;
+        return 0;
+    }
+    PyErr_Format(PyExc_OverflowError, "%s must be at most %llu", what, hi);
+    return -1;
+}
+
+int dp_worker_id(SessionObject *so, PyObject *o, int *out)
+{
+    int over = 0;
+    PyObject *i = PyNumber_Index(o);
+    if (i == NULL)
+        return -1;
+    long long v = PyLong_AsLongLongAndOverflow(i, &over);
+    Py_DECREF(i);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    /* Checked whole, before it narrows: 2**32 is no alias of worker 0
+     * (test_safety.py's test_worker_id_range). */
+    if (over != 0 || v < 0 || v >= so->num_workers) {
+        char msg[160];
+        PyObject *r = PyObject_Repr(o);
+        const char *rs = r != NULL ? PyUnicode_AsUTF8AndSize(r, NULL) : NULL;
+        snprintf(msg, sizeof msg, "no worker %.60s in a session of %d", rs != NULL ? rs : "?",
+                 so->num_workers);
+        Py_XDECREF(r);
+        PyErr_Clear();
+        dp_raise_msg(DISCO_E_INVAL, msg);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* ---- devices ---- */
+
+/* The int attribute name of o in [lo, hi] (None: 0). */
+static int int_attr(PyObject *o, const char *name, long long lo, long long hi, long long *out)
 {
     PyObject *a = PyObject_GetAttrString(o, name);
     if (a == NULL)
         return -1;
-    *out = a == Py_None ? 0 : PyLong_AsLong(a);
+    int r = 0;
+    if (a == Py_None)
+        *out = 0;
+    else
+        r = dp_int_in(a, lo, hi, name, out);
     Py_DECREF(a);
-    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+    return r;
 }
 
 static int device_named(const char *s, DLDevice *out)
@@ -83,17 +165,37 @@ static int device_named(const char *s, DLDevice *out)
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         size_t n = strlen(kinds[i].name);
         if (strncmp(s, kinds[i].name, n) == 0 && (s[n] == '\0' || s[n] == ':')) {
+            long id = 0;
+            if (s[n] == ':') { /* a decimal id that fits an int32 (no atoi overflow) */
+                char *end;
+                errno = 0;
+                id = strtol(s + n + 1, &end, 10);
+                if (end == s + n + 1 || *end != '\0' || errno != 0 || id < 0 || id > INT32_MAX)
+                    return -1;
+            }
             out->device_type = kinds[i].type;
-            out->device_id = s[n] == ':' ? atoi(s + n + 1) : 0;
+            out->device_id = (int32_t)id;
             return 0;
         }
     }
     return -1;
 }
 
+/* DLDevice's fields from Python ints, range-checked (a DLDeviceType is an
+ * int32 enum; ids are int32). */
+static int device_from(PyObject *type_o, PyObject *id_o, DLDevice *out)
+{
+    long long type, id;
+    if (dp_int_in(type_o, 0, INT32_MAX, "device_type", &type) < 0 ||
+        dp_int_in(id_o, 0, INT32_MAX, "device_id", &id) < 0)
+        return -1;
+    *out = (DLDevice){(DLDeviceType)type, (int32_t)id};
+    return 0;
+}
+
 int dp_to_device(PyObject *o, DLDevice *out)
 {
-    long type, id;
+    long long type, id;
     char tn[128];
     *out = (DLDevice){kDLCPU, 0};
     if (o == NULL || o == Py_None)
@@ -103,7 +205,8 @@ int dp_to_device(PyObject *o, DLDevice *out)
         if (s != NULL && device_named(s, out) == 0)
             return 0;
     } else if (dp_Device != NULL && PyObject_TypeCheck(o, (PyTypeObject *)dp_Device)) {
-        if (int_attr(o, "device_type", &type) < 0 || int_attr(o, "device_id", &id) < 0)
+        if (int_attr(o, "device_type", 0, INT32_MAX, &type) < 0 ||
+            int_attr(o, "device_id", 0, INT32_MAX, &id) < 0)
             return -1;
         *out = (DLDevice){(DLDeviceType)type, (int32_t)id};
         return 0;
@@ -112,17 +215,15 @@ int dp_to_device(PyObject *o, DLDevice *out)
         const char *s = t != NULL && PyUnicode_Check(t) ? PyUnicode_AsUTF8AndSize(t, NULL) : NULL;
         int bad = s == NULL || device_named(s, out) != 0;
         Py_XDECREF(t);
-        if (!bad && int_attr(o, "index", &id) == 0) {
+        if (!bad) {
+            if (int_attr(o, "index", 0, INT32_MAX, &id) < 0)
+                return -1;
             out->device_id = (int32_t)id;
             return 0;
         }
     } else if (PyTuple_Check(o) && PyTuple_Size(o) == 2) { /* (device_type, device_id) */
-        type = PyLong_AsLong(PyTuple_GetItem(o, 0));
-        id = PyLong_AsLong(PyTuple_GetItem(o, 1));
-        if (!PyErr_Occurred()) {
-            *out = (DLDevice){(DLDeviceType)type, (int32_t)id};
+        if (device_from(PyTuple_GetItem(o, 0), PyTuple_GetItem(o, 1), out) == 0)
             return 0;
-        }
     }
     if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError) ||
         PyErr_ExceptionMatches(PyExc_AttributeError)) {
@@ -167,34 +268,64 @@ bool dp_is_array(PyObject *o)
     return PyObject_HasAttrString(o, "__dlpack__");
 }
 
+/* A shape from a tuple or list of ints, copied into sc. A list is read
+ * through a tuple of it: an element's __index__ may run Python code that
+ * shrinks the list (test_safety.py's test_shape_list_mutated). */
 static int to_shape(PyObject *o, disco_value_t *v, dp_scratch_t *sc)
 {
-    bool tuple = PyTuple_Check(o);
-    Py_ssize_t n = tuple ? PyTuple_Size(o) : PyList_Size(o);
+    PyObject *t = PyTuple_Check(o) ? Py_NewRef(o) : PySequence_Tuple(o);
+    if (t == NULL)
+        return -1;
+    Py_ssize_t n = PyTuple_Size(t);
     int64_t *dims;
+    int r = -1;
     if ((size_t)n <= sizeof sc->dims / sizeof sc->dims[0] - sc->used) {
         dims = sc->dims + sc->used;
         sc->used += (size_t)n;
     } else if (n > UINT32_MAX || sc->nheap == DP_MAX_ARGS ||
                (dims = PyMem_Malloc((size_t)n * sizeof *dims + 1)) == NULL) {
         PyErr_NoMemory();
-        return -1;
+        goto out;
     } else {
         sc->heap[sc->nheap++] = dims;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = tuple ? PyTuple_GetItem(o, i) : PyList_GetItem(o, i); /* borrowed */
+        PyObject *item = PyTuple_GetItem(t, i); /* borrowed from t, which we hold */
         if (!PyLong_Check(item) && !PyIndex_Check(item)) {
             char tn[128];
             PyErr_Format(PyExc_TypeError, "a shape holds ints; element %zd is %s", i,
                          dp_type_name(item, tn, sizeof tn));
-            return -1;
+            goto out;
         }
         dims[i] = PyLong_AsLongLong(item);
         if (dims[i] == -1 && PyErr_Occurred())
-            return -1;
+            goto out;
     }
     *v = disco_value_shape(dims, (uint32_t)n);
+    r = 0;
+out:
+    Py_DECREF(t);
+    return r;
+}
+
+/* A copy of a bytearray's n bytes in sc: the call reads them with the GIL
+ * released (worker 0 runs on the caller's values), when any thread may
+ * resize the bytearray and free its buffer. */
+static int bytearray_copy(PyObject *o, disco_value_t *v, dp_scratch_t *sc)
+{
+    Py_ssize_t n = PyByteArray_Size(o);
+    if ((size_t)n > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a bytes argument of 4 GiB or more");
+        return -1;
+    }
+    char *c;
+    if (sc->nheap == DP_MAX_ARGS || (c = PyMem_Malloc((size_t)n + 1)) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    sc->heap[sc->nheap++] = c;
+    memcpy(c, PyByteArray_AsString(o), (size_t)n); /* GIL held: no one resizes it now */
+    *v = disco_value_bytes(c, (uint32_t)n);
     return 0;
 }
 
@@ -250,16 +381,17 @@ int dp_to_value(SessionObject *so, PyObject *o, disco_value_t *v, dp_scratch_t *
         v->len = (uint32_t)n;
         return 0;
     }
-    if (PyBytes_Check(o) || PyByteArray_Check(o)) {
-        Py_ssize_t n = PyBytes_Check(o) ? PyBytes_Size(o) : PyByteArray_Size(o);
+    if (PyBytes_Check(o)) { /* immutable: borrowed */
+        Py_ssize_t n = PyBytes_Size(o);
         if ((size_t)n > UINT32_MAX) {
             PyErr_SetString(PyExc_OverflowError, "a bytes argument of 4 GiB or more");
             return -1;
         }
-        *v = disco_value_bytes(PyBytes_Check(o) ? PyBytes_AsString(o) : PyByteArray_AsString(o),
-                               (uint32_t)n);
+        *v = disco_value_bytes(PyBytes_AsString(o), (uint32_t)n);
         return 0;
     }
+    if (PyByteArray_Check(o))
+        return bytearray_copy(o, v, sc);
     if (PyTuple_Check(o) || PyList_Check(o)) /* a shape: the sequence stays alive with o */
         return to_shape(o, v, sc);
     if (PyLong_Check(o)) { /* int subclasses: IntEnum, ... */
@@ -360,137 +492,4 @@ PyObject *dp_from_value(const disco_value_t *v)
         PyErr_Format(PyExc_TypeError, "a disco value of unknown type %u", v->type);
         return NULL;
     }
-}
-
-/* ---- host arrays ---- */
-
-/* The DLPack dtype of a buffer's struct format ("f", "<i4"-less forms). */
-static int format_dtype(const char *f, Py_ssize_t itemsize, DLDataType *out)
-{
-    if (f == NULL)
-        f = "B";
-    if (*f == '@' || *f == '=' || *f == '<')
-        f++;
-    if (f[0] == '\0' || f[1] != '\0')
-        return -1;
-    uint8_t code;
-    switch (f[0]) {
-    case 'e':
-    case 'f':
-    case 'd':
-        code = kDLFloat;
-        break;
-    case 'b':
-    case 'h':
-    case 'i':
-    case 'l':
-    case 'q':
-    case 'n':
-        code = kDLInt;
-        break;
-    case 'B':
-    case 'H':
-    case 'I':
-    case 'L':
-    case 'Q':
-    case 'N':
-    case 'c':
-        code = kDLUInt;
-        break;
-    case '?':
-        code = DISCO_DL_BOOL;
-        break;
-    default:
-        return -1;
-    }
-    *out = (DLDataType){code, (uint8_t)(itemsize * 8), 1};
-    return 0;
-}
-
-static int from_buffer(PyObject *o, bool writable, dp_host_t *h)
-{
-    int flags = PyBUF_FORMAT | PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(o, &h->view, flags) < 0)
-        return -1;
-    h->has_view = true;
-    Py_buffer *b = &h->view;
-    if (b->ndim > DISCO_MAX_NDIM || !PyBuffer_IsContiguous(b, 'C') ||
-        format_dtype(b->format, b->itemsize, &h->t.dtype) < 0) {
-        PyErr_Format(PyExc_ValueError,
-                     "a host array must be C-contiguous, of at most %d dimensions and of a "
-                     "numeric format (this one: format %s, %d dims)",
-                     DISCO_MAX_NDIM, b->format ? b->format : "B", b->ndim);
-        return -1;
-    }
-    for (int i = 0; i < b->ndim; i++)
-        h->shape[i] = b->shape != NULL ? b->shape[i] : b->len / b->itemsize;
-    h->t.data = b->buf;
-    h->t.device = (DLDevice){kDLCPU, 0};
-    h->t.ndim = b->ndim;
-    h->t.shape = h->shape;
-    h->t.strides = NULL;
-    return 0;
-}
-
-static int from_dlpack(PyObject *o, dp_host_t *h)
-{
-    PyObject *cap = PyObject_CallMethod(o, "__dlpack__", NULL);
-    if (cap == NULL)
-        return -1;
-    DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
-    if (m == NULL) {
-        Py_DECREF(cap);
-        return -1;
-    }
-    /* Not consumed: the capsule's destructor calls the deleter. */
-    h->capsule = cap;
-    h->t = m->dl_tensor;
-    if (h->t.ndim > DISCO_MAX_NDIM) {
-        PyErr_Format(PyExc_ValueError, "a host array of at most %d dimensions", DISCO_MAX_NDIM);
-        return -1;
-    }
-    return 0;
-}
-
-int dp_host_get(PyObject *o, bool writable, dp_host_t *h)
-{
-    char tn[128];
-    memset(h, 0, sizeof *h);
-    if (PyObject_TypeCheck(o, dp_Tensor_Type)) { /* ours: its DLTensor */
-        h->t = ((TensorObject *)o)->dl;
-        h->capsule = Py_NewRef(o);
-        return 0;
-    }
-    /* The buffer protocol first (NumPy's bool and read-only arrays export
-     * no DLPack), then __dlpack__ (PyTorch, device arrays). */
-    if (PyObject_CheckBuffer(o)) {
-        if (from_buffer(o, writable, h) == 0)
-            return 0;
-        if (!PyObject_HasAttrString(o, "__dlpack__")) {
-            dp_host_release(h);
-            return -1;
-        }
-        PyErr_Clear();
-        dp_host_release(h);
-        memset(h, 0, sizeof *h);
-    }
-    if (PyObject_HasAttrString(o, "__dlpack__")) {
-        if (from_dlpack(o, h) == 0)
-            return 0;
-        dp_host_release(h);
-        return -1;
-    }
-    PyErr_Format(PyExc_TypeError,
-                 "a host array is anything with __dlpack__ or the buffer protocol (numpy, torch); "
-                 "got %s",
-                 dp_type_name(o, tn, sizeof tn));
-    return -1;
-}
-
-void dp_host_release(dp_host_t *h)
-{
-    if (h->has_view)
-        PyBuffer_Release(&h->view);
-    h->has_view = false;
-    Py_CLEAR(h->capsule);
 }

@@ -33,16 +33,23 @@ static int session_init(SessionObject *so, PyObject *args, PyObject *kw)
                              NULL};
     int n, groups = 1, trace = 1;
     PyObject *launch = NULL, *transport = NULL;
+    PyObject *timeout_o = NULL, *heap_o = NULL, *arena_o = NULL, *max_msg_o = NULL;
     const char *worker_path = NULL, *place = NULL, *cpus = NULL;
-    unsigned int timeout = 0, max_msg = 0;
-    unsigned long long heap = 0, arena = 0;
+    unsigned long long timeout = 0, max_msg = 0, heap = 0, arena = 0;
     if (so->s != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "session already open");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "i|i$OzOIKKIpzz", kwlist, &n, &groups, &launch,
-                                     &worker_path, &transport, &timeout, &heap, &arena, &max_msg,
-                                     &trace, &place, &cpus))
+    /* The sizes as objects, range-checked here: PyArg's I and K formats
+     * truncate without a word (test_safety.py's test_int_arguments_range). */
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "i|i$OzOOOOOpzz", kwlist, &n, &groups, &launch,
+                                     &worker_path, &transport, &timeout_o, &heap_o, &arena_o,
+                                     &max_msg_o, &trace, &place, &cpus))
+        return -1;
+    if ((timeout_o != NULL && dp_uint_in(timeout_o, UINT32_MAX, "call_timeout_ms", &timeout) < 0) ||
+        (heap_o != NULL && dp_uint_in(heap_o, UINT64_MAX, "heap_bytes", &heap) < 0) ||
+        (arena_o != NULL && dp_uint_in(arena_o, UINT64_MAX, "device_arena_bytes", &arena) < 0) ||
+        (max_msg_o != NULL && dp_uint_in(max_msg_o, UINT32_MAX, "max_msg", &max_msg) < 0))
         return -1;
     disco_session_config_t cfg = disco_session_config_default(n);
     int l = 0, t = 0;
@@ -53,10 +60,10 @@ static int session_init(SessionObject *so, PyObject *args, PyObject *kw)
     cfg.launch = l ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
     cfg.transport = t ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING;
     cfg.worker_path = worker_path;
-    cfg.call_timeout_ms = timeout;
+    cfg.call_timeout_ms = (uint32_t)timeout; /* in range: checked above */
     cfg.heap_bytes = heap;
     cfg.device_arena_bytes = arena;
-    cfg.max_msg = max_msg;
+    cfg.max_msg = (uint32_t)max_msg;
     cfg.trace_off = !trace;
     if (place != NULL && disco_place_policy_parse(place, &cfg.place.policy) != DISCO_OK) {
         dp_raise(DISCO_E_INVAL);
@@ -120,6 +127,12 @@ static PyObject *session_shutdown(SessionObject *so, PyObject *unused)
         Py_RETURN_NONE;
     if (dp_lock(so) < 0)
         return NULL;
+    /* Again under the lock: another thread may have shut it down while this
+     * one waited (test_safety.py's test_shutdown_races). */
+    if (so->shut) {
+        dp_leave(so);
+        Py_RETURN_NONE;
+    }
     so->npending = 0; /* the registers go with the workers */
     so->deferred = DISCO_OK;
     so->shut = true;
@@ -152,21 +165,6 @@ static PyObject *session_recover(SessionObject *so, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static int worker_arg(SessionObject *so, PyObject *o, int *w)
-{
-    long v = PyLong_AsLong(o);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (v < 0 || v >= so->num_workers) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "no worker %ld in a session of %d", v, so->num_workers);
-        dp_raise_msg(DISCO_E_INVAL, msg);
-        return -1;
-    }
-    *w = (int)v;
-    return 0;
-}
-
 /* A sync of worker w, or of every worker when w is -1. */
 static PyObject *sync_on(SessionObject *so, int w)
 {
@@ -184,7 +182,7 @@ static PyObject *sync_on(SessionObject *so, int w)
 static PyObject *session_sync_worker(SessionObject *so, PyObject *arg)
 {
     int w;
-    if (worker_arg(so, arg, &w) < 0)
+    if (dp_worker_id(so, arg, &w) < 0)
         return NULL;
     return sync_on(so, w);
 }
@@ -245,14 +243,34 @@ static PyObject *session_call_sync_all(SessionObject *so, PyObject *const *args,
     return call_with(so, args, n, true, "call_sync_all");
 }
 
+/* Reads of the C session's state (worker pids, health) that a thread
+ * running a call, a shutdown or a recovery with the GIL released may write:
+ * under the lock, or in the thread that holds it (a worker-0 function). */
+static int peek_begin(SessionObject *so, bool *took)
+{
+    *took = false;
+    if (so->busy && so->owner == PyThread_get_thread_ident())
+        return 0;
+    if (dp_lock(so) < 0)
+        return -1;
+    *took = true;
+    return 0;
+}
+
 static PyObject *session_worker_pid(SessionObject *so, PyObject *arg)
 {
     int w;
+    bool took;
+    if (so->pid != dp_pid)
+        return dp_raise_msg(DISCO_E_INVAL, "a session of another process");
+    if (dp_worker_id(so, arg, &w) < 0 || peek_begin(so, &took) < 0)
+        return NULL;
+    int pid = so->s != NULL ? disco_session_worker_pid(so->s, w) : -1;
+    if (took)
+        dp_leave(so);
     if (so->s == NULL)
         return dp_raise_msg(DISCO_E_SHUTDOWN, "session is closed");
-    if (worker_arg(so, arg, &w) < 0)
-        return NULL;
-    return PyLong_FromLong(disco_session_worker_pid(so->s, w));
+    return PyLong_FromLong(pid);
 }
 
 /* _empty(shape, dtype, device, worker0_only, in_group) */
@@ -325,9 +343,9 @@ static PyObject *session_copy_to_worker_0(SessionObject *so, PyObject *args, PyO
     if (remote_o != Py_None && own_dref(so, remote_o, "remote_array", &remote) < 0)
         return NULL;
     dp_host_t h;
-    if (dp_host_get(host_o, false, &h) < 0)
+    if (dp_host_get(host_o, 0, &h) < 0)
         return NULL;
-    if (dp_enter(so) < 0) {
+    if (dp_enter_host(so, &h) < 0) {
         dp_host_release(&h);
         return NULL;
     }
@@ -357,9 +375,9 @@ static PyObject *session_copy_from_worker_0(SessionObject *so, PyObject *args, P
     if (own_dref(so, remote_o, "remote_array", &remote) < 0)
         return NULL;
     dp_host_t h;
-    if (dp_host_get(host_o, true, &h) < 0)
+    if (dp_host_get(host_o, DP_HOST_WRITABLE, &h) < 0)
         return NULL;
-    if (dp_enter(so) < 0) {
+    if (dp_enter_host(so, &h) < 0) {
         dp_host_release(&h);
         return NULL;
     }
@@ -462,9 +480,13 @@ static PyObject *session_heap_stats(SessionObject *so, PyObject *unused)
 static PyObject *session_health(SessionObject *so, PyObject *unused)
 {
     (void)unused;
-    if (so->s == NULL)
-        return Py_BuildValue("(is)", DISCO_E_SHUTDOWN, disco_err_name(DISCO_E_SHUTDOWN));
-    disco_status_t st = disco_session_health(so->s);
+    bool took = false;
+    if (so->s != NULL && so->pid == dp_pid && peek_begin(so, &took) < 0)
+        return NULL;
+    disco_status_t st =
+        so->s == NULL || so->pid != dp_pid ? DISCO_E_SHUTDOWN : disco_session_health(so->s);
+    if (took)
+        dp_leave(so);
     return Py_BuildValue("(is)", (int)st, disco_err_name(st));
 }
 

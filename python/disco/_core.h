@@ -17,7 +17,15 @@
  * released. A DRef or Tensor collected while another thread holds the lock
  * does not wait: its register or view goes on the session's pending list,
  * which the next method empties first. Pending work and deferred errors
- * are only touched under the GIL.
+ * are only touched under the GIL. Taking a lock may release the GIL, so
+ * every state a method depends on (closed, shut down, an argument's call
+ * over) is checked again once the lock is held (test_safety.py's
+ * test_rpc_close_races, test_expired_argument_refused).
+ *
+ * What C reads of a Python object with the GIL released stays valid and
+ * unchanged until C is done: a Py_buffer export, a capsule or a reference
+ * is held for that long, and mutable bytes (a bytearray argument) are
+ * copied first (docs/python-safety.md).
  *
  * Processes. Workers are forked inside disco_session_open, with the GIL
  * held by the opening thread, so that thread's state is current in the
@@ -145,6 +153,9 @@ typedef struct {
     SessionObject *sess;   /* keeps the heap mapped while views live */
     pid_t pid;
     bool live; /* false: an argument after its call */
+    int pins;  /* copies reading or writing an argument's bytes right now (with
+                  the GIL released): its call does not end before they are
+                  done (_pyfunc.c; test_safety.py's test_argument_pinned_*) */
 } TensorObject;
 
 /** A Tensor over a session's view (taken: released when the Tensor goes). */
@@ -157,10 +168,15 @@ PyObject *dp_tensor_borrow(DLTensor *t);
  *  object; only a Tensor is touched). */
 void dp_tensor_expire(PyObject *o);
 
+/** Whether o (a Tensor) may be used here and now: a view, or an argument
+ *  during its call, in the process that made it. Returns 0, or -1 with
+ *  BufferError set. GIL held. */
+int dp_tensor_check_live(PyObject *o);
+
 /* ---- values ---- */
 
-/* Scratch for one conversion of Python arguments: shapes and buffers live
- * here until the call returns. */
+/* Scratch for one conversion of Python arguments: shapes and copies of
+ * mutable arguments live here until the call returns. */
 typedef struct {
     int64_t dims[256];
     size_t used;
@@ -168,11 +184,38 @@ typedef struct {
     int nheap;
 } dp_scratch_t;
 
-/** Converts o to a value for a call of so (borrowing o's memory: keep o
- *  alive). Returns 0, or -1 with TypeError/ValueError set. */
+/** An empty scratch. */
+static inline void dp_scratch_init(dp_scratch_t *sc)
+{
+    sc->used = 0;
+    sc->nheap = 0;
+}
+
+/** Converts o to a value for a call of so. What the value points at stays
+ *  valid, unchanged, until dp_scratch_free, whatever Python code runs
+ *  meanwhile (the GIL may be released): immutable objects (str, bytes) are
+ *  borrowed, so keep o alive; a bytearray is copied into sc (its bytes can
+ *  be resized or freed by any thread once the GIL goes: test_safety.py's
+ *  test_bytearray_*); shapes are copied into sc; mutable buffers (memoryview,
+ *  array.array, numpy) are refused. Returns 0, or -1 with TypeError/
+ *  ValueError/OverflowError set. */
 int dp_to_value(SessionObject *so, PyObject *o, disco_value_t *v, dp_scratch_t *sc);
 
 void dp_scratch_free(dp_scratch_t *sc);
+
+/* ---- integers from Python, range-checked before they narrow ---- */
+
+/** o (an int, or anything with __index__) in [lo, hi]; what names it in
+ *  the error. Returns 0, or -1 with TypeError or OverflowError set. */
+int dp_int_in(PyObject *o, long long lo, long long hi, const char *what, long long *out);
+
+/** o as an unsigned integer at most hi. Returns 0, or -1 with TypeError,
+ *  ValueError (negative) or OverflowError set. */
+int dp_uint_in(PyObject *o, unsigned long long hi, const char *what, unsigned long long *out);
+
+/** o as a worker id of so: 0 <= id < so->num_workers. Returns 0, or -1 with
+ *  TypeError or disco's InvalidArgumentError set. */
+int dp_worker_id(SessionObject *so, PyObject *o, int *out);
 
 /** A Python object for v (copies str, bytes and shape payloads); a tensor
  *  value becomes a borrowed Tensor (for worker functions). */
@@ -185,12 +228,37 @@ typedef struct {
     int64_t shape[DISCO_MAX_NDIM], strides[DISCO_MAX_NDIM];
     Py_buffer view;
     bool has_view;
-    PyObject *capsule;
+    PyObject *capsule;    /* the DLPack capsule, or a disco Tensor */
+    TensorObject *pinned; /* the disco Tensor dp_host_use pinned, or NULL */
 } dp_host_t;
 
-/** Fills h from o; writable asks for memory that may be written. Returns
- *  0, or -1 with an error set. */
-int dp_host_get(PyObject *o, bool writable, dp_host_t *h);
+/* dp_host_get's flags. */
+#define DP_HOST_WRITABLE 1 /* the copy writes into the array */
+#define DP_HOST_CPU_ONLY 2 /* the host reads the bytes itself: CPU memory only */
+
+/** Fills h from o: a compact array of at most DISCO_MAX_NDIM dimensions
+ *  whose size does not overflow (else InvalidArgumentError). A disco Tensor
+ *  must be alive (dp_tensor_check_live). A DLPack producer is asked its
+ *  device first (__dlpack_device__): with DP_HOST_CPU_ONLY anything but CPU
+ *  memory is refused before __dlpack__ is called; a CUDA array is exported
+ *  with stream= this process's copy stream of its device, which waits for
+ *  the producer's work, and that stream is synced before this returns, so a
+ *  copy queued on any stream afterwards reads or writes the array after its
+ *  producer's kernels (test_safety.py's test_dlpack_stream_*); CPU and
+ *  other devices are exported with no stream (the protocol's None). Returns
+ *  0, or -1 with an error set. GIL held (released while it syncs). */
+int dp_host_get(PyObject *o, int flags, dp_host_t *h);
+
+/** Call after taking the session's lock, just before the GIL is released
+ *  for the copy: re-checks a disco Tensor (its call may have ended while
+ *  this thread waited for the lock) and pins it until dp_host_release, so
+ *  its call cannot end while the copy runs. Returns 0, or -1 with
+ *  BufferError set. */
+int dp_host_use(dp_host_t *h);
+
+/** dp_enter(so), then dp_host_use(h); on failure the lock is not held.
+ *  Returns 0, or -1 with an error set. */
+int dp_enter_host(SessionObject *so, dp_host_t *h);
 
 void dp_host_release(dp_host_t *h);
 

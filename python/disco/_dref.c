@@ -61,8 +61,9 @@ PyObject *dp_call_as(SessionObject *so, uint64_t func, PyObject *const *args, Py
     }
     disco_value_t v[DP_MAX_ARGS];
     dp_scratch_t sc;
-    sc.used = 0;
-    sc.nheap = 0;
+    dp_scratch_init(&sc);
+    /* Converted before the lock, which may release the GIL while it waits:
+     * what the values point at must not change meanwhile (dp_to_value). */
     for (Py_ssize_t i = 0; i < n; i++)
         if (dp_to_value(so, args[i], &v[i], &sc) < 0) {
             dp_scratch_free(&sc);
@@ -137,17 +138,17 @@ static PyObject *func_call(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *dref_debug_get(DRefObject *d, PyObject *arg)
 {
     SessionObject *so = d->sess;
-    long w = PyLong_AsLong(arg);
-    if (w == -1 && PyErr_Occurred())
+    int w;
+    if (dp_worker_id(so, arg, &w) < 0)
         return NULL;
     if (dp_enter(so) < 0)
         return NULL;
     DLManagedTensor *view = NULL;
     disco_value_t v = disco_value_null();
     disco_status_t st;
-    Py_BEGIN_ALLOW_THREADS st = disco_session_tensor_view(so->s, d->reg, (int)w, &view);
+    Py_BEGIN_ALLOW_THREADS st = disco_session_tensor_view(so->s, d->reg, w, &view);
     if (st == DISCO_E_BAD_TYPE)
-        st = disco_session_debug_get(so->s, d->reg, (int)w, &v);
+        st = disco_session_debug_get(so->s, d->reg, w, &v);
     Py_END_ALLOW_THREADS dp_leave(so);
     if (st != DISCO_OK)
         return dp_raise(st);
@@ -159,7 +160,10 @@ static PyObject *dref_debug_get(DRefObject *d, PyObject *arg)
 }
 
 /* A copy of host into worker w's tensor register: straight into the
- * heap bytes through a view, or, for a device tensor, as bytes that fill it. */
+ * heap bytes through a view, or, for a device tensor, as bytes that fill it.
+ * The host reads host's bytes: dp_host_get made sure they are CPU memory,
+ * compact, of a size that does not overflow (test_safety.py's
+ * test_debug_copy_from_device_array_refused). */
 static disco_status_t copy_to_remote(SessionObject *so, uint64_t reg, int w, const DLTensor *host)
 {
     DLManagedTensor *view;
@@ -199,36 +203,35 @@ static PyObject *dref_debug_copy_from(DRefObject *d, PyObject *const *args, Py_s
         PyErr_SetString(PyExc_TypeError, "debug_copy_from(worker_id, value)");
         return NULL;
     }
-    long w = PyLong_AsLong(args[0]);
-    if (w == -1 && PyErr_Occurred())
+    int w;
+    if (dp_worker_id(so, args[0], &w) < 0)
         return NULL;
     disco_status_t st;
     if (dp_is_array(args[1])) {
         dp_host_t h;
-        if (dp_host_get(args[1], false, &h) < 0)
+        if (dp_host_get(args[1], DP_HOST_CPU_ONLY, &h) < 0)
             return NULL;
-        if (dp_enter(so) < 0) {
+        if (dp_enter_host(so, &h) < 0) {
             dp_host_release(&h);
             return NULL;
         }
         /* Same dtype and size, any shape, as TVM's debug_copy_from (its
          * test_ccl copies a flat array into a (3, 3, 2) tensor); worker 0
          * too, where copy_into_worker0 would insist on the shape. */
-        Py_BEGIN_ALLOW_THREADS st = copy_to_remote(so, d->reg, (int)w, &h.t);
+        Py_BEGIN_ALLOW_THREADS st = copy_to_remote(so, d->reg, w, &h.t);
         Py_END_ALLOW_THREADS dp_leave(so);
         dp_host_release(&h);
     } else {
         disco_value_t v;
         dp_scratch_t sc;
-        sc.used = 0;
-        sc.nheap = 0;
+        dp_scratch_init(&sc);
         if (dp_to_value(so, args[1], &v, &sc) < 0)
             return NULL;
         if (dp_enter(so) < 0) {
             dp_scratch_free(&sc);
             return NULL;
         }
-        Py_BEGIN_ALLOW_THREADS st = disco_session_debug_set(so->s, d->reg, (int)w, &v);
+        Py_BEGIN_ALLOW_THREADS st = disco_session_debug_set(so->s, d->reg, w, &v);
         Py_END_ALLOW_THREADS dp_leave(so);
         dp_scratch_free(&sc);
     }

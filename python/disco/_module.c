@@ -77,8 +77,14 @@ static PyObject *mod_dtype_parse(PyObject *m, PyObject *arg)
 static PyObject *mod_dtype_str(PyObject *m, PyObject *args)
 {
     (void)m;
-    int code, bits, lanes = 1;
-    if (!PyArg_ParseTuple(args, "ii|i", &code, &bits, &lanes))
+    PyObject *code_o, *bits_o, *lanes_o = NULL;
+    long long code, bits, lanes = 1;
+    if (!PyArg_ParseTuple(args, "OO|O", &code_o, &bits_o, &lanes_o))
+        return NULL;
+    /* DLDataType's fields are 8, 8 and 16 bits: checked before they narrow. */
+    if (dp_int_in(code_o, 0, UINT8_MAX, "code", &code) < 0 ||
+        dp_int_in(bits_o, 0, UINT8_MAX, "bits", &bits) < 0 ||
+        (lanes_o != NULL && dp_int_in(lanes_o, 0, UINT16_MAX, "lanes", &lanes) < 0))
         return NULL;
     char buf[DISCO_DTYPE_STR_MAX];
     DLDataType t = {(uint8_t)code, (uint8_t)bits, (uint16_t)lanes};
@@ -106,9 +112,15 @@ static PyObject *mod_c_call_sync(PyObject *m, PyObject *args)
     (void)m;
     SessionObject *so;
     DRefObject *f;
+    PyObject *iters_o;
     unsigned long long iters;
-    if (!PyArg_ParseTuple(args, "O!O!K", dp_Session_Type, &so, dp_DRef_Type, &f, &iters))
+    if (!PyArg_ParseTuple(args, "O!O!O", dp_Session_Type, &so, dp_DRef_Type, &f, &iters_o) ||
+        dp_uint_in(iters_o, UINT64_MAX, "iters", &iters) < 0)
         return NULL;
+    if (f->sess != so) {
+        PyErr_SetString(PyExc_ValueError, "_c_call_sync: the function is another session's");
+        return NULL;
+    }
     if (dp_enter(so) < 0)
         return NULL;
     disco_dref_t res[256];

@@ -22,6 +22,7 @@
  * register. */
 #include "_core.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -111,7 +112,9 @@ static disco_status_t array_result(disco_ctx_t *ctx, PyObject *r, disco_value_t 
                                    size_t cap)
 {
     dp_host_t h;
-    if (dp_host_get(r, false, &h) < 0) {
+    /* CPU memory only, refused before a producer exports a device pointer
+     * (test_safety.py's test_device_array_result_refused). */
+    if (dp_host_get(r, DP_HOST_CPU_ONLY, &h) < 0) {
         describe_exception(why, cap);
         return DISCO_E_REMOTE;
     }
@@ -137,15 +140,16 @@ static disco_status_t to_result(disco_ctx_t *ctx, PyObject *r, disco_value_t *re
     if (r == Py_None)
         return DISCO_OK;
     if (PyObject_TypeCheck(r, dp_Tensor_Type) && ((TensorObject *)r)->orig != NULL &&
-        ((TensorObject *)r)->live) { /* one of its own arguments: the register's tensor */
+        ((TensorObject *)r)->live && ((TensorObject *)r)->pid == dp_pid) {
+        /* one of this call's own arguments (every argument of an earlier
+         * call is expired): the register's tensor */
         *ret = disco_value_tensor(((TensorObject *)r)->orig);
         return DISCO_OK;
     }
     if (dp_is_array(r))
         return array_result(ctx, r, ret, why, cap);
     dp_scratch_t sc;
-    sc.used = 0;
-    sc.nheap = 0;
+    dp_scratch_init(&sc);
     if (PyObject_TypeCheck(r, dp_DRef_Type) || dp_to_value(NULL, r, ret, &sc) < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "a DRef cannot be a worker's result");
@@ -173,6 +177,26 @@ static disco_status_t to_result(disco_ctx_t *ctx, PyObject *r, disco_value_t *re
         return DISCO_E_REMOTE;
     }
     return DISCO_OK;
+}
+
+/* Waits until no copy of another thread uses an argument's bytes (a
+ * Tensor the function handed to a thread, which copies it through another
+ * session with the GIL released): the call must not end, and its arguments
+ * be freed, under that copy. No new copy can start: the arguments are
+ * expired (dp_host_use re-checks). GIL held; released while it waits. */
+static void wait_unpinned(PyObject *tuple, int nargs)
+{
+    for (int i = 0; tuple != NULL && i < nargs; i++) {
+        PyObject *a = PyTuple_GetItem(tuple, i);
+        if (!PyObject_TypeCheck(a, dp_Tensor_Type))
+            continue;
+        /* pins changes under the GIL only (dp_host_use, dp_host_release). */
+        for (int spins = 0; ((TensorObject *)a)->pins > 0; spins++) {
+            Py_BEGIN_ALLOW_THREADS if (spins < 100) sched_yield();
+            else usleep(50);
+            Py_END_ALLOW_THREADS
+        }
+    }
 }
 
 static disco_status_t trampoline(disco_ctx_t *ctx, const disco_value_t *args, int nargs,
@@ -207,6 +231,7 @@ static disco_status_t trampoline(disco_ctx_t *ctx, const disco_value_t *args, in
     Py_XDECREF(r);
     for (int i = 0; tuple != NULL && i < nargs; i++)
         dp_tensor_expire(PyTuple_GetItem(tuple, i));
+    wait_unpinned(tuple, nargs);
     Py_XDECREF(tuple);
     PyErr_Clear();
     PyErr_Restore(et, ev, etb);

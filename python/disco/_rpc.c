@@ -14,16 +14,26 @@ typedef struct {
     PyObject *session; /* rpc_from_worker: the Disco session it views */
 } RPCObject;
 
-static int rpc_enter(RPCObject *o)
+/* Takes o's lock (and a worker view's session lock). Returns 0; 1 when
+ * the session is closed and quiet is set (no error, no lock held); -1 with
+ * an error. The state is checked again once the lock is held: a close()
+ * that held it may have run while this thread waited (test_safety.py's
+ * test_rpc_close_races). */
+static int rpc_enter_q(RPCObject *o, bool quiet)
 {
-    if (o->r == NULL || o->pid != dp_pid) {
-        dp_raise_msg(DISCO_E_CLOSED,
-                     o->r == NULL ? "RPC session is closed" : "RPC session of another process");
+    if (o->pid != dp_pid) {
+        dp_raise_msg(DISCO_E_CLOSED, "RPC session of another process");
         return -1;
     }
-    if (!PyThread_acquire_lock(o->lock, NOWAIT_LOCK)) {
+    if (o->r != NULL && !PyThread_acquire_lock(o->lock, NOWAIT_LOCK)) {
         Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(o->lock, WAIT_LOCK);
         Py_END_ALLOW_THREADS
+    } else if (o->r == NULL) {
+        goto closed;
+    }
+    if (o->r == NULL) {
+        PyThread_release_lock(o->lock);
+        goto closed;
     }
     /* A worker's view uses the Disco session: its lock too. */
     if (o->session != NULL && dp_enter((SessionObject *)o->session) < 0) {
@@ -31,6 +41,16 @@ static int rpc_enter(RPCObject *o)
         return -1;
     }
     return 0;
+closed:
+    if (quiet)
+        return 1;
+    dp_raise_msg(DISCO_E_CLOSED, "RPC session is closed");
+    return -1;
+}
+
+static int rpc_enter(RPCObject *o)
+{
+    return rpc_enter_q(o, false);
 }
 
 static void rpc_leave(RPCObject *o)
@@ -78,18 +98,24 @@ static PyObject *mod_rpc_connect(PyObject *m, PyObject *args, PyObject *kw)
     (void)m;
     static char *kwlist[] = {"address", "timeout_ms", "token", "token_file", NULL};
     const char *addr, *token_file = NULL;
-    unsigned int timeout = 0;
+    unsigned long long timeout = 0;
+    PyObject *timeout_o = NULL;
     Py_buffer token = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|Iz*z", kwlist, &addr, &timeout, &token,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|Oz*z", kwlist, &addr, &timeout_o, &token,
                                      &token_file))
         return NULL;
+    if (timeout_o != NULL && dp_uint_in(timeout_o, UINT32_MAX, "timeout_ms", &timeout) < 0) {
+        if (token.buf != NULL)
+            PyBuffer_Release(&token);
+        return NULL;
+    }
     if (token.buf != NULL && token.len != DISCO_RPC_TOKEN_BYTES) {
         PyBuffer_Release(&token);
         PyErr_Format(PyExc_ValueError, "token: %d bytes", DISCO_RPC_TOKEN_BYTES);
         return NULL;
     }
     disco_rpc_client_config_t cfg = {
-        .call_timeout_ms = timeout, .token = token.buf, .token_file = token_file};
+        .call_timeout_ms = (uint32_t)timeout, .token = token.buf, .token_file = token_file};
     disco_rpc_t *r;
     disco_status_t st;
     Py_BEGIN_ALLOW_THREADS st = disco_rpc_connect_with(addr, &cfg, &r);
@@ -165,13 +191,12 @@ static PyObject *rpc_call(RPCObject *o, PyObject *const *args, Py_ssize_t n)
     }
     if (n - 1 > DP_MAX_ARGS)
         return dp_raise_msg(DISCO_E_ARG_COUNT, "too many arguments");
-    unsigned long long f = PyLong_AsUnsignedLongLong(args[0]);
-    if (PyErr_Occurred())
+    unsigned long long f;
+    if (dp_uint_in(args[0], UINT64_MAX, "func_handle", &f) < 0)
         return NULL;
     disco_value_t v[DP_MAX_ARGS], ret = disco_value_null();
     dp_scratch_t sc;
-    sc.used = 0;
-    sc.nheap = 0;
+    dp_scratch_init(&sc);
     for (Py_ssize_t i = 1; i < n; i++)
         if (dp_to_value(NULL, args[i], &v[i - 1], &sc) < 0) {
             dp_scratch_free(&sc);
@@ -193,13 +218,12 @@ static PyObject *rpc_call(RPCObject *o, PyObject *const *args, Py_ssize_t n)
 
 static PyObject *rpc_free_handle(RPCObject *o, PyObject *arg)
 {
-    unsigned long long h = PyLong_AsUnsignedLongLong(arg);
-    if (PyErr_Occurred())
+    unsigned long long h;
+    if (dp_uint_in(arg, UINT64_MAX, "handle", &h) < 0)
         return NULL;
-    if (o->r == NULL) /* after close: harmless */
-        Py_RETURN_NONE;
-    if (rpc_enter(o) < 0)
-        return NULL;
+    int e = rpc_enter_q(o, true); /* after close: harmless */
+    if (e != 0)
+        return e > 0 ? Py_NewRef(Py_None) : NULL;
     disco_status_t st;
     RPC_RUN(o, st, disco_rpc_free_handle(o->r, h));
     if (st != DISCO_OK && st != DISCO_E_CLOSED)
@@ -212,8 +236,10 @@ static PyObject *rpc_alloc(RPCObject *o, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"nbytes", "device", "align", NULL};
     unsigned long long nbytes, align = 64;
-    PyObject *dev_o = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "K|OK", kwlist, &nbytes, &dev_o, &align))
+    PyObject *dev_o = Py_None, *nbytes_o, *align_o = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO", kwlist, &nbytes_o, &dev_o, &align_o) ||
+        dp_uint_in(nbytes_o, UINT64_MAX, "nbytes", &nbytes) < 0 ||
+        (align_o != NULL && dp_uint_in(align_o, UINT64_MAX, "align", &align) < 0))
         return NULL;
     DLDevice dev;
     if (dp_to_device(dev_o, &dev) < 0 || rpc_enter(o) < 0)
@@ -231,8 +257,9 @@ static PyObject *rpc_free(RPCObject *o, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"handle", "device", NULL};
     unsigned long long h;
-    PyObject *dev_o = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "K|O", kwlist, &h, &dev_o))
+    PyObject *dev_o = Py_None, *h_o;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &h_o, &dev_o) ||
+        dp_uint_in(h_o, UINT64_MAX, "handle", &h) < 0)
         return NULL;
     DLDevice dev;
     if (dp_to_device(dev_o, &dev) < 0 || rpc_enter(o) < 0)
@@ -250,8 +277,14 @@ static PyObject *rpc_copy_to(RPCObject *o, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"data", "handle", "offset", NULL};
     Py_buffer b;
     unsigned long long h, off = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*K|K", kwlist, &b, &h, &off))
+    PyObject *h_o, *off_o = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*O|O", kwlist, &b, &h_o, &off_o))
         return NULL;
+    if (dp_uint_in(h_o, UINT64_MAX, "handle", &h) < 0 ||
+        (off_o != NULL && dp_uint_in(off_o, UINT64_MAX, "offset", &off) < 0)) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
     if (rpc_enter(o) < 0) {
         PyBuffer_Release(&b);
         return NULL;
@@ -270,8 +303,10 @@ static PyObject *rpc_copy_from(RPCObject *o, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"handle", "out", "offset", NULL};
     unsigned long long h, off = 0;
-    PyObject *out;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "KO|K", kwlist, &h, &out, &off))
+    PyObject *out, *h_o, *off_o = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O", kwlist, &h_o, &out, &off_o) ||
+        dp_uint_in(h_o, UINT64_MAX, "handle", &h) < 0 ||
+        (off_o != NULL && dp_uint_in(off_o, UINT64_MAX, "offset", &off) < 0))
         return NULL;
     PyObject *bytes = NULL;
     Py_buffer b = {0};
@@ -338,10 +373,11 @@ static PyObject *rpc_wait(RPCObject *o, PyObject *unused)
 static PyObject *rpc_close(RPCObject *o, PyObject *unused)
 {
     (void)unused;
-    if (o->r == NULL || o->pid != dp_pid)
+    if (o->pid != dp_pid)
         Py_RETURN_NONE;
-    if (rpc_enter(o) < 0)
-        return NULL;
+    int e = rpc_enter_q(o, true); /* closed meanwhile by another thread: done */
+    if (e != 0)
+        return e > 0 ? Py_NewRef(Py_None) : NULL;
     disco_rpc_t *r = o->r;
     o->r = NULL;
     Py_BEGIN_ALLOW_THREADS disco_rpc_close(r);

@@ -7,8 +7,10 @@
  * session object, so the heap stays mapped (disco_session_close runs only
  * when the session object goes). A worker function's argument: the
  * worker's own DLTensor, valid during the call only; afterwards the Tensor
- * refuses new exports (arrays already made from it must not be used after
- * the call: nothing can revoke them).
+ * refuses new exports and every copy that would take its DLTensor
+ * (dp_host_get), and a copy that took it during the call holds the call
+ * open until it is done (pins). Arrays already made from it must not be
+ * used after the call: nothing can revoke them.
  *
  * Each export (a capsule) holds the Tensor until the consumer's array goes:
  * numpy.from_dlpack(t) and torch.from_dlpack(t) share the bytes, no copy. */
@@ -47,6 +49,7 @@ static TensorObject *tensor_alloc(const DLTensor *src)
     t->sess = NULL;
     t->pid = dp_pid;
     t->live = true;
+    t->pins = 0;
     return t;
 }
 
@@ -91,9 +94,15 @@ static int check_live(TensorObject *t)
     if (t->live && t->pid == dp_pid)
         return 0;
     PyErr_SetString(PyExc_BufferError,
-                    "this disco.Tensor was a worker function's argument: its bytes belong "
-                    "to the call, which has returned");
+                    t->live ? "this disco.Tensor belongs to another process (a fork's copy)"
+                            : "this disco.Tensor was a worker function's argument: its bytes "
+                              "belong to the call, which has returned");
     return -1;
+}
+
+int dp_tensor_check_live(PyObject *o)
+{
+    return check_live((TensorObject *)o);
 }
 
 /* ---- DLPack ---- */

@@ -10,12 +10,17 @@ with their destinations, ``empty``, ``load_library`` (TVM's
 import atexit
 import contextlib
 import json
+import operator
 import os
 import sys
 import weakref
 
 from . import _core
 from ._types import DataType
+from .errors import error_class
+
+_E_INVAL = -1
+InvalidArgumentError = error_class(_E_INVAL)
 
 __all__ = ["Session", "ProcessSession", "DRef", "DPackedFunc", "DModule", "Tensor",
            "register_func", "REDUCE_OPS"]
@@ -183,8 +188,17 @@ class Session(_core.Session):
 
     def send_recv(self, src, src_worker, dst_worker):
         """Worker dst_worker gets worker src_worker's tensor src (by
-        reference); the others get null. Returns the result's DRef."""
-        return self._get_cached_method("disco.send_recv")(src, int(src_worker), int(dst_worker))
+        reference); the others get null. Returns the result's DRef. Worker
+        ids are checked here, whole: the builtin narrows them to C ints."""
+        ids = []
+        for name, worker in (("src_worker", src_worker), ("dst_worker", dst_worker)):
+            worker = operator.index(worker)
+            if not 0 <= worker < self.num_workers:
+                raise InvalidArgumentError(
+                    f"send_recv: {name} {worker} is no worker of a session of "
+                    f"{self.num_workers}", _E_INVAL)
+            ids.append(worker)
+        return self._get_cached_method("disco.send_recv")(src, ids[0], ids[1])
 
     def _into(self, dst, res):
         if dst is None:
