@@ -98,6 +98,8 @@ with disco.ProcessSession(2, call_timeout_ms=20000) as s:
         # __dlpack__ with the consumer's stream): a large product, queued on
         # torch's stream just before, not synchronized by anything here.
         big = torch.ones(N, dtype=torch.float32, device=tdev)
+        if tdev == "cuda" and hasattr(torch.cuda, "_sleep"):
+            torch.cuda._sleep(100_000_000)  # ~50 ms of GPU spin ahead of the kernels below
         for _ in range(8):
             big = big * 2.0 + 1.0  # 1 -> 3 -> 7 -> ... -> 511
         s.copy_to_worker_0(big, x)
