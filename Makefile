@@ -6,6 +6,7 @@
 #   make soak       the fault soak (SOAK_SECONDS); a bounded part runs in make test
 #   make valgrind   memcheck over whole sessions (demo and a short soak)
 #   make python     the Python package's C extension, in place (python/disco)
+#   make gpu-kit    every GPU check packed for a bare GPU machine (docs/gpu-kit.md)
 # Missing Debian packages are installed first (tools/deps.sh).
 
 CC       ?= gcc
@@ -98,7 +99,8 @@ TESTLIB  := $(BUILD)/lib/libdisco_testlib.so
 # (disco.load_library) resolve disco_register_func & co. against it.
 WHOLE_LIB = -rdynamic -Wl,--whole-archive $(BUILD)/libdisco.a -Wl,--no-whole-archive
 
-.PHONY: all deps test bench demo soak valgrind clean format cppcheck fuzz install python
+.PHONY: all deps test bench demo soak valgrind clean format cppcheck fuzz install python \
+    gpu-kit gpu-kit-check
 .SECONDARY: # keep object files (make would delete them as intermediates)
 all: $(BUILD)/libdisco.a $(BUILD)/libdisco.so $(TOOLS) $(DEMOLIB)
 
@@ -342,6 +344,21 @@ valgrind: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-soak $(BUILD)/bin/disco-wor
 	@if grep -E -l '$(VG_BAD)' $(VG_DIR)/*.log; then \
 	    echo "valgrind: errors in the logs above"; exit 1; fi
 	@echo "valgrind: $$(ls $(VG_DIR)/*.log | wc -l) processes, no memory errors, no definite or indirect leaks"
+
+# The GPU kit (tools/gpu-kit/, docs/gpu-kit.md): the working tree copied to
+# TEST_ROOT and built there (NO_MPI=1, PY_ABI3=1), packed with the shared
+# libraries, Open MPI and run-gpu.sh into build/gpu-kit.tar.gz, which runs
+# every GPU check on a GPU machine without our compiler or Debian's
+# libraries once unpacked at TEST_ROOT (the tests' compiled-in paths).
+# gpu-kit-check runs that kit in a bare Debian root without a GPU, twice:
+# with DISCO_REQUIRE_GPU=0 every step passes or skips, by default every GPU
+# step fails saying "no CUDA device" (needs root; part of .ci/run).
+TEST_ROOT ?= /tmp/disco-gpu
+GPU_KIT   := build/gpu-kit.tar.gz
+gpu-kit:
+	sh tools/gpu-kit/make-kit.sh . $(TEST_ROOT) $(GPU_KIT)
+gpu-kit-check: gpu-kit
+	bash tools/gpu-kit/check-kit.sh $(GPU_KIT) build/gpu-kit-check
 
 # make install PREFIX=...: headers (with the umbrella <disco/disco.h>),
 # libdisco.so.$(VERSION) with soname $(SONAME), libdisco.a, the tools, the

@@ -341,23 +341,47 @@ END_TEST
 /* disco-bench --only GPU (CUDA): without a GPU (or without CUDA in the
  * build) it prints the one skip line and exits 0; with one it exits 0
  * having recorded the GPU figures. DISCO_REQUIRE_GPU=1 makes a skip a
- * failure. */
+ * failure (of this test, and disco-bench's exit status 3). */
 START_TEST(test_bench_gpu_skip)
 {
     char cmd[1024], out[65536];
     snprintf(cmd, sizeof cmd, "%s/disco-bench --only GPU --quick 2>&1", DISCO_TEST_BIN);
     int rc = run(cmd, out, sizeof out);
-    ck_assert_msg(rc == 0, "disco-bench --only GPU exited %d: %s", rc, out);
     const char *skip = strstr(out, "GPU: skipped: no CUDA device (");
     const char *req = getenv("DISCO_REQUIRE_GPU");
     bool required = req != NULL && req[0] != '\0' && strcmp(req, "0") != 0;
     if (skip == NULL) {
+        ck_assert_msg(rc == 0, "disco-bench --only GPU exited %d: %s", rc, out);
         ck_assert_msg(strstr(out, "gpu_call_sync_ns") != NULL, "neither figures nor skip: %s", out);
         return;
     }
-    ck_assert_msg(!required, "DISCO_REQUIRE_GPU is set and the GPU section skipped: %s", out);
+    ck_assert_msg(!required, "DISCO_REQUIRE_GPU is set and the GPU section skipped (exit %d): %s",
+                  rc, out);
+    ck_assert_msg(rc == 0, "disco-bench --only GPU exited %d: %s", rc, out);
     ck_assert_msg(strstr(out, "gpu_") == NULL, "a GPU figure beside the skip line: %s", out);
     printf("test_bench_gpu_skip: %s", skip);
+}
+END_TEST
+
+/* DISCO_REQUIRE_GPU=1 disco-bench --only GPU: where the section skips (no
+ * CUDA device) disco-bench exits 3 saying why, so that a script (the GPU
+ * kit's bench steps) cannot take a skip for a pass; with a GPU it exits 0
+ * with the figures. Without the exit status (issue 32) it exited 0. */
+START_TEST(test_bench_gpu_required)
+{
+    char cmd[1024], out[65536];
+    snprintf(cmd, sizeof cmd, "env DISCO_REQUIRE_GPU=1 %s/disco-bench --only GPU --quick 2>&1",
+             DISCO_TEST_BIN);
+    int rc = run(cmd, out, sizeof out);
+    if (strstr(out, "GPU: skipped: no CUDA device (") == NULL) {
+        ck_assert_msg(rc == 0, "disco-bench --only GPU exited %d: %s", rc, out);
+        ck_assert_msg(strstr(out, "gpu_call_sync_ns") != NULL, "neither figures nor skip: %s", out);
+        return;
+    }
+    ck_assert_msg(rc == 3, "DISCO_REQUIRE_GPU=1 and a skipped GPU section: exit %d, not 3: %s", rc,
+                  out);
+    ck_assert_msg(strstr(out, "DISCO_REQUIRE_GPU is set and the GPU section skipped") != NULL,
+                  "no reason for exit 3 in: %s", out);
 }
 END_TEST
 
@@ -401,6 +425,7 @@ Suite *suite_tools(void)
     tcase_add_test(tc, test_decoder_weights_file);
     tcase_add_test(tc, test_bench_gpu_sim);
     tcase_add_test(tc, test_bench_gpu_skip);
+    tcase_add_test(tc, test_bench_gpu_required);
     tcase_add_test(tc, test_bench_node_skip);
     suite_add_tcase(s, tc);
     return s;

@@ -90,9 +90,10 @@ void bench_tensor(void);
 void bench_rpc(void);
 
 /** The SPMD step figures beside Open MPI's (bench_step.c): call on all +
- *  sync every worker at N = 2, 4, 8 (call_sync_all_ns_nN and p99) beside
- *  mpi_bcast_gather_ns_nN, stream_calls_per_s_n2/_n4, idle_cpu_pct_n8
- *  beside mpi_idle_cpu_pct_n8. */
+ *  sync every worker at N = 2, 4, 8, 16 (call_sync_all_ns_nN and p99,
+ *  call_sync_fused_ns_nN and p99) beside mpi_bcast_gather_ns_nN and p99,
+ *  call_sync_each_ns_nN at N = 2, 4, 8, stream_calls_per_s_n2/_n4,
+ *  idle_cpu_pct_n8 beside mpi_idle_cpu_pct_n8. */
 void bench_step(void);
 
 /** The Open MPI baseline (bench_tensor.c): runs bench_mpi_path() under
@@ -132,6 +133,10 @@ const char *bench_mpi_path(void);
  *  transport) under key: printed nowhere, written to the JSON's "notes".
  *  key must outlive the program (a literal); text is copied. */
 void bench_note(const char *key, const char *text);
+
+/** The number of figures recorded so far (disco-bench.c: whether a
+ *  section recorded any). */
+int bench_result_count(void);
 
 /** Prints the machine and every recorded figure beside its baseline and
  *  target (bench_report.c). */

@@ -77,6 +77,16 @@
  *                       baseline of the same run; skipped with one line
  *                       without a GPU; --device sim runs it on the simulated
  *                       device, printed as SIM, never recorded
+ *   call_sync_all_ns_nN, call_sync_fused_ns_nN, mpi_bcast_gather_ns_nN and
+ *                       their p99s, N = 2, 4, 8, 16: the SPMD step beside
+ *                       Open MPI (bench_step.c, which lists the rest)
+ *
+ * Exit status: 0; 2 on a bad option; 3 when DISCO_REQUIRE_GPU is set (and
+ * not "0") and the GPU section ran on CUDA (a whole run, or --only matching
+ * "GPU") but recorded no figure: it skipped, no CUDA device (the GPU kit's
+ * steps rely on this; test_tools.c's test_bench_gpu_required holds it).
+ * Sections that fail end the program with 1 (bu_die) or 2 (the watchdog).
+ *
  * Diagnostics (not in the contract): floor_2line_rtt_ns (one line per
  * direction, as a pair of rings must use) and ring_rtt_48b_ns (a message
  * that fits one line with its slot header).
@@ -178,6 +188,14 @@ void *bench_xmalloc(size_t n)
     return p;
 }
 
+/* Whether DISCO_REQUIRE_GPU asks for a GPU (set, not empty, not "0"), as
+ * the GPU test suites read it (tests/gpu_session_util.h). */
+static bool gpu_required(void)
+{
+    const char *v = getenv("DISCO_REQUIRE_GPU");
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
 bool bench_gpu_sim(void)
 {
     return opt.sim;
@@ -229,6 +247,8 @@ static void usage(FILE *f)
                "  --device D   the GPU section's device: cuda (default; skipped with one\n"
                "               line without a GPU) or sim, the simulated device, at smoke\n"
                "               sizes, its figures printed as SIM and never recorded\n"
+               "DISCO_REQUIRE_GPU=1 (set, not 0): exit 3 when the GPU section runs on CUDA\n"
+               "               and skips (no CUDA device)\n"
                "Prints floor, ring and pipe round trips, broadcast + acks to 1..8\n"
                "readers, the idle CPU of a parked reader, session calls, and the data\n"
                "plane: allreduce, broadcast, copy to worker 0, the figures across nodes, and\n"
@@ -279,17 +299,26 @@ int main(int argc, char **argv)
     bu_machine_t m;
     bu_machine_probe(&m);
     printf("disco-bench: %d reps per figure%s\n", opt.reps, opt.quick ? " (quick)" : "");
+    bool gpu_skipped = false; /* the GPU section ran on CUDA and recorded nothing */
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
         if (opt.only != NULL && strstr(sections[i].name, opt.only) == NULL)
             continue;
         printf("%s\n", sections[i].name);
         bu_watchdog(120); /* a section that takes this long is stuck */
         bu_unpin();       /* every section starts floating over all CPUs */
+        int before = bench_result_count();
         sections[i].run();
+        if (sections[i].run == bench_gpu && !opt.sim && bench_result_count() == before)
+            gpu_skipped = true;
     }
     bu_watchdog(0);
     bench_print_table(&m);
     if (json_path != NULL)
         bench_write_json(json_path, &m, opt.quick, opt.reps);
+    if (gpu_skipped && gpu_required()) {
+        printf("disco-bench: FAIL: DISCO_REQUIRE_GPU is set and the GPU section skipped "
+               "(no CUDA device; see its line above)\n");
+        return 3;
+    }
     return 0;
 }
