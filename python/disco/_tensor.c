@@ -349,6 +349,19 @@ static PyObject *get_is_view(TensorObject *t, void *unused)
 static PyObject *tensor_numpy(TensorObject *t, PyObject *unused)
 {
     (void)unused;
+    if (check_live(t) < 0)
+        return NULL;
+    /* numpy.array(t) of an object without a buffer makes an object array
+     * holding t: a silent wrong value (tests/python/test_device.py,
+     * test_numpy_of_device_argument). Device bytes are never read here. */
+    if (t->dl.device.device_type != kDLCPU) {
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "disco.Tensor.numpy(): the tensor is on device type %d (id %d), not in CPU "
+                 "memory; copy it to a host array first (copy_from_worker_0)",
+                 (int)t->dl.device.device_type, (int)t->dl.device.device_id);
+        return dp_raise_msg(DISCO_E_INVAL, msg);
+    }
     PyObject *np = PyImport_ImportModule("numpy");
     if (np == NULL)
         return NULL;
