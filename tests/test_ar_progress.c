@@ -11,10 +11,12 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include "disco/dtype.h"
 #include "disco/observe.h"
 #include "scheduler/observe/view.h"
 #include "tests/gpu_session_util.h"
 #include "workers/device/ar.h"
+#include "workers/device/ar_progress.h"
 
 #define WORLD 3
 
@@ -243,6 +245,70 @@ START_TEST(test_stalled_member_named)
 }
 END_TEST
 
+/* ---- the record's life, one kernel ---- */
+
+/* A launch writes the header and clears what an earlier kernel left in the
+ * piece words; a kernel whose meetings find every flag there (a group of
+ * one: its own arrival is all it waits for) writes no piece word; its end
+ * marks the record ended. */
+START_TEST(test_quiet_when_no_wait)
+{
+    NEED_DEVICE(kDLExtDev);
+    DLDevice sim = {kDLExtDev, 0}, cpu = {kDLCPU, 0};
+    void *in, *out, *sig;
+    CK_OK(disco_device_alloc(sim, 64, &in));
+    CK_OK(disco_device_alloc(sim, 64, &out));
+    CK_OK(disco_device_alloc(sim, DISCO_AR_SIGNAL_BYTES, &sig));
+    static char zeros[DISCO_AR_SIGNAL_BYTES];
+    CK_OK(disco_device_copy(sig, sim, zeros, cpu, sizeof zeros, NULL));
+    CK_OK(disco_device_copy(in, sim, zeros, cpu, 64, NULL));
+    CK_OK(disco_device_stream_sync(sim, NULL));
+    struct disco__ar_progress *p = aligned_alloc(64, 256);
+    ck_assert_ptr_nonnull(p);
+    memset(p, 0, 256);
+    for (unsigned b = 0; b < DISCO_AR_MAX_PIECES; b++) /* an earlier kernel's words */
+        disco__ar_progress_piece(p, b, DISCO_AR_PW(1, 2, DISCO_AR_END, DISCO_AR_PW_WAITING, 0));
+    struct disco__ar_job j = {.rank = 0,
+                              .size = 1,
+                              .epoch = 5,
+                              .op = DISCO_REDUCE_SUM,
+                              .pieces = 1,
+                              .dtype = {kDLFloat, 32, 1},
+                              .count = 16,
+                              .coll = 4,
+                              .cmd = 9,
+                              .progress = p};
+    j.in[0] = in, j.out[0] = out, j.signal[0] = sig;
+    CK_OK(disco__ar_launch(sim, NULL, &j));
+    struct disco__ar_progress_copy k;
+    ck_assert(disco__ar_progress_read(p, &k));
+    ck_assert(k.live);
+    ck_assert_uint_eq(k.cmd, 9);
+    ck_assert_uint_eq(k.coll, 4);
+    ck_assert_uint_eq(k.epoch, 5);
+    ck_assert_uint_eq(k.what, 1);
+    ck_assert_uint_eq(k.size, 1);
+    ck_assert_uint_eq(k.pieces, 1);
+    for (unsigned b = 0; b < DISCO_AR_MAX_PIECES; b++)
+        ck_assert_uint_eq(k.piece[b], 0);
+    CK_OK(disco_device_stream_sync(sim, NULL)); /* the sim's kernel runs here */
+    ck_assert(disco__ar_progress_read(p, &k));
+    ck_assert(!k.live);
+    for (unsigned b = 0; b < DISCO_AR_MAX_PIECES; b++)
+        ck_assert_uint_eq(k.piece[b], 0);
+    /* A launch refused by the device marks the record ended at once. */
+    setenv("DISCO_SIM_AR_LAUNCH_FAIL", "0", 1);
+    CK_STATUS(disco__ar_launch(sim, NULL, &j), DISCO_E_SYS);
+    ck_assert(disco__ar_progress_read(p, &k));
+    ck_assert(!k.live);
+    unsetenv("DISCO_SIM_AR_LAUNCH_FAIL");
+    free(p);
+    CK_OK(disco_device_free(sim, sig));
+    CK_OK(disco_device_free(sim, out));
+    CK_OK(disco_device_free(sim, in));
+}
+END_TEST
+
 /* ---- the line ---- */
 
 /* Pieces that stand alike are named together, in order, and each group
@@ -455,6 +521,7 @@ Suite *suite_ar_progress(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 240);
     tcase_add_loop_test(tc, test_stalled_member_named, 0, 2);
+    tcase_add_test(tc, test_quiet_when_no_wait);
     tcase_add_test(tc, test_format_groups_pieces);
     tcase_add_test(tc, test_hostile_record);
     suite_add_tcase(s, tc);

@@ -123,8 +123,10 @@ DISCO_AR_HD static inline uint32_t disco__ar_flag(uint32_t slot, uint32_t phase,
  * piece waits. A piece word is written only on a wait's slow path (a flag
  * not there at the first look on the sim, after kPollEvery spins on CUDA)
  * and once more when that wait ends, so a meeting that finds every flag
- * there writes nothing. Its 64 bits, one store (so a reader never sees
- * half of one):
+ * there writes nothing (tests/test_ar_progress.c, test_quiet_when_no_wait).
+ * Its 64 bits, one aligned 64-bit store (atomic on the host; a GPU's store
+ * to host memory is not split in practice, and a torn word would only be
+ * a wrong hint: readers check every field):
  *   bits  0..31  the flag's value at the last look (an epoch, or 0: never set)
  *   bits 32..47  the low 16 bits of the kernel's epoch (a tag: a word of
  *                another call is not taken for this one's)

@@ -54,7 +54,8 @@ static void arrive(const struct sim_job *s, uint32_t phase, uint32_t piece)
  * Progress (ar.h): a flag not there at the first look makes the piece's
  * word say "waits at phase for member r, whose flag holds v" (and again
  * when the flag changes to another stale value), and the wait's end
- * "passed"; a meeting that finds every flag there writes nothing. */
+ * "passed"; a meeting that finds every flag there writes nothing
+ * (test_ar_progress.c, test_quiet_when_no_wait). */
 static disco_status_t await(const struct sim_job *s, uint32_t phase, uint32_t piece)
 {
     bool told = false;
