@@ -25,10 +25,15 @@
  * command channel, worker 0 waiting in a collective) passes
  * cfg.watchdog_ms, the session writes one report to stderr and an instant
  * event to its trace, and goes on waiting (the call deadline still ends the
- * wait). Thread safety: functions on a view or observer are safe on
- * distinct objects; disco_session_view and disco_session_dump as any call
- * on the session (its thread only). Errors follow status.h: a negative
- * status, details in disco_last_error().
+ * wait).
+ *
+ * Device collective kernels (the allreduce on device tensors) publish, per
+ * piece, where they wait while they spin: the phase, the member whose flag
+ * they lack and what that flag holds. A view carries it per worker
+ * (disco_worker_view_t.kernel), the report prints it, and
+ * disco_kernel_view_format gives the line. Thread safety: functions on a view or observer are safe
+ * on distinct objects; disco_session_view and disco_session_dump as any call on the session (its
+ * thread only). Errors follow status.h: a negative status, details in disco_last_error().
  */
 #ifndef DISCO_OBSERVE_H
 #define DISCO_OBSERVE_H
@@ -64,6 +69,36 @@ typedef enum disco_view_wait {
     DISCO_VIEW_WAIT_COLLECTIVE = 3, /* worker 0, inside command wait_seq, for its peers */
 } disco_view_wait_t;
 
+/* Where one piece of a device collective kernel stands (its progress,
+ * published by the kernel while it waits: see docs/gpu-progress.md). */
+typedef enum disco_piece_state {
+    DISCO_PIECE_QUIET = 0,   /* none of its waits so far was long enough to be recorded */
+    DISCO_PIECE_WAITING = 1, /* waits at phase for member's flag */
+    DISCO_PIECE_PASSED = 2,  /* waited at phase for member, and went on */
+} disco_piece_state_t;
+
+#define DISCO_VIEW_PIECES 16
+
+typedef struct disco_piece_view {
+    disco_piece_state_t state;
+    int phase;          /* 0 START, 1 MID, 2 END (disco_kernel_phase_name) */
+    int member;         /* the worker (global id) whose flag it waits (or waited) for */
+    bool flag_set;      /* WAITING: the flag holds an earlier collective's mark (else never set) */
+    uint64_t flag_coll; /* that collective's number, when flag_set */
+} disco_piece_view_t;
+
+/* A worker's device collective kernel, while it is in one (the kernel
+ * launched in the command the worker is busy in, not known to have ended). */
+typedef struct disco_kernel_view {
+    bool active;    /* in a kernel now: the fields below hold */
+    char what[16];  /* "allreduce" */
+    uint64_t coll;  /* the collective's number (every member counts alike) */
+    bool two_shot;  /* else one-shot */
+    int rank, size; /* the worker's rank in the collective's group, the group's size */
+    int pieces;     /* pieces in flight (piece[0..pieces-1]) */
+    disco_piece_view_t piece[DISCO_VIEW_PIECES];
+} disco_kernel_view_t;
+
 /* One worker in a view. */
 typedef struct disco_worker_view {
     int worker; /* global id */
@@ -78,6 +113,7 @@ typedef struct disco_worker_view {
     uint64_t queued;               /* commands broadcast but not started */
     double busy_s, spin_s, park_s; /* since open: inside commands, spinning, parked; -1 unknown */
     double cpu_s;                  /* CPU time of its process (user + system); -1 unknown */
+    disco_kernel_view_t kernel;    /* its device collective kernel, if it is in one */
 } disco_worker_view_t;
 
 /* One function in a view. */
@@ -153,6 +189,18 @@ disco_status_t disco_observer_read(disco_observer_t *o, disco_session_view_t *vi
 
 /** Unmaps and frees o. Safe on NULL. */
 void disco_observer_close(disco_observer_t *o);
+
+/** Writes where w's device collective kernel stands into buf (size bytes,
+ *  always terminated when size > 0), one line without a newline, e.g.
+ *  "worker 2 in allreduce #812 (device kernel, two-shot): piece 5 waits at
+ *  MID for worker 1 (flag holds #811)"; pieces that stand alike are named
+ *  together ("pieces 0-4, 6 wait at ..."), groups apart by "; ". Returns
+ *  the line's length as snprintf does (it may exceed size - 1: then it is
+ *  cut), or 0 and buf "" when w is in no kernel. Thread-safe. */
+size_t disco_kernel_view_format(const disco_worker_view_t *w, char *buf, size_t size);
+
+/** Name of a kernel phase: "START", "MID", "END"; "?" for another value. */
+const char *disco_kernel_phase_name(int phase);
 
 /** Name of a worker state ("busy", "idle", "parked", ...). */
 const char *disco_worker_state_name(disco_worker_state_t st);

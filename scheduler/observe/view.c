@@ -10,6 +10,8 @@
 #include "shm/ticks.h"
 #include "workers/core/worker.h"
 
+_Static_assert(DISCO_VIEW_PIECES == DISCO_AR_MAX_PIECES, "a view holds every piece");
+
 void disco__view_func_name(const struct disco__stat_hdr *h, uint64_t key, char *buf, size_t size)
 {
     const struct disco__stat_name *e = &h->names[key % DISCO_STAT_NAMES];
@@ -82,6 +84,58 @@ static void add_funcs(const struct disco__stat_hdr *h, const struct disco__wstat
     }
 }
 
+/* The collective whose epoch a flag holds, from the kernel's own (coll,
+ * epoch): epochs are coll % UINT32_MAX + 1 (workers/device/ar.h), so a
+ * flag seen steps back (epoch - seen) mod UINT32_MAX collectives. False
+ * when that points before the first one (a value no member wrote). */
+static bool flag_coll(uint64_t coll, uint32_t epoch, uint32_t seen, uint64_t *out)
+{
+    uint64_t back = seen <= epoch ? (uint64_t)(epoch - seen) : (uint64_t)epoch + UINT32_MAX - seen;
+    if (seen == 0 || back >= coll)
+        return false;
+    *out = coll - back;
+    return true;
+}
+
+/* Worker i's device kernel (workers/device/ar_progress.h) into o->kernel,
+ * if it is in one: a kernel launched in the command the worker is busy in.
+ * Every field is another process's word: a header out of range shows no
+ * kernel, a piece word out of range or of another launch a quiet piece. */
+static void take_kernel(const struct disco__view_src *src, const struct disco__wstat *w,
+                        disco_worker_view_t *o)
+{
+    struct disco__ar_progress_copy k;
+    if (o->state != DISCO_WORKER_BUSY || !disco__ar_progress_read(&w->kernel, &k) || !k.live ||
+        k.cmd != o->seq || k.what != DISCO_ARP_ALLREDUCE || k.size < 1 ||
+        k.size > DISCO_AR_MAX_RANKS || k.rank >= k.size || k.pieces < 1 ||
+        k.pieces > DISCO_AR_MAX_PIECES || k.pieces > DISCO_VIEW_PIECES || k.epoch == 0 ||
+        k.base >= (uint32_t)src->world || k.size > (uint32_t)src->world - k.base || k.coll == 0)
+        return;
+    disco_kernel_view_t *v = &o->kernel;
+    *v = (disco_kernel_view_t){.active = true,
+                               .coll = k.coll,
+                               .two_shot = k.two_shot != 0,
+                               .rank = (int)k.rank,
+                               .size = (int)k.size,
+                               .pieces = (int)k.pieces};
+    snprintf(v->what, sizeof v->what, "allreduce");
+    for (uint32_t b = 0; b < k.pieces; b++) {
+        uint64_t pw = k.piece[b];
+        uint32_t state = DISCO_AR_PW_STATE(pw), phase = DISCO_AR_PW_PHASE(pw);
+        uint32_t member = DISCO_AR_PW_MEMBER(pw);
+        if (pw == 0 || DISCO_AR_PW_TAG(pw) != (k.epoch & 0xffffu) ||
+            (state != DISCO_AR_PW_WAITING && state != DISCO_AR_PW_PASSED) ||
+            phase >= DISCO_AR_PHASES || (phase == DISCO_AR_MID && !k.two_shot) || member >= k.size)
+            continue; /* quiet */
+        disco_piece_view_t *p = &v->piece[b];
+        p->state = state == DISCO_AR_PW_WAITING ? DISCO_PIECE_WAITING : DISCO_PIECE_PASSED;
+        p->phase = (int)phase;
+        p->member = (int)src->ctl->gid_base + (int)(k.base + member);
+        p->flag_set = state == DISCO_AR_PW_WAITING &&
+                      flag_coll(k.coll, k.epoch, DISCO_AR_PW_SEEN(pw), &p->flag_coll);
+    }
+}
+
 /* Worker i's part of the snapshot; now_ticks: the clock at the snapshot. */
 static void take_worker(const struct disco__view_src *src, int i, double ns_per_tick,
                         uint64_t now_ticks, uint64_t issued, disco_session_view_t *v)
@@ -126,6 +180,7 @@ static void take_worker(const struct disco__view_src *src, int i, double ns_per_
     if (i == 0)                         /* worker 0 is the controller's thread: it never parks */
         o->park_s = timed ? 0.0 : -1.0; /* between commands it is the caller's */
     add_funcs(src->stat, w, ns_per_tick, timed, v);
+    take_kernel(src, w, o);
 }
 
 disco_status_t disco__view_take(const struct disco__view_src *src, disco_session_view_t *out)

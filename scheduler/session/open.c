@@ -228,6 +228,9 @@ void disco__session_init_w0(struct disco_session *s)
     s->w0.gworld = s->gworld;
     s->w0.one_group = s->ggroups == 1;
     s->w0.abandon_ctx = s;
+    /* Its status, for its kernels' progress only (workers/device/
+     * ar_progress.h): the session writes the rest of it (session.c). */
+    s->w0.stat = disco__stat_worker(s->stat, 0);
     /* Worker 0 has no trace ring (disco__worker_init leaves w0.trace NULL):
      * it runs inline in issue(), whose record of each command (enqueue,
      * issued) is its slice. */

@@ -200,6 +200,17 @@ int top_print_text(const top_frame_t *f, FILE *out)
         col(out, w->park_pct, 5, 1);
         fputc('\n', out);
     }
+    /* Device collective kernels, where their pieces wait (disco/observe.h). */
+    bool head = false;
+    for (int i = 0; i < v->world; i++) {
+        char line[1024];
+        if (disco_kernel_view_format(f->workers[i].v, line, sizeof line) == 0)
+            continue;
+        if (!head)
+            fprintf(out, "\nDEVICE KERNELS\n");
+        head = true;
+        fprintf(out, "%s\n", line);
+    }
     fprintf(out, "\n%-32s %10s %9s %10s %7s\n", "FUNCTION", "CALLS", "CALLS/S", "MEAN", "WORKERS");
     for (int i = 0; i < f->nfuncs; i++) {
         const top_func_t *fn = &f->funcs[i];

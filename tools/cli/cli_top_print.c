@@ -32,17 +32,43 @@ static const char *wait_name(disco_view_wait_t w)
     return "?";
 }
 
+/* A worker's device kernel: null when it is in none. */
+static json_t *json_kernel(const disco_worker_view_t *x)
+{
+    const disco_kernel_view_t *k = &x->kernel;
+    if (!k->active)
+        return json_null();
+    static const char *const states[] = {"quiet", "waiting", "passed"};
+    json_t *pieces = json_array();
+    for (int b = 0; b < k->pieces && b < DISCO_VIEW_PIECES; b++) {
+        const disco_piece_view_t *p = &k->piece[b];
+        bool quiet = p->state == DISCO_PIECE_QUIET;
+        json_array_append_new(
+            pieces, json_pack("{s:i, s:s, s:o, s:o, s:o}", "piece", b, "state",
+                              (unsigned)p->state < 3 ? states[p->state] : "?", "phase",
+                              quiet ? json_null() : json_string(disco_kernel_phase_name(p->phase)),
+                              "member", quiet ? json_null() : json_integer(p->member), "flag_coll",
+                              p->flag_set ? json_integer((json_int_t)p->flag_coll) : json_null()));
+    }
+    char line[1024];
+    disco_kernel_view_format(x, line, sizeof line);
+    return json_pack("{s:s, s:I, s:s, s:i, s:i, s:o, s:s}", "what", k->what, "coll",
+                     (json_int_t)k->coll, "mode", k->two_shot ? "two-shot" : "one-shot", "rank",
+                     k->rank, "size", k->size, "pieces", pieces, "text", line);
+}
+
 static json_t *json_worker(const top_worker_t *w)
 {
     const disco_worker_view_t *x = w->v;
-    return json_pack("{s:i, s:i, s:o, s:s, s:I, s:o, s:o, s:I, s:o, s:I, s:o, s:o, s:o, s:o}",
+    return json_pack("{s:i, s:i, s:o, s:s, s:I, s:o, s:o, s:I, s:o, s:I, s:o, s:o, s:o, s:o, s:o}",
                      "worker", x->worker, "pid", x->pid, "cpu_pct", num(w->cpu_pct), "state",
                      disco_worker_state_name(x->state), "seq", (json_int_t)x->seq, "function",
                      x->name[0] != '\0' ? json_string(x->name) : json_null(), "in_cmd_s",
                      num(x->state == DISCO_WORKER_BUSY ? x->in_cmd_s : -1.0), "done",
                      (json_int_t)x->done, "done_per_s", num(w->done_per_s), "queued",
                      (json_int_t)x->queued, "busy_pct", num(w->busy_pct), "spin_pct",
-                     num(w->spin_pct), "park_pct", num(w->park_pct), "cpu_s", num(x->cpu_s));
+                     num(w->spin_pct), "park_pct", num(w->park_pct), "cpu_s", num(x->cpu_s),
+                     "kernel", json_kernel(x));
 }
 
 static json_t *json_frame(const top_frame_t *f)

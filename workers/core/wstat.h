@@ -47,6 +47,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "workers/device/ar_progress.h"
+
 #define DISCO_STAT_MAGIC 0x5441545343534944ULL /* "DISCSTAT" */
 #define DISCO_STAT_FUNCS 32u                   /* per-worker function table */
 #define DISCO_STAT_NAMES 256u                  /* function key -> name entries */
@@ -93,6 +95,9 @@ struct disco__wstat {
     _Atomic uint32_t state;            /* enum disco__wstate */
     _Atomic int32_t pid;
     _Alignas(64) struct disco__wstat_func func[DISCO_STAT_FUNCS];
+    /* Its device collective kernel's progress: its own protocol, P1-P4 in
+     * workers/device/ar_progress.h. */
+    _Alignas(64) struct disco__ar_progress kernel;
 };
 
 struct disco__stat_name {

@@ -162,7 +162,12 @@ static disco_status_t make_job(struct disco__coll_call *c, disco_reduce_op_t op,
                                 .epoch = (uint32_t)(c->w->ncoll % UINT32_MAX) + 1,
                                 .op = (uint32_t)op,
                                 .dtype = x->dtype,
-                                .count = count};
+                                .count = count,
+                                /* progress for the watchdog and `disco top` (ar.h) */
+                                .base = (uint32_t)c->base,
+                                .coll = c->w->ncoll,
+                                .cmd = c->w->seq,
+                                .progress = c->w->stat != NULL ? &c->w->stat->kernel : NULL};
     disco_status_t st = DISCO_OK;
     for (int r = 0; r < c->size && st == DISCO_OK; r++) {
         char *in, *o;

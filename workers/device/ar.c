@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "disco/dtype.h"
+#include "workers/device/ar_progress.h"
 
 #define PIECE_BYTES (64u * 1024u)
 
@@ -74,16 +75,26 @@ disco_status_t disco__ar_launch(DLDevice dev, disco_stream_t stream,
     disco_status_t st = check_job(job);
     if (st != DISCO_OK)
         return st;
+    /* Before the launch: the kernel may run (the sim's, at a sync of this
+     * thread; CUDA's, at once) and write its pieces as soon as it is queued. */
+    if (job->progress != NULL)
+        disco__ar_progress_begin(job->progress, job);
     switch (dev.device_type) {
     case kDLExtDev:
-        return disco__sim_ar_launch(dev.device_id, stream, job);
+        st = disco__sim_ar_launch(dev.device_id, stream, job);
+        break;
     case kDLCUDA:
-        return disco__cuda_ar_launch(dev.device_id, stream, job);
+        st = disco__cuda_ar_launch(dev.device_id, stream, job);
+        break;
     default:
-        return disco_set_error(DISCO_E_NO_DEVICE,
-                               "allreduce kernel: device type %d has none (cuda or sim only)",
-                               (int)dev.device_type);
+        st = disco_set_error(DISCO_E_NO_DEVICE,
+                             "allreduce kernel: device type %d has none (cuda or sim only)",
+                             (int)dev.device_type);
+        break;
     }
+    if (st != DISCO_OK)
+        disco__ar_progress_stop(job->progress); /* it never runs */
+    return st;
 }
 
 disco_status_t disco__ar_check(DLDevice dev)

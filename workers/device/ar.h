@@ -113,6 +113,43 @@ DISCO_AR_HD static inline uint32_t disco__ar_flag(uint32_t slot, uint32_t phase,
            rank;
 }
 
+/* Progress. While it runs, a kernel says where each piece waits, so that
+ * the watchdog, disco_session_dump and `disco top` (another process) can
+ * name a hang: "worker 2 in allreduce #812 (device kernel, two-shot):
+ * piece 5 waits at MID for worker 1 (flag holds #811)". The record is the
+ * worker's struct disco__ar_progress in the session's status region
+ * (ar_progress.h, which gives its protocol); the host writes its header at
+ * the launch (disco__ar_launch) and a piece word per piece says where that
+ * piece waits. A piece word is written only on a wait's slow path (a flag
+ * not there at the first look on the sim, after kPollEvery spins on CUDA)
+ * and once more when that wait ends, so a meeting that finds every flag
+ * there writes nothing (tests/test_ar_progress.c, test_quiet_when_no_wait).
+ * Its 64 bits, one aligned 64-bit store (atomic on the host; a GPU's store
+ * to host memory is not split in practice, and a torn word would only be
+ * a wrong hint: readers check every field):
+ *   bits  0..31  the flag's value at the last look (an epoch, or 0: never set)
+ *   bits 32..47  the low 16 bits of the kernel's epoch (a tag: a word of
+ *                another call is not taken for this one's)
+ *   bits 48..51  the phase (DISCO_AR_START, MID, END)
+ *   bits 52..55  DISCO_AR_PW_WAITING (waits at the phase) or
+ *                DISCO_AR_PW_PASSED (waited there, and passed)
+ *   bits 56..63  the rank of the member whose flag it waits for (or waited
+ *                for last)
+ * Every field a reader takes from it is checked (ranges, tag). */
+#define DISCO_AR_PW_WAITING 1u
+#define DISCO_AR_PW_PASSED  2u
+#define DISCO_AR_PW(seen, epoch, phase, state, member)                                             \
+    ((uint64_t)(uint32_t)(seen) | (uint64_t)((uint32_t)(epoch)&0xffffu) << 32 |                    \
+     (uint64_t)((uint32_t)(phase)&0xfu) << 48 | (uint64_t)((uint32_t)(state)&0xfu) << 52 |         \
+     (uint64_t)((uint32_t)(member)&0xffu) << 56)
+#define DISCO_AR_PW_SEEN(w)   ((uint32_t)(w))
+#define DISCO_AR_PW_TAG(w)    ((uint32_t)((w) >> 32) & 0xffffu)
+#define DISCO_AR_PW_PHASE(w)  ((uint32_t)((w) >> 48) & 0xfu)
+#define DISCO_AR_PW_STATE(w)  ((uint32_t)((w) >> 52) & 0xfu)
+#define DISCO_AR_PW_MEMBER(w) ((uint32_t)((w) >> 56) & 0xffu)
+
+struct disco__ar_progress; /* ar_progress.h (C only: shared memory, atomics) */
+
 /* What one member's kernel does (every pointer already mapped in this
  * process: device addresses, the member's own or imports). */
 struct disco__ar_job {
@@ -122,10 +159,17 @@ struct disco__ar_job {
     uint32_t op;         /* disco_reduce_op_t */
     uint32_t two_shot;   /* 0: one-shot */
     uint32_t pieces;     /* 1 .. DISCO_AR_MAX_PIECES (disco__ar_plan) */
-    uint32_t reserved;
+    uint32_t base;       /* progress: the group's first worker (node-local id) */
     DLDataType dtype;
     uint64_t count;     /* elements of each input */
     uint64_t budget_ns; /* CUDA: how long a wait may spin (0: until aborted) */
+    /* Progress (above): the collective's number (epoch = coll % UINT32_MAX
+     * + 1), the worker's command it runs in, and the worker's record in
+     * this process's mapping of the status region; NULL: none (the kernel
+     * then writes nothing). Host side only: the CUDA kernel gets its piece
+     * words elsewhere (ar_cuda.h). */
+    uint64_t coll, cmd;
+    struct disco__ar_progress *progress;
     const void *in[DISCO_AR_MAX_RANKS];
     void *out[DISCO_AR_MAX_RANKS];        /* every member's output (two-shot reads them);
                                              no output overlaps any input */

@@ -107,15 +107,30 @@ __device__ __forceinline__ void arrive(const disco__ar_job &j, uint32_t phase, u
  * device's threads, which are the only writers; the host reads the word
  * after the sync that completed the kernel, which orders it). The flag holds
  * a 32-bit epoch compared for equality, so a flag from an earlier call is
- * never taken for this one (ar.h). */
+ * never taken for this one (ar.h).
+ *
+ * Progress (ar.h, ar_cuda.h): at each of those looks that finds nothing
+ * wrong, the thread stores its piece's word, "waits at phase for member t,
+ * whose flag holds v", into the mapped words, and "passed" once its wait
+ * ends; a wait shorter than kPollEvery spins writes nothing. The store is
+ * volatile (PTX: relaxed at system scope): it orders nothing and needs to,
+ * the host only copies the word for observers. Several threads of a block
+ * may write the same word (each waits for another member): the last store
+ * of each thread that wrote is its "passed", so once they all passed the
+ * word says so. */
 __device__ __forceinline__ bool await(const disco__ar_job &j, uint32_t phase, uint32_t b,
-                                      const volatile uint32_t *abort_w, uint32_t *err_w)
+                                      disco__ar_words *words)
 {
     int give_up = 0;
     if (threadIdx.x < j.size) {
         const uint32_t *f = j.signal[j.rank] + disco__ar_flag(j.slot, phase, b, threadIdx.x);
+        const volatile uint32_t *abort_w = &words->abort_w;
+        uint32_t *err_w = &words->err;
+        volatile uint64_t *pw = &words->piece[b]; /* b < pieces <= DISCO_AR_MAX_PIECES */
         const uint64_t t0 = now_ns();
-        for (uint32_t spins = 1; ld_acquire_sys(f) != j.epoch; spins++) {
+        bool told = false;
+        uint32_t v;
+        for (uint32_t spins = 1; (v = ld_acquire_sys(f)) != j.epoch; spins++) {
             if (spins % kPollEvery != 0)
                 continue;
             uint32_t kind = 0;
@@ -123,13 +138,19 @@ __device__ __forceinline__ bool await(const disco__ar_job &j, uint32_t phase, ui
                 kind = DISCO_AR_ERR_ABORTED;
             else if (j.budget_ns != 0 && now_ns() - t0 >= j.budget_ns)
                 kind = DISCO_AR_ERR_TIMEOUT;
-            else if (*(const volatile uint32_t *)err_w == 0)
-                continue; /* nothing wrong: spin on */
+            else if (*(const volatile uint32_t *)err_w == 0) {
+                /* nothing wrong: say where we wait, and spin on */
+                *pw = DISCO_AR_PW(v, j.epoch, phase, DISCO_AR_PW_WAITING, threadIdx.x);
+                told = true;
+                continue;
+            }
             if (kind != 0)
                 atomicCAS(err_w, 0u, DISCO_AR_ERR_WORD(kind, phase, b, threadIdx.x));
             give_up = 1;
             break;
         }
+        if (told && give_up == 0)
+            *pw = DISCO_AR_PW(j.epoch, j.epoch, phase, DISCO_AR_PW_PASSED, threadIdx.x);
     }
     /* A barrier that also tells every thread whether any gave up. */
     return __syncthreads_or(give_up) == 0;
@@ -137,10 +158,10 @@ __device__ __forceinline__ bool await(const disco__ar_job &j, uint32_t phase, ui
 
 /* One meeting: arrive (F1), then wait for everyone (F2). */
 __device__ __forceinline__ bool meet(const disco__ar_job &j, uint32_t phase, uint32_t b,
-                                     const volatile uint32_t *abort_w, uint32_t *err_w)
+                                     disco__ar_words *words)
 {
     arrive(j, phase, b);
-    return await(j, phase, b, abort_w, err_w);
+    return await(j, phase, b, words);
 }
 
 /* ---- element arithmetic (as workers/value/dtype.c) ------------------------ */
@@ -430,8 +451,7 @@ template <typename E> __device__ void gather_piece(const disco__ar_job &j, uint3
  * fails ends the block at once, every thread alike (await). */
 template <class R>
 __global__ void __launch_bounds__(kThreads)
-    ar_kernel(const __grid_constant__ disco__ar_job job, const volatile uint32_t *abort_w,
-              uint32_t *err_w)
+    ar_kernel(const __grid_constant__ disco__ar_job job, disco__ar_words *words)
 {
     const uint32_t b = blockIdx.x;
     uint64_t lo, hi;
@@ -439,45 +459,42 @@ __global__ void __launch_bounds__(kThreads)
      * inside its kernel, so its stream had completed everything queued
      * before (its input's producers included) and those writes happen
      * before its release. */
-    if (!meet(job, DISCO_AR_START, b, abort_w, err_w))
+    if (!meet(job, DISCO_AR_START, b, words))
         return;
     disco__ar_range(&job, job.two_shot ? job.rank : 0, b, &lo, &hi);
     reduce_range<R>(job, lo, hi);
     if (job.two_shot) {
-        if (!meet(job, DISCO_AR_MID, b, abort_w, err_w))
+        if (!meet(job, DISCO_AR_MID, b, words))
             return;
         gather_piece<typename R::E>(job, b);
     }
     /* After END nobody reads our input or output any more: our stream may
      * reuse them once the kernel is done. */
-    (void)meet(job, DISCO_AR_END, b, abort_w, err_w);
+    (void)meet(job, DISCO_AR_END, b, words);
 }
 
 /* ---- dispatch ------------------------------------------------------------- */
 
-template <class R>
-int launch(const disco__ar_job *job, cudaStream_t s, const volatile uint32_t *abort_w,
-           uint32_t *err_w)
+template <class R> int launch(const disco__ar_job *job, cudaStream_t s, disco__ar_words *words)
 {
-    ar_kernel<R><<<job->pieces, kThreads, 0, s>>>(*job, abort_w, err_w);
+    ar_kernel<R><<<job->pieces, kThreads, 0, s>>>(*job, words);
     return (int)cudaGetLastError();
 }
 
 template <class C>
-int launch_float(const disco__ar_job *job, cudaStream_t s, const volatile uint32_t *abort_w,
-                 uint32_t *err_w)
+int launch_float(const disco__ar_job *job, cudaStream_t s, disco__ar_words *words)
 {
     switch (job->op) {
     case SUM:
-        return launch<Float<C, SUM>>(job, s, abort_w, err_w);
+        return launch<Float<C, SUM>>(job, s, words);
     case PROD:
-        return launch<Float<C, PROD>>(job, s, abort_w, err_w);
+        return launch<Float<C, PROD>>(job, s, words);
     case MIN:
-        return launch<Float<C, MIN>>(job, s, abort_w, err_w);
+        return launch<Float<C, MIN>>(job, s, words);
     case MAX:
-        return launch<Float<C, MAX>>(job, s, abort_w, err_w);
+        return launch<Float<C, MAX>>(job, s, words);
     case AVG:
-        return launch<Float<C, AVG>>(job, s, abort_w, err_w);
+        return launch<Float<C, AVG>>(job, s, words);
     default:
         return (int)cudaErrorInvalidValue;
     }
@@ -485,39 +502,37 @@ int launch_float(const disco__ar_job *job, cudaStream_t s, const volatile uint32
 
 /* T the integer type, W its wrapping type, Avg its avg reduction. */
 template <typename T, typename W, class Avg>
-int launch_int(const disco__ar_job *job, cudaStream_t s, const volatile uint32_t *abort_w,
-               uint32_t *err_w)
+int launch_int(const disco__ar_job *job, cudaStream_t s, disco__ar_words *words)
 {
     switch (job->op) {
     case SUM:
-        return launch<IntWrap<T, W, SUM>>(job, s, abort_w, err_w);
+        return launch<IntWrap<T, W, SUM>>(job, s, words);
     case PROD:
-        return launch<IntWrap<T, W, PROD>>(job, s, abort_w, err_w);
+        return launch<IntWrap<T, W, PROD>>(job, s, words);
     case MIN:
-        return launch<IntMinMax<T, MIN>>(job, s, abort_w, err_w);
+        return launch<IntMinMax<T, MIN>>(job, s, words);
     case MAX:
-        return launch<IntMinMax<T, MAX>>(job, s, abort_w, err_w);
+        return launch<IntMinMax<T, MAX>>(job, s, words);
     case AVG:
-        return launch<Avg>(job, s, abort_w, err_w);
+        return launch<Avg>(job, s, words);
     default:
         return (int)cudaErrorInvalidValue;
     }
 }
 
-int launch_bool(const disco__ar_job *job, cudaStream_t s, const volatile uint32_t *abort_w,
-                uint32_t *err_w)
+int launch_bool(const disco__ar_job *job, cudaStream_t s, disco__ar_words *words)
 {
     switch (job->op) {
     case SUM:
-        return launch<Bool<SUM>>(job, s, abort_w, err_w);
+        return launch<Bool<SUM>>(job, s, words);
     case PROD:
-        return launch<Bool<PROD>>(job, s, abort_w, err_w);
+        return launch<Bool<PROD>>(job, s, words);
     case MIN:
-        return launch<Bool<MIN>>(job, s, abort_w, err_w);
+        return launch<Bool<MIN>>(job, s, words);
     case MAX:
-        return launch<Bool<MAX>>(job, s, abort_w, err_w);
+        return launch<Bool<MAX>>(job, s, words);
     case AVG:
-        return launch<Bool<AVG>>(job, s, abort_w, err_w);
+        return launch<Bool<AVG>>(job, s, words);
     default:
         return (int)cudaErrorInvalidValue;
     }
@@ -526,7 +541,7 @@ int launch_bool(const disco__ar_job *job, cudaStream_t s, const volatile uint32_
 } // namespace
 
 extern "C" int disco__cuda_ar_kernel(const struct disco__ar_job *job, void *stream,
-                                     volatile uint32_t *abort_dev, uint32_t *err_dev)
+                                     struct disco__ar_words *words_dev)
 {
     /* The job is checked (disco__ar_launch); what the grid and the source
      * loops index by is checked again here, cheaply. */
@@ -538,35 +553,35 @@ extern "C" int disco__cuda_ar_kernel(const struct disco__ar_job *job, void *stre
     switch (job->dtype.code) {
     case kDLFloat:
         if (bits == 16)
-            return launch_float<F16>(job, s, abort_dev, err_dev);
+            return launch_float<F16>(job, s, words_dev);
         if (bits == 32)
-            return launch_float<Same<float>>(job, s, abort_dev, err_dev);
+            return launch_float<Same<float>>(job, s, words_dev);
         if (bits == 64)
-            return launch_float<Same<double>>(job, s, abort_dev, err_dev);
+            return launch_float<Same<double>>(job, s, words_dev);
         break;
     case kDLBfloat:
         if (bits == 16)
-            return launch_float<BF16>(job, s, abort_dev, err_dev);
+            return launch_float<BF16>(job, s, words_dev);
         break;
     case kDLInt:
         if (bits == 8)
-            return launch_int<int8_t, uint32_t, IntAvg<int8_t>>(job, s, abort_dev, err_dev);
+            return launch_int<int8_t, uint32_t, IntAvg<int8_t>>(job, s, words_dev);
         if (bits == 16)
-            return launch_int<int16_t, uint32_t, IntAvg<int16_t>>(job, s, abort_dev, err_dev);
+            return launch_int<int16_t, uint32_t, IntAvg<int16_t>>(job, s, words_dev);
         if (bits == 32)
-            return launch_int<int32_t, uint32_t, IntAvg<int32_t>>(job, s, abort_dev, err_dev);
+            return launch_int<int32_t, uint32_t, IntAvg<int32_t>>(job, s, words_dev);
         if (bits == 64)
-            return launch_int<int64_t, uint64_t, I64Avg>(job, s, abort_dev, err_dev);
+            return launch_int<int64_t, uint64_t, I64Avg>(job, s, words_dev);
         break;
     case kDLUInt:
         if (bits == 8)
-            return launch_int<uint8_t, uint32_t, IntAvg<uint8_t>>(job, s, abort_dev, err_dev);
+            return launch_int<uint8_t, uint32_t, IntAvg<uint8_t>>(job, s, words_dev);
         if (bits == 1) /* TVM's bool, one byte per element */
-            return launch_bool(job, s, abort_dev, err_dev);
+            return launch_bool(job, s, words_dev);
         break;
     case DISCO_DL_BOOL:
         if (bits == 8)
-            return launch_bool(job, s, abort_dev, err_dev);
+            return launch_bool(job, s, words_dev);
         break;
     default:
         break;

@@ -9,6 +9,17 @@
  * each launch (the previous call was synced) and reads err after the sync
  * that completed the kernel (disco__cuda_ar_check). So one allreduce kernel
  * at a time may be in flight in a process, as one collective at a time is.
+ *
+ * Progress (ar.h). Beside them lie the piece words: a wait that spins past
+ * kPollEvery stores its piece's word there (a volatile 64-bit store to
+ * mapped host memory: relaxed at system scope, ordered with nothing; the
+ * host only copies it), and again when it ends. The host zeroes them with
+ * the others at each launch, and the thread that syncs the kernel copies
+ * them into the worker's record in the session's status region at each
+ * poll (disco__cuda_ar_mirror), where observers read them. The kernel does
+ * not write the shared segment itself: registering that mapping with CUDA
+ * would pin it past the session's unmapping (a later session mapped at the
+ * same address would find the old pages registered there).
  */
 #ifndef DISCO_WORKERS_DEVICE_AR_CUDA_H
 #define DISCO_WORKERS_DEVICE_AR_CUDA_H
@@ -34,15 +45,22 @@ extern "C" {
 #define DISCO_AR_ERR_PIECE(w)  ((uint32_t)(w) >> 16 & 0xffu)
 #define DISCO_AR_ERR_MEMBER(w) ((uint32_t)(w) >> 24 & 0xffu)
 
+/* The process's words, in mapped, pinned host memory (above). */
+struct disco__ar_words {
+    uint32_t abort_w;                    /* host -> kernel: stop spinning (nonzero) */
+    uint32_t err;                        /* kernel -> host: why a wait gave up (0: it did not) */
+    uint64_t piece[DISCO_AR_MAX_PIECES]; /* kernel -> host: ar.h's piece words */
+};
+
 /** Launches job's kernel (job->pieces blocks) on stream (a cudaStream_t)
- *  of the current device; abort_dev and err_dev are the device addresses
- *  of the process's mapped words (above). The job must be checked
+ *  of the current device; words_dev is the device address of the
+ *  process's mapped words (above). The job must be checked
  *  (disco__ar_launch). Thread-safe as CUDA launches are.
  *  @return 0; cudaErrorInvalidValue for a dtype or op the kernels do not
  *  reduce or a piece count out of range; else the launch's cudaError_t
  *  (cudaGetLastError after the launch). */
 int disco__cuda_ar_kernel(const struct disco__ar_job *job, void *stream,
-                          volatile uint32_t *abort_dev, uint32_t *err_dev);
+                          struct disco__ar_words *words_dev);
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,7 @@
 
 #include "disco/dtype.h"
 #include "workers/device/ar.h"
+#include "workers/device/ar_progress.h"
 #include "workers/device/sim.h"
 #include "workers/device/watch.h"
 
@@ -49,15 +50,28 @@ static void arrive(const struct sim_job *s, uint32_t phase, uint32_t piece)
 }
 
 /* F2: waits until every member arrived at (phase, piece). Acquire: pairs
- * with F1, so what each member did before arriving is visible after. */
+ * with F1, so what each member did before arriving is visible after.
+ * Progress (ar.h): a flag not there at the first look makes the piece's
+ * word say "waits at phase for member r, whose flag holds v" (and again
+ * when the flag changes to another stale value), and the wait's end
+ * "passed"; a meeting that finds every flag there writes nothing
+ * (test_ar_progress.c, test_quiet_when_no_wait). */
 static disco_status_t await(const struct sim_job *s, uint32_t phase, uint32_t piece)
 {
+    bool told = false;
+    uint32_t last = 0;
     for (uint32_t r = 0; r < s->j.size; r++) {
         _Atomic uint32_t *w = &s->signal[s->j.rank][disco__ar_flag(s->j.slot, phase, piece, r)];
+        uint32_t shown = s->j.epoch; /* the flag value the piece word holds for r */
         for (unsigned spins = 0;; spins++) {
             uint32_t v = atomic_load_explicit(w, memory_order_acquire); /* F2 */
             if (v == s->j.epoch)
                 break;
+            if (v != shown) {
+                disco__ar_progress_piece(s->j.progress, piece,
+                                         DISCO_AR_PW(v, s->j.epoch, phase, DISCO_AR_PW_WAITING, r));
+                shown = v, told = true, last = r;
+            }
             if (spins < 64) {
                 sched_yield();
                 continue;
@@ -69,6 +83,7 @@ static disco_status_t await(const struct sim_job *s, uint32_t phase, uint32_t pi
             syscall(SYS_futex, w, FUTEX_WAIT, v, &ts, NULL, 0);
             /* A device shared without MPS: the context may go to another
              * process's kernel here (sim_slice.c). */
+            disco__device_watch_waiting();
             disco_status_t st = disco__sim_slice_yield();
             if (st == DISCO_OK)
                 st = disco__device_watch_check();
@@ -79,6 +94,10 @@ static disco_status_t await(const struct sim_job *s, uint32_t phase, uint32_t pi
                                        s->j.rank, r, PHASE_NAME[phase], piece, disco_last_error());
         }
     }
+    if (told)
+        disco__ar_progress_piece(
+            s->j.progress, piece,
+            DISCO_AR_PW(s->j.epoch, s->j.epoch, phase, DISCO_AR_PW_PASSED, last));
     return DISCO_OK;
 }
 
@@ -94,6 +113,44 @@ static uint32_t slow_us(uint32_t rank)
     if (e == NULL || sscanf(e, "%u:%u%c", &r, &us, &extra) != 2 || r != rank || us >= 1000000)
         return 0;
     return us;
+}
+
+/* DISCO_SIM_AR_STALL="rank:phase:n" (phase: start, mid or end; n from 1):
+ * in the n-th allreduce kernel this process runs, the member of that rank
+ * stops before it arrives at that phase of piece 0, as a kernel stuck
+ * there: the others wait for its flag. It goes on when the file named by
+ * DISCO_SIM_AR_STALL_UNTIL exists, and gives up when its watch ends (the
+ * call's deadline, the session broken). A test knob, for the progress the
+ * others show (ar.h). Returns the phase to stall before, or -1. */
+static int stall_phase(uint32_t rank)
+{
+    static _Atomic unsigned kernels; /* run by this process: relaxed, a count only */
+    unsigned n = atomic_fetch_add_explicit(&kernels, 1, memory_order_relaxed) + 1;
+    const char *e = getenv("DISCO_SIM_AR_STALL");
+    unsigned r, nth;
+    char ph[8], extra;
+    if (e == NULL || sscanf(e, "%u:%7[a-z]:%u%c", &r, ph, &nth, &extra) != 3 || r != rank ||
+        nth != n)
+        return -1;
+    for (int p = 0; p < (int)DISCO_AR_PHASES; p++)
+        if (strcmp(ph, PHASE_NAME[p]) == 0)
+            return p;
+    return -1;
+}
+
+static disco_status_t stall(const struct sim_job *s, uint32_t phase)
+{
+    const char *until = getenv("DISCO_SIM_AR_STALL_UNTIL");
+    for (;;) {
+        if (until != NULL && access(until, F_OK) == 0)
+            return DISCO_OK;
+        disco_status_t st = disco__device_watch_check();
+        if (st != DISCO_OK)
+            return disco_set_error(st, "allreduce kernel on sim: member %u stalled before %s: %s",
+                                   s->j.rank, PHASE_NAME[phase], disco_last_error());
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static void peer_delay(const struct sim_job *s)
@@ -130,20 +187,27 @@ static void gather(const struct sim_job *s, uint32_t piece)
     }
 }
 
-static disco_status_t run_piece(const struct sim_job *s, uint32_t piece)
+/* Piece b; stall: the phase before which piece 0 stalls (stall_phase), or -1. */
+static disco_status_t run_piece(const struct sim_job *s, uint32_t piece, int stall_at)
 {
     disco_status_t st;
+    if (stall_at == DISCO_AR_START && (st = stall(s, DISCO_AR_START)) != DISCO_OK)
+        return st;
     arrive(s, DISCO_AR_START, piece);
     if ((st = await(s, DISCO_AR_START, piece)) != DISCO_OK) /* F3: F2 is enough */
         return st;
     if ((st = reduce(s, s->j.two_shot ? s->j.rank : 0, piece)) != DISCO_OK)
         return st;
     if (s->j.two_shot) {
+        if (stall_at == DISCO_AR_MID && (st = stall(s, DISCO_AR_MID)) != DISCO_OK)
+            return st;
         arrive(s, DISCO_AR_MID, piece);
         if ((st = await(s, DISCO_AR_MID, piece)) != DISCO_OK)
             return st;
         gather(s, piece);
     }
+    if (stall_at == DISCO_AR_END && (st = stall(s, DISCO_AR_END)) != DISCO_OK)
+        return st;
     arrive(s, DISCO_AR_END, piece);
     return await(s, DISCO_AR_END, piece);
 }
@@ -152,8 +216,11 @@ static disco_status_t run_job(void *arg)
 {
     struct sim_job *s = arg;
     disco_status_t st = DISCO_OK;
+    int stall_at = stall_phase(s->j.rank);
     for (uint32_t b = 0; b < s->j.pieces && st == DISCO_OK; b++)
-        st = run_piece(s, b);
+        st = run_piece(s, b, b == 0 ? stall_at : -1);
+    /* The kernel ended, whatever its verdict: views no longer show it (P4). */
+    disco__ar_progress_stop(s->j.progress);
     free(s);
     return st;
 }

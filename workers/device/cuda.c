@@ -137,6 +137,9 @@ static disco_status_t cuda_stream_sync(int device_id, disco_stream_t stream)
         if (spins < 64) {
             sched_yield();
         } else {
+            /* Waiting on: say so, and where a kernel waits (watch.h, ar_cuda.h). */
+            disco__device_watch_waiting();
+            disco__cuda_ar_mirror();
             struct timespec ts = {0, 20 * 1000};
             nanosleep(&ts, NULL);
         }

@@ -4,10 +4,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <string.h>
 #include <time.h>
 
 #include "workers/device/ar.h"
 #include "workers/device/ar_cuda.h"
+#include "workers/device/ar_progress.h"
 #include "workers/device/cuda_impl.h"
 
 #ifdef DISCO_HAVE_CUDA
@@ -23,28 +25,28 @@
  * the lock has called CUDA, so a child forked meanwhile is refused before it
  * could touch the lock or the words. */
 
-struct ar_words {
-    uint32_t abort_w; /* host -> kernel: stop spinning (nonzero) */
-    uint32_t err;     /* kernel -> host: why a wait gave up (0: it did not) */
-};
+typedef struct disco__ar_words ar_words_t; /* ar_cuda.h */
 
 static pthread_mutex_t g_ar_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Set once, under g_ar_lock. W1: the release store publishes the zeroed
  * words; pairs with the acquire loads W2 (the sync's abort, the check). */
-static struct ar_words *_Atomic g_ar_words;
+static ar_words_t *_Atomic g_ar_words;
+/* Progress (ar_cuda.h): the record of the kernel this thread launched last
+ * (NULL: none), into which its syncs copy the piece words. The thread that
+ * launches a kernel is the one that syncs it (a collective's). */
+static _Thread_local struct disco__ar_progress *t_progress;
 
 static disco_status_t ar_launch_locked(int device_id, disco_stream_t stream,
                                        const struct disco__ar_job *job)
 {
     /* Relaxed: only this lock's holders store the pointer. */
-    struct ar_words *w = atomic_load_explicit(&g_ar_words, memory_order_relaxed);
+    ar_words_t *w = atomic_load_explicit(&g_ar_words, memory_order_relaxed);
     if (w == NULL) {
         void *p = NULL;
         /* Portable: mapped into every device's context, not only this one. */
         CU(cudaHostAlloc(&p, sizeof *w, cudaHostAllocMapped | cudaHostAllocPortable), device_id);
         w = p;
-        w->abort_w = 0;
-        w->err = 0;
+        memset(w, 0, sizeof *w);
         atomic_store_explicit(&g_ar_words, w, memory_order_release); /* W1 */
     }
     void *dev = NULL;
@@ -55,11 +57,12 @@ static disco_status_t ar_launch_locked(int device_id, disco_stream_t stream,
      * is done: its call was synced. */
     __atomic_store_n(&w->abort_w, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&w->err, 0, __ATOMIC_RELAXED);
-    int e = disco__cuda_ar_kernel(
-        job, stream, (volatile uint32_t *)((char *)dev + offsetof(struct ar_words, abort_w)),
-        (uint32_t *)((char *)dev + offsetof(struct ar_words, err)));
+    for (unsigned i = 0; i < DISCO_AR_MAX_PIECES; i++)
+        __atomic_store_n(&w->piece[i], 0, __ATOMIC_RELAXED);
+    int e = disco__cuda_ar_kernel(job, stream, (ar_words_t *)dev);
     if (e != 0)
         return disco__cuda_fail((cudaError_t)e, "disco__cuda_ar_kernel", device_id);
+    t_progress = job->progress;
     return DISCO_OK;
 }
 
@@ -74,11 +77,28 @@ disco_status_t disco__cuda_ar_launch(int device_id, disco_stream_t stream,
     return st;
 }
 
+void disco__cuda_ar_mirror(void)
+{
+    struct disco__ar_progress *p = t_progress;
+    ar_words_t *w = p != NULL ? atomic_load_explicit(&g_ar_words, memory_order_acquire) : NULL;
+    if (w == NULL) /* W2 above: the acquire pairs with W1 */
+        return;
+    /* Relaxed: piece words order nothing (ar_cuda.h); the kernel's
+     * volatile stores reach this host memory eventually, and a stale or
+     * zero word only shows an older picture. */
+    for (unsigned i = 0; i < DISCO_AR_MAX_PIECES; i++)
+        disco__ar_progress_piece(p, i, __atomic_load_n(&w->piece[i], __ATOMIC_RELAXED));
+}
+
 disco_status_t disco__cuda_ar_check(int device_id)
 {
     static const char *const phases[DISCO_AR_PHASES] = {"START", "MID", "END"};
     GUARD();
-    struct ar_words *w = atomic_load_explicit(&g_ar_words, memory_order_acquire); /* W2 */
+    /* The kernel is done (its sync returned): a last copy, then the end. */
+    disco__cuda_ar_mirror();
+    disco__ar_progress_stop(t_progress);
+    t_progress = NULL;
+    ar_words_t *w = atomic_load_explicit(&g_ar_words, memory_order_acquire); /* W2 */
     /* Relaxed: the sync that completed the kernel made its writes to host
      * memory visible before it returned; nothing else writes the word. */
     uint32_t e = w != NULL ? __atomic_load_n(&w->err, __ATOMIC_RELAXED) : 0;
@@ -110,7 +130,7 @@ disco_status_t disco__cuda_ar_check(int device_id)
  * error detail alone. Nothing to do where no allreduce kernel was launched. */
 void disco__cuda_ar_abort(disco_stream_t stream)
 {
-    struct ar_words *w = atomic_load_explicit(&g_ar_words, memory_order_acquire); /* W2 */
+    ar_words_t *w = atomic_load_explicit(&g_ar_words, memory_order_acquire); /* W2 */
     if (w == NULL)
         return;
     /* Relaxed: the word publishes nothing; the kernel only needs to see it
@@ -123,14 +143,19 @@ void disco__cuda_ar_abort(disco_stream_t stream)
         if (e != cudaErrorNotReady) {
             if (e != cudaSuccess)
                 (void)cudaGetLastError(); /* clears a non-sticky error */
-            return;
+            break;
         }
         clock_gettime(CLOCK_MONOTONIC, &now);
         if ((now.tv_sec - t0.tv_sec) * 1000000000LL + (now.tv_nsec - t0.tv_nsec) >= 1000000000LL)
-            return;
+            break;
         struct timespec ts = {0, 20 * 1000};
         nanosleep(&ts, NULL);
     }
+    /* The record keeps where the pieces waited until now; the kernel is no
+     * longer shown as running (it ended, or will not be waited for). */
+    disco__cuda_ar_mirror();
+    disco__ar_progress_stop(t_progress);
+    t_progress = NULL;
 }
 
 #else /* !DISCO_HAVE_CUDA */
@@ -152,5 +177,7 @@ void disco__cuda_ar_abort(disco_stream_t stream)
 {
     (void)stream;
 }
+
+void disco__cuda_ar_mirror(void) {}
 
 #endif /* DISCO_HAVE_CUDA */

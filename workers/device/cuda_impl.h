@@ -48,4 +48,10 @@ disco_status_t disco__cuda_none(const char *fn);
  *  any launch. */
 void disco__cuda_ar_abort(disco_stream_t stream);
 
+/** A sync of this thread polls on: copies the piece words of the
+ *  allreduce kernel it launched last into that kernel's progress record
+ *  (ar_cuda.h, ar_progress.h), for the watchdog and `disco top`. Cheap (16
+ *  loads and stores); a no-op without CUDA or with no kernel in flight. */
+void disco__cuda_ar_mirror(void);
+
 #endif

@@ -4,16 +4,37 @@
 #include <stdatomic.h>
 
 #include "disco/clock.h"
+#include "shm/wait_internal.h"
 
 static _Thread_local const disco_wait_t *t_watch;
 static _Thread_local disco_status_t t_fired;
+/* The since word disco__device_watch_waiting set, to clear (NULL: none). */
+static _Thread_local _Atomic int64_t *t_since;
 
 const disco_wait_t *disco__device_watch(const disco_wait_t *w)
 {
     const disco_wait_t *old = t_watch;
+    if (t_since != NULL) /* Relaxed: a monitor's word (wait_internal.h). */
+        atomic_store_explicit(t_since, 0, memory_order_relaxed);
+    t_since = NULL;
     t_watch = w;
     t_fired = DISCO_OK;
     return old;
+}
+
+void disco__device_watch_waiting(void)
+{
+    const disco_wait_t *w = t_watch;
+    struct disco__wait_hook *h = w != NULL ? disco__wait_hook(w) : NULL;
+    if (t_since != NULL || h == NULL || h->since == NULL)
+        return;
+    /* Relaxed: a monitor's word, as the shm layer's waits store it
+     * (wait_internal.h); only this thread writes it while it waits. One
+     * that is set already belongs to an outer wait of this thread: kept. */
+    if (atomic_load_explicit(h->since, memory_order_relaxed) != 0)
+        return;
+    atomic_store_explicit(h->since, disco_now_ns(), memory_order_relaxed);
+    t_since = h->since;
 }
 
 const disco_wait_t *disco__device_watching(void)

@@ -26,6 +26,14 @@ const disco_wait_t *disco__device_watching(void);
  *  was broken"). */
 disco_status_t disco__device_watch_check(void);
 
+/** This thread's device sync has to wait (it found the device not done
+ *  and goes to sleep or polls on): the watch's wait hook, if it has one
+ *  with a since word (shm/wait_internal.h: worker 0's wait inside a
+ *  collective, which the watchdog and `disco top` read), gets the wait's
+ *  start, once, as a wait of the shm layer does; replacing the watch
+ *  (disco__device_watch) clears it again. No-op without a watch. */
+void disco__device_watch_waiting(void);
+
 /** The first exit the watch gave since it was set (DISCO_OK: none): the
  *  sync that failed with it ended because of it, not on its own. */
 disco_status_t disco__device_watch_fired(void);
