@@ -85,7 +85,9 @@ typedef void *disco_stream_t;
  * processes' devices with equal ids are one device, whatever index each
  * process gives it. */
 #define DISCO_DEVICE_UID_BYTES 16
+/* A physical device's identity (see above). */
 typedef struct disco_device_uid {
+    /* the id's bytes (zero-padded) */
     uint8_t bytes[DISCO_DEVICE_UID_BYTES];
 } disco_device_uid_t;
 
@@ -116,6 +118,7 @@ typedef struct disco_device_api {
      * of different processes at the same time (MPS) as detected, before
      * DISCO_GPU_MPS (which disco_device_mps applies): docs/gpu-sharing.md. */
     disco_status_t (*physical_id)(int device_id, disco_device_uid_t *id_out);
+    /* whether MPS runs this device's kernels of several processes at once */
     disco_status_t (*mps)(int device_id, bool *on_out);
 } disco_device_api_t;
 

@@ -77,9 +77,12 @@ typedef enum disco_piece_state {
     DISCO_PIECE_PASSED = 2,  /* waited at phase for member, and went on */
 } disco_piece_state_t;
 
+/* The most pieces a kernel view holds (as the kernels' DISCO_AR_MAX_PIECES). */
 #define DISCO_VIEW_PIECES 16
 
+/* One piece of a device collective kernel, as a view shows it. */
 typedef struct disco_piece_view {
+    /* quiet, waiting or passed */
     disco_piece_state_t state;
     int phase;          /* 0 START, 1 MID, 2 END (disco_kernel_phase_name) */
     int member;         /* the worker (global id) whose flag it waits (or waited) for */
@@ -96,6 +99,7 @@ typedef struct disco_kernel_view {
     bool two_shot;  /* else one-shot */
     int rank, size; /* the worker's rank in the collective's group, the group's size */
     int pieces;     /* pieces in flight (piece[0..pieces-1]) */
+    /* each piece's progress */
     disco_piece_view_t piece[DISCO_VIEW_PIECES];
 } disco_kernel_view_t;
 
