@@ -119,7 +119,7 @@ enum disco__reply {
 };
 
 #define DISCO_CTL_MAGIC          0x4c544343534944ULL /* "DISCCTL" */
-#define DISCO_CTL_LAYOUT         13u                 /* 13: call heads */
+#define DISCO_CTL_LAYOUT         14u /* 14: collective identity, marks, p2p posts */
 #define DISCO_ERR_MSG_MAX        384
 #define DISCO_MAX_ARGS           64
 #define DISCO_MAX_WORKERS        255   /* on one node */
