@@ -119,6 +119,22 @@ START_TEST(test_comm_skip_named)
 }
 END_TEST
 
+/* As test_comm_skip_named in a group without worker 0 (workers 2 and
+ * 3): the member that waits is a worker process; the session's error
+ * still names the one that left. */
+START_TEST(test_comm_skip_group_named)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(2 * _i, &dev, 60000);
+    int64_t ns;
+    disco_status_t st = fault(s, 6, 3, &ns);
+    ck_assert_msg(st != DISCO_OK, "skipped collective passed");
+    CK_HAS("worker 3 ended the command without calling it");
+    ck_assert_msg(ns < 20000000000LL, "took %lld ms", (long long)(ns / 1000000));
+    disco_session_close(s);
+}
+END_TEST
+
 /* A member killed while the others wait inside disco_ctx_allreduce: the
  * call fails within the deadline naming the dead worker; worker 0's output
  * is never written after (the session is broken). */
@@ -206,6 +222,7 @@ Suite *suite_comm(void)
     tcase_add_loop_test(tc, test_comm_matrix, 0, 4);
     tcase_add_loop_test(tc, test_comm_staged, 0, 2);
     tcase_add_loop_test(tc, test_comm_skip_named, 0, 2);
+    tcase_add_loop_test(tc, test_comm_skip_group_named, 0, 2);
     tcase_add_loop_test(tc, test_comm_kill_named, 0, 2);
     tcase_add_test(tc, test_comm_mismatch);
     tcase_add_loop_test(tc, test_comm_send_without_recv, 0, 2);

@@ -191,7 +191,8 @@ DISCO_FUNC("comm.check", "iiibib", check)
  * (kind 1) returns without calling it, (kind 2) passes one more element,
  * (kind 3) calls allgather instead, (kind 4: worker 0 sends to the victim,
  * which returns without receiving; the others do nothing), (kind 5) two
- * allreduces where the victim calls one. Returns the number of output
+ * allreduces where the victim calls one, (kind 6) as 1 in its group's
+ * allreduce (in_group). Returns the number of output
  * elements that are no longer -1 (0: nothing was written). */
 /* Fault injection, not synchronization: the victim dies 100 ms into its
  * wait; worker 0 arrives a second later, so the others wait for it inside
@@ -229,7 +230,7 @@ static disco_status_t fault(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
         if (pthread_create(&th, NULL, die_soon, NULL) != 0)
             kill(getpid(), SIGKILL);
         st = disco_ctx_allreduce(ctx, x, y, DISCO_REDUCE_SUM, false);
-    } else if (me == victim && kind == 1) {
+    } else if (me == victim && (kind == 1 || kind == 6)) {
         st = DISCO_OK;
     } else if (me == victim && kind == 3) {
         int64_t l2 = len * disco_ctx_world_size(ctx);
@@ -237,7 +238,7 @@ static disco_status_t fault(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
         if ((st = disco_ctx_empty(ctx, &l2, 1, f32, &z)) == DISCO_OK)
             st = disco_ctx_allgather(ctx, x, z, false);
     } else {
-        st = disco_ctx_allreduce(ctx, x, y, DISCO_REDUCE_SUM, false);
+        st = disco_ctx_allreduce(ctx, x, y, DISCO_REDUCE_SUM, kind == 6);
         if (st == DISCO_OK && kind == 5 && me != victim)
             st = disco_ctx_allreduce(ctx, x, y, DISCO_REDUCE_SUM, false);
     }
