@@ -43,7 +43,7 @@ static disco_status_t make(struct env *e, int64_t n, double (*f)(int, int64_t), 
     int64_t shape[2] = {n / 4, 4};
     DLTensor *t;
     size_t nb = (size_t)n * 4;
-    char *host = malloc(nb + 1);
+    void *host = malloc(nb + 1);
     if (host == NULL)
         return disco_ctx_fail(e->ctx, "no memory");
     for (int64_t i = 0; i < n; i++) {
@@ -81,7 +81,7 @@ static disco_status_t make(struct env *e, int64_t n, double (*f)(int, int64_t), 
 static disco_status_t get_all(struct env *e, const DLTensor *t, double *out)
 {
     int64_t n = disco_tensor_numel(t);
-    char *host = malloc((size_t)n * 4 + 1);
+    void *host = malloc((size_t)n * 4 + 1);
     DLDevice cpu = {kDLCPU, 0};
     disco_status_t st = disco_device_copy(host, cpu, (char *)t->data + t->byte_offset, t->device,
                                           (size_t)n * 4, NULL);

@@ -9,6 +9,11 @@
  *   for each further phase. A failed barrier wait gives the call up (A1-A3
  *   in collective.h) before these calls return.
  *
+ * A command may run several calls (a worker function calling comm.h's
+ * collectives): each begins with the next index of the command
+ * (disco_worker_t's cmd_coll), and its barriers continue the command's
+ * count (cmd_phase), which the marks carry (collective.h, Identity, A2).
+ *
  * Thread safety: a call's struct belongs to the one worker thread running
  * it.
  */
