@@ -11,6 +11,7 @@
 #include "disco/device.h"
 #include "disco/session.h"
 #include "tests/session_util.h"
+#include "tests/gpu_session_util.h"
 
 enum { WORLD = 4, GROUPS = 2 };
 
@@ -31,12 +32,14 @@ static disco_status_t step(disco_session_t *s, const char *name, disco_value_t *
 /* Session i of the matrix: fork or spawn, heap or sim tensors. */
 static disco_session_t *open_nth(int i, DLDeviceType *dev_out, uint32_t timeout_ms)
 {
-    DLDeviceType dev = i % 2 ? kDLExtDev : kDLCPU;
+    DLDeviceType dev = i >= 4 ? kDLCUDA : i % 2 ? kDLExtDev : kDLCPU;
     if (dev == kDLExtDev)
         setenv("DISCO_SIM_GPUS", "2", 1);
     disco_session_config_t cfg = disco_session_config_default(WORLD);
     cfg.num_groups = GROUPS;
-    cfg.launch = i / 2 % 2 ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
+    /* CUDA: spawned (the probe ran in a child; a controller that touches
+     * CUDA must not fork after it). */
+    cfg.launch = i / 2 % 2 || dev == kDLCUDA ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
     cfg.worker_path = DISCO_TEST_WORKER;
     cfg.call_timeout_ms = timeout_ms;
     cfg.device_arena_bytes = 4u << 20;
@@ -47,10 +50,13 @@ static disco_session_t *open_nth(int i, DLDeviceType *dev_out, uint32_t timeout_
 /* Every operation (allreduce, allreduce in place, allgather, broadcast,
  * barrier, send/recv, send_to_next_group/recv_from_prev_group, and five
  * collectives in one command) x float32 and int32 x the world and 2 groups,
- * on heap tensors (loop 0, 2: fork, spawn) and sim tensors (1, 3), each one
+ * on heap tensors (loop 0, 2: fork, spawn), sim tensors (1, 3) and CUDA
+ * tensors (4: skipped without a GPU), each one
  * call_sync_all whose functions check every element on every worker. */
 START_TEST(test_comm_matrix)
 {
+    if (_i >= 4)
+        NEED_DEVICE(kDLCUDA); /* a skip, saying why, without a GPU */
     DLDeviceType dev;
     disco_session_t *s = open_nth(_i, &dev, 120000);
     for (int op = 0; op < 8; op++)
@@ -163,7 +169,7 @@ START_TEST(test_comm_mismatch)
     int64_t ns;
     disco_status_t st = fault(s, 2, 1, &ns);
     ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
-    CK_HAS("worker 1 has a float32 tensor");
+    CK_HAS("worker 1 has a float32 tensor of shape [65]");
     st = fault(s, 3, 2, &ns);
     ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
     CK_HAS("called allgather");
@@ -219,7 +225,7 @@ Suite *suite_comm(void)
     Suite *s = suite_create("comm");
     TCase *tc = tcase_create("comm");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, test_comm_matrix, 0, 4);
+    tcase_add_loop_test(tc, test_comm_matrix, 0, 5);
     tcase_add_loop_test(tc, test_comm_staged, 0, 2);
     tcase_add_loop_test(tc, test_comm_skip_named, 0, 2);
     tcase_add_loop_test(tc, test_comm_skip_group_named, 0, 2);

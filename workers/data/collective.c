@@ -537,6 +537,20 @@ disco_status_t disco__coll_dev_span(struct disco__coll_call *c, int r, bool out,
     return st;
 }
 
+/* "[2, 3]" of a shape (ndim checked in range by take_post), cut to cap. */
+static const char *shape_str(const int64_t *shape, int ndim, char *out, size_t cap)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int d = 0; d < ndim && used < cap; d++) {
+        int k = snprintf(out + used, cap - used, "%s%lld", d ? ", " : "[", (long long)shape[d]);
+        used += k > 0 ? (size_t)k : 0;
+    }
+    if (used < cap)
+        snprintf(out + used, cap - used, "%s", ndim ? "]" : "[]");
+    return out;
+}
+
 /* Checks that every member's input has my dtype and shape (shape[0] too
  * unless any_dim0). */
 disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0)
@@ -549,13 +563,15 @@ disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0
         for (int d = any_dim0 ? 1 : 0; same && d < m->ndim; d++)
             same = m->shape[d] == c->me->shape[d];
         if (!same) {
-            char a[32], b[32];
-            return disco_set_error(
-                DISCO_E_MISMATCH,
-                "worker %d has a %s tensor of %d dims (device type %u), worker "
-                "%d a %s of %d (device type %u)",
-                c->base + r, disco_dtype_str(m->dtype, a, sizeof a), (int)m->ndim, m->dev_type,
-                c->w->id, disco_dtype_str(c->me->dtype, b, sizeof b), c->me->ndim, c->me->dev_type);
+            char a[32], b[32], sa[96], sb[96];
+            return disco_set_error(DISCO_E_MISMATCH,
+                                   "worker %d has a %s tensor of shape %s (device type %u), worker "
+                                   "%d a %s of shape %s (device type %u)",
+                                   c->base + r, disco_dtype_str(m->dtype, a, sizeof a),
+                                   shape_str(m->shape, m->ndim, sa, sizeof sa), m->dev_type,
+                                   c->w->id, disco_dtype_str(c->me->dtype, b, sizeof b),
+                                   shape_str(c->me->shape, c->me->ndim, sb, sizeof sb),
+                                   c->me->dev_type);
         }
     }
     return DISCO_OK;
