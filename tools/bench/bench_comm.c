@@ -184,7 +184,7 @@ void bench_comm(void)
         const char *name;
         int64_t iters;
     } sizes[] = {{1024, "1KiB", 2000}, {1 << 20, "1MiB", 50}};
-    int rounds = bench_reps(), quick = rounds < 5;
+    int rounds = bench_reps(), quick = rounds <= 5; /* --quick: 5 */
     char key[64];
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
         int n = ns[i];
