@@ -117,7 +117,7 @@ START_TEST(test_comm_skip_named)
     int64_t ns;
     disco_status_t st = fault(s, 1, 2, &ns);
     ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
-    CK_HAS("worker 2 ended the command without calling it");
+    CK_HAS("worker 2 ended the command without calling it (it returned early");
     ck_assert_msg(ns < 20000000000LL, "took %lld ms", (long long)(ns / 1000000));
     disco_value_t a[2] = {disco_value_int(-1), disco_value_int(-1)};
     ck_assert_int_eq(step(s, "comm.fault", a, 2), DISCO_E_BROKEN);
@@ -137,6 +137,21 @@ START_TEST(test_comm_skip_group_named)
     ck_assert_msg(st != DISCO_OK, "skipped collective passed");
     CK_HAS("worker 3 ended the command without calling it");
     ck_assert_msg(ns < 20000000000LL, "took %lld ms", (long long)(ns / 1000000));
+    disco_session_close(s);
+}
+END_TEST
+
+/* A member whose function fails before the allreduce: the others' error
+ * names it and says why it left (its own message, from its error box). */
+START_TEST(test_comm_failed_first_named)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(0, &dev, 60000);
+    int64_t ns;
+    disco_status_t st = fault(s, 7, 1, &ns);
+    ck_assert_msg(st != DISCO_OK, "a collective without worker 1 passed");
+    CK_HAS("worker 1 ended the command without calling it (it failed first: worker 1 fails on "
+           "purpose)");
     disco_session_close(s);
 }
 END_TEST
@@ -229,6 +244,7 @@ Suite *suite_comm(void)
     tcase_add_loop_test(tc, test_comm_staged, 0, 2);
     tcase_add_loop_test(tc, test_comm_skip_named, 0, 2);
     tcase_add_loop_test(tc, test_comm_skip_group_named, 0, 2);
+    tcase_add_test(tc, test_comm_failed_first_named);
     tcase_add_loop_test(tc, test_comm_kill_named, 0, 2);
     tcase_add_test(tc, test_comm_mismatch);
     tcase_add_loop_test(tc, test_comm_send_without_recv, 0, 2);

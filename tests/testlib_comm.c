@@ -192,7 +192,7 @@ DISCO_FUNC("comm.check", "iiibib", check)
  * (kind 3) calls allgather instead, (kind 4: worker 0 sends to the victim,
  * which returns without receiving; the others do nothing), (kind 5) two
  * allreduces where the victim calls one, (kind 6) as 1 in its group's
- * allreduce (in_group). Returns the number of output
+ * allreduce (in_group), (kind 7) fails before calling it. Returns the number of output
  * elements that are no longer -1 (0: nothing was written). */
 /* Fault injection, not synchronization: the victim dies 100 ms into its
  * wait; worker 0 arrives a second later, so the others wait for it inside
@@ -230,6 +230,8 @@ static disco_status_t fault(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
         if (pthread_create(&th, NULL, die_soon, NULL) != 0)
             kill(getpid(), SIGKILL);
         st = disco_ctx_allreduce(ctx, x, y, DISCO_REDUCE_SUM, false);
+    } else if (me == victim && kind == 7) {
+        return disco_ctx_fail(ctx, "worker %d fails on purpose", me);
     } else if (me == victim && (kind == 1 || kind == 6)) {
         st = DISCO_OK;
     } else if (me == victim && kind == 3) {

@@ -72,6 +72,7 @@ static disco_session_t *open_n(int n)
 {
     disco_session_config_t cfg = disco_session_config_default(n);
     cfg.call_timeout_ms = 60000;
+    cfg.heap_bytes = 64u << 20; /* 8 workers x 2 x 1 MiB, and the controller's tensors */
     disco_session_t *s;
     bu_unpin();
     bu_check(disco_session_open(&cfg, &s), "open session");

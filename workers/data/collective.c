@@ -120,6 +120,24 @@ static bool gen_moved_or_gone(void *p)
     return gen_moved(a) || a->gone >= 0;
 }
 
+/* Why member id left the command: its own failure in this command, read
+ * from its error box (the boxes are one array in the control segment;
+ * another process's words: bounded and escaped), else that it returned
+ * early or called fewer collectives. */
+static void gone_why(const struct disco__coll_call *c, int id, char *out, size_t cap)
+{
+    const struct disco__errbox *b = c->w->errbox - c->w->id + id;
+    snprintf(out, cap, "it returned early, or called fewer collectives");
+    /* Acquire: pairs with the member's release of full; its done mark,
+     * read before with acquire, came after. */
+    if (c->w->errbox == NULL || !atomic_load_explicit(&b->full, memory_order_acquire) ||
+        b->seq != c->w->seq)
+        return;
+    char msg[128];
+    disco__text_safe(msg, sizeof msg, b->msg, sizeof b->msg);
+    snprintf(out, cap, "it failed first: %s", msg);
+}
+
 /* Arrives and waits for the others (see collective.h). On a failed wait,
  * withdraws the arrival (A1) and returns the wait's status; returns
  * DISCO_OK if the barrier was passed, even as the wait gave up. With c, a
@@ -146,12 +164,15 @@ static disco_status_t barrier_wait(struct disco__barrier *b, uint32_t n, const d
         return DISCO_OK;
     if (st == DISCO_OK && gen_moved(&a))
         return DISCO_OK; /* passed: the member left after the barrier */
-    if (st == DISCO_OK)
+    if (st == DISCO_OK) {
+        char why[192];
+        gone_why(c, a.gone, why, sizeof why);
         st = disco_set_error(DISCO_E_MISMATCH,
                              "%s (collective %u of command %llu): worker %d ended the command "
-                             "without calling it (it returned early, or called fewer collectives)",
+                             "without calling it (%s)",
                              c->what, c->index, (unsigned long long)c->w->seq,
-                             a.gone + c->w->gid_base);
+                             a.gone + c->w->gid_base, why);
+    }
     /* A1. Acquire (load and failed swaps): if the generation moved, we
      * passed and need the others' writes, as gen_moved does. acq_rel on
      * success: a withdrawal is an arrival undone, ordered like one. */
