@@ -141,7 +141,11 @@ struct post_arg {
 static bool posted_to_me(void *v)
 {
     struct post_arg *a = v;
-    /* Acquire: pairs with the sender's release of POSTED (S1). */
+    /* Acquire: pairs with the sender's release of POSTED (S1). to and seq
+     * are read after it but may be rewritten by a sender that withdrew and
+     * posted again meanwhile: the claim's compare-and-swap on the state
+     * (ticket included) then fails, so a post is only taken with the
+     * fields of its own ticket (read again after the claim, in take). */
     uint64_t s = atomic_load_explicit(&a->p->state, memory_order_acquire);
     if ((s & 3) == DISCO__P2P_POSTED && a->p->to == a->w->id && a->p->seq == a->w->seq) {
         a->state = s;
