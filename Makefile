@@ -163,11 +163,11 @@ $(NODE_BENCH): $(BUILD)/obj/tools/bench/node_bench.o $(BUILD)/libdisco.a
 
 # The session tests' function library; its disco symbols come from the
 # program that loads it.
-$(TESTLIB): $(BUILD)/obj/testlib/testlib.o
+$(TESTLIB): $(BUILD)/obj/testlib/testlib.o $(BUILD)/obj/testlib/testlib_comm.o
 	@mkdir -p $(@D)
-	$(CC) -shared $(LDFLAGS) -o $@ $<
+	$(CC) -shared $(LDFLAGS) -o $@ $^
 
-$(BUILD)/obj/testlib/testlib.o: tests/testlib.c | $(DEPS_STAMP)
+$(BUILD)/obj/testlib/%.o: tests/%.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
 

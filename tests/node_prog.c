@@ -18,6 +18,7 @@
  *   error     a function that fails on the last worker only
  *   stream    20000 asynchronous calls, then a sync of every worker
  *   refuse    allreduce avg across nodes: DISCO_E_UNSUPPORTED
+ *   ctx       in-worker collectives (comm.h) across the nodes, two steps
  *   kill-worker  a forked worker of the last node is killed
  *   kill-node    the last node's process is killed
  *   kill-ctl     the controller kills itself after the open
@@ -82,6 +83,48 @@ static disco_status_t die(disco_ctx_t *ctx, const disco_value_t *a, int n, disco
     (void)n, (void)ret;
     if (disco_ctx_worker_id(ctx) == a[0].v.i)
         raise(SIGKILL);
+    return DISCO_OK;
+}
+
+/* nt.ctx(): in-worker collectives (<disco/comm.h>) across the nodes, each
+ * checked here: allreduce (sum, int32, in place) over the world and over
+ * the group (a node), allgather over the world, a barrier. Returns 0 or
+ * fails naming the first wrong element. */
+static disco_status_t ctx_coll(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)a, (void)n;
+    enum { LEN = 300 };
+    int64_t len = LEN, g = disco_ctx_worker_id(ctx), world = disco_ctx_world_size(ctx);
+    int64_t all = LEN * world;
+    DLDataType i32 = {kDLInt, 32, 1};
+    DLTensor *x, *y, *z;
+    disco_status_t st = disco_ctx_empty(ctx, &len, 1, i32, &x);
+    if (st == DISCO_OK)
+        st = disco_ctx_empty(ctx, &len, 1, i32, &y);
+    if (st == DISCO_OK)
+        st = disco_ctx_empty(ctx, &all, 1, i32, &z);
+    if (st != DISCO_OK)
+        return st;
+    for (int64_t i = 0; i < LEN; i++)
+        ((int32_t *)x->data)[i] = (int32_t)(g * 1000 + i), ((int32_t *)y->data)[i] = 1;
+    if ((st = disco_ctx_allgather(ctx, x, z, false)) != DISCO_OK ||
+        (st = disco_ctx_allreduce(ctx, x, x, DISCO_REDUCE_SUM, false)) != DISCO_OK ||
+        (st = disco_ctx_barrier(ctx, false)) != DISCO_OK ||
+        (st = disco_ctx_allreduce(ctx, y, y, DISCO_REDUCE_SUM, true)) != DISCO_OK)
+        return st;
+    for (int64_t i = 0; i < LEN; i++) {
+        int64_t want = 0;
+        for (int64_t w = 0; w < world; w++)
+            want += w * 1000 + i;
+        if (((int32_t *)x->data)[i] != want)
+            return disco_ctx_fail(ctx, "ctx allreduce [%lld]: %d, want %lld", (long long)i,
+                                  ((int32_t *)x->data)[i], (long long)want);
+    }
+    for (int64_t i = 0; i < all; i++)
+        if (((int32_t *)z->data)[i] != (int32_t)(i / LEN * 1000 + i % LEN))
+            return disco_ctx_fail(ctx, "ctx allgather [%lld]: %d", (long long)i,
+                                  ((int32_t *)z->data)[i]);
+    *ret = disco_value_int(((int32_t *)y->data)[0]); /* the group's size */
     return DISCO_OK;
 }
 
@@ -294,6 +337,25 @@ static int refuse(disco_session_t *s)
     return st == DISCO_E_UNSUPPORTED ? 0 : 1;
 }
 
+/* Two steps of nt.ctx, each one call_sync_all; prints each worker's group
+ * size as its allreduce over the group counted it. */
+static int ctx(disco_session_t *s)
+{
+    disco_dref_t f, r;
+    CHECK(disco_session_get_func(s, "nt.ctx", &f));
+    for (int k = 0; k < 2; k++) {
+        CHECK(disco_session_call_sync_all(s, f, NULL, 0, &r));
+        for (int w = 0; w < disco_session_num_workers(s); w++) {
+            disco_value_t v;
+            CHECK(disco_session_debug_get(s, r, w, &v));
+            if (k == 1)
+                printf("ctx worker %d: group of %lld\n", w, (long long)v.v.i);
+        }
+        CHECK(disco_session_free_reg(s, r));
+    }
+    return 0;
+}
+
 static int kill_one(disco_session_t *s, int gid)
 {
     disco_value_t a[1] = {disco_value_int(gid)};
@@ -321,6 +383,7 @@ int main(int argc, char **argv)
     disco_register_func("nt.fail_last", "", fail_last);
     disco_register_func("nt.count", "", count);
     disco_register_func("nt.die", "i", die);
+    disco_register_func("nt.ctx", "", ctx_coll);
     disco_session_config_t cfg = disco_session_config_default(0);
     cfg.call_timeout_ms = 10000;
     if (argc >= 5 && strcmp(argv[3], "--local") == 0) {
@@ -343,6 +406,8 @@ int main(int argc, char **argv)
         rc = ids(s);
     else if (strcmp(sc, "coll") == 0)
         rc = coll(s);
+    else if (strcmp(sc, "ctx") == 0)
+        rc = ctx(s);
     else if (strcmp(sc, "coll-sim") == 0)
         rc = coll_sim(s);
     else if (strcmp(sc, "debug") == 0)

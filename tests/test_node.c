@@ -180,6 +180,30 @@ START_TEST(test_coll_matches_one_node)
 }
 END_TEST
 
+/* In-worker collectives (<disco/comm.h>: allgather, allreduce in place
+ * over the world and over a node's group, barrier) across nodes, each one
+ * call_sync_all step whose functions check every element; then the same
+ * program on one node of as many workers prints the same. */
+START_TEST(test_ctx_coll_across_nodes)
+{
+    if (!can_run())
+        return;
+    static char multi[16384], one[16384];
+    int np = shapes[_i].np, wpn = shapes[_i].wpn;
+    int rc = on_nodes(np, "ctx", wpn, false, multi, sizeof multi, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, multi);
+    assert_ok(multi, "ctx");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "DISCO_QUIET=1 %s ctx %d --local %d 2>/dev/null", PROG, wpn, np);
+    ck_assert_int_eq(run(cmd, one, sizeof one), 0);
+    char want[64];
+    snprintf(want, sizeof want, "ctx worker 0: group of %d\n", wpn);
+    ck_assert_msg(strstr(multi, want) != NULL, "%s", multi);
+    ck_assert_msg(strcmp(multi, one) == 0, "%d nodes:\n%s\none node:\n%s", np, multi, one);
+    assert_nothing_left();
+}
+END_TEST
+
 /* Device tensors (sim) across nodes: allreduce, allgather and gather
  * staged through the host between the nodes, the same results as one
  * node's kernels and device copies. */
@@ -435,6 +459,7 @@ Suite *suite_node(void)
     tcase_add_loop_test(tc, test_ids, 0, 4);
     tcase_add_loop_test(tc, test_coll_matches_one_node, 0, 4);
     tcase_add_test(tc, test_sim_allreduce_matches_one_node);
+    tcase_add_loop_test(tc, test_ctx_coll_across_nodes, 0, 4);
     tcase_add_test(tc, test_debug_set_get);
     tcase_add_test(tc, test_remote_error);
     tcase_add_test(tc, test_stream);

@@ -86,7 +86,9 @@ START_TEST(test_posted_offsets_checked)
     struct disco__coll_slot *m = disco__coll_slot(a, 2, 1, (uint32_t)(s->w0.ncoll & 1), 1);
     const DLTensor *x0 = disco__worker_get_reg(&s->w0, x)->v.tensor;
     memset(m, 0, sizeof *m);
-    m->seq = s->seq + 1; /* the call's command */
+    m->seq = s->seq + 1;                                      /* the call's command */
+    m->kind = send ? DISCO__K_SEND_RECV : DISCO__K_ALLREDUCE; /* its first collective */
+    m->index = 0;
     m->ndim = 1;
     m->dtype = F32;
     m->shape[0] = n;

@@ -36,6 +36,7 @@
 #define DISCO_DISCO_H
 
 #include "disco/clock.h"
+#include "disco/comm.h"
 #include "disco/device.h"
 #include "disco/dtype.h"
 #include "disco/func.h"

@@ -49,6 +49,7 @@ from ._types import DataType, Device, cpu, cuda, sim
 from .session import (DModule, DPackedFunc, DRef, ProcessSession, REDUCE_OPS, Session, Tensor,
                       register_func, worker_program)
 from . import rpc
+from . import comm
 
 _core._set_types(DataType, Device, ERROR_CLASSES, DiscoError)
 # os.fork (and multiprocessing's fork) set a child's Python up: note it, so

@@ -293,6 +293,13 @@ extern PyObject *dp_DataType, *dp_Device, *dp_error_classes, *dp_DiscoError;
 
 extern PyMethodDef dp_pyfunc_methods[];
 
+/* ---- disco.comm (_comm.c) ---- */
+
+/* The ctx of the worker function running on this thread (set by _pyfunc.c's
+ * trampoline for the call), or NULL. */
+extern __thread disco_ctx_t *dp_comm_ctx;
+extern PyMethodDef dp_comm_methods[];
+
 /** Whether calls release the GIL around disco_session_call (1). */
 extern int dp_call_nogil;
 

@@ -218,6 +218,7 @@ PyMODINIT_FUNC PyInit__core(void)
         return NULL;
     if (PyModule_AddFunctions(m, dp_pyfunc_methods) < 0 ||
         PyModule_AddFunctions(m, dp_rpc_methods) < 0 ||
+        PyModule_AddFunctions(m, dp_comm_methods) < 0 ||
         add_type(m, &dp_session_spec, NULL, "Session", &dp_Session_Type) < 0 ||
         add_type(m, &dp_dref_spec, NULL, "DRef", &dp_DRef_Type) < 0 ||
         add_type(m, &dp_func_spec, dp_DRef_Type, "DPackedFunc", &dp_Func_Type) < 0 ||

@@ -220,8 +220,11 @@ static disco_status_t trampoline(disco_ctx_t *ctx, const disco_value_t *args, in
         }
         PyTuple_SetItem(tuple, i, a);
     }
+    disco_ctx_t *outer = dp_comm_ctx; /* disco.comm finds the call's worker (_comm.c) */
+    dp_comm_ctx = ctx;
     if (tuple != NULL)
         r = PyObject_Call(pf->fn, tuple, NULL);
+    dp_comm_ctx = outer;
     if (r == NULL) {
         describe_exception(why, sizeof why);
         st = DISCO_E_REMOTE;

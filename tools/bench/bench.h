@@ -73,6 +73,10 @@ void bench_session(void);
  *  waker_overhead_ratio, with a process that only wakes every 100 ms. Skipped, with one line,
  * without the disco program (beside this one, or $DISCO_BENCH_TOP). */
 void bench_session_top(void);
+/** The in-worker collective figures (bench_comm.c): ctx_allreduce_us_1KiB_nN,
+ *  ctx_allreduce_us_1MiB_nN (N = 2, 4, 8) beside mpi_allreduce_us_* and
+ *  ctl_allreduce_us_* of the same sizes and N, and ctx_sendrecv_us_1KiB_n2. */
+void bench_comm(void);
 /** The recovery figures (bench_recover.c): recover_ms_n8 (median),
  *  recover_ms_n8_p99 and their baseline recover_open_ms_n8 (open + close of
  *  a fresh session of 8, in the same run). */

@@ -224,6 +224,7 @@ static const struct section {
     {"RPC: call and copy to remote", bench_rpc},
     {"Open MPI baseline", bench_mpi},
     {"SPMD step: every worker, beside Open MPI", bench_step},
+    {"in-worker collectives (comm.h), beside Open MPI", bench_comm},
     {"across nodes: 2 nodes x 2 workers", bench_node},
     {"GPU", bench_gpu}, /* last: it initializes CUDA here, after which nothing may fork */
 };

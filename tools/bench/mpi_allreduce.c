@@ -15,7 +15,10 @@
  *   mpi_allreduce_us_64MiB=12345.678
  *
  * REPS (default 15) repetitions for 64 MiB, ten times as many for 1 MiB,
- * after warm-up calls that fault the buffers in.
+ * after warm-up calls that fault the buffers in. With a second argument
+ * "sizes" (tools/bench/bench_comm.c, any number of ranks): 1 KiB and 1 MiB
+ * instead, ten times REPS each, printed as mpi_allreduce_us_1KiB= and
+ * mpi_allreduce_us_1MiB=.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -98,6 +101,18 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: mpirun -np N mpi_allreduce [REPS 1..%d]\n", MAX_REPS / 10);
         MPI_Finalize();
         return 2;
+    }
+    if (argc > 2 && strcmp(argv[2], "sizes") == 0) { /* bench_comm.c's baseline */
+        double kib = allreduce_us(rank, 1024, WARM_SMALL, reps * 10);
+        double mib = allreduce_us(rank, MIB, WARM_SMALL, reps * 10);
+        if (rank == 0) {
+            printf("mpi_ranks=%d\n", size);
+            printf("mpi_allreduce_us_1KiB=%.3f\n", kib);
+            printf("mpi_allreduce_us_1MiB=%.3f\n", mib);
+            fflush(stdout);
+        }
+        MPI_Finalize();
+        return 0;
     }
     double small = allreduce_us(rank, MIB, WARM_SMALL, reps * 10);
     double big = allreduce_us(rank, 64 * (size_t)MIB, WARM_BIG, reps);

@@ -8,6 +8,7 @@
 #include "shm/wait_internal.h"
 #include "workers/core/registry.h"
 #include "workers/data/arena.h"
+#include "workers/data/collective.h"
 #include "workers/data/tensor_impl.h"
 
 static const char *const cmd_names[DISCO_CMD_COUNT] = {
@@ -311,6 +312,7 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
 {
     *reply_len = 0;
     w->seq = h->seq;
+    w->cmd_coll = w->cmd_phase = 0;
     struct disco__call_head hd; /* a call's: check_shape reads it */
     disco_status_t st = check_shape(h, args, &hd);
     if (st != DISCO_OK) {
@@ -330,6 +332,7 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
     case DISCO_CMD_CALL_SYNC:
         kill_reg(w, hd.kill);
         exec_call(w, hd.result, hd.func, args + 1, (int)h->nargs - 1);
+        disco__coll_done(w); /* members still waiting in this command see it */
         /* A call's failure is posted as any call's (the errbox); the answer
          * to a CALL_SYNC only says that it ran, as a sync's does. */
         return h->code == DISCO_CMD_CALL_SYNC

@@ -58,6 +58,9 @@ typedef struct disco_worker {
     void *abandon_ctx;
     struct disco__dev_area *dev_area; /* the session's device area (arena.h), or NULL */
     struct disco__arena *arena;       /* this worker's device arena, made at first use */
+    /* In the command being executed: collectives begun, and barriers
+     * arrived at over all of them (collective.h, Identity and A2). */
+    uint32_t cmd_coll, cmd_phase;
 } disco_worker_t;
 
 /** Sets up worker id of world with its mailbox, the session's heap (may be

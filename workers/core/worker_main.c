@@ -38,7 +38,11 @@ static disco_status_t parent_alive(void *p)
 static disco_status_t end_on_abandon(void *ctx, disco_status_t st, const int *late, int nlate,
                                      const char *what)
 {
-    (void)ctx, (void)st, (void)late, (void)nlate, (void)what;
+    (void)late, (void)nlate;
+    /* Its last words (the errbox), which the controller appends to the
+     * death it reports: why this member gave up, e.g. which member left
+     * the command without calling the collective (test_comm_skip_group_named). */
+    disco__worker_post_error(ctx, st, what, disco_last_error());
     _exit(1);
 }
 
@@ -118,6 +122,7 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     disco__worker_init(&w, id, (int)lay.geom.world, &boxes[id], &heap,
                        (struct disco__coll_area *)(base + lay.r[DISCO_CTL_COLL].off), &wait);
     w.abandon = end_on_abandon;
+    w.abandon_ctx = &w;
     w.gid_base = (int)gid_base;
     w.gworld = (int)gworld;
     w.one_group = ctl->ggroups == 1;

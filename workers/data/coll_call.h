@@ -9,6 +9,11 @@
  *   for each further phase. A failed barrier wait gives the call up (A1-A3
  *   in collective.h) before these calls return.
  *
+ * A command may run several calls (a worker function calling comm.h's
+ * collectives): each begins with the next index of the command
+ * (disco_worker_t's cmd_coll), and its barriers continue the command's
+ * count (cmd_phase), which the marks carry (collective.h, Identity, A2).
+ *
  * Thread safety: a call's struct belongs to the one worker thread running
  * it.
  */
@@ -43,7 +48,7 @@ struct disco__coll_call {
     int rank, size, base;   /* within the group; base = first worker of the group */
     int ngroups;            /* groups in the world (this process's copy) */
     uint32_t parity;        /* which of the two slot sets this collective uses */
-    uint32_t phase;         /* barriers this member has arrived at in this call */
+    uint32_t index;         /* which of the command's collectives (collective.h, Identity) */
     const char *what;       /* the collective's name, for messages */
     bool met;               /* the meeting succeeded */
     bool across;            /* a world collective of a session on several nodes:
@@ -137,6 +142,30 @@ disco_status_t disco__coll_dev_span(struct disco__coll_call *c, int r, bool out,
 /** Checks that every member's input has this member's dtype and shape
  *  (shape[0] too unless any_dim0). Returns DISCO_OK or DISCO_E_MISMATCH. */
 disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0);
+
+/* ---- the bodies shared by the builtins and comm.h (collective_ops.c) ----
+ *
+ * Each runs one whole collective call on ctx's worker over its group
+ * (in_group) or the world. pre is this member's verdict on its arguments
+ * before the call: an error is posted for every member to see at the
+ * meeting (the tensors may then be NULL), so every member fails alike
+ * after the same barriers. Tensors are ours: heap or device arena. */
+
+/** allreduce of x into out (same dtype, shape and device; out may be x).
+ *  Returns DISCO_OK or the call's failure. */
+disco_status_t disco__coll_allreduce_into(disco_ctx_t *ctx, bool in_group, disco_status_t pre,
+                                          const DLTensor *x, DLTensor *out, disco_reduce_op_t op);
+
+/** allgather of x into out (x's shape with dimension 0 times the members;
+ *  checked). Returns as disco__coll_allreduce_into. */
+disco_status_t disco__coll_allgather_into(disco_ctx_t *ctx, bool in_group, disco_status_t pre,
+                                          const DLTensor *x, DLTensor *out);
+
+/** After a meeting with same inputs: copies member rank's posted input
+ *  (device bytes) into dst (this member's own, host or device), queued on
+ *  this member's arena stream (the call's end syncs it). Returns DISCO_OK
+ *  or this member's failure. */
+disco_status_t disco__coll_dev_copy_into(struct disco__coll_call *c, int rank, DLTensor *dst);
 
 /* ---- device tensors (collective_dev.c) ----
  *

@@ -20,7 +20,7 @@ static size_t dev_area_at(uint32_t world, uint32_t num_groups)
 {
     size_t at = sizeof(struct disco__coll_area) + num_groups * sizeof(struct disco__barrier) +
                 2 * world * sizeof(struct disco__coll_slot) +
-                world * sizeof(struct disco__coll_mark);
+                world * sizeof(struct disco__coll_mark) + world * sizeof(struct disco__p2p);
     return (at + 63) / 64 * 64;
 }
 
@@ -54,11 +54,31 @@ struct disco__coll_mark *disco__coll_mark(struct disco__coll_area *a, uint32_t w
     return (struct disco__coll_mark *)disco__coll_slot(a, world, num_groups, 0, 2 * world) + w;
 }
 
+struct disco__p2p *disco__coll_p2p(struct disco__coll_area *a, uint32_t world, uint32_t num_groups,
+                                   uint32_t w)
+{
+    return (struct disco__p2p *)disco__coll_mark(a, world, num_groups, world) + w;
+}
+
+void disco__coll_done(struct disco_worker *w)
+{
+    if (w->coll == NULL)
+        return;
+    int groups = w->ngroups > 0 ? (int)w->ngroups : 1;
+    /* Release: pairs with the acquire of departed(); every write this
+     * worker made in the command comes before it (Identity, collective.h). */
+    atomic_store_explicit(
+        &disco__coll_mark(w->coll, (uint32_t)w->world, (uint32_t)groups, (uint32_t)w->id)->at,
+        DISCO__COLL_MARK(w->seq, DISCO__COLL_DONE), memory_order_release);
+}
+
 /* ---- barrier ---- */
 
 struct gen_arg {
     struct disco__barrier *b;
     uint32_t gen;
+    struct disco__coll_call *c; /* the call, to watch its members' marks */
+    int gone;                   /* a member that ended the command, or -1 */
 };
 
 static bool gen_moved(void *p)
@@ -70,10 +90,61 @@ static bool gen_moved(void *p)
     return (uint32_t)(atomic_load_explicit(&a->b->state, memory_order_acquire) >> 32) != a->gen;
 }
 
+/* The first member of c (not this one) whose mark says it ended the
+ * command (or went on past it) without arriving, or -1. */
+static int departed(struct disco__coll_call *c)
+{
+    uint64_t done = DISCO__COLL_MARK(c->w->seq, DISCO__COLL_DONE);
+    for (int r = 0; r < c->size; r++) {
+        int id = c->base + r;
+        /* Acquire: pairs with disco__coll_done's release (and a barrier
+         * mark's of a later command). */
+        if (id != c->w->id &&
+            atomic_load_explicit(
+                &disco__coll_mark(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups, (uint32_t)id)
+                     ->at,
+                memory_order_acquire) >= done)
+            return id;
+    }
+    return -1;
+}
+
+/* The barrier passed, or a member left: checked departure first, so that a
+ * member that left after passing (its done mark read with acquire) implies
+ * the generation's move is visible to the load that follows. */
+static bool gen_moved_or_gone(void *p)
+{
+    struct gen_arg *a = p;
+    if (a->c != NULL && a->gone < 0)
+        a->gone = departed(a->c);
+    return gen_moved(a) || a->gone >= 0;
+}
+
+/* Why member id left the command: its own failure in this command, read
+ * from its error box (the boxes are one array in the control segment;
+ * another process's words: bounded and escaped), else that it returned
+ * early or called fewer collectives. */
+static void gone_why(const struct disco__coll_call *c, int id, char *out, size_t cap)
+{
+    const struct disco__errbox *b = c->w->errbox - c->w->id + id;
+    snprintf(out, cap, "it returned early, or called fewer collectives");
+    /* Acquire: pairs with the member's release of full; its done mark,
+     * read before with acquire, came after. */
+    if (c->w->errbox == NULL || !atomic_load_explicit(&b->full, memory_order_acquire) ||
+        b->seq != c->w->seq)
+        return;
+    char msg[128];
+    disco__text_safe(msg, sizeof msg, b->msg, sizeof b->msg);
+    snprintf(out, cap, "it failed first: %s", msg);
+}
+
 /* Arrives and waits for the others (see collective.h). On a failed wait,
  * withdraws the arrival (A1) and returns the wait's status; returns
- * DISCO_OK if the barrier was passed, even as the wait gave up. */
-static disco_status_t barrier_wait(struct disco__barrier *b, uint32_t n, const disco_wait_t *w)
+ * DISCO_OK if the barrier was passed, even as the wait gave up. With c, a
+ * member of c that ends the command without arriving fails the wait with
+ * DISCO_E_MISMATCH naming it. */
+static disco_status_t barrier_wait(struct disco__barrier *b, uint32_t n, const disco_wait_t *w,
+                                   struct disco__coll_call *c)
 {
     /* Relaxed: only a first guess for the swap, which reads the latest. */
     uint64_t cur = atomic_load_explicit(&b->state, memory_order_relaxed), next;
@@ -87,10 +158,21 @@ static disco_status_t barrier_wait(struct disco__barrier *b, uint32_t n, const d
         disco_waitq_wake(&b->q);
         return DISCO_OK;
     }
-    struct gen_arg a = {b, gen};
-    disco_status_t st = disco_wait_until(&b->q, gen_moved, &a, w);
-    if (st == DISCO_OK)
+    struct gen_arg a = {b, gen, c, -1};
+    disco_status_t st = disco_wait_until(&b->q, gen_moved_or_gone, &a, w);
+    if (st == DISCO_OK && a.gone < 0)
         return DISCO_OK;
+    if (st == DISCO_OK && gen_moved(&a))
+        return DISCO_OK; /* passed: the member left after the barrier */
+    if (st == DISCO_OK) {
+        char why[192];
+        gone_why(c, a.gone, why, sizeof why);
+        st = disco_set_error(DISCO_E_MISMATCH,
+                             "%s (collective %u of command %llu): worker %d ended the command "
+                             "without calling it (%s)",
+                             c->what, c->index, (unsigned long long)c->w->seq,
+                             a.gone + c->w->gid_base, why);
+    }
     /* A1. Acquire (load and failed swaps): if the generation moved, we
      * passed and need the others' writes, as gen_moved does. acq_rel on
      * success: a withdrawal is an arrival undone, ordered like one. */
@@ -104,13 +186,34 @@ static disco_status_t barrier_wait(struct disco__barrier *b, uint32_t n, const d
 
 /* ---- one collective call (coll_call.h) ---- */
 
+static const char *const kind_names[DISCO__K_COUNT] = {
+    [DISCO__K_OTHER] = "another collective",     [DISCO__K_ALLREDUCE] = "allreduce",
+    [DISCO__K_ALLGATHER] = "allgather",          [DISCO__K_BROADCAST] = "broadcast_from_worker0",
+    [DISCO__K_SCATTER] = "scatter_from_worker0", [DISCO__K_GATHER] = "gather_to_worker0",
+    [DISCO__K_SEND_RECV] = "send_recv",          [DISCO__K_BARRIER] = "barrier",
+    [DISCO__K_BCAST_ROOT] = "broadcast",
+};
+
+static uint32_t kind_of(const char *what)
+{
+    for (uint32_t k = 1; k < DISCO__K_COUNT; k++)
+        if (strcmp(kind_names[k], what) == 0)
+            return k;
+    return DISCO__K_OTHER;
+}
+
+/* A kind read from another process's slot: bounded before use. */
+static const char *kind_name(uint32_t k)
+{
+    return k < DISCO__K_COUNT ? kind_names[k] : "an unknown collective";
+}
+
 void disco__coll_begin(disco_ctx_t *ctx, bool in_group, const char *what,
                        struct disco__coll_call *c)
 {
     disco_worker_t *w = ctx->worker;
     c->w = w;
     c->what = what;
-    c->phase = 0;
     c->a = w->coll;
     /* The geometry is this process's own copy: the area's header is shared
      * memory that any member could overwrite. */
@@ -128,6 +231,10 @@ void disco__coll_begin(disco_ctx_t *ctx, bool in_group, const char *what,
         disco__coll_slot(c->a, (uint32_t)w->world, (uint32_t)groups, c->parity, (uint32_t)w->id);
     memset(c->me, 0, sizeof *c->me);
     c->me->seq = w->seq;
+    c->index = w->cmd_coll++;
+    c->me->index = c->index;
+    c->me->kind = kind_of(what);
+    c->me->arg = 0;
     c->local = DISCO_OK;
     c->met = false;
     c->across = disco__worker_crosses(w, in_group);
@@ -181,7 +288,7 @@ void disco__coll_post_tensor(struct disco__coll_call *c, const DLTensor *t, bool
 static disco_status_t abandon(struct disco__coll_call *c, disco_status_t st, bool everyone)
 {
     int late[DISCO_MAX_WORKERS], nlate = 0;
-    uint64_t want = c->w->seq << 8 | c->phase;
+    uint64_t want = DISCO__COLL_MARK(c->w->seq, c->w->cmd_phase);
     for (int r = 0; r < c->size; r++) {
         int id = c->base + r;
         /* Acquire: pairs with the member's release of its mark. */
@@ -240,14 +347,14 @@ disco_status_t disco__coll_barrier(struct disco__coll_call *c)
     if (c->gave_up != DISCO_OK) /* the others were handed to the hook */
         return c->gave_up;
     disco_status_t rst = record_mine(c);
-    c->phase++;
+    c->w->cmd_phase++;
     /* Release: this phase's writes (our slot, our part of the others'
      * outputs) come before the mark that says we are done with them. */
     atomic_store_explicit(
         &disco__coll_mark(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups, (uint32_t)c->w->id)
              ->at,
-        c->w->seq << 8 | c->phase, memory_order_release);
-    disco_status_t st = barrier_wait(c->bar, (uint32_t)c->size, c->w->wait);
+        DISCO__COLL_MARK(c->w->seq, c->w->cmd_phase), memory_order_release);
+    disco_status_t st = barrier_wait(c->bar, (uint32_t)c->size, c->w->wait, c);
     if (st != DISCO_OK)
         return abandon(c, st, false);
     disco_status_t wst = c->dev && !c->by_flags ? wait_for_members(c) : DISCO_OK;
@@ -375,6 +482,18 @@ disco_status_t disco__coll_meet(struct disco__coll_call *c)
         if (m->seq != c->w->seq)
             return disco_set_error(DISCO_E_PROTOCOL, "worker %d is at another command",
                                    c->base + r);
+        uint32_t kind = m->kind, index = m->index;
+        if (kind != c->me->kind || index != c->index)
+            return disco_set_error(DISCO_E_MISMATCH,
+                                   "worker %d called %s as its collective %u of the command, "
+                                   "worker %d %s as its %u",
+                                   c->base + r + c->w->gid_base, kind_name(kind), index,
+                                   c->w->id + c->w->gid_base, kind_name(c->me->kind), c->index);
+        int32_t arg = m->arg;
+        if (arg != c->me->arg)
+            return disco_set_error(DISCO_E_MISMATCH, "%s: worker %d gave root %d, worker %d %d",
+                                   c->what, c->base + r + c->w->gid_base, (int)arg,
+                                   c->w->id + c->w->gid_base, (int)c->me->arg);
         int32_t mst = m->status;
         if (mst != DISCO_OK) { /* another process's words: bounded, escaped */
             char msg[sizeof m->msg];
@@ -439,6 +558,20 @@ disco_status_t disco__coll_dev_span(struct disco__coll_call *c, int r, bool out,
     return st;
 }
 
+/* "[2, 3]" of a shape (ndim checked in range by take_post), cut to cap. */
+static const char *shape_str(const int64_t *shape, int ndim, char *out, size_t cap)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int d = 0; d < ndim && used < cap; d++) {
+        int k = snprintf(out + used, cap - used, "%s%lld", d ? ", " : "[", (long long)shape[d]);
+        used += k > 0 ? (size_t)k : 0;
+    }
+    if (used < cap)
+        snprintf(out + used, cap - used, "%s", ndim ? "]" : "[]");
+    return out;
+}
+
 /* Checks that every member's input has my dtype and shape (shape[0] too
  * unless any_dim0). */
 disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0)
@@ -451,13 +584,15 @@ disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0
         for (int d = any_dim0 ? 1 : 0; same && d < m->ndim; d++)
             same = m->shape[d] == c->me->shape[d];
         if (!same) {
-            char a[32], b[32];
-            return disco_set_error(
-                DISCO_E_MISMATCH,
-                "worker %d has a %s tensor of %d dims (device type %u), worker "
-                "%d a %s of %d (device type %u)",
-                c->base + r, disco_dtype_str(m->dtype, a, sizeof a), (int)m->ndim, m->dev_type,
-                c->w->id, disco_dtype_str(c->me->dtype, b, sizeof b), c->me->ndim, c->me->dev_type);
+            char a[32], b[32], sa[96], sb[96];
+            return disco_set_error(DISCO_E_MISMATCH,
+                                   "worker %d has a %s tensor of shape %s (device type %u), worker "
+                                   "%d a %s of shape %s (device type %u)",
+                                   c->base + r, disco_dtype_str(m->dtype, a, sizeof a),
+                                   shape_str(m->shape, m->ndim, sa, sizeof sa), m->dev_type,
+                                   c->w->id, disco_dtype_str(c->me->dtype, b, sizeof b),
+                                   shape_str(c->me->shape, c->me->ndim, sb, sizeof sb),
+                                   c->me->dev_type);
         }
     }
     return DISCO_OK;

@@ -25,10 +25,13 @@
  *      generation moved first, the barrier was passed and the member goes
  *      on as if its wait had succeeded.
  *   A2 looks at the members' marks: before arriving at each barrier, a
- *      member stores (command seq << 8 | barrier number) in its mark
- *      (release), after its writes of the phase. A member whose mark is
- *      older may still be writing into the others' buffers (or has not
- *      even begun the collective).
+ *      member stores DISCO__COLL_MARK(command seq, barrier number) in its
+ *      mark (release), after its writes of the phase. The barrier number
+ *      counts every barrier of the command, over all the collectives the
+ *      command runs (a worker function may call several: comm.h), so a
+ *      mark orders a member's progress within the command. A member whose
+ *      mark is older may still be writing into the others' buffers (or
+ *      has not even begun the collective).
  *   A3 calls the worker's abandon hook with those late members before the
  *      call returns and frees anything. Worker 0 (the controller) kills and
  *      reaps them and breaks the session; a worker process ends itself at
@@ -36,6 +39,40 @@
  * So a collective any member gives up never lets another touch the
  * abandoned buffers, and the session is broken: no later collective runs
  * on desynchronised barriers.
+ *
+ * Identity. A collective is (command seq, its index among the command's
+ * collectives, its kind). Each member posts all three in its slot; the
+ * meeting fails alike on every member (DISCO_E_MISMATCH, naming who
+ * called what) when they differ, so members that call different
+ * collectives, or a different number of them, never exchange data.
+ * Departure: when a worker ends a command it stores
+ * DISCO__COLL_MARK(seq, DISCO__COLL_DONE) in its mark (release; the
+ * barrier waits read it with acquire), so a member waiting at a barrier
+ * of that command sees, within a park slice, that a member left without
+ * arriving (it returned early, or skipped the collective), and gives the
+ * call up (A1-A3) with DISCO_E_MISMATCH naming it instead of waiting for
+ * the deadline. Test: comm_skip_named (tests/test_comm.c).
+ *
+ * Point-to-point (comm.h: disco_ctx_send / disco_ctx_recv; comm_p2p.c).
+ * Each worker has one outgoing post, struct disco__p2p, after the marks:
+ *   S1 the sender writes the post's fields (to, seq, tensor), then stores
+ *      state = ticket << 2 | P2P_POSTED (release) with a fresh ticket;
+ *   R1 the receiver waits for state POSTED with to == itself and seq ==
+ *      its command's (acquire: pairs with S1), then claims it with a
+ *      compare-and-swap POSTED -> CLAIMED (acq_rel);
+ *   R2 it checks dtype and shape, copies the bytes into its own tensor
+ *      (or not, on a mismatch), then stores ack = ticket << 32 | status
+ *      (release; pairs with S2);
+ *   S2 the sender waits for the ack of its ticket (acquire), and only then
+ *      lets the caller touch the tensor again.
+ * Giving up: a sender whose wait fails withdraws with a compare-and-swap
+ * POSTED -> WITHDRAWN: if it wins, no receiver ever reads the bytes; if
+ * the receiver claimed first, the sender waits for the ack (a copy is
+ * bounded; a receiver that dies mid-copy ends that wait through the
+ * worker's check). A receiver that gives up has claimed nothing: it wrote
+ * no byte. Both sides watch the other's departure mark, so a send whose
+ * receiver returned (or a receive whose sender did) fails naming it.
+ * Test: comm_send_without_recv.
  *
  * Trust: worker 0 is the controller, and the members' slots are written by
  * other processes. Every heap offset and length read from a slot is checked
@@ -58,14 +95,52 @@ struct disco__barrier {
     disco_waitq_t q;
 };
 
-/* A member's progress: (command seq << 8 | barrier number within the
- * command), stored before it arrives at that barrier. */
+/* A member's progress: DISCO__COLL_MARK(command seq, barrier number within
+ * the command), stored before it arrives at that barrier; DONE when the
+ * worker ended the command. 24 bits of barriers a command. */
 struct disco__coll_mark {
     _Alignas(64) _Atomic uint64_t at;
 };
+#define DISCO__COLL_DONE         0xffffffu
+#define DISCO__COLL_MARK(seq, b) ((uint64_t)(seq) << 24 | (uint64_t)(b))
+
+/* Collective kinds, posted in the slot for the meeting's identity check. */
+enum disco__coll_kind {
+    DISCO__K_OTHER = 0,
+    DISCO__K_ALLREDUCE,
+    DISCO__K_ALLGATHER,
+    DISCO__K_BROADCAST,
+    DISCO__K_SCATTER,
+    DISCO__K_GATHER,
+    DISCO__K_SEND_RECV,
+    DISCO__K_BARRIER,
+    DISCO__K_BCAST_ROOT, /* comm.h's broadcast from any root, into each buffer */
+    DISCO__K_COUNT
+};
+
+/* One worker's outgoing point-to-point post (protocol S1-S2, R1-R2 above). */
+struct disco__p2p {
+    _Alignas(64) _Atomic uint64_t state; /* ticket << 2 | P2P_* */
+    _Atomic uint64_t ack;                /* ticket << 32 | (uint32_t)status */
+    uint64_t seq;                        /* the sender's command */
+    int32_t to;                          /* the receiver (a worker id on this node) */
+    int32_t ndim;
+    DLDataType dtype;
+    uint32_t dev_type; /* 0: a heap tensor; else its device type */
+    uint64_t block, off;
+    int64_t shape[DISCO_MAX_NDIM];
+    disco_waitq_t q; /* the sender parks here for its ack */
+};
+#define DISCO__P2P_IDLE      0u
+#define DISCO__P2P_POSTED    1u
+#define DISCO__P2P_CLAIMED   2u
+#define DISCO__P2P_WITHDRAWN 3u
 
 struct disco__coll_slot {
     _Alignas(64) uint64_t seq; /* the command this post belongs to */
+    uint32_t index;            /* which of the command's collectives (0, 1, ...) */
+    uint32_t kind;             /* enum disco__coll_kind */
+    int32_t arg;               /* the kind's argument every member must agree on (root) */
     int32_t status;            /* this member's own verdict before the exchange */
     int32_t ndim;
     DLDataType dtype;
@@ -84,7 +159,8 @@ struct disco__coll_slot {
 
 /* The area: one barrier for the whole world and one per group, then two
  * sets of one slot per worker (alternate collectives use alternate sets),
- * then one mark per worker; then, 64-aligned, the device area (arena.h). */
+ * then one mark per worker, then one point-to-point post per worker; then,
+ * 64-aligned, the device area (arena.h). */
 struct disco__coll_area {
     uint32_t world; /* as formatted; for people reading a dump, never used */
     uint32_t num_groups;
@@ -110,6 +186,16 @@ void disco__coll_init(struct disco__coll_area *a, uint32_t world, uint32_t num_g
  *  process may overwrite). */
 struct disco__coll_mark *disco__coll_mark(struct disco__coll_area *a, uint32_t world,
                                           uint32_t num_groups, uint32_t w);
+
+/** Outgoing point-to-point post of worker w; geometry as disco__coll_mark. */
+struct disco__p2p *disco__coll_p2p(struct disco__coll_area *a, uint32_t world, uint32_t num_groups,
+                                   uint32_t w);
+
+/** Records that worker w ended its command (w->seq): its mark becomes
+ *  DISCO__COLL_MARK(seq, DISCO__COLL_DONE) (Identity, above). Called by the
+ *  worker after every call command. */
+struct disco_worker;
+void disco__coll_done(struct disco_worker *w);
 
 /** Slot of worker w in set parity (0 or 1); geometry as disco__coll_mark. */
 struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t world,

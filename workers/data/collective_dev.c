@@ -62,6 +62,17 @@ disco_status_t disco__coll_dev_copy_of(disco_ctx_t *ctx, struct disco__coll_call
     return DISCO_OK;
 }
 
+disco_status_t disco__coll_dev_copy_into(struct disco__coll_call *c, int rank, DLTensor *dst)
+{
+    const struct disco__coll_posted *l = &c->post[rank];
+    char *src;
+    DLDevice sd;
+    disco_status_t st = disco__coll_dev_span(c, rank, false, 0, l->nbytes, &src, &sd);
+    if (st == DISCO_OK)
+        st = dcopy(c, dst->data, dst->device, src, sd, (size_t)l->nbytes, false);
+    return st;
+}
+
 disco_status_t disco__coll_dev_gather(struct disco__coll_call *c, const DLTensor *x, size_t nb)
 {
     char *dst;

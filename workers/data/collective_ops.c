@@ -80,8 +80,6 @@ static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
 static disco_status_t allreduce_body(disco_ctx_t *ctx, const disco_value_t *a, int n,
                                      disco_value_t *ret)
 {
-    struct disco__coll_call c;
-    disco__coll_begin(ctx, flag(a, n, 2), "allreduce", &c);
     DLTensor *x = NULL, *out = NULL;
     disco_reduce_op_t op = DISCO_REDUCE_SUM;
     disco_status_t st = n < 2 ? disco_set_error(DISCO_E_ARG_COUNT, "allreduce(x, op, in_group)")
@@ -90,6 +88,19 @@ static disco_status_t allreduce_body(disco_ctx_t *ctx, const disco_value_t *a, i
         st = disco_set_error(DISCO_E_INVAL, "allreduce: op must be sum, prod, min, max or avg");
     if (st == DISCO_OK) /* in the heap, or on this worker's device, as x */
         st = disco_ctx_empty_device(ctx, x->shape, x->ndim, x->dtype, x->device.device_type, &out);
+    st = disco__coll_allreduce_into(ctx, flag(a, n, 2), st, x, out, op);
+    if (st == DISCO_OK)
+        *ret = disco_value_tensor(out);
+    return st;
+}
+
+disco_status_t disco__coll_allreduce_into(disco_ctx_t *ctx, bool in_group, disco_status_t pre,
+                                          const DLTensor *xc, DLTensor *out, disco_reduce_op_t op)
+{
+    struct disco__coll_call c;
+    disco__coll_begin(ctx, in_group, "allreduce", &c);
+    DLTensor *x = (DLTensor *)xc; /* read only: the device path's signature is wider */
+    disco_status_t st = pre;
     if (st == DISCO_OK) {
         disco__coll_post_tensor(&c, x, false);
         disco__coll_post_tensor(&c, out, true);
@@ -102,13 +113,9 @@ static disco_status_t allreduce_body(disco_ctx_t *ctx, const disco_value_t *a, i
     }
     if ((st = disco__coll_meet(&c)) != DISCO_OK ||
         (st = disco__coll_same_inputs(&c, false)) != DISCO_OK)
-        return st;                 /* same verdict, same barriers on every member */
-    if (c.post[0].dev_type != 0) { /* by kernels, or staged through host memory */
-        st = disco__coll_dev_allreduce(&c, op, x, out);
-        if (st == DISCO_OK)
-            *ret = disco_value_tensor(out);
-        return st;
-    }
+        return st;               /* same verdict, same barriers on every member */
+    if (c.post[0].dev_type != 0) /* by kernels, or staged through host memory */
+        return disco__coll_dev_allreduce(&c, op, x, out);
 
     size_t esz = disco_dtype_bytes(x->dtype), count = (size_t)disco_tensor_numel(x);
     char *ins[DISCO_MAX_WORKERS], *outs[DISCO_MAX_WORKERS];
@@ -116,11 +123,8 @@ static disco_status_t allreduce_body(disco_ctx_t *ctx, const disco_value_t *a, i
         if ((st = disco__coll_span_check(&c, r, false, 0, count * esz, &ins[r])) != DISCO_OK ||
             (st = disco__coll_span_check(&c, r, true, 0, count * esz, &outs[r])) != DISCO_OK)
             return st; /* a verdict on the slots: the same on every member */
-    if (c.across) {    /* a chain through the nodes (collective_net.c) */
-        if ((st = disco__coll_net_allreduce(&c, op, x->dtype, ins, outs)) == DISCO_OK)
-            *ret = disco_value_tensor(out);
-        return st;
-    }
+    if (c.across)      /* a chain through the nodes (collective_net.c) */
+        return disco__coll_net_allreduce(&c, op, x->dtype, ins, outs);
     size_t lo = count * (size_t)c.rank / (size_t)c.size;
     size_t hi = count * (size_t)(c.rank + 1) / (size_t)c.size;
     size_t step = CHUNK_BYTES / esz ? CHUNK_BYTES / esz : 1;
@@ -137,12 +141,7 @@ static disco_status_t allreduce_body(disco_ctx_t *ctx, const disco_value_t *a, i
                 memcpy(outs[r] + i * esz, mine, m * esz);
     }
     disco_status_t bst = disco__coll_barrier(&c);
-    if (st == DISCO_OK)
-        st = bst;
-    if (st != DISCO_OK)
-        return st; /* same verdict, same barriers on every member */
-    *ret = disco_value_tensor(out);
-    return DISCO_OK;
+    return st != DISCO_OK ? st : bst; /* same verdict, same barriers on every member */
 }
 
 /* A collective of device tensors across nodes (allreduce, allgather,
@@ -295,6 +294,28 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     return disco__coll_end(&c, st); /* one more barrier before slots are reused */
 }
 
+static DLTensor *gather_post(disco_ctx_t *ctx, struct disco__coll_call *c, disco_status_t pre,
+                             DLTensor *x, DLTensor *given, const char *what, bool want_out,
+                             int mult, DLTensor **x_out);
+
+/* Checks that out has x's dtype and device type and shape (x's ndim). */
+static disco_status_t same_geometry(DLTensor *out, const int64_t *shape, const DLTensor *x,
+                                    const char *what, DLTensor **out_p)
+{
+    bool same = out->ndim == x->ndim && out->dtype.code == x->dtype.code &&
+                out->dtype.bits == x->dtype.bits && out->dtype.lanes == x->dtype.lanes &&
+                out->device.device_type == x->device.device_type;
+    for (int d = 0; same && d < x->ndim; d++)
+        same = out->shape[d] == shape[d];
+    if (!same)
+        return disco_set_error(DISCO_E_MISMATCH,
+                               "%s: the output must have the input's dtype and device and its "
+                               "shape with dimension 0 times the members (%lld rows)",
+                               what, x->ndim > 0 ? (long long)shape[0] : 0LL);
+    *out_p = out;
+    return DISCO_OK;
+}
+
 /* Validates x and, when want_out, allocates an output with dimension 0
  * multiplied by mult (the group size; across nodes the world, or a node's
  * workers for a leader's block); posts both. Across nodes, device tensors
@@ -302,9 +323,21 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
 static DLTensor *gather_prep(disco_ctx_t *ctx, struct disco__coll_call *c, const disco_value_t *a,
                              int n, const char *what, bool want_out, int mult, DLTensor **x_out)
 {
-    DLTensor *x = NULL, *out = NULL;
+    DLTensor *x = NULL;
     disco_status_t st = n < 1 ? disco_set_error(DISCO_E_ARG_COUNT, "%s(x, in_group)", what)
                               : tensor_arg_on(&a[0], what, true, &x);
+    return gather_post(ctx, c, st, x, NULL, what, want_out, mult, x_out);
+}
+
+/* As gather_prep for x validated already (pre: its verdict) and, with
+ * given (comm.h's caller's output), that output checked instead of a new
+ * one: x's dtype and device, dimension 0 times mult. */
+static DLTensor *gather_post(disco_ctx_t *ctx, struct disco__coll_call *c, disco_status_t pre,
+                             DLTensor *x, DLTensor *given, const char *what, bool want_out,
+                             int mult, DLTensor **x_out)
+{
+    DLTensor *out = NULL;
+    disco_status_t st = pre;
     if (st == DISCO_OK && x->ndim == 0)
         st = disco_set_error(DISCO_E_MISMATCH, "%s: a scalar has no dimension 0", what);
     if (st == DISCO_OK && want_out) {
@@ -314,6 +347,8 @@ static DLTensor *gather_prep(disco_ctx_t *ctx, struct disco__coll_call *c, const
         if (__builtin_mul_overflow(shape[0], (int64_t)mult, &shape[0]))
             st = disco_set_error(DISCO_E_OVERFLOW, "%s: dimension 0 (%lld) times %d overflows",
                                  what, (long long)x->shape[0], mult);
+        else if (given != NULL) /* the caller's: its geometry checked */
+            st = same_geometry(given, shape, x, what, &out);
         else /* in the heap, or on this worker's device, as x */
             st = disco_ctx_empty_device(ctx, shape, x->ndim, x->dtype, x->device.device_type, &out);
     }
@@ -373,16 +408,39 @@ static disco_status_t gather_body(disco_ctx_t *ctx, const disco_value_t *a, int 
     return DISCO_OK;
 }
 
+static disco_status_t allgather_run(disco_ctx_t *ctx, bool in_group, disco_status_t pre,
+                                    DLTensor *xin, DLTensor *given, DLTensor **out_p);
+
 /* disco.allgather(x, in_group): every member gets the members' x stacked
  * along dimension 0. */
 static disco_status_t allgather_body(disco_ctx_t *ctx, const disco_value_t *a, int n,
                                      disco_value_t *ret)
 {
+    DLTensor *x = NULL, *out = NULL;
+    disco_status_t st = n < 1 ? disco_set_error(DISCO_E_ARG_COUNT, "allgather(x, in_group)")
+                              : tensor_arg_on(&a[0], "allgather", true, &x);
+    st = allgather_run(ctx, flag(a, n, 1), st, x, NULL, &out);
+    if (st == DISCO_OK)
+        *ret = disco_value_tensor(out);
+    return st;
+}
+
+disco_status_t disco__coll_allgather_into(disco_ctx_t *ctx, bool in_group, disco_status_t pre,
+                                          const DLTensor *x, DLTensor *out)
+{
+    DLTensor *res;
+    return allgather_run(ctx, in_group, pre, (DLTensor *)x, out, &res);
+}
+
+/* The one allgather: into given (NULL: a new output, *out_p). */
+static disco_status_t allgather_run(disco_ctx_t *ctx, bool in_group, disco_status_t pre,
+                                    DLTensor *xin, DLTensor *given, DLTensor **out_p)
+{
     struct disco__coll_call c;
-    disco__coll_begin(ctx, flag(a, n, 1), "allgather", &c);
+    disco__coll_begin(ctx, in_group, "allgather", &c);
     int mult = c.across ? c.w->gworld : c.size;
     DLTensor *x = NULL;
-    DLTensor *out = gather_prep(ctx, &c, a, n, "allgather", true, mult, &x);
+    DLTensor *out = gather_post(ctx, &c, pre, xin, given, "allgather", true, mult, &x);
     disco_status_t st = disco__coll_meet(&c);
     if (st == DISCO_OK)
         st = disco__coll_same_inputs(&c, false);
@@ -396,13 +454,13 @@ static disco_status_t allgather_body(disco_ctx_t *ctx, const disco_value_t *a, i
                 DISCO_OK)
                 return st; /* a verdict on the slots: the same on every member */
         if ((st = disco__coll_net_allgather(&c, x->data, nb, outs)) == DISCO_OK)
-            *ret = disco_value_tensor(out);
+            *out_p = out;
         return st;
     }
     if (c.post[0].dev_type != 0) { /* from every member's arena, device to device */
         st = disco__coll_dev_allgather(&c, out, nb);
         if (st == DISCO_OK)
-            *ret = disco_value_tensor(out);
+            *out_p = out;
         return st;
     }
     char *ins[DISCO_MAX_WORKERS];
@@ -414,7 +472,7 @@ static disco_status_t allgather_body(disco_ctx_t *ctx, const disco_value_t *a, i
     /* Nobody may free an input while another member still reads it. */
     if ((st = disco__coll_barrier(&c)) != DISCO_OK)
         return st;
-    *ret = disco_value_tensor(out);
+    *out_p = out;
     return DISCO_OK;
 }
 

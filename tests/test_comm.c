@@ -1,0 +1,255 @@
+/* test_comm.c - collectives and point-to-point from inside worker functions
+ * (<disco/comm.h>; suite comm). The worker functions are in
+ * tests/testlib_comm.c; each checks its own results and fails naming what
+ * differed, so a passing call_sync_all is every member's check passing. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disco/clock.h"
+#include "disco/comm.h"
+#include "disco/device.h"
+#include "disco/session.h"
+#include "tests/session_util.h"
+#include "tests/gpu_session_util.h"
+
+enum { WORLD = 4, GROUPS = 2 };
+
+/* Calls name(args) on every worker as one SPMD step. */
+static disco_status_t step(disco_session_t *s, const char *name, disco_value_t *args, int n)
+{
+    disco_dref_t f, r;
+    disco_status_t st = disco_session_get_func(s, name, &f);
+    if (st != DISCO_OK)
+        return st;
+    st = disco_session_call_sync_all(s, f, args, n, &r);
+    if (st == DISCO_OK)
+        (void)disco_session_free_reg(s, r);
+    (void)disco_session_free_reg(s, f);
+    return st;
+}
+
+/* Session i of the matrix: fork or spawn, heap or sim tensors. */
+static disco_session_t *open_nth(int i, DLDeviceType *dev_out, uint32_t timeout_ms)
+{
+    DLDeviceType dev = i >= 4 ? kDLCUDA : i % 2 ? kDLExtDev : kDLCPU;
+    if (dev == kDLExtDev)
+        setenv("DISCO_SIM_GPUS", "2", 1);
+    disco_session_config_t cfg = disco_session_config_default(WORLD);
+    cfg.num_groups = GROUPS;
+    /* CUDA: spawned (the probe ran in a child; a controller that touches
+     * CUDA must not fork after it). */
+    cfg.launch = i / 2 % 2 || dev == kDLCUDA ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
+    cfg.worker_path = DISCO_TEST_WORKER;
+    cfg.call_timeout_ms = timeout_ms;
+    cfg.device_arena_bytes = 4u << 20;
+    *dev_out = dev;
+    return tu_open_with_testlib(&cfg);
+}
+
+/* Every operation (allreduce, allreduce in place, allgather, broadcast,
+ * barrier, send/recv, send_to_next_group/recv_from_prev_group, and five
+ * collectives in one command) x float32 and int32 x the world and 2 groups,
+ * on heap tensors (loop 0, 2: fork, spawn), sim tensors (1, 3) and CUDA
+ * tensors (4: skipped without a GPU), each one
+ * call_sync_all whose functions check every element on every worker. */
+START_TEST(test_comm_matrix)
+{
+    if (_i >= 4)
+        NEED_DEVICE(kDLCUDA); /* a skip, saying why, without a GPU */
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(_i, &dev, 120000);
+    for (int op = 0; op < 8; op++)
+        for (int dt = 0; dt < 2; dt++)
+            for (int g = 0; g < 2; g++) {
+                if (op == 6 && g == 0)
+                    continue; /* next/previous group: groups only */
+                disco_value_t a[6] = {disco_value_int(op),
+                                      disco_value_int(dev),
+                                      disco_value_int(dt),
+                                      disco_value_bool(g == 1),
+                                      disco_value_int(WORLD / GROUPS),
+                                      disco_value_bool(false)};
+                disco_status_t st = step(s, "comm.check", a, 6);
+                ck_assert_msg(st == DISCO_OK, "op %d dtype %d groups %d device %d: %s (%s)", op, dt,
+                              g, (int)dev, disco_strerror(st), disco_last_error());
+            }
+    disco_session_close(s);
+}
+END_TEST
+
+/* The caller's own host memory (malloc'd tensors) is staged through the
+ * heap: every operation gives the same results on it. */
+START_TEST(test_comm_staged)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(2 * _i, &dev, 120000);
+    for (int op = 0; op < 8; op++) {
+        disco_value_t a[6] = {
+            disco_value_int(op),       disco_value_int(kDLCPU),         disco_value_int(0),
+            disco_value_bool(op == 6), disco_value_int(WORLD / GROUPS), disco_value_bool(true)};
+        disco_status_t st = step(s, "comm.check", a, 6);
+        ck_assert_msg(st == DISCO_OK, "op %d: %s (%s)", op, disco_strerror(st), disco_last_error());
+    }
+    disco_session_close(s);
+}
+END_TEST
+
+/* Runs comm.fault(kind, victim) with the call timeout timeout_ms; returns
+ * its status with the detail in disco_last_error() and the time it took. */
+static disco_status_t fault(disco_session_t *s, int kind, int victim, int64_t *ns_out)
+{
+    disco_value_t a[2] = {disco_value_int(kind), disco_value_int(victim)};
+    int64_t t0 = disco_now_ns();
+    disco_status_t st = step(s, "comm.fault", a, 2);
+    *ns_out = disco_now_ns() - t0;
+    return st;
+}
+
+/* A member that returns from the command without calling the allreduce
+ * (fork and spawn): the others' waits end at once (not at the 60 s call
+ * timeout) with DISCO_E_MISMATCH naming it, and the session is broken (the
+ * members' collective counts disagree from then on). */
+START_TEST(test_comm_skip_named)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(2 * _i, &dev, 60000);
+    int64_t ns;
+    disco_status_t st = fault(s, 1, 2, &ns);
+    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
+    CK_HAS("worker 2 ended the command without calling it (it returned early");
+    ck_assert_msg(ns < 20000000000LL, "took %lld ms", (long long)(ns / 1000000));
+    disco_value_t a[2] = {disco_value_int(-1), disco_value_int(-1)};
+    ck_assert_int_eq(step(s, "comm.fault", a, 2), DISCO_E_BROKEN);
+    disco_session_close(s);
+}
+END_TEST
+
+/* As test_comm_skip_named in a group without worker 0 (workers 2 and
+ * 3): the member that waits is a worker process; the session's error
+ * still names the one that left. */
+START_TEST(test_comm_skip_group_named)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(2 * _i, &dev, 60000);
+    int64_t ns;
+    disco_status_t st = fault(s, 6, 3, &ns);
+    ck_assert_msg(st != DISCO_OK, "skipped collective passed");
+    CK_HAS("worker 3 ended the command without calling it");
+    ck_assert_msg(ns < 20000000000LL, "took %lld ms", (long long)(ns / 1000000));
+    disco_session_close(s);
+}
+END_TEST
+
+/* A member whose function fails before the allreduce: the others' error
+ * names it and says why it left (its own message, from its error box). */
+START_TEST(test_comm_failed_first_named)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(0, &dev, 60000);
+    int64_t ns;
+    disco_status_t st = fault(s, 7, 1, &ns);
+    ck_assert_msg(st != DISCO_OK, "a collective without worker 1 passed");
+    CK_HAS("worker 1 ended the command without calling it (it failed first: worker 1 fails on "
+           "purpose)");
+    disco_session_close(s);
+}
+END_TEST
+
+/* A member killed while the others wait inside disco_ctx_allreduce: the
+ * call fails within the deadline naming the dead worker; worker 0's output
+ * is never written after (the session is broken). */
+START_TEST(test_comm_kill_named)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(2 * _i, &dev, 60000);
+    int64_t ns;
+    disco_status_t st = fault(s, 0, 3, &ns);
+    ck_assert_msg(st == DISCO_E_WORKER_DIED || st == DISCO_E_BROKEN, "%s: %s", disco_strerror(st),
+                  disco_last_error());
+    CK_HAS("worker 3");
+    ck_assert_msg(ns < 30000000000LL, "took %lld ms", (long long)(ns / 1000000));
+    disco_session_close(s);
+}
+END_TEST
+
+/* Mismatched shapes, and a member that calls another collective: every
+ * member fails alike with DISCO_E_MISMATCH naming the workers, nobody's
+ * output is written, and the session stays usable (the next in-worker
+ * allreduce runs and is correct). */
+START_TEST(test_comm_mismatch)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(0, &dev, 60000);
+    int64_t ns;
+    disco_status_t st = fault(s, 2, 1, &ns);
+    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
+    CK_HAS("worker 1 has a float32 tensor of shape [65]");
+    st = fault(s, 3, 2, &ns);
+    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
+    CK_HAS("called allgather");
+    disco_value_t a[6] = {disco_value_int(0), disco_value_int(kDLCPU),
+                          disco_value_int(0), disco_value_bool(false),
+                          disco_value_int(2), disco_value_bool(false)};
+    ck_assert_int_eq(step(s, "comm.check", a, 6), DISCO_OK);
+    disco_session_close(s);
+}
+END_TEST
+
+/* A send whose receiver returns without receiving fails on the sender
+ * with DISCO_E_MISMATCH naming the receiver, at once. */
+START_TEST(test_comm_send_without_recv)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(2 * _i, &dev, 60000);
+    int64_t ns;
+    disco_status_t st = fault(s, 4, 1, &ns);
+    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
+    CK_HAS("worker 1 ended its command without receiving");
+    ck_assert_msg(ns < 20000000000LL, "took %lld ms", (long long)(ns / 1000000));
+    disco_session_close(s);
+}
+END_TEST
+
+/* A member that calls one allreduce where the others call two: named
+ * within the deadline (the second meeting finds it gone). */
+START_TEST(test_comm_fewer_named)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(0, &dev, 60000);
+    int64_t ns;
+    disco_status_t st = fault(s, 5, 1, &ns);
+    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
+    CK_HAS("worker 1 ended the command");
+    disco_session_close(s);
+}
+END_TEST
+
+/* Outside a session's worker function (a ctx with no session worker) every
+ * call is refused with DISCO_E_INVAL, never a crash. */
+START_TEST(test_comm_outside)
+{
+    ck_assert_int_eq(disco_ctx_barrier(NULL, false), DISCO_E_INVAL);
+    CK_HAS("only inside a worker function");
+    ck_assert_int_eq(disco_ctx_send(NULL, NULL, 1), DISCO_E_INVAL);
+}
+END_TEST
+
+Suite *suite_comm(void)
+{
+    Suite *s = suite_create("comm");
+    TCase *tc = tcase_create("comm");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_comm_matrix, 0, 5);
+    tcase_add_loop_test(tc, test_comm_staged, 0, 2);
+    tcase_add_loop_test(tc, test_comm_skip_named, 0, 2);
+    tcase_add_loop_test(tc, test_comm_skip_group_named, 0, 2);
+    tcase_add_test(tc, test_comm_failed_first_named);
+    tcase_add_loop_test(tc, test_comm_kill_named, 0, 2);
+    tcase_add_test(tc, test_comm_mismatch);
+    tcase_add_loop_test(tc, test_comm_send_without_recv, 0, 2);
+    tcase_add_test(tc, test_comm_fewer_named);
+    tcase_add_test(tc, test_comm_outside);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,299 @@
+/* testlib_comm.c - worker functions that call <disco/comm.h> (the comm
+ * suite, tests/test_comm.c, and the bench's ctx rows), linked into
+ * build/lib/libdisco_testlib.so beside testlib.c. Each checks its own
+ * results on its worker and fails with a message naming what differed. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "disco/comm.h"
+#include "disco/device.h"
+#include "disco/dtype.h"
+#include "disco/func.h"
+#include "disco/tensor.h"
+
+/* Element i of worker w's pattern: small integers, exact in float32. */
+static double val(int w, int64_t i)
+{
+    return (double)(w * 10 + (int)(i % 7) + 1);
+}
+
+struct env {
+    disco_ctx_t *ctx;
+    DLDeviceType dev; /* kDLCPU: heap (or, with foreign, malloc'd) tensors */
+    DLDataType dt;    /* float32 or int32 */
+    bool foreign;     /* host tensors of the worker's own (staged) */
+    void *mallocs[16];
+    int nm;
+};
+
+static DLDataType dtype_of(int code)
+{
+    DLDataType f = {kDLFloat, 32, 1}, i = {kDLInt, 32, 1};
+    return code == 0 ? f : i;
+}
+
+/* A tensor of n elements (dimension 0: rows of 4) filled with f(i). */
+static disco_status_t make(struct env *e, int64_t n, double (*f)(int, int64_t), int w,
+                           DLTensor **out)
+{
+    int64_t shape[2] = {n / 4, 4};
+    DLTensor *t;
+    size_t nb = (size_t)n * 4;
+    void *host = malloc(nb + 1);
+    if (host == NULL)
+        return disco_ctx_fail(e->ctx, "no memory");
+    for (int64_t i = 0; i < n; i++) {
+        if (e->dt.code == kDLFloat)
+            ((float *)host)[i] = f != NULL ? (float)f(w, i) : -1.0f;
+        else
+            ((int32_t *)host)[i] = f != NULL ? (int32_t)f(w, i) : -1;
+    }
+    disco_status_t st;
+    if (e->foreign && e->nm < 16) { /* the worker's own memory, not the heap */
+        t = calloc(1, sizeof *t + sizeof shape);
+        int64_t *sh = (int64_t *)(t + 1);
+        memcpy(sh, shape, sizeof shape);
+        *t =
+            (DLTensor){.data = host, .device = {kDLCPU, 0}, .ndim = 2, .dtype = e->dt, .shape = sh};
+        e->mallocs[e->nm++] = t;
+        e->mallocs[e->nm++] = host;
+        *out = t;
+        return DISCO_OK;
+    }
+    st = disco_ctx_empty_device(e->ctx, shape, 2, e->dt, e->dev, &t);
+    if (st == DISCO_OK) {
+        DLDevice cpu = {kDLCPU, 0};
+        st = disco_device_copy(t->data, t->device, host, cpu, nb, NULL);
+        if (st == DISCO_OK && e->dev != kDLCPU)
+            st = disco_device_stream_sync(t->device, NULL);
+    }
+    free(host);
+    if (st == DISCO_OK)
+        *out = t;
+    return st;
+}
+
+/* Element i of t (read back to the host). */
+static disco_status_t get_all(struct env *e, const DLTensor *t, double *out)
+{
+    int64_t n = disco_tensor_numel(t);
+    void *host = malloc((size_t)n * 4 + 1);
+    DLDevice cpu = {kDLCPU, 0};
+    disco_status_t st = disco_device_copy(host, cpu, (char *)t->data + t->byte_offset, t->device,
+                                          (size_t)n * 4, NULL);
+    if (st == DISCO_OK && t->device.device_type != kDLCPU)
+        st = disco_device_stream_sync(t->device, NULL);
+    for (int64_t i = 0; st == DISCO_OK && i < n; i++)
+        out[i] = e->dt.code == kDLFloat ? ((float *)host)[i] : ((int32_t *)host)[i];
+    free(host);
+    return st;
+}
+
+#define N 1000 /* elements a tensor: several slices, not a multiple of the members */
+
+/* comm.check(op, device_type, dtype (0 float32, 1 int32), in_group,
+ * group_size, foreign): runs one operation (or, op 7, several in one
+ * command) with comm.h and checks every result element on this worker.
+ * op: 0 allreduce sum, 1 allreduce max in place, 2 allgather, 3 broadcast
+ * from the last member, 4 barrier, 5 send/recv between pairs, 6 send to the
+ * next group / receive from the previous, 7 allreduce, allgather,
+ * broadcast, barrier, allreduce in one command. Returns 0. */
+static disco_status_t check(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n;
+    struct env e = {ctx, (DLDeviceType)a[1].v.i, dtype_of((int)a[2].v.i), a[5].v.b, {0}, 0};
+    int op = (int)a[0].v.i, me = disco_ctx_worker_id(ctx), world = disco_ctx_world_size(ctx);
+    bool in_group = a[3].v.b;
+    int gsize = in_group ? (int)a[4].v.i : world, base = me / gsize * gsize;
+    static double got[16 * N];
+    disco_status_t st = DISCO_OK;
+    DLTensor *x = NULL, *y = NULL;
+    int ops[5] = {op}, nops = 1;
+    if (op == 7) {
+        int seq[5] = {0, 2, 3, 4, 1};
+        memcpy(ops, seq, sizeof seq);
+        nops = 5;
+    }
+    for (int k = 0; k < nops && st == DISCO_OK; k++) {
+        int o = ops[k];
+        if ((st = make(&e, N, val, me, &x)) != DISCO_OK)
+            break;
+        if (o == 0) {
+            if ((st = make(&e, N, NULL, me, &y)) == DISCO_OK &&
+                (st = disco_ctx_allreduce(ctx, x, y, DISCO_REDUCE_SUM, in_group)) == DISCO_OK &&
+                (st = get_all(&e, y, got)) == DISCO_OK)
+                for (int64_t i = 0; i < N; i++) {
+                    double want = 0;
+                    for (int r = 0; r < gsize; r++)
+                        want += val(base + r, i);
+                    if (got[i] != want)
+                        return disco_ctx_fail(ctx, "allreduce: [%lld] %g, want %g", (long long)i,
+                                              got[i], want);
+                }
+        } else if (o == 1) {
+            if ((st = disco_ctx_allreduce(ctx, x, x, DISCO_REDUCE_MAX, in_group)) == DISCO_OK &&
+                (st = get_all(&e, x, got)) == DISCO_OK)
+                for (int64_t i = 0; i < N; i++)
+                    if (got[i] != val(base + gsize - 1, i))
+                        return disco_ctx_fail(ctx, "allreduce max in place: [%lld] %g",
+                                              (long long)i, got[i]);
+        } else if (o == 2) {
+            if ((st = make(&e, (int64_t)N * gsize, NULL, me, &y)) == DISCO_OK &&
+                (st = disco_ctx_allgather(ctx, x, y, in_group)) == DISCO_OK &&
+                (st = get_all(&e, y, got)) == DISCO_OK)
+                for (int r = 0; r < gsize; r++)
+                    for (int64_t i = 0; i < N; i++)
+                        if (got[r * N + i] != val(base + r, i))
+                            return disco_ctx_fail(ctx, "allgather: member %d [%lld] %g", r,
+                                                  (long long)i, got[r * N + i]);
+        } else if (o == 3) {
+            if ((st = disco_ctx_broadcast(ctx, x, gsize - 1, in_group)) == DISCO_OK &&
+                (st = get_all(&e, x, got)) == DISCO_OK)
+                for (int64_t i = 0; i < N; i++)
+                    if (got[i] != val(base + gsize - 1, i))
+                        return disco_ctx_fail(ctx, "broadcast: [%lld] %g", (long long)i, got[i]);
+        } else if (o == 4) {
+            st = disco_ctx_barrier(ctx, in_group);
+        } else if (o == 5 || o == 6) {
+            int peer =
+                o == 5 ? (me % 2 == 0 ? me + 1 : me - 1) : (me < gsize ? me + gsize : me - gsize);
+            bool sender = o == 5 ? me % 2 == 0 : me < gsize;
+            if (peer >= world)
+                continue; /* an odd world: the last one sits out */
+            if ((st = make(&e, N, NULL, me, &y)) != DISCO_OK)
+                break;
+            if (sender)
+                st = o == 5 ? disco_ctx_send(ctx, x, peer) : disco_ctx_send_to_next_group(ctx, x);
+            else
+                st = o == 5 ? disco_ctx_recv(ctx, y, peer) : disco_ctx_recv_from_prev_group(ctx, y);
+            if (st == DISCO_OK && !sender && (st = get_all(&e, y, got)) == DISCO_OK)
+                for (int64_t i = 0; i < N; i++)
+                    if (got[i] != val(peer, i))
+                        return disco_ctx_fail(ctx, "recv from %d: [%lld] %g", peer, (long long)i,
+                                              got[i]);
+        }
+    }
+    for (int i = 0; i < e.nm; i++)
+        free(e.mallocs[i]);
+    if (st == DISCO_OK)
+        *ret = disco_value_int(0);
+    return st;
+}
+DISCO_FUNC("comm.check", "iiibib", check)
+
+/* comm.fault(kind, victim, timeout_probe): every worker calls
+ * disco_ctx_allreduce on a heap tensor filled with -1 for its output,
+ * except that the victim (kind 0) is killed while it waits inside it,
+ * (kind 1) returns without calling it, (kind 2) passes one more element,
+ * (kind 3) calls allgather instead, (kind 4: worker 0 sends to the victim,
+ * which returns without receiving; the others do nothing), (kind 5) two
+ * allreduces where the victim calls one, (kind 6) as 1 in its group's
+ * allreduce (in_group), (kind 7) fails before calling it. Returns the number of output
+ * elements that are no longer -1 (0: nothing was written). */
+/* Fault injection, not synchronization: the victim dies 100 ms into its
+ * wait; worker 0 arrives a second later, so the others wait for it inside
+ * the collective when the victim dies (either way the result is a named
+ * error). */
+static void *die_soon(void *arg)
+{
+    (void)arg;
+    usleep(100000);
+    kill(getpid(), SIGKILL);
+    return NULL;
+}
+
+static disco_status_t fault(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n;
+    int kind = (int)a[0].v.i, victim = (int)a[1].v.i, me = disco_ctx_worker_id(ctx);
+    int64_t len = me == victim && kind == 2 ? 65 : 64;
+    DLTensor *x, *y;
+    DLDataType f32 = {kDLFloat, 32, 1};
+    disco_status_t st = disco_ctx_empty(ctx, &len, 1, f32, &x);
+    if (st == DISCO_OK)
+        st = disco_ctx_empty(ctx, &len, 1, f32, &y);
+    if (st != DISCO_OK)
+        return st;
+    for (int64_t i = 0; i < len; i++)
+        ((float *)x->data)[i] = 1.0f, ((float *)y->data)[i] = -1.0f;
+    if (kind == 0 && me == 0 && victim != 0)
+        usleep(1000000);
+    if (kind == 4) {
+        if (me == 0)
+            st = disco_ctx_send(ctx, x, victim);
+    } else if (me == victim && kind == 0) { /* killed while it waits inside */
+        pthread_t th;
+        if (pthread_create(&th, NULL, die_soon, NULL) != 0)
+            kill(getpid(), SIGKILL);
+        st = disco_ctx_allreduce(ctx, x, y, DISCO_REDUCE_SUM, false);
+    } else if (me == victim && kind == 7) {
+        return disco_ctx_fail(ctx, "worker %d fails on purpose", me);
+    } else if (me == victim && (kind == 1 || kind == 6)) {
+        st = DISCO_OK;
+    } else if (me == victim && kind == 3) {
+        int64_t l2 = len * disco_ctx_world_size(ctx);
+        DLTensor *z;
+        if ((st = disco_ctx_empty(ctx, &l2, 1, f32, &z)) == DISCO_OK)
+            st = disco_ctx_allgather(ctx, x, z, false);
+    } else {
+        st = disco_ctx_allreduce(ctx, x, y, DISCO_REDUCE_SUM, kind == 6);
+        if (st == DISCO_OK && kind == 5 && me != victim)
+            st = disco_ctx_allreduce(ctx, x, y, DISCO_REDUCE_SUM, false);
+    }
+    int64_t written = 0;
+    for (int64_t i = 0; i < len; i++)
+        written += ((float *)y->data)[i] != -1.0f;
+    if (st != DISCO_OK)
+        return st;
+    *ret = disco_value_int(written);
+    return DISCO_OK;
+}
+DISCO_FUNC("comm.fault", "ii", fault)
+
+/* comm.allreduce_loop(bytes, iters, in_group): iters in-worker allreduces
+ * (sum, float32) of a heap tensor of bytes bytes, in place; the bench's
+ * ctx_allreduce rows. Returns 0. */
+static disco_status_t allreduce_loop(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                     disco_value_t *ret)
+{
+    (void)n;
+    int64_t len = a[0].v.i / 4 > 0 ? a[0].v.i / 4 : 1;
+    DLTensor *x;
+    DLDataType f32 = {kDLFloat, 32, 1};
+    disco_status_t st = disco_ctx_empty(ctx, &len, 1, f32, &x);
+    if (st == DISCO_OK)
+        memset(x->data, 0, (size_t)len * 4);
+    for (int64_t i = 0; st == DISCO_OK && i < a[1].v.i; i++)
+        st = disco_ctx_allreduce(ctx, x, x, DISCO_REDUCE_SUM, a[2].v.b);
+    if (st == DISCO_OK)
+        *ret = disco_value_int(0);
+    return st;
+}
+DISCO_FUNC("comm.allreduce_loop", "iib", allreduce_loop)
+
+/* comm.sendrecv_loop(bytes, iters): worker 0 sends to worker 1 and back,
+ * iters times (the others do nothing). Returns 0. */
+static disco_status_t sendrecv_loop(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                    disco_value_t *ret)
+{
+    (void)n;
+    int64_t len = a[0].v.i / 4 > 0 ? a[0].v.i / 4 : 1;
+    int me = disco_ctx_worker_id(ctx);
+    DLTensor *x;
+    DLDataType f32 = {kDLFloat, 32, 1};
+    disco_status_t st = disco_ctx_empty(ctx, &len, 1, f32, &x);
+    for (int64_t i = 0; st == DISCO_OK && me < 2 && i < a[1].v.i; i++) {
+        if (me == 0 && (st = disco_ctx_send(ctx, x, 1)) == DISCO_OK)
+            st = disco_ctx_recv(ctx, x, 1);
+        else if (me == 1 && (st = disco_ctx_recv(ctx, x, 0)) == DISCO_OK)
+            st = disco_ctx_send(ctx, x, 0);
+    }
+    if (st == DISCO_OK)
+        *ret = disco_value_int(0);
+    return st;
+}
+DISCO_FUNC("comm.sendrecv_loop", "ii", sendrecv_loop)

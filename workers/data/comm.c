@@ -1,0 +1,224 @@
+/* comm.c - the collectives of <disco/comm.h>, called from inside a worker
+ * function: the tensors the caller passes are checked (and staged through
+ * the shared heap when they are host memory of the caller's own), then the
+ * one body the builtins run too does the work (coll_call.h). Broadcast
+ * from any root into every member's buffer and the barrier are calls of
+ * the same machinery (meeting, span checks, device copies). Send and
+ * receive are in comm_p2p.c. */
+#include "disco/comm.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "disco/tensor.h"
+#include "workers/core/ctx.h"
+#include "workers/core/worker.h"
+#include "workers/data/coll_call.h"
+#include "workers/data/collective.h"
+#include "workers/data/comm_impl.h"
+#include "workers/data/tensor_impl.h"
+
+disco_status_t disco__comm_worker(disco_ctx_t *ctx, const char *what)
+{
+    if (ctx == NULL || ctx->worker == NULL || ctx->worker->coll == NULL)
+        return disco_set_error(DISCO_E_INVAL,
+                               "%s: callable only inside a worker function of a session", what);
+    return DISCO_OK;
+}
+
+/* Whether t is a tensor a collective can post as it is: ours, in the heap
+ * or a device arena. */
+static bool postable(const DLTensor *t)
+{
+    return disco__tensor_is_ours(t) &&
+           (t->device.device_type == kDLCPU || disco__tensor_is_device(t));
+}
+
+disco_status_t disco__comm_stage(disco_ctx_t *ctx, const DLTensor *t, bool copy_in,
+                                 const char *what, DLTensor **out)
+{
+    if (t == NULL)
+        return disco_set_error(DISCO_E_INVAL, "%s: a tensor is NULL", what);
+    disco_status_t st = disco_dtype_check(t->dtype);
+    if (st != DISCO_OK)
+        return st;
+    if (postable(t)) {
+        *out = (DLTensor *)t;
+        return DISCO_OK;
+    }
+    if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost)
+        return disco_set_error(DISCO_E_MISMATCH,
+                               "%s: a tensor on device type %d that this session did not "
+                               "allocate (use disco_ctx_empty_device)",
+                               what, (int)t->device.device_type);
+    if (!disco_tensor_is_compact(t) || (t->data == NULL && disco_tensor_numel(t) != 0))
+        return disco_set_error(DISCO_E_INVAL, "%s: a host tensor to stage must be compact", what);
+    DLTensor *h;
+    if ((st = disco_ctx_empty(ctx, t->shape, t->ndim, t->dtype, &h)) != DISCO_OK)
+        return st;
+    if (copy_in && disco_tensor_nbytes(t) != 0)
+        memcpy(h->data, (const char *)t->data + t->byte_offset, disco_tensor_nbytes(t));
+    *out = h;
+    return DISCO_OK;
+}
+
+void disco__comm_unstage(const DLTensor *h, DLTensor *t)
+{
+    if (h != t && disco_tensor_nbytes(t) != 0)
+        memcpy((char *)t->data + t->byte_offset, h->data, disco_tensor_nbytes(t));
+}
+
+static bool same_layout(const DLTensor *a, const DLTensor *b)
+{
+    bool same = a->ndim == b->ndim && a->dtype.code == b->dtype.code &&
+                a->dtype.bits == b->dtype.bits && a->dtype.lanes == b->dtype.lanes;
+    for (int d = 0; same && d < a->ndim; d++)
+        same = a->shape[d] == b->shape[d];
+    return same;
+}
+
+/* Whether t's device type is a device's (not host memory). */
+static bool on_device(const DLTensor *t)
+{
+    return t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost;
+}
+
+disco_status_t disco_ctx_allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out,
+                                   disco_reduce_op_t op, bool in_group)
+{
+    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_allreduce");
+    if (st != DISCO_OK)
+        return st;
+    DLTensor *x = NULL, *y = NULL, *tmp = NULL;
+    if ((unsigned)op > (unsigned)DISCO_REDUCE_AVG)
+        st = disco_set_error(DISCO_E_INVAL, "disco_ctx_allreduce: op %d is none", (int)op);
+    else if (in == NULL || out == NULL || !same_layout(in, out) ||
+             on_device(in) != on_device(out) ||
+             (on_device(in) && in->device.device_type != out->device.device_type))
+        st = disco_set_error(DISCO_E_MISMATCH,
+                             "disco_ctx_allreduce: in and out must have one dtype, shape and "
+                             "device");
+    if (st == DISCO_OK)
+        st = disco__comm_stage(ctx, in, true, "disco_ctx_allreduce", &x);
+    if (st == DISCO_OK)
+        st = in == out ? (y = x, DISCO_OK)
+                       : disco__comm_stage(ctx, out, false, "disco_ctx_allreduce", &y);
+    /* In place on a device, or across nodes, the kernels and the chain
+     * read inputs while outputs are written: a fresh output, copied in
+     * after. Device tensors across nodes go through the heap (as the
+     * builtin's are staged). */
+    bool across = disco__worker_crosses(ctx->worker, in_group);
+    if (st == DISCO_OK && across && on_device(x)) {
+        DLTensor *hx;
+        if ((st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &hx)) == DISCO_OK &&
+            (st = disco__tensor_copy_out(x, hx)) == DISCO_OK)
+            st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &tmp);
+        x = hx;
+    } else if (st == DISCO_OK && x->data == y->data && (on_device(x) || across)) {
+        st = disco_ctx_empty_device(ctx, x->shape, x->ndim, x->dtype, x->device.device_type, &tmp);
+    }
+    if (st != DISCO_OK)
+        x = y = NULL;
+    st = disco__coll_allreduce_into(ctx, in_group, st, x, tmp != NULL ? tmp : y, op);
+    if (st == DISCO_OK && tmp != NULL)
+        st = disco__tensor_copy_out(tmp, y);
+    if (st == DISCO_OK)
+        disco__comm_unstage(y, out);
+    return st;
+}
+
+disco_status_t disco_ctx_allgather(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out,
+                                   bool in_group)
+{
+    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_allgather");
+    if (st != DISCO_OK)
+        return st;
+    DLTensor *x = NULL, *y = NULL;
+    if (in == NULL || out == NULL || on_device(in) != on_device(out))
+        st = disco_set_error(DISCO_E_MISMATCH,
+                             "disco_ctx_allgather: in and out must be on one device");
+    if (st == DISCO_OK)
+        st = disco__comm_stage(ctx, in, true, "disco_ctx_allgather", &x);
+    if (st == DISCO_OK)
+        st = disco__comm_stage(ctx, out, false, "disco_ctx_allgather", &y);
+    if (st == DISCO_OK && disco__worker_crosses(ctx->worker, in_group) && on_device(x))
+        st = disco_set_error(DISCO_E_UNSUPPORTED,
+                             "disco_ctx_allgather: device tensors across nodes (not yet)");
+    if (st != DISCO_OK)
+        x = y = NULL;
+    st = disco__coll_allgather_into(ctx, in_group, st, x, y);
+    if (st == DISCO_OK)
+        disco__comm_unstage(y, out);
+    return st;
+}
+
+/* Broadcast from member root into every member's buf: each posts its buf
+ * and root (checked alike at the meeting: Identity, collective.h); the
+ * others copy root's bytes into theirs (heap: memcpy; device: on their
+ * streams), then every member passes the end barrier, so that root's bytes
+ * stay as they are until every copy is done. */
+static disco_status_t broadcast_into(disco_ctx_t *ctx, bool in_group, disco_status_t pre,
+                                     DLTensor *buf, int root)
+{
+    struct disco__coll_call c;
+    disco__coll_begin(ctx, in_group, "broadcast", &c);
+    c.me->arg = root;
+    disco_status_t st = pre;
+    if (st == DISCO_OK && c.across)
+        st = disco_set_error(DISCO_E_UNSUPPORTED,
+                             "disco_ctx_broadcast: across nodes (not yet; use allreduce)");
+    if (st == DISCO_OK && (root < 0 || root >= c.size))
+        st = disco_set_error(DISCO_E_INVAL, "disco_ctx_broadcast: root %d of %d members", root,
+                             c.size);
+    if (st == DISCO_OK)
+        disco__coll_post_tensor(&c, buf, false);
+    else
+        disco__coll_fail(&c, st, disco_last_error());
+    if ((st = disco__coll_meet(&c)) != DISCO_OK ||
+        (st = disco__coll_same_inputs(&c, false)) != DISCO_OK)
+        return st; /* same verdict, same barriers on every member */
+    if (c.rank != root && c.post[root].dev_type != 0) {
+        st = disco__coll_dev_copy_into(&c, root, buf);
+    } else if (c.rank != root) {
+        char *src;
+        if ((st = disco__coll_span_check(&c, root, false, 0, c.post[root].nbytes, &src)) ==
+            DISCO_OK)
+            memcpy(buf->data, src, (size_t)c.post[root].nbytes);
+    }
+    return disco__coll_end(&c, st);
+}
+
+disco_status_t disco_ctx_broadcast(disco_ctx_t *ctx, DLTensor *buf, int root, bool in_group)
+{
+    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_broadcast");
+    if (st != DISCO_OK)
+        return st;
+    DLTensor *b = NULL;
+    st = disco__comm_stage(ctx, buf, true, "disco_ctx_broadcast", &b);
+    st = broadcast_into(ctx, in_group, st, b, root);
+    if (st == DISCO_OK)
+        disco__comm_unstage(b, buf);
+    return st;
+}
+
+disco_status_t disco_ctx_barrier(disco_ctx_t *ctx, bool in_group)
+{
+    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_barrier");
+    if (st != DISCO_OK)
+        return st;
+    if (disco__worker_crosses(ctx->worker, in_group)) { /* the leaders meet over the link */
+        int64_t one = 1;
+        DLTensor *t;
+        DLDataType i32 = {kDLInt, 32, 1};
+        st = disco_ctx_empty(ctx, &one, 1, i32, &t);
+        if (st == DISCO_OK)
+            memset(t->data, 0, 4);
+        return disco__coll_allreduce_into(ctx, in_group, st, st == DISCO_OK ? t : NULL,
+                                          st == DISCO_OK ? t : NULL, DISCO_REDUCE_SUM);
+    }
+    /* One meeting: every member's slot read after it, and the next
+     * collective uses the other slot set (collective.h). */
+    struct disco__coll_call c;
+    disco__coll_begin(ctx, in_group, "barrier", &c);
+    return disco__coll_meet(&c);
+}

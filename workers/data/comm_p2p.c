@@ -1,0 +1,268 @@
+/* comm_p2p.c - disco_ctx_send and disco_ctx_recv (<disco/comm.h>): one
+ * outgoing post per worker in the collective area, claimed by the
+ * receiver, which copies and acknowledges (protocol S1-S2, R1-R2 in
+ * collective.h). Only the two workers take part. */
+#include <stdio.h>
+#include <string.h>
+
+#include "disco/comm.h"
+#include "disco/device.h"
+#include "disco/dtype.h"
+#include "workers/core/ctx.h"
+#include "workers/core/worker.h"
+#include "workers/data/arena.h"
+#include "workers/data/collective.h"
+#include "workers/data/comm_impl.h"
+#include "workers/data/tensor_impl.h"
+
+static struct disco__p2p *post_of(disco_worker_t *w, int id)
+{
+    uint32_t groups = w->ngroups > 0 ? w->ngroups : 1;
+    return disco__coll_p2p(w->coll, (uint32_t)w->world, groups, (uint32_t)id);
+}
+
+/* Whether worker id ended w's command (or went past it): its mark. */
+static bool gone(disco_worker_t *w, int id)
+{
+    uint32_t groups = w->ngroups > 0 ? w->ngroups : 1;
+    /* Acquire: pairs with disco__coll_done's release. */
+    return atomic_load_explicit(
+               &disco__coll_mark(w->coll, (uint32_t)w->world, groups, (uint32_t)id)->at,
+               memory_order_acquire) >= DISCO__COLL_MARK(w->seq, DISCO__COLL_DONE);
+}
+
+/* A peer given as a global worker id: on this node, not this worker. */
+static disco_status_t peer_arg(disco_ctx_t *ctx, int peer, const char *what, int *local_out)
+{
+    disco_worker_t *w = ctx->worker;
+    int local = peer - w->gid_base;
+    if (peer < 0 || peer >= w->gworld || peer == disco__worker_gid(w))
+        return disco_set_error(DISCO_E_INVAL, "%s: worker %d of %d (this is worker %d)", what, peer,
+                               w->gworld, disco__worker_gid(w));
+    if (local < 0 || local >= w->world)
+        return disco_set_error(DISCO_E_UNSUPPORTED,
+                               "%s: worker %d is on another node (not yet: send and receive "
+                               "stay on one node)",
+                               what, peer);
+    *local_out = local;
+    return DISCO_OK;
+}
+
+struct ack_arg {
+    struct disco__p2p *p;
+    uint32_t ticket;
+    disco_worker_t *w;
+    int peer; /* watched for departure, or -1 */
+    bool departed;
+};
+
+static bool acked(void *v)
+{
+    struct ack_arg *a = v;
+    /* Acquire: pairs with the receiver's release of the ack (R2), after its
+     * copy. */
+    if ((uint32_t)(atomic_load_explicit(&a->p->ack, memory_order_acquire) >> 32) == a->ticket)
+        return true;
+    if (a->peer >= 0 && gone(a->w, a->peer))
+        a->departed = true;
+    return a->departed;
+}
+
+disco_status_t disco_ctx_send(disco_ctx_t *ctx, const DLTensor *t, int to_worker)
+{
+    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_send");
+    int to = -1;
+    DLTensor *x = NULL;
+    if (st == DISCO_OK)
+        st = peer_arg(ctx, to_worker, "disco_ctx_send", &to);
+    if (st == DISCO_OK)
+        st = disco__comm_stage(ctx, t, true, "disco_ctx_send", &x);
+    disco_worker_t *w = st == DISCO_OK ? ctx->worker : NULL;
+    bool dev = x != NULL && x->device.device_type != kDLCPU;
+    if (st == DISCO_OK && dev) /* the receiver's stream waits for this record */
+        st = disco__arena_record(w->arena);
+    if (st != DISCO_OK)
+        return st;
+    struct disco__p2p *p = post_of(w, w->id);
+    /* Relaxed: only this worker moves its post out of IDLE/CLAIMED into a
+     * new ticket; the receiver's CLAIMED keeps the ticket bits. */
+    uint64_t ticket = (atomic_load_explicit(&p->state, memory_order_relaxed) >> 2) + 1;
+    p->seq = w->seq; /* S1: the fields, then the state */
+    p->to = to;
+    p->ndim = x->ndim;
+    p->dtype = x->dtype;
+    p->dev_type = dev ? (uint32_t)x->device.device_type : 0;
+    p->block = disco__tensor_block(x);
+    p->off = disco__tensor_byte_offset(x);
+    memcpy(p->shape, x->shape, (size_t)x->ndim * sizeof *x->shape);
+    /* Release: the fields above before the receiver sees POSTED (R1). */
+    atomic_store_explicit(&p->state, ticket << 2 | DISCO__P2P_POSTED, memory_order_release);
+    disco_waitq_wake(&p->q);
+    struct ack_arg a = {p, (uint32_t)ticket, w, to, false};
+    st = disco_wait_until(&p->q, acked, &a, w->wait);
+    if (st == DISCO_OK && !a.departed)
+        goto done;
+    if (st == DISCO_OK)
+        st = disco_set_error(DISCO_E_MISMATCH,
+                             "disco_ctx_send: worker %d ended its command without receiving "
+                             "from worker %d",
+                             to_worker, disco__worker_gid(w));
+    char why[DISCO_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", disco_last_error());
+    uint64_t want = ticket << 2 | DISCO__P2P_POSTED;
+    /* acq_rel: a withdrawal the receiver's claim (R1) races against; if
+     * the claim won, the copy is under way and its ack is waited for. */
+    if (atomic_compare_exchange_strong_explicit(&p->state, &want,
+                                                ticket << 2 | DISCO__P2P_WITHDRAWN,
+                                                memory_order_acq_rel, memory_order_acquire))
+        return disco_set_error(st, "%s", why); /* nobody will read the bytes */
+    a.peer = -1;
+    if (disco_wait_until(&p->q, acked, &a, w->wait) != DISCO_OK)
+        return disco_set_error(st, "%s", why);
+done:;
+    /* Relaxed: the acquire in acked() already ordered the ack's fields. */
+    int32_t rst = (int32_t)(uint32_t)atomic_load_explicit(&p->ack, memory_order_relaxed);
+    if (rst != DISCO_OK)
+        return disco_set_error(DISCO_E_MISMATCH,
+                               "disco_ctx_send: worker %d refused the tensor of worker %d "
+                               "(another dtype, shape or device)",
+                               to_worker, disco__worker_gid(w));
+    return DISCO_OK;
+}
+
+struct post_arg {
+    struct disco__p2p *p;
+    disco_worker_t *w;
+    int from;
+    uint64_t state; /* the POSTED state seen */
+    bool departed;
+};
+
+static bool posted_to_me(void *v)
+{
+    struct post_arg *a = v;
+    /* Acquire: pairs with the sender's release of POSTED (S1). to and seq
+     * are read after it but may be rewritten by a sender that withdrew and
+     * posted again meanwhile: the claim's compare-and-swap on the state
+     * (ticket included) then fails, so a post is only taken with the
+     * fields of its own ticket (read again after the claim, in take). */
+    uint64_t s = atomic_load_explicit(&a->p->state, memory_order_acquire);
+    if ((s & 3) == DISCO__P2P_POSTED && a->p->to == a->w->id && a->p->seq == a->w->seq) {
+        a->state = s;
+        return true;
+    }
+    if (gone(a->w, a->from))
+        a->departed = true;
+    return a->departed;
+}
+
+/* R2: the copy into x, after the claim. Returns DISCO_OK or why not. */
+static disco_status_t take(disco_worker_t *w, struct disco__p2p *p, int from, DLTensor *x)
+{
+    bool same =
+        p->ndim == x->ndim && p->dtype.code == x->dtype.code && p->dtype.bits == x->dtype.bits &&
+        p->dtype.lanes == x->dtype.lanes &&
+        p->dev_type == (x->device.device_type == kDLCPU ? 0u : (uint32_t)x->device.device_type);
+    for (int d = 0; same && d < x->ndim; d++)
+        same = p->shape[d] == x->shape[d];
+    if (!same) {
+        char a[32], b[32];
+        return disco_set_error(DISCO_E_MISMATCH,
+                               "disco_ctx_recv: worker %d sends %s of %d dims (device type %u), "
+                               "worker %d receives %s of %d dims",
+                               from + w->gid_base, disco_dtype_str(p->dtype, a, sizeof a),
+                               (int)p->ndim, p->dev_type, disco__worker_gid(w),
+                               disco_dtype_str(x->dtype, b, sizeof b), x->ndim);
+    }
+    size_t n = disco_tensor_nbytes(x);
+    if (p->dev_type == 0) {
+        void *src = disco__tensor_span(w->heap, p->block, p->off, n);
+        if (src == NULL)
+            return disco_set_error(DISCO_E_PROTOCOL,
+                                   "disco_ctx_recv: worker %d posted a tensor outside the heap",
+                                   from + w->gid_base);
+        memcpy(x->data, src, n);
+        return DISCO_OK;
+    }
+    void *src;
+    DLDevice sd;
+    disco_status_t st = disco__arena_wait_for(w->arena, from);
+    if (st == DISCO_OK)
+        st = disco__arena_peer(w->arena, from, p->block, n, &src, &sd);
+    if (st == DISCO_OK)
+        st = disco_device_copy(x->data, x->device, src, sd, n, disco__arena_stream(w->arena));
+    if (st == DISCO_OK) /* the sender may reuse its bytes once acknowledged */
+        st = disco__arena_sync(w->arena);
+    return st;
+}
+
+disco_status_t disco_ctx_recv(disco_ctx_t *ctx, DLTensor *t, int from_worker)
+{
+    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_recv");
+    int from = -1;
+    DLTensor *x = NULL;
+    if (st == DISCO_OK)
+        st = peer_arg(ctx, from_worker, "disco_ctx_recv", &from);
+    if (st == DISCO_OK)
+        st = disco__comm_stage(ctx, t, false, "disco_ctx_recv", &x);
+    if (st != DISCO_OK)
+        return st;
+    disco_worker_t *w = ctx->worker;
+    struct disco__p2p *p = post_of(w, from);
+    for (;;) {
+        struct post_arg a = {p, w, from, 0, false};
+        if ((st = disco_wait_until(&p->q, posted_to_me, &a, w->wait)) != DISCO_OK)
+            return st; /* nothing claimed: no byte written */
+        if (a.state == 0)
+            return disco_set_error(DISCO_E_MISMATCH,
+                                   "disco_ctx_recv: worker %d ended its command without sending "
+                                   "to worker %d",
+                                   from_worker, disco__worker_gid(w));
+        uint64_t want = a.state;
+        /* acq_rel: the claim (R1) against the sender's withdrawal. */
+        if (atomic_compare_exchange_strong_explicit(&p->state, &want,
+                                                    (a.state & ~3ull) | DISCO__P2P_CLAIMED,
+                                                    memory_order_acq_rel, memory_order_acquire))
+            break;
+    }
+    /* Claimed: the post's fields stay as they are until the ack. */
+    uint64_t ticket = p->state >> 2;
+    st = take(w, p, from, x);
+    /* Release: the copy before the sender sees its ack (S2). */
+    atomic_store_explicit(&p->ack, (uint64_t)(uint32_t)ticket << 32 | (uint32_t)(int32_t)st,
+                          memory_order_release);
+    disco_waitq_wake(&p->q);
+    if (st == DISCO_OK)
+        disco__comm_unstage(x, t);
+    return st;
+}
+
+/* The worker of this one's rank in the group step groups away, or -1. */
+static int group_peer(disco_ctx_t *ctx, int step, const char *what, disco_status_t *st)
+{
+    if ((*st = disco__comm_worker(ctx, what)) != DISCO_OK)
+        return -1;
+    disco_worker_t *w = ctx->worker;
+    int groups = w->ngroups > 0 ? (int)w->ngroups : 1;
+    int size = w->world / groups, peer = w->id + step * size;
+    if (peer < 0 || peer >= w->world) {
+        *st = disco_set_error(DISCO_E_INVAL, "%s: worker %d is in the %s group", what,
+                              disco__worker_gid(w), step > 0 ? "last" : "first");
+        return -1;
+    }
+    return peer + w->gid_base;
+}
+
+disco_status_t disco_ctx_send_to_next_group(disco_ctx_t *ctx, const DLTensor *t)
+{
+    disco_status_t st;
+    int to = group_peer(ctx, 1, "disco_ctx_send_to_next_group", &st);
+    return to < 0 ? st : disco_ctx_send(ctx, t, to);
+}
+
+disco_status_t disco_ctx_recv_from_prev_group(disco_ctx_t *ctx, DLTensor *t)
+{
+    disco_status_t st;
+    int from = group_peer(ctx, -1, "disco_ctx_recv_from_prev_group", &st);
+    return from < 0 ? st : disco_ctx_recv(ctx, t, from);
+}
