@@ -316,6 +316,7 @@ bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker python $(if $(filter o
 
 demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(BUILD)/bin/disco $(DEMOLIB)
 	$(BUILD)/bin/disco-demo --trace $(BUILD)/demo-trace.json --json $(BUILD)/demo.json
+	@$(MAKE) --no-print-directory python && PYTHONPATH=python $(PYTHON) tools/demo/tp_decoder.py --json $(BUILD)/tp_decoder.json
 
 # The fault soak (tools/soak/soak.h): SOAK_SECONDS of rounds that kill -9 a
 # worker or the controller mid-call; report in build/soak.json.
