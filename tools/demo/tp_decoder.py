@@ -62,15 +62,21 @@ def shard(w, cfg, rank, world):
     features; whole heads, since a head is d_head consecutive rows) and
     columns of the row-parallel ones."""
     d, f = cfg["d_model"], cfg["d_ff"]
-    dh, fs = d // world, f // world  # the heads' rows and the MLP's rows of this worker
+    dq, df = d // world, f // world  # this worker's attention rows (its heads), MLP rows
     out = dict(w)
     for i in range(cfg["layers"]):
-        l = w[i]
-        out[i] = dict(l, wqkv=l["wqkv"][:, rank * dh:(rank + 1) * dh],  # column-parallel
-                      wo=l["wo"][:, rank * dh:(rank + 1) * dh],  # row-parallel
-                      w1=l["w1"][rank * fs:(rank + 1) * fs],  # column-parallel
-                      w2=l["w2"][:, rank * fs:(rank + 1) * fs])  # row-parallel
+        lw = w[i]
+        out[i] = dict(lw, wqkv=lw["wqkv"][:, rank * dq:(rank + 1) * dq],  # column-parallel
+                      wo=lw["wo"][:, rank * dq:(rank + 1) * dq],  # row-parallel
+                      w1=lw["w1"][rank * df:(rank + 1) * df],  # column-parallel
+                      w2=lw["w2"][:, rank * df:(rank + 1) * df])  # row-parallel
     return out
+
+
+def to_device(w, dev):
+    """w's tensors, compact, on dev."""
+    return {k: to_device(v, dev) if isinstance(v, dict) else v.contiguous().to(dev)
+            for k, v in w.items()}
 
 
 def rms_norm(x, weight):
@@ -80,23 +86,23 @@ def rms_norm(x, weight):
 def forward(w, cache, tokens, pos, cfg, reduce):
     """Runs tokens (1-D, positions pos...) through the model, appending their
     keys and values to cache; returns the last position's logits. reduce(x)
-    sums x over the workers in place (identity on one process)."""
+    returns x summed over the workers (x itself on one process)."""
     t, dev = tokens.shape[0], tokens.device
     x = w["emb"][tokens] + w["pos"][pos:pos + t]  # [t, d]
     d_head = cfg["d_model"] // cfg["heads"]
     for i in range(cfg["layers"]):
-        l, (kc, vc) = w[i], cache[i]  # kc, vc: [my heads, max_len, d_head]
-        h = rms_norm(x, l["norm1"])
-        q, k, v = (h @ l["wqkv"][j].T for j in range(3))  # each [t, my heads * d_head]
+        lw, (kc, vc) = w[i], cache[i]  # kc, vc: [my heads, max_len, d_head]
+        h = rms_norm(x, lw["norm1"])
+        q, k, v = (h @ lw["wqkv"][j].T for j in range(3))  # each [t, my heads * d_head]
         q, k, v = (a.view(t, -1, d_head).transpose(0, 1) for a in (q, k, v))
         kc[:, pos:pos + t], vc[:, pos:pos + t] = k, v
         s = q @ kc[:, :pos + t].transpose(1, 2) / math.sqrt(d_head)  # [heads, t, pos + t]
         causal = torch.ones(t, pos + t, dtype=torch.bool, device=dev).tril(pos)
         a = torch.softmax(s.masked_fill(~causal, float("-inf")), -1) @ vc[:, :pos + t]
-        a = a.transpose(0, 1).reshape(t, -1) @ l["wo"].T  # a partial sum: [t, d]
+        a = a.transpose(0, 1).reshape(t, -1) @ lw["wo"].T  # a partial sum: [t, d]
         x = x + reduce(a)  # allreduce #1 of the layer
-        h = torch.nn.functional.gelu(rms_norm(x, l["norm2"]) @ l["w1"].T)
-        x = x + reduce(h @ l["w2"].T)  # allreduce #2 of the layer
+        h = torch.nn.functional.gelu(rms_norm(x, lw["norm2"]) @ lw["w1"].T)
+        x = x + reduce(h @ lw["w2"].T)  # allreduce #2 of the layer
     return rms_norm(x[-1], w["norm_f"]) @ w["head"].T  # [vocab]
 
 
@@ -128,11 +134,14 @@ def tp_init(cfg_json, seed, device, prompt):
     torch.set_num_threads(1)  # workers outnumber cores: one thread each
     cfg = json.loads(cfg_json)
     rank, world = comm.rank(), comm.world_size()
-    dev = torch.device("cuda:%d" % (rank % torch.cuda.device_count())
-                       if device == "cuda" else "cpu")
-    w = shard(make_weights(cfg, seed), cfg, rank, world)
-    w = {k: ({n: a.contiguous().to(dev) for n, a in v.items()} if isinstance(v, dict)
-             else v.to(dev)) for k, v in w.items()}
+    dev = torch.device("cpu")
+    if device == "cuda":  # CUDA is initialized here, in each worker after the fork
+        if torch.cuda.device_count() == 0:
+            raise RuntimeError("--device cuda: torch sees no CUDA device")
+        dev = torch.device("cuda:%d" % (rank % torch.cuda.device_count()))
+    # Every worker makes the whole model and keeps its slices (a real one
+    # would load only its shard).
+    w = to_device(shard(make_weights(cfg, seed), cfg, rank, world), dev)
     _state.update(cfg=cfg, w=w, cache=new_cache(cfg, cfg["heads"] // world, dev), pos=0,
                   todo=torch.tensor(list(prompt), device=dev), tokens=[], logits=[])
 
@@ -160,9 +169,7 @@ def tp_fetch(what):
 
 def reference(cfg, seed, device, prompt, steps):
     """The same model unsharded, in this process only: (tokens, logits, s)."""
-    w = make_weights(cfg, seed)
-    w = {k: ({n: a.to(device) for n, a in v.items()} if isinstance(v, dict) else v.to(device))
-         for k, v in w.items()}
+    w = to_device(make_weights(cfg, seed), device)
     cache, pos, tokens, logits = new_cache(cfg, cfg["heads"], device), 0, [], []
     todo = torch.tensor(prompt, device=device)
     t0 = time.perf_counter()
