@@ -120,8 +120,9 @@ disco_status_t disco__ipc_table_attach(void *mem, size_t bytes, disco_ipc_table_
     if (mem == NULL || (uintptr_t)mem % 64 != 0 || bytes < sizeof(struct table_shm))
         return disco_set_error(DISCO_E_INVAL, "disco__ipc_table_attach: %zu bytes at %p", bytes,
                                mem);
-    const struct table_shm *sh = mem;
-    /* Each word once: the header is every mapper's to write. */
+    /* Each word once (volatile: one load each): the header is every
+     * mapper's to write. */
+    const volatile struct table_shm *sh = mem;
     uint64_t magic = sh->magic;
     uint32_t version = sh->version, nslots = sh->nslots;
     if (magic != TABLE_MAGIC || version != TABLE_VERSION)
