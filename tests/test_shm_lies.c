@@ -215,7 +215,7 @@ struct flipper {
     _Atomic int stop;
 };
 
-static void *flip_main(void *p)
+__attribute__((unused)) static void *flip_main(void *p)
 {
     struct flipper *f = p;
     while (!atomic_load(&f->stop)) {
@@ -275,7 +275,7 @@ struct flipper64 {
     _Atomic int stop;
 };
 
-static void *flip64_main(void *p)
+__attribute__((unused)) static void *flip64_main(void *p)
 {
     struct flipper64 *f = p;
     while (!atomic_load(&f->stop)) {
