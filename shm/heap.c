@@ -232,12 +232,16 @@ size_t disco_heap_footprint(size_t capacity)
     return (size_t)(ARENA_OFF + HDR + data);
 }
 
-static void fill_handle(struct disco_heap_shared *sh, void *mem, disco_heap_t *h)
+/* The handle, with the arena's bounds the caller checked (never read from
+ * the shared header again: any process of the session can write it). */
+static void fill_handle(struct disco_heap_shared *sh, void *mem, uint64_t mem_size,
+                        uint64_t arena_off, uint64_t arena_end, disco_heap_t *h)
 {
     h->sh = sh;
     h->base = mem;
-    h->arena_off = sh->arena_off;
-    h->arena_end = sh->arena_end;
+    h->mem_size = mem_size;
+    h->arena_off = arena_off;
+    h->arena_end = arena_end;
     h->wait = NULL;
 }
 
@@ -276,7 +280,7 @@ disco_status_t disco_heap_init(void *mem, size_t mem_size, disco_heap_t *heap_ou
     sh->mutex_size = (uint32_t)sizeof(pthread_mutex_t);
     sh->backed_end = mem_size; /* disco_heap_init_lazy lowers it */
     disco_heap_t h;
-    fill_handle(sh, mem, &h);
+    fill_handle(sh, mem, mem_size, ARENA_OFF, ARENA_OFF + (mem_size - ARENA_OFF) / HDR * HDR, &h);
     write_free_header(&h, h.arena_off, h.arena_end - h.arena_off, 0);
     disco__heap_list_push(&h, h.arena_off);
     sh->magic = DISCO_HEAP_MAGIC; /* last: the heap is whole (not yet shared) */
@@ -319,13 +323,18 @@ disco_status_t disco_heap_attach(void *mem, size_t mem_size, disco_heap_t *heap_
                                "disco_heap_attach: not a heap of layout %u (%zu bytes at %p)",
                                DISCO_HEAP_LAYOUT, mem_size, mem);
     uint32_t page_mod = (uint32_t)((uintptr_t)mem % DISCO_HEAP_MAX_ALIGN);
-    if (sh->mem_size != mem_size || sh->page_mod != page_mod || sh->arena_off != ARENA_OFF ||
-        sh->arena_end > mem_size || (sh->arena_end - ARENA_OFF) % HDR != 0)
+    /* Each bound read once (volatile: one load each), checked, and the
+     * handle made of the copies (test_heap_attach_reads_once). */
+    const volatile struct disco_heap_shared *v = sh;
+    uint64_t size = v->mem_size, arena_off = v->arena_off, arena_end = v->arena_end;
+    uint32_t mod = v->page_mod;
+    if (size != mem_size || mod != page_mod || arena_off != ARENA_OFF || arena_end > mem_size ||
+        arena_end < ARENA_OFF || (arena_end - ARENA_OFF) % HDR != 0)
         return disco_set_error(DISCO_E_BAD_MAGIC,
                                "disco_heap_attach: heap of %" PRIu64 " bytes at page offset %u, "
                                "mapped as %zu bytes at page offset %u",
-                               sh->mem_size, sh->page_mod, mem_size, page_mod);
-    fill_handle(sh, mem, heap_out);
+                               size, mod, mem_size, page_mod);
+    fill_handle(sh, mem, size, arena_off, arena_end, heap_out);
     return DISCO_OK;
 }
 
@@ -492,7 +501,7 @@ disco_status_t disco_heap_stats(const disco_heap_t *h, disco_heap_stats_t *stats
     s.live_blocks = (size_t)sh->live_blocks;
     s.free_blocks = (size_t)sh->free_blocks;
     s.recoveries = sh->recoveries;
-    s.backed_bytes = (size_t)(sh->backed_end < sh->mem_size ? sh->backed_end : sh->mem_size);
+    s.backed_bytes = (size_t)(sh->backed_end < h->mem_size ? sh->backed_end : h->mem_size);
     disco__heap_unlock(h);
     *stats_out = s;
     return DISCO_OK;

@@ -42,8 +42,11 @@ disco_status_t disco__heap_back(const disco_heap_t *h, uint64_t end, const char 
         return DISCO_OK;
     uint64_t want = end + BACK_CHUNK - 1;
     want = want - want % BACK_CHUNK;
-    if (want > sh->mem_size || want < end)
-        want = sh->mem_size;
+    /* The handle's size, never the shared header's: a size another process
+     * raised would back (populate) past the heap and its mapping
+     * (test_back_bounded_by_own_size). */
+    if (want > h->mem_size || want < end)
+        want = h->mem_size;
     disco_status_t st = disco_memory_check(want - have, "backing the heap");
     if (st != DISCO_OK)
         return disco_set_error(DISCO_E_NOSPACE, "%s: %s", who, disco_last_error());
@@ -53,7 +56,7 @@ disco_status_t disco__heap_back(const disco_heap_t *h, uint64_t end, const char 
         return disco_set_error(DISCO_E_NOSPACE,
                                "%s: cannot back %" PRIu64 " more bytes of the heap (%" PRIu64
                                " of %" PRIu64 " backed): %s",
-                               who, want - have, have, sh->mem_size, strerror(e));
-    sh->backed_end = got < sh->mem_size ? got : sh->mem_size;
+                               who, want - have, have, h->mem_size, strerror(e));
+    sh->backed_end = got < h->mem_size ? got : h->mem_size;
     return DISCO_OK;
 }

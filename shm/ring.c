@@ -63,17 +63,22 @@ size_t disco_ring_footprint(const disco_ring_config_t *cfg)
            (size_t)cfg->nslots * cfg->slot_size;
 }
 
-static void fill_handle(struct disco_ring_shared *sh, disco_ring_t *r)
+/* Fills the handle from the geometry cfg, the one the caller checked
+ * against the memory: never from the shared header again, which another
+ * process may rewrite between the check and this (test_attach_geometry_
+ * read_once). */
+static void fill_handle(struct disco_ring_shared *sh, const disco_ring_config_t *cfg,
+                        disco_ring_t *r)
 {
     r->sh = sh;
-    r->slots = (unsigned char *)&sh->readers[sh->nreaders];
-    r->mask = sh->nslots - 1;
-    r->slot_size = sh->slot_size;
-    r->payload = sh->slot_size - DISCO_RING_SLOT_HDR;
-    r->nreaders = sh->nreaders;
-    r->max_msg = sh->max_msg;
-    r->batch = sh->batch > 1 ? sh->batch : 1;
-    r->min_seen = atomic_load_explicit(&sh->head, memory_order_relaxed) - sh->nslots;
+    r->slots = (unsigned char *)&sh->readers[cfg->nreaders];
+    r->mask = cfg->nslots - 1;
+    r->slot_size = cfg->slot_size;
+    r->payload = cfg->slot_size - DISCO_RING_SLOT_HDR;
+    r->nreaders = cfg->nreaders;
+    r->max_msg = cfg->max_msg;
+    r->batch = cfg->batch > 1 ? cfg->batch : 1;
+    r->min_seen = atomic_load_explicit(&sh->head, memory_order_relaxed) - cfg->nslots;
 }
 
 static inline struct ring_slot *slot_at(const disco_ring_t *r, uint64_t pos)
@@ -118,7 +123,7 @@ disco_status_t disco_ring_init(void *mem, size_t mem_size, const disco_ring_conf
         atomic_store_explicit(&sh->readers[i].next, cfg->start_pos, memory_order_relaxed);
         atomic_store_explicit(&sh->readers[i].alive, 1, memory_order_relaxed);
     }
-    fill_handle(sh, ring_out);
+    fill_handle(sh, cfg, ring_out);
     /* Each slot holds a position one lap behind the first one that maps to
      * it, so no reader mistakes it for fresh data. */
     for (uint64_t j = 0; j < cfg->nslots; j++) {
@@ -136,16 +141,20 @@ disco_status_t disco_ring_attach(void *mem, size_t mem_size, disco_ring_t *ring_
         sh->layout != DISCO_RING_LAYOUT)
         return disco_set_error(DISCO_E_BAD_MAGIC, "no disco ring (layout %u) at %p",
                                DISCO_RING_LAYOUT, mem);
-    disco_ring_config_t cfg = {.nslots = sh->nslots,
-                               .slot_size = sh->slot_size,
-                               .nreaders = sh->nreaders,
-                               .max_msg = sh->max_msg,
-                               .batch = sh->batch};
+    /* Each field read once (volatile: one load each, never repeated by the
+     * compiler): the geometry is checked and the handle made of these
+     * copies, whatever another process writes meanwhile. */
+    const volatile struct disco_ring_shared *v = sh;
+    disco_ring_config_t cfg = {.nslots = v->nslots,
+                               .slot_size = v->slot_size,
+                               .nreaders = v->nreaders,
+                               .max_msg = v->max_msg,
+                               .batch = v->batch};
     size_t need = disco_ring_footprint(&cfg);
     if (need == 0 || need > mem_size)
         return disco_set_error(DISCO_E_BAD_MAGIC, "ring geometry needs %zu bytes, %zu mapped", need,
                                mem_size);
-    fill_handle(sh, ring_out);
+    fill_handle(sh, &cfg, ring_out);
     return DISCO_OK;
 }
 

@@ -15,6 +15,8 @@
 
 #include "shm/segment_fork.h"
 
+_Static_assert(DISCO_SEGMENT_SEALS == (F_SEAL_SHRINK | F_SEAL_GROW), "the seals' numbers");
+
 struct segment_header {
     uint64_t magic;
     uint32_t layout;
@@ -188,13 +190,21 @@ disco_status_t disco_segment_create_partial(const char *name, size_t data_size, 
     if (st != DISCO_OK)
         return st;
 
-    /* Sealable: a segment handed to a less trusted peer (the shm transport)
-     * is sealed against shrinking, which would SIGBUS its users. */
     int fd = memfd_create(name != NULL ? name : "disco", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return disco_set_error(DISCO_E_SYS, "memfd_create: %s", strerror(errno));
     if (ftruncate(fd, (off_t)total) != 0) {
         st = disco_set_error(DISCO_E_SYS, "ftruncate(%zu): %s", total, strerror(errno));
+        goto fail_fd;
+    }
+    /* Sealed at its size before anyone maps it: a shrink would SIGBUS every
+     * process that maps the segment (an observer, a worker), a growth would
+     * make the header's size a lie. Backing the holes of a partial segment
+     * (fallocate inside the size) is still allowed. attach() refuses a
+     * segment without these seals (test_segment_sealed, test_observer_
+     * survives_shrink). */
+    if (fcntl(fd, F_ADD_SEALS, DISCO_SEGMENT_SEALS) != 0) {
+        st = disco_set_error(DISCO_E_SYS, "sealing a segment: %s", strerror(errno));
         goto fail_fd;
     }
     int err = posix_fallocate(fd, 0, (off_t)back);
@@ -240,9 +250,21 @@ disco_status_t disco_segment_back(const disco_segment_t *seg, size_t data_off, s
     return DISCO_OK;
 }
 
-/* Maps the segment behind fd with protection prot (see the two callers). */
+/* Maps the segment behind fd with protection prot (see the two callers).
+ * The seals are checked before the size is read and the file mapped: with
+ * them the size cannot change under the mapping (no SIGBUS however the
+ * other side truncates), and a file without them is refused. */
 static disco_status_t attach(int fd, int prot, disco_segment_t *seg_out)
 {
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 && errno == EBADF)
+        return disco_set_error(DISCO_E_SYS, "fd %d: %s", fd, strerror(errno));
+    if (seals < 0 || (seals & DISCO_SEGMENT_SEALS) != DISCO_SEGMENT_SEALS)
+        return disco_set_error(DISCO_E_BAD_MAGIC,
+                               "fd %d is not a disco segment: not sealed against shrinking and "
+                               "growing (seals %#x; a segment's maker seals it, and a mapping of "
+                               "an unsealed file could fault with SIGBUS)",
+                               fd, seals < 0 ? 0u : (unsigned)seals);
     struct stat sb;
     if (fstat(fd, &sb) != 0)
         return disco_set_error(DISCO_E_SYS, "fstat(fd %d): %s", fd, strerror(errno));

@@ -162,6 +162,8 @@ static inline void teardown(void)
     nfakes = 0;
     nopened = 0;
     munmap(table_mem, disco__ipc_table_footprint(NSLOTS));
+    disco__ipc_table_release(table);
+    table = NULL;
     munmap(sh, sizeof *sh);
 }
 

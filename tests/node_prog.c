@@ -22,6 +22,10 @@
  *   kill-worker  a forked worker of the last node is killed
  *   kill-node    the last node's process is killed
  *   kill-ctl     the controller kills itself after the open
+ *   spoof        the last node's agent sends up a forged reply, unasked:
+ *                refused, naming the node
+ *   drain        node 0's leader takes and drops 1 TiB announced by node 1:
+ *                refused at once (no tensor of the session is that large)
  */
 #include <signal.h>
 #include <stdio.h>
@@ -30,6 +34,11 @@
 #include <unistd.h>
 
 #include "disco/disco.h"
+#include "scheduler/node/node.h"
+#include "scheduler/session/session_impl.h"
+#include "workers/core/ctx.h"
+#include "workers/core/net.h"
+#include "workers/core/protocol.h"
 
 static int64_t counter; /* each worker process's own */
 
@@ -126,6 +135,44 @@ static disco_status_t ctx_coll(disco_ctx_t *ctx, const disco_value_t *a, int n, 
                                   ((int32_t *)z->data)[i]);
     *ret = disco_value_int(((int32_t *)y->data)[0]); /* the group's size */
     return DISCO_OK;
+}
+
+/* nt.spoof(gid, token): the worker with that global id, a node's worker 0
+ * (in its agent's process), sends the controller a reply it was not asked
+ * for: the reply a debug get with that token would get, holding 4242,
+ * marked as the answer to the command running now. Then it fails, so that
+ * its agent's error report follows the forged reply up (white-box: it
+ * reaches the agent's link through the worker). */
+static disco_status_t spoof(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n, (void)ret;
+    if (disco_ctx_worker_id(ctx) != a[0].v.i)
+        return DISCO_OK;
+    disco_worker_t *w = ctx->worker;
+    if (w == NULL || w->net == NULL)
+        return disco_ctx_fail(ctx, "nt.spoof: worker %d has no node link", (int)a[0].v.i);
+    disco_value_t v[2] = {disco_value_int(a[1].v.i), disco_value_int(4242)};
+    char frame[256];
+    size_t len;
+    disco_status_t st = disco_frame_encode(DISCO_REPLY_OK, w->seq, v, 2, frame, sizeof frame, &len);
+    if (st == DISCO_OK)
+        st = disco__node_send_up(w->net->impl, DISCO_NODE_UP_REPLY, DISCO_OK, w->seq, frame, len);
+    return st != DISCO_OK ? st : disco_ctx_fail(ctx, "spoofed");
+}
+
+/* nt.drain(gid, bytes): on that worker, a node's leader, the link's
+ * receive of bytes from the next node into nothing, as a collective does
+ * with bytes it cannot keep (bytes being what the peer announced). */
+static disco_status_t drain(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n, (void)ret;
+    if (disco_ctx_worker_id(ctx) != a[0].v.i)
+        return DISCO_OK;
+    struct disco__net *net = ctx->worker != NULL ? ctx->worker->net : NULL;
+    if (net == NULL)
+        return disco_ctx_fail(ctx, "nt.drain: worker %d has no node link", (int)a[0].v.i);
+    disco_status_t st = net->recv(net, net->node + 1, NULL, (size_t)a[1].v.i);
+    return st == DISCO_OK ? DISCO_OK : disco_ctx_fail(ctx, "%s", disco_last_error());
 }
 
 #define CHECK(x)                                                                                   \
@@ -370,6 +417,60 @@ static int kill_one(disco_session_t *s, int gid)
     return st == DISCO_E_WORKER_DIED && st2 == DISCO_E_BROKEN ? 0 : 1;
 }
 
+/* The last node's agent forges the reply to the next debug get (its
+ * token, a value of its own) and sends it up unasked, then its error
+ * report. The controller syncs another node until an error comes: the
+ * forged reply, which came first, is refused then, naming its node.
+ * (Before, it was taken silently and stood in for the answer to the debug
+ * get that follows.) */
+static int spoofed(disco_session_t *s)
+{
+    int last = disco_session_num_workers(s) - 1;
+    disco_dref_t id, r;
+    CHECK(disco_session_call_by_name(s, "disco.worker_id", NULL, 0, &id));
+    CHECK(disco_session_sync(s, last));
+    int64_t token = s->token + 1; /* the next debug get's (white-box) */
+    disco_value_t a[2] = {disco_value_int(last), disco_value_int(token)};
+    CHECK(disco_session_call_by_name(s, "nt.spoof", a, 2, &r));
+    CHECK(disco_session_free_reg(s, r));
+    int64_t deadline = disco_now_ns() + 10000000000LL;
+    disco_status_t st;
+    while ((st = disco_session_sync(s, 0)) == DISCO_OK && disco_now_ns() < deadline)
+        ; /* node 0 holds no forger: each sync reads what came up */
+    printf("sync: %s: %s\n", disco_err_name(st), disco_last_error());
+    char node[32];
+    snprintf(node, sizeof node, "node %d:", last / s->world);
+    bool refused = strstr(disco_last_error(), "a reply nobody asked for") != NULL &&
+                   strstr(disco_last_error(), node) != NULL;
+    if (st == DISCO_E_REMOTE) { /* the forged reply was taken: it answers */
+        disco_value_t v = disco_value_null();
+        st = disco_session_debug_get(s, id, last, &v);
+        printf("get: %s: %s\n", disco_err_name(st), disco_last_error());
+        if (st == DISCO_OK)
+            printf("value %lld\n", (long long)v.v.i);
+    }
+    return refused ? 0 : 1;
+}
+
+/* A receive into nothing of a size no tensor of the session can have (1
+ * TiB; a peer's word) is refused at once, naming the node, before any
+ * memory is taken or any byte waited for. */
+static int drain_bound(disco_session_t *s)
+{
+    disco_value_t a[2] = {disco_value_int(0), disco_value_int(INT64_C(1) << 40)};
+    disco_dref_t r;
+    int64_t t0 = disco_now_ns();
+    CHECK(disco_session_call_by_name(s, "nt.drain", a, 2, &r));
+    disco_status_t st = disco_session_sync(s, 0);
+    long long ms = (long long)((disco_now_ns() - t0) / 1000000);
+    printf("drain: %s: %s\n", disco_err_name(st), disco_last_error());
+    printf("drain took %lld ms\n", ms);
+    return st == DISCO_E_REMOTE && strstr(disco_last_error(), "node 1 announced") != NULL &&
+                   ms < 5000
+               ? 0
+               : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -384,6 +485,8 @@ int main(int argc, char **argv)
     disco_register_func("nt.count", "", count);
     disco_register_func("nt.die", "i", die);
     disco_register_func("nt.ctx", "", ctx_coll);
+    disco_register_func("nt.spoof", "ii", spoof);
+    disco_register_func("nt.drain", "ii", drain);
     disco_session_config_t cfg = disco_session_config_default(0);
     cfg.call_timeout_ms = 10000;
     if (argc >= 5 && strcmp(argv[3], "--local") == 0) {
@@ -418,6 +521,10 @@ int main(int argc, char **argv)
         rc = stream(s);
     else if (strcmp(sc, "refuse") == 0)
         rc = refuse(s);
+    else if (strcmp(sc, "spoof") == 0)
+        rc = spoofed(s);
+    else if (strcmp(sc, "drain") == 0)
+        rc = drain_bound(s);
     else if (strcmp(sc, "kill-worker") == 0)
         rc = kill_one(s, disco_session_num_workers(s) - 1);
     else if (strcmp(sc, "kill-node") == 0)

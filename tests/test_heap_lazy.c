@@ -91,6 +91,40 @@ START_TEST(test_backs_as_used)
 }
 END_TEST
 
+static size_t last_len; /* the last populate's length, for the test below */
+
+static int record_len(size_t len)
+{
+    last_len = len;
+    return 0;
+}
+
+/* The heap's size in its shared header is any process's to write: backing
+ * is bounded by this process's own copy. With the header's size raised to
+ * 1 TiB, taking the whole heap backs up to its end and no further (before,
+ * the backing rounded up to the next 2 MiB past the heap, populated past
+ * its mapping and failed the allocation with DISCO_E_NOSPACE). */
+START_TEST(test_back_bounded_by_own_size)
+{
+    disco_segment_t seg;
+    disco_heap_t h;
+    make_lazy_heap(3 * MiB, &seg, &h);
+    uint64_t *shared_size = (uint64_t *)((char *)h.sh + 16); /* after magic, layout, page_mod */
+    ck_assert_uint_eq(*shared_size, h.mem_size);
+    *shared_size = (uint64_t)1 << 40;
+    disco__heap_populate_hook = record_len;
+    disco_heap_stats_t s = stats_of(&h);
+    uint64_t all = alloc_ok(&h, s.largest_free, 0, 2);
+    ck_assert_msg(last_len > 0 && last_len <= h.mem_size, "populated %zu bytes of a heap of %llu",
+                  last_len, (unsigned long long)h.mem_size);
+    ck_assert_uint_eq(stats_of(&h).backed_bytes, h.mem_size);
+    CK_OK(disco_heap_free(&h, all));
+    disco__heap_populate_hook = NULL;
+    *shared_size = h.mem_size;
+    disco_segment_close(&seg);
+}
+END_TEST
+
 /* A populate that fails (memory not there): DISCO_E_NOSPACE saying so,
  * nothing changed; once memory is there the same allocation works. */
 START_TEST(test_populate_fails_cleanly)
@@ -323,6 +357,7 @@ Suite *suite_heap_lazy(void)
     TCase *tc = tcase_create("lazy");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_backs_as_used);
+    tcase_add_test(tc, test_back_bounded_by_own_size);
     tcase_add_test(tc, test_populate_fails_cleanly);
     tcase_add_test(tc, test_partial_segment);
     tcase_add_test(tc, test_no_populate_backs_all);

@@ -146,8 +146,10 @@ START_TEST(test_table_full_and_reclaim)
     static _Alignas(64) char junk[4096];
     CK_STATUS(disco__ipc_table_attach(junk, sizeof junk, &t), DISCO_E_BAD_MAGIC);
     CK_OK(disco__ipc_table_init(table_mem, fp, 2, &t));
+    disco__ipc_table_release(t);
     CK_STATUS(disco__ipc_table_attach(table_mem, fp - 1, &t), DISCO_E_INVAL);
     CK_OK(disco__ipc_table_attach(table_mem, fp, &t));
+    disco__ipc_table_release(table);
     table = t; /* two slots from here on */
 
     char *a = fake_alloc(4096), *b = fake_alloc(4096), *c2 = fake_alloc(4096),
@@ -340,6 +342,43 @@ START_TEST(test_slot_protocol)
 }
 END_TEST
 
+/* A peer raises the slot count in the table's shared header (any process
+ * that maps the table can write it). This process keeps the count it read
+ * when it attached: a full table stays full, and an export fails as "table
+ * full" (before, the exporter claimed and published slot NSLOTS, past the
+ * table: an out-of-bounds write); a ref naming a slot past the table is
+ * refused; a fresh attach checks the raised count against the bytes
+ * mapped. */
+START_TEST(test_table_count_raised)
+{
+    int32_t me = (int32_t)getpid();
+    uint32_t gen = 0;
+    for (uint32_t i = 0; i < NSLOTS; i++)
+        ck_assert_uint_lt(disco__ipc_slot_claim(table, me, &gen), NSLOTS);
+    _Atomic uint32_t *count =
+        (_Atomic uint32_t *)((char *)table_mem + 12); /* after magic, version */
+    ck_assert_uint_eq(atomic_load(count), NSLOTS);
+    atomic_store(count, NSLOTS + 16);
+    ck_assert_uint_eq(disco__ipc_slot_claim(table, me, &gen), UINT32_MAX);
+    ck_assert_uint_eq(disco__ipc_table_nslots(table), NSLOTS);
+    disco_ipc_t *ipc = new_ctx();
+    char *a = fake_alloc(4096);
+    CK_OK(disco__ipc_add(ipc, a, 4096, 0));
+    disco_ipc_ref_t r;
+    CK_STATUS(disco__ipc_export(ipc, a, &r), DISCO_E_NOMEM);
+    CK_HAS("table full");
+    disco_ipc_ref_t past = {.exporter_pid = me, .slot = NSLOTS + 2, .gen = 1, .alloc_bytes = 4096};
+    uint32_t cell;
+    CK_STATUS(disco__ipc_slot_join(table, &past, me, &cell), DISCO_E_INVAL);
+    disco_ipc_table_t *t2;
+    CK_STATUS(disco__ipc_table_attach(table_mem, disco__ipc_table_footprint(NSLOTS), &t2),
+              DISCO_E_INVAL);
+    atomic_store(count, NSLOTS);
+    CK_OK(disco__ipc_remove(ipc, a));
+    disco__ipc_destroy(ipc);
+}
+END_TEST
+
 Suite *suite_ipc_lifetime(void)
 {
     Suite *s = suite_create("ipc_lifetime");
@@ -351,6 +390,7 @@ Suite *suite_ipc_lifetime(void)
     tcase_add_test(tc, test_table_full_and_reclaim);
     tcase_add_test(tc, test_destroy_closes);
     tcase_add_test(tc, test_slot_protocol);
+    tcase_add_test(tc, test_table_count_raised);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("race");

@@ -273,6 +273,43 @@ START_TEST(test_stream)
 }
 END_TEST
 
+/* An agent that sends a reply nobody asked for (forged: the next debug
+ * get's token, a value of its own, as the answer to another command) is
+ * refused: the session breaks naming that node, and the forged reply never
+ * stands in for a real one (before, replies shared one buffer and an
+ * unsolicited one was taken). */
+START_TEST(test_spoofed_reply)
+{
+    if (!can_run())
+        return;
+    char out[8192];
+    int rc = on_nodes(3, "spoof", 1, true, out, sizeof out, NULL);
+    (void)rc; /* a broken session ends without MPI_Finalize: mpirun's code says little */
+    assert_ok(out, "spoof");
+    ck_assert_msg(strstr(out, "node 2: a reply nobody asked for") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "value 4242") == NULL, "%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* A size from the wire is bounded by what it can carry: a leader told to
+ * take and drop 1 TiB from another node (as a collective does with bytes
+ * it cannot keep, the size being the peer's word) refuses at once, naming
+ * the node, with no allocation and no wait (before, collective_net.c took
+ * a scratch of up to 1 TiB for such a drop). */
+START_TEST(test_drain_bounded)
+{
+    if (!can_run())
+        return;
+    char out[8192];
+    int rc = on_nodes(2, "drain", 1, true, out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "drain");
+    ck_assert_msg(strstr(out, "node 1 announced 1099511627776 bytes") != NULL, "%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
 /* What cannot run across nodes says so; in-group collectives stay in a
  * node and run. */
 START_TEST(test_refused)
@@ -464,6 +501,8 @@ Suite *suite_node(void)
     tcase_add_test(tc, test_remote_error);
     tcase_add_test(tc, test_stream);
     tcase_add_test(tc, test_refused);
+    tcase_add_test(tc, test_spoofed_reply);
+    tcase_add_test(tc, test_drain_bounded);
     tcase_add_test(tc, test_worker_killed);
     tcase_add_test(tc, test_node_killed);
     tcase_add_test(tc, test_controller_killed);

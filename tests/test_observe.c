@@ -1,6 +1,7 @@
 /* test_observe.c - the status region, views, the watchdog and observers
  * (disco/observe.h). */
 #include <check.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "disco/observe.h"
 #include "disco/shm/segment.h"
 #include "disco/trace.h"
+#include "scheduler/session/session_impl.h"
 #include "tests/session_util.h"
 #include "tests/testutil.h"
 
@@ -405,6 +407,94 @@ START_TEST(test_observer_refuses_bad_header)
 }
 END_TEST
 
+/* The observed session truncates its segment (a bug, or a hostile
+ * process): the segment is sealed, so the truncation fails and an
+ * observer's next read still works (before the seal, the read died of
+ * SIGBUS). */
+START_TEST(test_observer_survives_shrink)
+{
+    disco_session_config_t c = config(2);
+    disco_session_t *s = tu_open_with_testlib(&c);
+    disco_observer_t *o;
+    CK_OK(disco_observer_open(getpid(), 0, NULL, &o));
+    int rc = ftruncate(s->seg.fd, 4096), err = errno;
+    disco_session_view_t v;
+    CK_OK(disco_observer_read(o, &v)); /* unsealed, this read died of SIGBUS */
+    ck_assert_int_ne(rc, 0);
+    ck_assert_int_eq(err, EPERM);
+    ck_assert_int_eq(v.world, 2);
+    disco_view_free(&v);
+    disco_observer_close(o);
+    disco_session_close(s);
+}
+END_TEST
+
+/* A memfd named as a session, holding a real session's bytes but not
+ * sealed, is refused before it is mapped: its owner could truncate it
+ * under the observer. */
+START_TEST(test_observer_refuses_unsealed)
+{
+    disco_session_config_t c = config(2);
+    disco_session_t *s = tu_open_with_testlib(&c);
+    int fd = memfd_create("disco-session", MFD_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    size_t n = s->seg.size < (64u << 20) ? s->seg.size : (64u << 20);
+    ck_assert_int_eq(ftruncate(fd, (off_t)s->seg.size), 0);
+    ck_assert_int_eq(pwrite(fd, s->seg.base, n, 0), (ssize_t)n);
+    /* The fake comes after the real one in fd order: session 1. */
+    int count = 0;
+    disco_observer_t *o;
+    CK_OK(disco_observer_open(getpid(), 0, &count, &o));
+    disco_observer_close(o);
+    ck_assert_int_eq(count, 2);
+    CK_STATUS(disco_observer_open(getpid(), 1, NULL, &o), DISCO_E_BAD_MAGIC);
+    ck_assert_msg(strstr(disco_last_error(), "not sealed") != NULL, "%s", disco_last_error());
+    close(fd);
+    disco_session_close(s);
+}
+END_TEST
+
+/* A segment that names pids that are not its session's (here the test
+ * runner's process, alive and readable, neither the controller nor a child
+ * of it nor a holder of the segment) shows none of that process's figures:
+ * the pid is shown as 0 (unknown), its CPU time unknown; the real workers
+ * are still shown with theirs. */
+START_TEST(test_observer_checks_pids)
+{
+    disco_session_config_t c = config(3);
+    disco_session_t *s = tu_open_with_testlib(&c);
+    CK_OK(disco_session_sync_all(s));
+    int stranger = (int)getppid();
+    ck_assert_int_gt(stranger, 1);
+    atomic_store(&disco__stat_worker(s->stat, 1)->pid, stranger);
+    disco_observer_t *o;
+    CK_OK(disco_observer_open(getpid(), 0, NULL, &o));
+    disco_session_view_t v;
+    CK_OK(disco_observer_read(o, &v));
+    ck_assert_int_eq(v.pid, getpid());
+    ck_assert_int_eq(v.workers[1].pid, 0);
+    ck_assert(v.workers[1].cpu_s < 0);
+    ck_assert_int_eq(v.workers[2].pid, disco_session_worker_pid(s, 2));
+    ck_assert(v.workers[2].cpu_s >= 0);
+    disco_view_free(&v);
+    /* The controller's pid a lie too: neither the session nor any worker
+     * shows the stranger, and no worker shows a CPU time without a pid. */
+    s->ctl->controller_pid = stranger;
+    CK_OK(disco_observer_read(o, &v));
+    ck_assert_int_ne(v.pid, stranger);
+    for (int w = 0; w < v.world; w++) {
+        ck_assert_int_ne(v.workers[w].pid, stranger);
+        ck_assert_msg(v.workers[w].pid != 0 || v.workers[w].cpu_s < 0,
+                      "worker %d: no pid but a CPU time", w);
+    }
+    disco_view_free(&v);
+    s->ctl->controller_pid = getpid();
+    atomic_store(&disco__stat_worker(s->stat, 1)->pid, disco_session_worker_pid(s, 1));
+    disco_observer_close(o);
+    disco_session_close(s);
+}
+END_TEST
+
 Suite *suite_observe(void)
 {
     Suite *s = suite_create("observe");
@@ -418,6 +508,9 @@ Suite *suite_observe(void)
     tcase_add_test(tc, test_park_counted);
     tcase_add_test(tc, test_observer_other_process);
     tcase_add_test(tc, test_observer_refuses_bad_header);
+    tcase_add_test(tc, test_observer_survives_shrink);
+    tcase_add_test(tc, test_observer_refuses_unsealed);
+    tcase_add_test(tc, test_observer_checks_pids);
     tcase_add_test(tc, test_view_after_recover);
     suite_add_tcase(s, tc);
     return s;

@@ -1,5 +1,6 @@
 /* test_segment.c - memfd segments: create, attach, refusal of bad input, cleanup. */
 #include <check.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -204,9 +205,53 @@ START_TEST(test_attach_bad_layout_or_size)
     CK_OK(disco_segment_attach(seg.fd, &other));
     disco_segment_close(&other);
 
-    /* Grown behind our back: the size in the header disagrees with the file. */
-    ck_assert_int_eq(ftruncate(seg.fd, (off_t)seg.size + 4096), 0);
+    /* The size in the header disagrees with the file. */
+    uint64_t *size = (uint64_t *)((char *)seg.base + 16);
+    *size += 4096;
     CK_STATUS(disco_segment_attach(seg.fd, &other), DISCO_E_BAD_MAGIC);
+    *size -= 4096;
+    disco_segment_close(&seg);
+}
+END_TEST
+
+/* A segment is sealed at its size from its creation: neither a shrink (which
+ * would SIGBUS every mapping of it) nor a growth is possible, for a full or
+ * a partial (lazily backed) segment, whose holes can still be backed. */
+START_TEST(test_segment_sealed)
+{
+    disco_segment_t seg;
+    for (int partial = 0; partial < 2; partial++) {
+        if (partial)
+            CK_OK(disco_segment_create_partial("disco-test-seal", 1 << 20, 4096, &seg));
+        else
+            CK_OK(disco_segment_create("disco-test-seal", 1 << 20, &seg));
+        int seals = fcntl(seg.fd, F_GET_SEALS);
+        ck_assert_int_eq(seals & (F_SEAL_SHRINK | F_SEAL_GROW), F_SEAL_SHRINK | F_SEAL_GROW);
+        ck_assert_int_ne(ftruncate(seg.fd, 4096), 0);
+        ck_assert_int_eq(errno, EPERM);
+        ck_assert_int_ne(ftruncate(seg.fd, (off_t)seg.size + 4096), 0);
+        ck_assert_int_eq(errno, EPERM);
+        CK_OK(disco_segment_back(&seg, 8192, 65536));
+        memset((char *)disco_segment_data(&seg) + 8192, 1, 65536);
+        disco_segment_close(&seg);
+    }
+}
+END_TEST
+
+/* A memfd with a well-formed segment header but no seals is refused before
+ * it is mapped: its maker could truncate it under the mapping. */
+START_TEST(test_attach_refuses_unsealed)
+{
+    disco_segment_t seg, other;
+    CK_OK(disco_segment_create("disco-test-unsealed", 4096, &seg));
+    int fd = memfd_create("disco-test-unsealed", MFD_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)seg.size), 0);
+    ck_assert_int_eq(pwrite(fd, seg.base, 4096, 0), 4096); /* the very header */
+    CK_STATUS(disco_segment_attach(fd, &other), DISCO_E_BAD_MAGIC);
+    ck_assert_ptr_nonnull(strstr(disco_last_error(), "not sealed"));
+    CK_STATUS(disco_segment_attach_readonly(fd, &other), DISCO_E_BAD_MAGIC);
+    close(fd);
     disco_segment_close(&seg);
 }
 END_TEST
@@ -414,6 +459,8 @@ Suite *suite_segment(void)
     tcase_set_timeout(tc, 20);
     tcase_add_test(tc, test_attach_bad_magic);
     tcase_add_test(tc, test_attach_bad_layout_or_size);
+    tcase_add_test(tc, test_segment_sealed);
+    tcase_add_test(tc, test_attach_refuses_unsealed);
     tcase_add_test(tc, test_attach_bad_fd);
     tcase_add_test(tc, test_create_absurd_size);
     tcase_add_test(tc, test_create_overflow_size);

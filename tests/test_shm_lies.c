@@ -19,12 +19,14 @@
 #include <unistd.h>
 
 #include "scheduler/session/session_impl.h"
+#include "shm/heap_block.h"
 #include "shm/heap_internal.h"
 #include "workers/data/collective.h"
 #include "workers/data/tensor_impl.h"
 #include "disco/func.h"
 #include "disco/rpc.h"
 #include "disco/session.h"
+#include "disco/shm/ring.h"
 #include "disco/shm/wait.h"
 #include "tests/session_util.h"
 #include "tests/liveness_util.h"
@@ -207,6 +209,126 @@ START_TEST(test_coll_header_ignored)
 }
 END_TEST
 
+/* ---- siblings: a ring's geometry, read once at attach ---- */
+
+struct flipper {
+    _Atomic uint32_t *word;
+    uint32_t a, b;
+    _Atomic int stop;
+};
+
+__attribute__((unused)) static void *flip_main(void *p)
+{
+    struct flipper *f = p;
+    while (!atomic_load(&f->stop)) {
+        atomic_store(f->word, f->b);
+        atomic_store(f->word, f->a);
+    }
+    return NULL;
+}
+
+/* Another process rewrites a ring's slot count while this one attaches
+ * (every mapper may write the header): the handle is made of the geometry
+ * attach checked against the memory, never of a second read. Before, the
+ * check read the count once and the handle again, so a count raised in
+ * between gave a handle whose slots ran far past the memory. A race by
+ * nature: many attaches against a thread that flips the count between 8
+ * and 2^20 (a valid geometry, needing 128 MiB); not under TSan, where the
+ * race itself is the report. */
+START_TEST(test_ring_attach_reads_once)
+{
+#if defined(__SANITIZE_THREAD__)
+    printf("test_ring_attach_reads_once: skipped under TSan (the race is the point)\n");
+#else
+    disco_ring_config_t cfg = {.nslots = 8, .slot_size = 128, .nreaders = 1, .max_msg = 64};
+    size_t need = disco_ring_footprint(&cfg);
+    void *mem = aligned_alloc(64, (need + 63) / 64 * 64);
+    ck_assert_ptr_nonnull(mem);
+    disco_ring_t r;
+    CK_OK(disco_ring_init(mem, need, &cfg, &r));
+    struct flipper f = {.word = (_Atomic uint32_t *)((char *)mem + 12), .a = 8, .b = 1u << 20};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, flip_main, &f), 0);
+    int ok = 0;
+    int64_t end = disco_now_ns() + 3000000000LL;
+    for (int i = 0; i < 2000000 && disco_now_ns() < end; i++) {
+        disco_ring_t h;
+        if (disco_ring_attach(mem, need, &h) != DISCO_OK)
+            continue;
+        ok++;
+        if (h.mask + 1 != 8) {
+            atomic_store(&f.stop, 1);
+            pthread_join(th, NULL);
+            ck_abort_msg("attach %d: a handle of %llu slots over memory for 8", i,
+                         (unsigned long long)h.mask + 1);
+        }
+    }
+    atomic_store(&f.stop, 1);
+    pthread_join(th, NULL);
+    ck_assert_int_gt(ok, 0);
+    free(mem);
+#endif
+}
+END_TEST
+
+struct flipper64 {
+    _Atomic uint64_t *word;
+    uint64_t a, b;
+    _Atomic int stop;
+};
+
+__attribute__((unused)) static void *flip64_main(void *p)
+{
+    struct flipper64 *f = p;
+    while (!atomic_load(&f->stop)) {
+        atomic_store(f->word, f->b);
+        atomic_store(f->word, f->a);
+    }
+    return NULL;
+}
+
+/* The heap's sibling: another process rewrites the arena's end in the
+ * heap's header while this one attaches; the handle holds the end attach
+ * checked against the memory, never a second read (before, a 1 TiB end
+ * read after the check made a handle whose arena ran past the mapping).
+ * A race, as above; not under TSan. */
+START_TEST(test_heap_attach_reads_once)
+{
+#if defined(__SANITIZE_THREAD__)
+    printf("test_heap_attach_reads_once: skipped under TSan (the race is the point)\n");
+#else
+    size_t size = disco_heap_footprint(1 << 20);
+    void *mem = aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+    ck_assert_ptr_nonnull(mem);
+    disco_heap_t h;
+    CK_OK(disco_heap_init(mem, size, &h));
+    struct flipper64 f = {
+        .word = (_Atomic uint64_t *)&h.sh->arena_end, .a = h.arena_end, .b = (uint64_t)1 << 40};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, flip64_main, &f), 0);
+    int ok = 0;
+    int64_t end = disco_now_ns() + 3000000000LL;
+    for (int i = 0; i < 2000000 && disco_now_ns() < end; i++) {
+        disco_heap_t a;
+        if (disco_heap_attach(mem, size, &a) != DISCO_OK)
+            continue;
+        ok++;
+        if (a.arena_end != h.arena_end) {
+            atomic_store(&f.stop, 1);
+            pthread_join(th, NULL);
+            ck_abort_msg("attach %d: an arena ending at %llu in %zu bytes", i,
+                         (unsigned long long)a.arena_end, size);
+        }
+    }
+    atomic_store(&f.stop, 1);
+    pthread_join(th, NULL);
+    ck_assert_int_gt(ok, 0);
+    pthread_mutex_destroy(&h.sh->lock);
+    free(mem);
+#endif
+}
+END_TEST
+
 /* ---- siblings: the heap's own links ---- */
 
 /* Every process of a session writes the heap's metadata, so its links are
@@ -256,6 +378,8 @@ Suite *suite_shm_lies(void)
     tcase_add_loop_test(tc, test_posted_offsets_checked, 0, 6);
     tcase_add_test(tc, test_rpc_span_checked);
     tcase_add_test(tc, test_coll_header_ignored);
+    tcase_add_test(tc, test_ring_attach_reads_once);
+    tcase_add_test(tc, test_heap_attach_reads_once);
     tcase_add_loop_test(tc, test_heap_links_checked, 0, 3);
     suite_add_tcase(s, tc);
     return s;

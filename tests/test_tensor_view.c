@@ -3,11 +3,13 @@
  * string where a signature wants a dtype, disco.copy_into (TVM's
  * collectives write into a destination) and disco.empty's in_group. */
 #include <check.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "disco/device.h"
 #include "disco/dtype.h"
+#include "disco/observe.h"
 #include "disco/session.h"
 #include "disco/tensor.h"
 #include "tests/session_util.h"
@@ -194,6 +196,84 @@ START_TEST(test_empty_in_group)
 }
 END_TEST
 
+/* Fails on every worker (worker 0 inline), as a failed collective does:
+ * allreduce with an op that does not exist; then copies its (null) result
+ * into x, as the Python front's collectives do, which leaves x's bytes as
+ * they were. */
+static void failed_collective(disco_session_t *s, disco_dref_t x)
+{
+    disco_value_t a[3] = {tu_dref(x), disco_value_str("no-such-op"), disco_value_bool(false)};
+    disco_dref_t y, z;
+    CK_OK(disco_session_call_by_name(s, "disco.allreduce", a, 3, &y));
+    disco_value_t b[2] = {tu_dref(x), tu_dref(y)};
+    CK_OK(disco_session_call_by_name(s, "disco.copy_into", b, 2, &z));
+    CK_OK(disco_session_free_reg(s, y));
+    CK_OK(disco_session_free_reg(s, z));
+}
+
+/* A failure still pending (not yet returned by a sync) is reported by the
+ * next read of a tensor, whichever read: copy_from_worker0 and worker 0's
+ * view (which send no command) and another worker's view. Before, those
+ * two returned the stale bytes with DISCO_OK and the error waited for the
+ * next sync. Once reported, the error is gone and the reads work; the
+ * session goes on. A pending failure of another worker (here worker 1,
+ * once its box holds it) is reported by worker 0's reads too. */
+START_TEST(test_read_reports_pending_errors)
+{
+    disco_session_t *s = open_view_session(2, 1);
+    disco_dref_t x = fill(s, 16, 3);
+    float host_data[16];
+    int64_t shape[1] = {16};
+    DLTensor host = {.data = host_data,
+                     .device = {kDLCPU, 0},
+                     .ndim = 1,
+                     .dtype = DISCO_DTYPE_FLOAT32,
+                     .shape = shape};
+    failed_collective(s, x);
+    CK_STATUS(disco_session_copy_from_worker0(s, x, &host), DISCO_E_INVAL);
+    CK_HAS("worker 0: disco.allreduce");
+    CK_OK(disco_session_copy_from_worker0(s, x, &host));
+    CK_OK(disco_session_sync_all(s)); /* worker 1's failure of the same call */
+
+    failed_collective(s, x);
+    DLManagedTensor *m = NULL;
+    CK_STATUS(disco_session_tensor_view(s, x, 0, &m), DISCO_E_INVAL);
+    CK_HAS("worker 0: disco.allreduce");
+    ck_assert_ptr_null(m);
+    CK_OK(disco_session_tensor_view(s, x, 0, &m));
+    m->deleter(m);
+    CK_OK(disco_session_sync_all(s));
+
+    failed_collective(s, x);
+    CK_STATUS(disco_session_tensor_view(s, x, 1, &m), DISCO_E_INVAL);
+    CK_HAS("worker 1: disco.allreduce");
+    CK_OK(disco_session_tensor_view(s, x, 1, &m));
+    m->deleter(m);
+
+    /* Worker 1 alone fails; once its box holds the failure (polled,
+     * bounded), worker 0's copy reports it. */
+    disco_value_t f[2] = {disco_value_int(1), disco_value_str("late")};
+    disco_dref_t r;
+    CK_OK(disco_session_call_by_name(s, "test.fail_on", f, 2, &r));
+    CK_OK(disco_session_free_reg(s, r));
+    disco_session_view_t v;
+    int64_t deadline = disco_now_ns() + 10000000000LL;
+    for (;;) { /* worker 1 has run the call once its done count passes it */
+        CK_OK(disco_session_view(s, &v));
+        bool done = v.workers[1].done >= v.issued - 1;
+        disco_view_free(&v);
+        if (done)
+            break;
+        ck_assert_msg(disco_now_ns() < deadline, "worker 1 did not run the call in 10 s");
+        sched_yield();
+    }
+    CK_STATUS(disco_session_copy_from_worker0(s, x, &host), DISCO_E_REMOTE);
+    CK_HAS("worker 1: test.fail_on: late");
+    CK_OK(disco_session_sync_all(s));
+    disco_session_close(s);
+}
+END_TEST
+
 Suite *suite_tensor_view(void)
 {
     Suite *s = suite_create("tensor_view");
@@ -205,6 +285,7 @@ Suite *suite_tensor_view(void)
     tcase_add_test(tc, test_dtype_string);
     tcase_add_test(tc, test_copy_into);
     tcase_add_test(tc, test_empty_in_group);
+    tcase_add_test(tc, test_read_reports_pending_errors);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -37,7 +37,8 @@ struct disco__node_place {
 
 /* What an agent sends up to the controller (first word of a message). */
 enum disco__node_up {
-    DISCO_NODE_UP_REPLY = 1,  /* [u32 kind, u32 len, reply frame]: a worker's answer */
+    DISCO_NODE_UP_REPLY = 1,  /* [u32 kind, i32 0, u32 len, u32 seq, reply frame]: a worker's
+                                 answer to the command of sequence number seq */
     DISCO_NODE_UP_ERRORS = 2, /* [u32 kind, i32 code, text]: its workers' failures */
     DISCO_NODE_UP_BROKEN = 3, /* [u32 kind, i32 code, text]: its node session broke */
     DISCO_NODE_UP_BYE = 4,    /* [u32 kind]: it closed its node, after the shutdown */
@@ -67,13 +68,15 @@ disco_status_t disco__node_post(struct disco__node *n, const void *frame, size_t
 disco_status_t disco__node_flush(struct disco__node *n);
 
 /** Controller: waits (until timeout_ns from now) for node's reply to the
- *  last command that asked one of its workers; copies the reply frame
- *  into buf (cap bytes) and sets *len. Errors and breaks that node sends
- *  on the way are kept for disco__node_errors / disco__node_check.
- *  Returns DISCO_OK, DISCO_E_TIMEOUT, DISCO_E_WORKER_DIED (the node died
- *  or broke: the message names it), DISCO_E_PROTOCOL. */
-disco_status_t disco__node_wait_reply(struct disco__node *n, int node, void *buf, size_t cap,
-                                      uint32_t *len, int64_t timeout_ns);
+ *  command of sequence number seq (the last one, which asked one of its
+ *  workers); copies the reply frame into buf (cap bytes) and sets *len.
+ *  Errors and breaks that node sends on the way are kept for
+ *  disco__node_errors / disco__node_check. A reply from another node, or
+ *  to another command, is refused: that node is then broken (its check
+ *  names it). Returns DISCO_OK, DISCO_E_TIMEOUT, DISCO_E_WORKER_DIED (the
+ *  node died or broke: the message names it), DISCO_E_PROTOCOL. */
+disco_status_t disco__node_wait_reply(struct disco__node *n, int node, uint64_t seq, void *buf,
+                                      size_t cap, uint32_t *len, int64_t timeout_ns);
 
 /** Controller: reads what the agents sent without waiting. Returns
  *  DISCO_OK, or the failure of a node (dead: DISCO_E_WORKER_DIED naming
@@ -91,9 +94,10 @@ disco_status_t disco__node_errors(struct disco__node *n, char *detail, size_t ca
  *  DISCO_E_PEER_DEAD (the controller is gone), DISCO_E_PROTOCOL. */
 disco_status_t disco__node_next(struct disco__node *n, const void **frames, size_t *bytes);
 
-/** Agent: sends one message up (enum disco__node_up) with its code and
+/** Agent: sends one message up (enum disco__node_up) with its code, the
+ *  sequence number of the command it answers (a reply; else 0) and
  *  payload (a reply frame or a text). Returns DISCO_OK or the failure. */
-disco_status_t disco__node_send_up(struct disco__node *n, uint32_t kind, int32_t code,
+disco_status_t disco__node_send_up(struct disco__node *n, uint32_t kind, int32_t code, uint64_t seq,
                                    const void *payload, size_t len);
 
 /** Ends the link. Controller (healthy: the session ended normally):

@@ -29,8 +29,11 @@
  *
  * Replies. A sync or debug command names one global worker; only the node
  * that holds it answers: the agent forwards its worker's reply frame to
- * the controller as the worker wrote it, and the controller decodes it
- * exactly as a local reply (token, status, value).
+ * the controller as the worker wrote it, with the command's sequence
+ * number, and the controller decodes it exactly as a local reply (token,
+ * status, value). The controller waits for one reply at a time and takes
+ * only that one: a reply from another node, or to another command, is
+ * refused and breaks the session naming the node that sent it.
  *
  * Errors and deaths. After each batch (and before each reply) the agent
  * collects its workers' error boxes and sends their words up; the
@@ -65,7 +68,7 @@ static disco_status_t send_errors(struct disco_session *s, struct disco__node *n
     if (code == DISCO_OK)
         return DISCO_OK;
     const char *text = disco_last_error();
-    return disco__node_send_up(n, DISCO_NODE_UP_ERRORS, code, text, strlen(text));
+    return disco__node_send_up(n, DISCO_NODE_UP_ERRORS, code, 0, text, strlen(text));
 }
 
 /* Relays one frame; forwards the reply it asks of a worker of this node. */
@@ -84,7 +87,9 @@ static disco_status_t relay(struct disco_session *s, struct disco__node *n, cons
     /* The errors first: the controller reads them before the reply. */
     if ((st = send_errors(s, n)) != DISCO_OK)
         return st;
-    return disco__node_send_up(n, DISCO_NODE_UP_REPLY, DISCO_OK, s->reply, rlen);
+    /* The command's sequence number with it: the controller takes a reply
+     * only to the command it waits on. */
+    return disco__node_send_up(n, DISCO_NODE_UP_REPLY, DISCO_OK, s->seq, s->reply, rlen);
 }
 
 int disco__node_serve(struct disco_session *s, struct disco__node *n)
@@ -120,7 +125,7 @@ int disco__node_serve(struct disco_session *s, struct disco__node *n)
             st = send_errors(s, n);
         if (s->state != DISCO_OK && s->state != DISCO_E_SHUTDOWN && !told) {
             told = true;
-            st = disco__node_send_up(n, DISCO_NODE_UP_BROKEN, s->state, s->why, strlen(s->why));
+            st = disco__node_send_up(n, DISCO_NODE_UP_BROKEN, s->state, 0, s->why, strlen(s->why));
         }
         if (st != DISCO_OK && s->state == DISCO_OK) {
             fprintf(stderr, "disco node %d: cannot reach the controller: %s\n", disco__node_self(n),

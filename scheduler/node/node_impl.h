@@ -19,7 +19,7 @@
 
 #define NODE_BATCH_BYTES  (64u * 1024u) /* a batch is sent once it holds this much */
 #define NODE_BATCH_FRAMES 64u           /* or this many frames */
-#define NODE_UP_HEAD      16u           /* kind, code, length, pad */
+#define NODE_UP_HEAD      16u           /* kind, code, length, seq (a reply's command) */
 #define NODE_HOST_MAX     64
 #define NODE_MAX          64 /* nodes in a session (disco__node_join refuses more) */
 
@@ -69,6 +69,12 @@ struct disco__node {
     size_t incap;
     char *reply; /* a reply frame kept for its waiter */
     uint32_t reply_len;
+    /* The one reply the controller waits for: node asked (-1: none) and
+     * the sequence number of the command it answers. Any other reply is
+     * refused, naming its node (test_node: spoof). */
+    int asked;
+    uint32_t asked_seq;
+    uint64_t heap_bytes; /* the session's heap: no tensor a peer sends is larger */
 
     /* Errors the agents reported, not yet returned. */
     int32_t err_code;

@@ -172,6 +172,10 @@ disco_status_t disco__node_start(const disco_session_config_t *cfg,
     n->node = p->node;
     n->nodes = p->nodes;
     n->wpn = cfg->workers_per_node;
+    n->asked = -1;
+    /* The heap's room: every node's is the same size (the handshake checks
+     * cfg.heap_bytes), and no tensor a peer sends can be larger. */
+    n->heap_bytes = w0->heap != NULL ? w0->heap->arena_end - w0->heap->arena_off : 0;
     n->timeout_ns = (int64_t)timeout_ms * 1000000;
     int lease_ms = env_int("DISCO_NODE_LEASE_MS");
     if (lease_ms <= 0)
@@ -259,7 +263,7 @@ void disco__node_stop(struct disco__node *n, bool healthy)
             }
     }
     if (n->node != 0 && healthy &&
-        disco__node_send_up(n, DISCO_NODE_UP_BYE, DISCO_OK, NULL, 0) != DISCO_OK)
+        disco__node_send_up(n, DISCO_NODE_UP_BYE, DISCO_OK, 0, NULL, 0) != DISCO_OK)
         clean = false;
     disco__node_link_stop(n);
     for (int k = 0; k < n->nodes; k++)

@@ -5,9 +5,12 @@
  * A batch is [u64 length, frame padded to 8 bytes]...; the agent checks
  * every length against the message before it reads a frame (node_agent.c
  * then decodes each as any worker does). A message up is [u32 kind, i32
- * code, u32 length, u32 pad, payload]; the controller checks the length
- * and the kind, and treats the text as the agent's words (bounded,
- * escaped) as it does a worker's error box.
+ * code, u32 length, u32 seq, payload]; the controller checks the length
+ * and the kind, takes a reply only from the node and to the command it
+ * waits on (seq), and treats the text as the agent's words (bounded,
+ * escaped) as it does a worker's error box. Every message's size is
+ * checked against what its kind can carry before a byte is allocated for
+ * it; a node that breaks these rules is broken, named.
  */
 #include <sched.h>
 #include <stdio.h>
@@ -84,14 +87,19 @@ disco_status_t disco__node_post(struct disco__node *n, const void *frame, size_t
 }
 
 /* Receives the message a probe found (status; its tag) into n->in, grown
- * to fit; *bytes its size. */
+ * to fit; *bytes its size. A message larger than max (what its kind can
+ * carry) is refused before anything is allocated for it. */
 static disco_status_t recv_probed(struct disco__node *n, const MPI_Status *status, int tag,
-                                  const char *what, size_t *bytes)
+                                  const char *what, size_t max, size_t *bytes)
 {
     int count = 0, rc;
     MPI_Get_count(status, MPI_BYTE, &count);
-    if (count < 0)
-        return disco_set_error(DISCO_E_PROTOCOL, "%s of unknown size", what);
+    if (count < 0 || count == MPI_UNDEFINED)
+        return disco_set_error(DISCO_E_PROTOCOL, "node %d: %s of unknown size", status->MPI_SOURCE,
+                               what);
+    if ((size_t)count > max)
+        return disco_set_error(DISCO_E_PROTOCOL, "node %d: %s of %d bytes; it carries at most %zu",
+                               status->MPI_SOURCE, what, count, max);
     if ((size_t)count > n->incap) {
         char *p = aligned_alloc(8, ((size_t)count + 7) & ~(size_t)7);
         if (p == NULL)
@@ -135,7 +143,8 @@ disco_status_t disco__node_next(struct disco__node *n, const void **frames, size
         struct timespec ts = {0, IDLE_NAP_NS};
         nanosleep(&ts, NULL);
     }
-    disco_status_t st = recv_probed(n, &status, NODE_TAG_CMD, "a batch of commands", bytes);
+    disco_status_t st =
+        recv_probed(n, &status, NODE_TAG_CMD, "a batch of commands", n->bcap, bytes);
     if (st != DISCO_OK)
         return st;
     *frames = n->in;
@@ -144,14 +153,14 @@ disco_status_t disco__node_next(struct disco__node *n, const void **frames, size
 
 /* ---- up: replies, errors, breaks, goodbyes ---- */
 
-disco_status_t disco__node_send_up(struct disco__node *n, uint32_t kind, int32_t code,
+disco_status_t disco__node_send_up(struct disco__node *n, uint32_t kind, int32_t code, uint64_t seq,
                                    const void *payload, size_t len)
 {
     if (len > DISCO_REPLY_MAX)
         return disco_set_error(DISCO_E_MSG_TOO_BIG, "a %zu-byte message up", len);
     /* An agent keeps no reply: its n->reply is the message's buffer. */
     char *buf = n->reply;
-    uint32_t head[4] = {kind, (uint32_t)code, (uint32_t)len, 0};
+    uint32_t head[4] = {kind, (uint32_t)code, (uint32_t)len, (uint32_t)seq};
     memcpy(buf, head, sizeof head);
     if (len > 0)
         memcpy(buf + NODE_UP_HEAD, payload, len);
@@ -181,6 +190,20 @@ static void keep_errors(struct disco__node *n, int k, int32_t code, const char *
     }
 }
 
+/* Node k broke the protocol (its words, as the controller sees them, in
+ * the error just set): the node is broken with them, so that every later
+ * check names it too, even one whose caller drops this status. Returns
+ * DISCO_E_PROTOCOL. */
+static disco_status_t refuse(struct disco__node *n, int k)
+{
+    struct disco__node_peer *p = &n->peer[k];
+    if (p->broken == DISCO_OK) {
+        snprintf(p->why, sizeof p->why, "%s", disco_last_error());
+        p->broken = DISCO_E_PROTOCOL;
+    }
+    return DISCO_E_PROTOCOL;
+}
+
 /* Reads one message up, if there is one; returns DISCO_E_AGAIN if not. */
 static disco_status_t take_one(struct disco__node *n)
 {
@@ -191,24 +214,47 @@ static disco_status_t take_one(struct disco__node *n)
     if (!flag)
         return DISCO_E_AGAIN;
     int k = status.MPI_SOURCE;
+    if (k <= 0 || k >= n->nodes)
+        return disco_set_error(DISCO_E_PROTOCOL, "a message up from rank %d", k);
     size_t need;
-    disco_status_t st = recv_probed(n, &status, NODE_TAG_UP, "a node's message", &need);
+    /* The largest message up: a reply frame (DISCO_REPLY_MAX), or as many
+     * bytes of text, after the head. */
+    disco_status_t st =
+        recv_probed(n, &status, NODE_TAG_UP, "a message up", NODE_UP_HEAD + DISCO_REPLY_MAX, &need);
     if (st != DISCO_OK)
-        return st;
+        return refuse(n, k);
     uint32_t head[4];
-    if (k <= 0 || k >= n->nodes || need < NODE_UP_HEAD)
-        return disco_set_error(DISCO_E_PROTOCOL, "node %d: a %zu-byte message", k, need);
+    if (need < NODE_UP_HEAD) {
+        disco_set_error(DISCO_E_PROTOCOL, "node %d: a %zu-byte message", k, need);
+        return refuse(n, k);
+    }
     memcpy(head, n->in, sizeof head);
     const char *payload = n->in + NODE_UP_HEAD;
     size_t len = head[2];
-    if (len != need - NODE_UP_HEAD)
-        return disco_set_error(DISCO_E_PROTOCOL, "node %d: a message says %zu bytes, has %zu", k,
-                               len, need - NODE_UP_HEAD);
+    if (len != need - NODE_UP_HEAD) {
+        disco_set_error(DISCO_E_PROTOCOL, "node %d: a message says %zu bytes, has %zu", k, len,
+                        need - NODE_UP_HEAD);
+        return refuse(n, k);
+    }
     struct disco__node_peer *p = &n->peer[k];
     switch (head[0]) {
     case DISCO_NODE_UP_REPLY:
-        if (len > DISCO_REPLY_MAX || p->replied)
-            return disco_set_error(DISCO_E_PROTOCOL, "node %d: a reply nobody asked for", k);
+        /* Only the reply waited for: from the node asked, to the command
+         * asked, once. Replies share one buffer; any other would stand in
+         * for it. */
+        if (k != n->asked || head[3] != n->asked_seq || p->replied) {
+            if (n->asked < 0)
+                disco_set_error(DISCO_E_PROTOCOL,
+                                "node %d: a reply nobody asked for (to command #%u; no reply is "
+                                "awaited)",
+                                k, head[3]);
+            else
+                disco_set_error(DISCO_E_PROTOCOL,
+                                "node %d: a reply nobody asked for (to command #%u; awaited: node "
+                                "%d's to command #%u)",
+                                k, head[3], n->asked, n->asked_seq);
+            return refuse(n, k);
+        }
         memcpy(n->reply, payload, len);
         n->reply_len = (uint32_t)len;
         p->replied = true;
@@ -227,7 +273,8 @@ static disco_status_t take_one(struct disco__node *n)
         p->bye = true;
         return DISCO_OK;
     default:
-        return disco_set_error(DISCO_E_PROTOCOL, "node %d: message kind %u", k, head[0]);
+        disco_set_error(DISCO_E_PROTOCOL, "node %d: message kind %u", k, head[0]);
+        return refuse(n, k);
     }
 }
 
@@ -249,9 +296,14 @@ disco_status_t disco__node_check(struct disco__node *n)
     return DISCO_OK;
 }
 
-disco_status_t disco__node_wait_reply(struct disco__node *n, int node, void *buf, size_t cap,
-                                      uint32_t *len, int64_t timeout_ns)
+disco_status_t disco__node_wait_reply(struct disco__node *n, int node, uint64_t seq, void *buf,
+                                      size_t cap, uint32_t *len, int64_t timeout_ns)
 {
+    if (node <= 0 || node >= n->nodes)
+        return disco_set_error(DISCO_E_INVAL, "no node %d of %d", node, n->nodes);
+    /* Asked before the batch goes: the reply cannot come before. */
+    n->asked = node;
+    n->asked_seq = (uint32_t)seq;
     disco_status_t st = disco__node_flush(n);
     int64_t start = disco__node_now();
     long nap = 10000;
@@ -261,11 +313,14 @@ disco_status_t disco__node_wait_reply(struct disco__node *n, int node, void *buf
         if (n->peer[node].replied)
             break;
         int64_t now = disco__node_now();
-        if (now - start > timeout_ns)
-            return disco_set_error(DISCO_E_TIMEOUT, "node %d did not answer within %lld ms", node,
-                                   (long long)(timeout_ns / 1000000));
+        if (now - start > timeout_ns) {
+            st = disco_set_error(DISCO_E_TIMEOUT, "node %d did not answer within %lld ms", node,
+                                 (long long)(timeout_ns / 1000000));
+            break;
+        }
         disco__node_backoff(now - start, &nap);
     }
+    n->asked = -1;
     if (st != DISCO_OK)
         return st;
     n->peer[node].replied = false;

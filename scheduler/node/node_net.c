@@ -4,10 +4,13 @@
  * the call deadline (node_wait.c). */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "scheduler/node/node_impl.h"
 
-#define PIECE_MAX (1u << 30) /* bytes go in pieces of at most this */
+/* Bytes go in pieces of at most this: also the most a receive that drops
+ * what it takes (buf NULL) holds at once. */
+#define PIECE_MAX (16u << 20)
 
 static struct disco__node *of(struct disco__net *net)
 {
@@ -24,26 +27,53 @@ static int64_t coll_deadline(struct disco__node *n)
     return disco__node_now() + n->timeout_ns;
 }
 
+/* A receive into nothing (buf NULL: a node that could not make the tensor
+ * still takes the bytes, or the sender would wait) takes them through one
+ * scratch piece. bytes came from the peer's word: no tensor of the session
+ * is larger than its heap (the same size on every node), so a larger
+ * count is refused, naming the node, before anything is allocated. Sets
+ * *scratch (free it) when buf is NULL. */
+static disco_status_t drain_scratch(struct disco__node *n, int peer, void *buf, size_t bytes,
+                                    size_t piece, const char *what, void **scratch)
+{
+    *scratch = NULL;
+    if (buf != NULL || bytes == 0)
+        return DISCO_OK;
+    if (bytes > n->heap_bytes)
+        return disco_set_error(DISCO_E_PROTOCOL,
+                               "%s: node %d announced %zu bytes; no tensor of this session holds "
+                               "more than its heap's %llu",
+                               what, peer, bytes, (unsigned long long)n->heap_bytes);
+    if ((*scratch = malloc(bytes < piece ? bytes : piece)) == NULL)
+        return disco_set_error(DISCO_E_NOMEM, "%s: a scratch piece", what);
+    return DISCO_OK;
+}
+
 static disco_status_t net_p2p(struct disco__net *net, int peer, void *buf, size_t bytes, bool send)
 {
     struct disco__node *n = of(net);
     int64_t deadline = coll_deadline(n);
-    for (size_t at = 0; at < bytes; at += PIECE_MAX) {
+    void *scratch = NULL;
+    disco_status_t st =
+        send ? DISCO_OK
+             : drain_scratch(n, peer, buf, bytes, PIECE_MAX, "collective: receive", &scratch);
+    for (size_t at = 0; at < bytes && st == DISCO_OK; at += PIECE_MAX) {
         size_t m = bytes - at < PIECE_MAX ? bytes - at : PIECE_MAX;
+        char *p = buf != NULL ? (char *)buf + at : scratch;
         MPI_Request r;
-        int rc =
-            send ? MPI_Isend((char *)buf + at, (int)m, MPI_BYTE, peer, NODE_TAG_DATA, n->data, &r)
-                 : MPI_Irecv((char *)buf + at, (int)m, MPI_BYTE, peer, NODE_TAG_DATA, n->data, &r);
-        if (rc != MPI_SUCCESS)
-            return disco__node_mpi_fail(rc, send ? "collective: send" : "collective: receive");
+        int rc = send ? MPI_Isend(p, (int)m, MPI_BYTE, peer, NODE_TAG_DATA, n->data, &r)
+                      : MPI_Irecv(p, (int)m, MPI_BYTE, peer, NODE_TAG_DATA, n->data, &r);
+        if (rc != MPI_SUCCESS) {
+            st = disco__node_mpi_fail(rc, send ? "collective: send" : "collective: receive");
+            break;
+        }
         char what[96];
         snprintf(what, sizeof what, "collective: %s node %d",
                  send ? "sending to" : "receiving from", peer);
-        disco_status_t st = disco__node_await(n, &r, -1, deadline, what, NULL);
-        if (st != DISCO_OK)
-            return st;
+        st = disco__node_await(n, &r, -1, deadline, what, NULL);
     }
-    return DISCO_OK;
+    free(scratch);
+    return st;
 }
 
 static disco_status_t net_recv(struct disco__net *net, int from, void *buf, size_t bytes)
@@ -130,12 +160,18 @@ static disco_status_t net_scatter(struct disco__net *net, int root, void *buf, s
     disco_status_t st = block_fits(block, "scatter");
     if (st != DISCO_OK)
         return st;
+    void *scratch = NULL; /* a block dropped (buf NULL) must still be taken */
+    if (n->node != root && (st = drain_scratch(n, root, buf, block, block, "scatter across nodes",
+                                               &scratch)) != DISCO_OK)
+        return st;
     MPI_Request r;
-    int rc = n->node == root
-                 ? MPI_Iscatter(buf, (int)block, MPI_BYTE, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, root,
-                                n->data, &r)
-                 : MPI_Iscatter(NULL, 0, MPI_BYTE, buf, (int)block, MPI_BYTE, root, n->data, &r);
-    return finish(n, rc, &r, deadline, "collective: scatter");
+    int rc = n->node == root ? MPI_Iscatter(buf, (int)block, MPI_BYTE, MPI_IN_PLACE, 0,
+                                            MPI_DATATYPE_NULL, root, n->data, &r)
+                             : MPI_Iscatter(NULL, 0, MPI_BYTE, buf != NULL ? buf : scratch,
+                                            (int)block, MPI_BYTE, root, n->data, &r);
+    st = finish(n, rc, &r, deadline, "collective: scatter");
+    free(scratch);
+    return st;
 }
 
 void disco__node_net_init(struct disco__node *n)

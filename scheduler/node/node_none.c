@@ -37,10 +37,10 @@ disco_status_t disco__node_flush(struct disco__node *n)
     return none();
 }
 
-disco_status_t disco__node_wait_reply(struct disco__node *n, int node, void *buf, size_t cap,
-                                      uint32_t *len, int64_t timeout_ns)
+disco_status_t disco__node_wait_reply(struct disco__node *n, int node, uint64_t seq, void *buf,
+                                      size_t cap, uint32_t *len, int64_t timeout_ns)
 {
-    (void)n, (void)node, (void)buf, (void)cap, (void)len, (void)timeout_ns;
+    (void)n, (void)node, (void)seq, (void)buf, (void)cap, (void)len, (void)timeout_ns;
     return none();
 }
 
@@ -62,10 +62,10 @@ disco_status_t disco__node_next(struct disco__node *n, const void **frames, size
     return none();
 }
 
-disco_status_t disco__node_send_up(struct disco__node *n, uint32_t kind, int32_t code,
+disco_status_t disco__node_send_up(struct disco__node *n, uint32_t kind, int32_t code, uint64_t seq,
                                    const void *payload, size_t len)
 {
-    (void)n, (void)kind, (void)code, (void)payload, (void)len;
+    (void)n, (void)kind, (void)code, (void)seq, (void)payload, (void)len;
     return none();
 }
 

@@ -7,13 +7,24 @@
  * its header checked as a worker checks it (disco__ctl_read recomputes the
  * layout from the geometry and refuses any other offset), and the status
  * region read as view.c reads it. Nothing is written into the session, and
- * the session has no way to see it is watched. */
+ * the session has no way to see it is watched.
+ *
+ * The segment is another process's, so nothing in it is trusted:
+ *  - it must be sealed against shrinking (disco_segment_attach_readonly
+ *    refuses it otherwise), so that no truncation can fault the observer's
+ *    mapping with SIGBUS (test_observer_survives_shrink);
+ *  - the pids it names are shown, with their /proc figures, only when they
+ *    are the session's: the controller is the observed process or holds
+ *    the segment's memfd; a worker is the controller's child or holds the
+ *    memfd. Any other pid is shown as 0, its figures unknown
+ *    (test_observer_checks_pids). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "disco/observe.h"
@@ -28,6 +39,8 @@ struct disco_observer {
     disco_segment_t seg;
     struct disco__view_src src;
     long ticks_per_s; /* sysconf(_SC_CLK_TCK), for /proc CPU times */
+    dev_t seg_dev;    /* the segment's memfd, to know its holders */
+    ino_t seg_ino;
 };
 
 /* Whether /proc/pid/fd/name is a session's control segment (by its name;
@@ -105,6 +118,13 @@ disco_status_t disco_observer_open(int pid, int index, int *count_out, disco_obs
     o->ticks_per_s = sysconf(_SC_CLK_TCK);
     st = disco_segment_attach_readonly(fd, &o->seg);
     close(fd);
+    struct stat sb;
+    if (st == DISCO_OK && fstat(o->seg.fd, &sb) != 0)
+        st = disco_set_error(DISCO_E_SYS, "fstat: %s", strerror(errno));
+    else if (st == DISCO_OK) {
+        o->seg_dev = sb.st_dev;
+        o->seg_ino = sb.st_ino;
+    }
     struct disco__ctl_layout lay;
     if (st == DISCO_OK)
         st = disco__ctl_read(disco_segment_data(&o->seg), disco_segment_data_size(&o->seg), &lay);
@@ -131,12 +151,14 @@ disco_status_t disco_observer_open(int pid, int index, int *count_out, disco_obs
 }
 
 /* Process pid's CPU seconds (user + system) from /proc/pid/stat into
- * *cpu_s (-1 when it cannot be read: ended, or not ours to read); false
- * when the process is gone or a zombie (it has ended, reaped or not). */
-static bool proc_stat(int pid, long ticks_per_s, double *cpu_s)
+ * *cpu_s (-1 when it cannot be read: ended, or not ours to read) and its
+ * parent into *ppid (0 when unknown); false when the process is gone or a
+ * zombie (it has ended, reaped or not). */
+static bool proc_stat(int pid, long ticks_per_s, double *cpu_s, int *ppid)
 {
     char path[64], buf[1024];
     *cpu_s = -1.0;
+    *ppid = 0;
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     FILE *f = fopen(path, "re");
     if (f == NULL)
@@ -148,13 +170,37 @@ static bool proc_stat(int pid, long ticks_per_s, double *cpu_s)
      * fields after it start after its last ')'. */
     char *p = strrchr(buf, ')');
     char state;
+    int parent;
     unsigned long long utime, stime;
-    if (p == NULL || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &state,
-                            &utime, &stime) != 3)
+    if (p == NULL || sscanf(p + 1, " %c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &state,
+                            &parent, &utime, &stime) != 4)
         return true;
+    *ppid = parent;
     if (ticks_per_s > 0)
         *cpu_s = (double)(utime + stime) / (double)ticks_per_s;
     return state != 'Z' && state != 'X';
+}
+
+/* Whether process pid holds the observed segment's memfd open. */
+static bool holds_segment(const disco_observer_t *o, int pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", pid);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return false;
+    bool found = false;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        char fdpath[320];
+        struct stat sb;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(fdpath, sizeof fdpath, "/proc/%d/fd/%s", pid, e->d_name);
+        found = stat(fdpath, &sb) == 0 && sb.st_dev == o->seg_dev && sb.st_ino == o->seg_ino;
+    }
+    closedir(d);
+    return found;
 }
 
 disco_status_t disco_observer_read(disco_observer_t *o, disco_session_view_t *view_out)
@@ -165,12 +211,29 @@ disco_status_t disco_observer_read(disco_observer_t *o, disco_session_view_t *vi
     disco_status_t st = disco__view_take(&o->src, &v);
     if (st != DISCO_OK)
         return st;
+    /* The controller named by the segment: the observed process itself, or
+     * one that holds the segment (else it is nobody's to show). */
+    if (v.pid != o->pid && (v.pid <= 0 || !holds_segment(o, v.pid)))
+        v.pid = 0;
     for (int i = 0; i < v.world; i++) {
         disco_worker_view_t *w = &v.workers[i];
+        if (w->pid <= 0)
+            continue;
+        int ppid;
+        bool alive = proc_stat(w->pid, o->ticks_per_s, &w->cpu_s, &ppid);
+        /* Worker 0 is the controller's thread; the others its children
+         * (forked or spawned), or at least holders of the segment. */
+        bool ours = i == 0 ? w->pid == v.pid && v.pid != 0
+                           : (v.pid != 0 && ppid == v.pid) || holds_segment(o, w->pid);
+        if (!ours)
+            w->cpu_s = -1.0;
         /* A process that ended (a kill, a crash) wrote no word about it:
-         * the kernel says it is gone. */
-        if (w->pid > 0 && !proc_stat(w->pid, o->ticks_per_s, &w->cpu_s))
+         * the kernel says it is gone (its number is shown, no figures of a
+         * live process are). */
+        if (!alive)
             w->state = DISCO_WORKER_EXITED;
+        else if (!ours)
+            w->pid = 0;
     }
     *view_out = v;
     return DISCO_OK;

@@ -64,8 +64,8 @@ disco_status_t disco__session_wait_reply(struct disco_session *s, int worker, in
     uint64_t seen = 0;        /* with tracing: when the wait found the reply (0: it did not wait) */
     if (worker >= s->world) { /* on another node: its agent forwards the reply */
         disco_status_t st =
-            disco__node_wait_reply(s->node, worker / s->world, s->reply, DISCO_REPLY_MAX, &len,
-                                   (int64_t)s->cfg.call_timeout_ms * 1000000);
+            disco__node_wait_reply(s->node, worker / s->world, s->seq, s->reply, DISCO_REPLY_MAX,
+                                   &len, (int64_t)s->cfg.call_timeout_ms * 1000000);
         if (st != DISCO_OK)
             return disco__session_node_failed(s, st);
     } else if (worker != 0) {

@@ -112,10 +112,28 @@ static disco_status_t copy_failed(disco_status_t st, const char *what)
     return disco_set_error(st, "%s: worker 0: %s", what, why);
 }
 
+/* A read of a worker's tensor first reports the errors the workers posted
+ * and nobody has returned yet (worker 0's, which ran inline, is there
+ * already; any other worker's that has landed): bytes that a failed
+ * command left stale are never returned as if it had succeeded
+ * (test_read_reports_pending_errors). The README's "the next sync / debug
+ * get" holds for every read, not only those that send a command. */
+static disco_status_t pending_errors(struct disco_session *s, const char *what)
+{
+    disco_status_t st = disco__session_collect_errors(s);
+    if (st == DISCO_OK)
+        return DISCO_OK;
+    char why[DISCO_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", disco_last_error());
+    return disco_set_error(st, "%s: an earlier command failed: %s", what, why);
+}
+
 static disco_status_t api_copy_from_worker0(disco_session_t *s, disco_dref_t reg, DLTensor *host)
 {
     DLTensor *t;
     disco_status_t st = w0_tensor(s, reg, host, "copy from worker 0", &t);
+    if (st == DISCO_OK)
+        st = pending_errors(s, "copy from worker 0");
     if (st == DISCO_OK && (st = disco__tensor_copy_out(t, host)) != DISCO_OK)
         st = copy_failed(st, "copy from worker 0");
     return st;
@@ -363,6 +381,11 @@ static disco_status_t api_tensor_view(disco_session_t *s, disco_dref_t reg, int 
     if (!disco__regs_ok(&s->regs, reg))
         return disco__regs_bad(&s->regs, reg);
     struct view *v = NULL;
+    /* Worker 0's view sends no command: the pending errors are taken here.
+     * Another worker's goes through debug get, which takes them after its
+     * reply (so that worker's own failures before it are in too). */
+    if (worker == 0 && (st = pending_errors(s, "tensor view")) != DISCO_OK)
+        return st;
     st = worker == 0 ? view_w0(s, reg, &v) : view_remote(s, reg, worker, &v);
     if (st == DISCO_OK)
         *view_out = &v->m;

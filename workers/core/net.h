@@ -20,7 +20,9 @@
 
 struct disco__net {
     int node, nodes; /* this node, and how many */
-    /** Receives exactly bytes from node from (a peer's send of as many). */
+    /** Receives exactly bytes from node from (a peer's send of as many);
+     *  buf NULL: takes them and drops them, in bounded memory, refusing
+     *  (DISCO_E_PROTOCOL) more than a tensor of the session can hold. */
     disco_status_t (*recv)(struct disco__net *n, int from, void *buf, size_t bytes);
     /** Sends bytes to node to. */
     disco_status_t (*send)(struct disco__net *n, int to, const void *buf, size_t bytes);
@@ -33,7 +35,8 @@ struct disco__net {
      *  others send their buf (one block). */
     disco_status_t (*gather)(struct disco__net *n, int root, void *buf, size_t block);
     /** Node root's buf (nodes blocks): block k goes to node k's buf (one
-     *  block; root keeps its own in place). */
+     *  block; root keeps its own in place). A non-root buf NULL: the block
+     *  is taken and dropped (bounded as recv's). */
     disco_status_t (*scatter)(struct disco__net *n, int root, void *buf, size_t block);
     void *impl;
 };

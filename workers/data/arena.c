@@ -71,12 +71,11 @@ disco_status_t disco__dev_area_init(struct disco__dev_area *a, uint32_t world, u
     a->arena_bytes = arena_bytes;
     a->table_off = table_at(world);
     a->table_bytes = disco_device_ipc_footprint(world * TABLE_SLOTS_PER_WORKER);
-    disco_ipc_table_t *t;
     /* Formatted, not attached: a process attaches at its first device
      * tensor (disco__arena_ensure), so that a session without device
      * tensors never touches the process's one IPC table. */
     return disco__ipc_table_init((char *)a + a->table_off, (size_t)a->table_bytes,
-                                 world * TABLE_SLOTS_PER_WORKER, &t);
+                                 world * TABLE_SLOTS_PER_WORKER, NULL);
 }
 
 static const char *type_name(DLDeviceType type)

@@ -268,15 +268,12 @@ static disco_status_t tensor_for_head(disco_ctx_t *ctx, const struct disco__coll
 }
 
 /* Moves a scatter's blocks from node 0 (its x: nodes blocks) to every
- * other node's leader (dst, one block; NULL: into a scratch, dropped). */
+ * other node's leader (dst, one block; NULL: taken and dropped by the
+ * link, which bounds the size node 0 announced). */
 static disco_status_t scatter_bytes(struct disco__net *net, bool root, char *buf, size_t block)
 {
-    char *scratch = NULL;
-    if (!root && buf == NULL && block > 0 && (scratch = malloc(block)) == NULL)
-        return disco_set_error(DISCO_E_NOMEM, "scatter across nodes: a scratch block");
-    disco_status_t st = net->scatter(net, 0, buf != NULL ? buf : scratch, block);
-    free(scratch);
-    return st;
+    (void)root;
+    return net->scatter(net, 0, buf, block);
 }
 
 DLTensor *disco__coll_net_share_lead(disco_ctx_t *ctx, struct disco__coll_call *c, DLTensor *x,
@@ -341,14 +338,12 @@ DLTensor *disco__coll_net_recv_lead(disco_ctx_t *ctx, struct disco__coll_call *c
         return NULL;
     }
     if (st == DISCO_OK && (st = tensor_for_head(ctx, c, &h, 1, &t)) != DISCO_OK) {
-        /* The bytes come anyway: taken into a scratch, so the sender is not
-         * left waiting. */
+        /* The bytes come anyway: taken and dropped by the link (in bounded
+         * memory; a size larger than any tensor of the session is refused
+         * there), so the sender is not left waiting. */
         char why[DISCO_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", disco_last_error());
-        void *scratch = h.nbytes < (1ull << 40) ? malloc((size_t)h.nbytes + 1) : NULL;
-        if (scratch != NULL)
-            net->recv(net, from, scratch, (size_t)h.nbytes);
-        free(scratch);
+        net->recv(net, from, NULL, (size_t)h.nbytes);
         disco_set_error(st, "%s", why);
     } else if (st == DISCO_OK) {
         st = net->recv(net, from, t->data, (size_t)h.nbytes);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "workers/device/ipc.h"
+#include "workers/device/ipc_table.h"
 #include "workers/device/sim.h"
 
 /* ---- CPU ------------------------------------------------------------------ */
@@ -157,16 +158,27 @@ static disco_status_t ipc_ctx(disco_ipc_t **ipc_out)
     return st;
 }
 
-static disco_status_t set_table(disco_ipc_table_t *t)
+/* Makes t (a new handle, taken) the process's table. A handle on the same
+ * table with the same count is kept instead (the context may be using it);
+ * a replaced handle is released once the context no longer refers to it. */
+static disco_status_t set_table(disco_ipc_table_t *t, void *mem, uint32_t nslots)
 {
     disco_ipc_t *ipc;
     disco_status_t st = ipc_ctx(&ipc);
-    if (st != DISCO_OK)
+    if (st != DISCO_OK) {
+        disco__ipc_table_release(t);
         return st;
+    }
     pthread_mutex_lock(&g_lock);
-    st = disco__ipc_set_table(ipc, t);
-    if (st == DISCO_OK)
+    if (disco__ipc_table_is(g_table, mem, nslots)) {
+        disco__ipc_table_release(t);
+        st = disco__ipc_set_table(ipc, g_table);
+    } else if ((st = disco__ipc_set_table(ipc, t)) == DISCO_OK) {
+        disco__ipc_table_release(g_table);
         g_table = t;
+    } else {
+        disco__ipc_table_release(t);
+    }
     pthread_mutex_unlock(&g_lock);
     return st;
 }
@@ -376,20 +388,20 @@ disco_status_t disco_device_ipc_init(void *mem, size_t bytes, uint32_t max_expor
 {
     disco_ipc_table_t *t;
     disco_status_t st = disco__ipc_table_init(mem, bytes, max_exports, &t);
-    return st != DISCO_OK ? st : set_table(t);
+    return st != DISCO_OK ? st : set_table(t, mem, max_exports);
 }
 
 disco_status_t disco_device_ipc_attach(void *mem, size_t bytes)
 {
     disco_ipc_table_t *t;
     disco_status_t st = disco__ipc_table_attach(mem, bytes, &t);
-    return st != DISCO_OK ? st : set_table(t);
+    return st != DISCO_OK ? st : set_table(t, mem, disco__ipc_table_nslots(t));
 }
 
 disco_status_t disco_device_ipc_detach(void *mem)
 {
     pthread_mutex_lock(&g_lock);
-    bool ours = g_table != NULL && (void *)g_table == mem;
+    bool ours = disco__ipc_table_is(g_table, mem, 0);
     pthread_mutex_unlock(&g_lock);
     if (!ours)
         return DISCO_OK;
@@ -398,8 +410,11 @@ disco_status_t disco_device_ipc_detach(void *mem)
     if (st != DISCO_OK)
         return st;
     pthread_mutex_lock(&g_lock);
-    if ((void *)g_table == mem && (st = disco__ipc_set_table(ipc, NULL)) == DISCO_OK)
+    if (disco__ipc_table_is(g_table, mem, 0) &&
+        (st = disco__ipc_set_table(ipc, NULL)) == DISCO_OK) {
+        disco__ipc_table_release(g_table);
         g_table = NULL;
+    }
     pthread_mutex_unlock(&g_lock);
     return st;
 }

@@ -50,6 +50,7 @@
 #ifndef DISCO_WORKERS_IPC_H
 #define DISCO_WORKERS_IPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,20 +79,32 @@ extern const disco_device_api_t disco__cuda_api;
 
 /* ---- the lifetime table (shared memory) ------------------------------ */
 
+/* A process's handle on a table: the shared memory and the slot count this
+ * process checked, read once (the shared header is every mapper's to write;
+ * a count re-read from it would let a peer move every bound). */
 typedef struct disco_ipc_table disco_ipc_table_t;
 
 /** Bytes a table of nslots slots needs. */
 size_t disco__ipc_table_footprint(uint32_t nslots);
 
 /** Formats a table in mem (shared, 64-byte aligned, at least the footprint
- *  of nslots >= 1). Returns DISCO_OK or DISCO_E_INVAL. */
+ *  of nslots >= 1) and, with table_out not NULL, makes this process's
+ *  handle on it (release it with disco__ipc_table_release). Returns
+ *  DISCO_OK, DISCO_E_INVAL, DISCO_E_NOMEM. */
 disco_status_t disco__ipc_table_init(void *mem, size_t bytes, uint32_t nslots,
                                      disco_ipc_table_t **table_out);
 
-/** A formatted table as this process maps it. Returns DISCO_OK,
- *  DISCO_E_INVAL (NULL, misaligned, smaller than its slots need),
- *  DISCO_E_BAD_MAGIC. */
+/** A handle on the formatted table in mem (bytes mapped), its header read
+ *  once and checked against bytes. Returns DISCO_OK, DISCO_E_INVAL (NULL,
+ *  misaligned, smaller than its slots need), DISCO_E_BAD_MAGIC,
+ *  DISCO_E_NOMEM. */
 disco_status_t disco__ipc_table_attach(void *mem, size_t bytes, disco_ipc_table_t **table_out);
+
+/** Frees a handle (not the table). NULL is harmless. */
+void disco__ipc_table_release(disco_ipc_table_t *t);
+
+/** Whether t is a handle on the table at mem (of nslots slots; 0: any). */
+bool disco__ipc_table_is(const disco_ipc_table_t *t, const void *mem, uint32_t nslots);
 
 /* ---- the per-process context ------------------------------------------ */
 

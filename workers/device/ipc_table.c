@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TABLE_MAGIC   UINT64_C(0x4350494f43534944) /* "DISCOIPC" */
@@ -26,7 +27,10 @@ struct slot {
     _Atomic int32_t importer[DISCO_IPC_MAX_IMPORTERS]; /* pids; 0 = free cell */
 } __attribute__((aligned(64)));
 
-struct disco_ipc_table {
+/* The table in shared memory. Every process that maps it may write it, so
+ * its header is read once, at init or attach, into the process's own
+ * handle; nslots is never read from here again (test_table_count_raised). */
+struct table_shm {
     uint64_t magic;
     uint32_t version;
     uint32_t nslots;
@@ -35,7 +39,14 @@ struct disco_ipc_table {
     struct slot slots[];
 };
 
-_Static_assert(sizeof(struct disco_ipc_table) == 64, "table header is one cache line");
+_Static_assert(sizeof(struct table_shm) == 64, "table header is one cache line");
+
+/* This process's handle on a table: the shared memory and its size, as
+ * this process checked it. */
+struct disco_ipc_table {
+    struct table_shm *sh;
+    uint32_t nslots; /* read once; every index is checked against this */
+};
 
 static inline uint64_t word_of(uint32_t gen, int32_t pid, unsigned state)
 {
@@ -61,7 +72,21 @@ static bool pid_alive(int32_t pid)
 
 size_t disco__ipc_table_footprint(uint32_t nslots)
 {
-    return sizeof(struct disco_ipc_table) + (size_t)nslots * sizeof(struct slot);
+    return sizeof(struct table_shm) + (size_t)nslots * sizeof(struct slot);
+}
+
+/* A handle on sh of nslots (already checked); NULL when out of memory
+ * (error set). */
+static disco_ipc_table_t *handle_new(struct table_shm *sh, uint32_t nslots)
+{
+    disco_ipc_table_t *t = malloc(sizeof *t);
+    if (t == NULL) {
+        disco_set_error(DISCO_E_NOMEM, "IPC table handle");
+        return NULL;
+    }
+    t->sh = sh;
+    t->nslots = nslots;
+    return t;
 }
 
 disco_status_t disco__ipc_table_init(void *mem, size_t bytes, uint32_t nslots,
@@ -73,36 +98,57 @@ disco_status_t disco__ipc_table_init(void *mem, size_t bytes, uint32_t nslots,
                                "disco__ipc_table_init: %zu bytes at %p for %" PRIu32
                                " slots (need %zu, 64-byte aligned)",
                                bytes, mem, nslots, disco__ipc_table_footprint(nslots));
-    disco_ipc_table_t *t = mem;
-    memset(t, 0, disco__ipc_table_footprint(nslots));
-    t->version = TABLE_VERSION;
-    t->nslots = nslots;
+    disco_ipc_table_t *t = NULL;
+    if (table_out != NULL && (t = handle_new(mem, nslots)) == NULL)
+        return DISCO_E_NOMEM;
+    struct table_shm *sh = mem;
+    memset(sh, 0, disco__ipc_table_footprint(nslots));
+    sh->version = TABLE_VERSION;
+    sh->nslots = nslots;
     for (uint32_t i = 0; i < nslots; i++)
-        atomic_init(&t->slots[i].word, word_of(1, 0, SLOT_FREE));
+        atomic_init(&sh->slots[i].word, word_of(1, 0, SLOT_FREE));
     /* Plain store: attachers get the table across fork or after the
      * creator's setup, both of which order it. */
-    t->magic = TABLE_MAGIC;
-    *table_out = t;
+    sh->magic = TABLE_MAGIC;
+    if (table_out != NULL)
+        *table_out = t;
     return DISCO_OK;
 }
 
 disco_status_t disco__ipc_table_attach(void *mem, size_t bytes, disco_ipc_table_t **table_out)
 {
-    if (mem == NULL || (uintptr_t)mem % 64 != 0 || bytes < sizeof(struct disco_ipc_table))
+    if (mem == NULL || (uintptr_t)mem % 64 != 0 || bytes < sizeof(struct table_shm))
         return disco_set_error(DISCO_E_INVAL, "disco__ipc_table_attach: %zu bytes at %p", bytes,
                                mem);
-    disco_ipc_table_t *t = mem;
-    if (t->magic != TABLE_MAGIC || t->version != TABLE_VERSION)
+    /* Each word once (volatile: one load each): the header is every
+     * mapper's to write. */
+    const volatile struct table_shm *sh = mem;
+    uint64_t magic = sh->magic;
+    uint32_t version = sh->version, nslots = sh->nslots;
+    if (magic != TABLE_MAGIC || version != TABLE_VERSION)
         return disco_set_error(DISCO_E_BAD_MAGIC,
                                "disco__ipc_table_attach: magic %#" PRIx64 " version %" PRIu32
                                " (want %#" PRIx64 " version %u)",
-                               t->magic, t->version, TABLE_MAGIC, TABLE_VERSION);
-    if (t->nslots == 0 || bytes < disco__ipc_table_footprint(t->nslots))
+                               magic, version, TABLE_MAGIC, TABLE_VERSION);
+    if (nslots == 0 || nslots > (1u << 24) || bytes < disco__ipc_table_footprint(nslots))
         return disco_set_error(DISCO_E_INVAL,
                                "disco__ipc_table_attach: %" PRIu32 " slots need %zu bytes, got %zu",
-                               t->nslots, disco__ipc_table_footprint(t->nslots), bytes);
+                               nslots, disco__ipc_table_footprint(nslots), bytes);
+    disco_ipc_table_t *t = handle_new(mem, nslots);
+    if (t == NULL)
+        return DISCO_E_NOMEM;
     *table_out = t;
     return DISCO_OK;
+}
+
+void disco__ipc_table_release(disco_ipc_table_t *t)
+{
+    free(t);
+}
+
+bool disco__ipc_table_is(const disco_ipc_table_t *t, const void *mem, uint32_t nslots)
+{
+    return t != NULL && (const void *)t->sh == mem && (nslots == 0 || t->nslots == nslots);
 }
 
 /* F1-F3 on a slot whose word is exp (LIVE or, for a dead exporter, FILLING).
@@ -148,12 +194,12 @@ static uint32_t table_reclaim(disco_ipc_table_t *t)
 {
     uint32_t got = 0;
     for (uint32_t i = 0; i < t->nslots; i++) {
-        uint64_t w = atomic_load_explicit(&t->slots[i].word, memory_order_acquire);
+        uint64_t w = atomic_load_explicit(&t->sh->slots[i].word, memory_order_acquire);
         unsigned st = word_state(w);
         if ((st == SLOT_LIVE || st == SLOT_FILLING) && !pid_alive(word_pid(w))) {
             uint32_t live;
             int32_t pids[1];
-            if (slot_close(&t->slots[i], w, &live, pids, 1) == DISCO_OK)
+            if (slot_close(&t->sh->slots[i], w, &live, pids, 1) == DISCO_OK)
                 got++;
         }
     }
@@ -165,10 +211,12 @@ static uint32_t table_reclaim(disco_ipc_table_t *t)
 static uint32_t table_claim(disco_ipc_table_t *t, int32_t pid)
 {
     for (int pass = 0; pass < 2; pass++) {
-        uint32_t start = atomic_load_explicit(&t->hint, memory_order_relaxed);
+        /* The hint is shared (any value): it picks where to start, the
+         * handle's own count bounds every index. */
+        uint32_t start = atomic_load_explicit(&t->sh->hint, memory_order_relaxed) % t->nslots;
         for (uint32_t k = 0; k < t->nslots; k++) {
             uint32_t i = (start + k) % t->nslots;
-            struct slot *s = &t->slots[i];
+            struct slot *s = &t->sh->slots[i];
             uint64_t w = atomic_load_explicit(&s->word, memory_order_relaxed);
             if (word_state(w) != SLOT_FREE)
                 continue;
@@ -176,7 +224,7 @@ static uint32_t table_claim(disco_ipc_table_t *t, int32_t pid)
             if (atomic_compare_exchange_strong_explicit(
                     &s->word, &w, word_of(word_gen(w), pid, SLOT_FILLING), memory_order_acq_rel,
                     memory_order_relaxed)) {
-                atomic_store_explicit(&t->hint, (i + 1) % t->nslots, memory_order_relaxed);
+                atomic_store_explicit(&t->sh->hint, (i + 1) % t->nslots, memory_order_relaxed);
                 return i;
             }
         }
@@ -195,7 +243,7 @@ uint32_t disco__ipc_slot_claim(disco_ipc_table_t *t, int32_t pid, uint32_t *gen_
 {
     uint32_t i = table_claim(t, pid);
     if (i != UINT32_MAX)
-        *gen_out = word_gen(atomic_load_explicit(&t->slots[i].word, memory_order_relaxed));
+        *gen_out = word_gen(atomic_load_explicit(&t->sh->slots[i].word, memory_order_relaxed));
     return i;
 }
 
@@ -203,13 +251,14 @@ void disco__ipc_slot_abandon(disco_ipc_table_t *t, uint32_t slot, uint32_t gen)
 {
     /* Same gen: nobody saw it LIVE. Release, pairs with the next claimer's
      * acquire as F3 does. */
-    atomic_store_explicit(&t->slots[slot].word, word_of(gen, 0, SLOT_FREE), memory_order_release);
+    atomic_store_explicit(&t->sh->slots[slot].word, word_of(gen, 0, SLOT_FREE),
+                          memory_order_release);
 }
 
 void disco__ipc_slot_publish(disco_ipc_table_t *t, uint32_t slot, uint32_t gen, int32_t pid,
                              int device_id, uint64_t bytes, const disco_ipc_handle_t *handle)
 {
-    struct slot *s = &t->slots[slot];
+    struct slot *s = &t->sh->slots[slot];
     s->device_id = device_id;
     s->bytes = bytes;
     memcpy(s->handle, handle->bytes, sizeof s->handle);
@@ -220,20 +269,26 @@ void disco__ipc_slot_publish(disco_ipc_table_t *t, uint32_t slot, uint32_t gen, 
 disco_status_t disco__ipc_slot_close(disco_ipc_table_t *t, uint32_t slot, uint32_t gen, int32_t pid,
                                      uint32_t *live, int32_t *pids, size_t npids)
 {
-    return slot_close(&t->slots[slot], word_of(gen, pid, SLOT_LIVE), live, pids, npids);
+    if (slot >= t->nslots)
+        return DISCO_E_INVAL;
+    return slot_close(&t->sh->slots[slot], word_of(gen, pid, SLOT_LIVE), live, pids, npids);
 }
 
 /* R1: leaves the importer cell (after the handle is closed). Release: the
  * close happens before an exporter that reads 0 at F2 frees. */
 void disco__ipc_slot_leave(disco_ipc_table_t *t, uint32_t slot, uint32_t cell)
 {
-    atomic_store_explicit(&t->slots[slot].importer[cell], 0, memory_order_release);
+    atomic_store_explicit(&t->sh->slots[slot].importer[cell], 0, memory_order_release);
 }
 
 disco_status_t disco__ipc_slot_join(disco_ipc_table_t *t, const disco_ipc_ref_t *ref, int32_t me,
                                     uint32_t *cell_out)
 {
-    struct slot *s = &t->slots[ref->slot];
+    if (ref->slot >= t->nslots) /* a ref is another process's word */
+        return disco_set_error(
+            DISCO_E_INVAL, "disco__ipc_import: bad ref: slot %" PRIu32 " of a table of %" PRIu32,
+            ref->slot, t->nslots);
+    struct slot *s = &t->sh->slots[ref->slot];
     uint64_t want = word_of(ref->gen, ref->exporter_pid, SLOT_LIVE);
     /* I1: acquire, pairs with the exporter's publishing store. */
     if (atomic_load_explicit(&s->word, memory_order_acquire) != want)
@@ -274,7 +329,7 @@ stale:
 
 uint32_t disco__ipc_slot_importers(disco_ipc_table_t *t, uint32_t slot)
 {
-    struct slot *s = &t->slots[slot];
+    struct slot *s = &t->sh->slots[slot];
     uint32_t n = 0;
     for (unsigned c = 0; c < DISCO_IPC_MAX_IMPORTERS; c++) {
         int32_t pid = atomic_load_explicit(&s->importer[c], memory_order_acquire);

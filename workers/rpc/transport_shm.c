@@ -324,17 +324,23 @@ static disco_status_t attach(struct shm_transport *t, int fd, const char *addres
     unsigned char *data = disco_segment_data(&t->seg);
     size_t size = disco_segment_data_size(&t->seg);
     struct shm_header *h = (struct shm_header *)data;
-    bool ok = size >= sizeof *h && h->magic == SHM_MAGIC && h->layout == SHM_LAYOUT;
-    for (int i = 0; ok && i < 2; i++)
-        ok = h->ring_off[i] % DISCO_CACHE_LINE == 0 && h->ring_off[i] <= size &&
-             h->ring_bytes <= size - h->ring_off[i];
+    /* The server writes this header and may rewrite it: each field is read
+     * once (volatile: one load each), checked, and only the copies used. */
+    const volatile struct shm_header *v = h;
+    bool ok = size >= sizeof *h && v->magic == SHM_MAGIC && v->layout == SHM_LAYOUT;
+    uint64_t off[2] = {0, 0};
+    uint32_t ring_bytes = ok ? v->ring_bytes : 0;
+    for (int i = 0; ok && i < 2; i++) {
+        off[i] = v->ring_off[i];
+        ok = off[i] % DISCO_CACHE_LINE == 0 && off[i] <= size && ring_bytes <= size - off[i];
+    }
     if (!ok)
         return disco_set_error(DISCO_E_BAD_MAGIC,
                                "shm handshake with %s: segment of %zu bytes is not a disco "
                                "transport of layout %u",
                                address, size, SHM_LAYOUT);
-    if ((st = disco_ring_attach(data + h->ring_off[C2S], h->ring_bytes, &t->tx)) != DISCO_OK ||
-        (st = disco_ring_attach(data + h->ring_off[S2C], h->ring_bytes, &t->rx)) != DISCO_OK)
+    if ((st = disco_ring_attach(data + off[C2S], ring_bytes, &t->tx)) != DISCO_OK ||
+        (st = disco_ring_attach(data + off[S2C], ring_bytes, &t->rx)) != DISCO_OK)
         return st;
     /* One slot per message is what makes ring transfers all or nothing. */
     if (t->tx.max_msg == 0 || t->tx.max_msg > t->tx.payload || t->rx.max_msg == 0 ||

@@ -105,6 +105,8 @@ typedef struct disco_heap {
     unsigned char *base;          /* mem in this process: offsets count from here */
     uint64_t arena_off;           /* first block */
     uint64_t arena_end;           /* end of the last block */
+    uint64_t mem_size;            /* bytes at base; these three this process's own copies,
+                                     checked at init or attach, never re-read from sh */
     const disco_wait_t *wait;     /* how a taken lock is waited for; NULL: no limit */
 } disco_heap_t;
 

@@ -14,6 +14,11 @@
  * partial backs only its first part; its creator backs the rest as it comes
  * into use and checks each step (the session's heap: disco_heap_init_lazy).
  *
+ * A segment's memfd is sealed against shrinking and growing at creation
+ * (DISCO_SEGMENT_SEALS), before any mapping: no process that maps it can
+ * fault with SIGBUS because another truncated it. Attaching refuses a file
+ * without these seals.
+ *
  * The mapping address differs between processes that attach separately (it is
  * the same across fork). Structures inside a segment use offsets.
  */
@@ -32,6 +37,9 @@ extern "C" {
 #define DISCO_SEGMENT_MAGIC       0x4745534f43534944ULL /* "DISCOSEG" */
 #define DISCO_SEGMENT_LAYOUT      1u                    /* layout version in the segment's header */
 #define DISCO_SEGMENT_DATA_OFFSET 4096u                 /* where the user's data begins */
+/* The seals every segment carries (F_SEAL_SHRINK | F_SEAL_GROW, from
+ * <fcntl.h>; spelled as numbers so that this header needs no _GNU_SOURCE). */
+#define DISCO_SEGMENT_SEALS       (0x0002 | 0x0004)
 
 /* Process-local handle; the caller owns its memory. */
 typedef struct disco_segment {
@@ -63,10 +71,11 @@ disco_status_t disco_segment_create_partial(const char *name, size_t data_size, 
 disco_status_t disco_segment_back(const disco_segment_t *seg, size_t data_off, size_t len);
 
 /** Maps an existing segment from an fd (for instance one inherited across
- *  exec). The fd is duplicated; the caller keeps its own. Checks the magic,
- *  the layout version and the size. Thread-safe. Returns DISCO_OK,
- *  DISCO_E_SYS, DISCO_E_BAD_MAGIC (not a disco segment, other layout version,
- *  or a size that disagrees with the file). */
+ *  exec). The fd is duplicated; the caller keeps its own. Checks the seals
+ *  (DISCO_SEGMENT_SEALS, before mapping), the magic, the layout version and
+ *  the size. Thread-safe. Returns DISCO_OK, DISCO_E_SYS, DISCO_E_BAD_MAGIC
+ *  (not a disco segment: unsealed, other layout version, or a size that
+ *  disagrees with the file). */
 disco_status_t disco_segment_attach(int fd, disco_segment_t *seg_out);
 
 /** disco_segment_attach, mapped read-only (an observer's: a store through
