@@ -58,6 +58,11 @@ typedef struct disco_worker {
     void *abandon_ctx;
     struct disco__dev_area *dev_area; /* the session's device area (arena.h), or NULL */
     struct disco__arena *arena;       /* this worker's device arena, made at first use */
+    /* A worker of a threaded session (DISCO_LAUNCH_THREAD): it shares its
+     * process with the controller and the other workers. Device tensors
+     * are refused there (the device layer's IPC tables are per process);
+     * user C functions may be cancelled at a deadline (exec_call). */
+    bool threaded;
 } disco_worker_t;
 
 /** Sets up worker id of world with its mailbox, the session's heap (may be
@@ -122,6 +127,16 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
  *  signal. Returns the process exit code: 0 after shutdown, 1 when the
  *  controller went away or broke the session, 2 on a setup error. */
 int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply_fd);
+
+/** Runs worker id as a thread of the controller's process (launch mode
+ *  DISCO_LAUNCH_THREAD): as disco__worker_process, but with no parent-death
+ *  signal or parent check (the controller is this process); its waits end
+ *  when *stop is set (disco__threads_kill) or the session breaks, and a
+ *  collective it gives up returns instead of ending the process. Its
+ *  status's pid word holds its thread id. Called with cancellation
+ *  disabled. Returns as disco__worker_process. */
+int disco__worker_thread(void *data, size_t size, int id, int cmd_fd, int reply_fd,
+                         const _Atomic int *stop);
 
 /** Name of a command code, for messages. */
 const char *disco__cmd_name(uint32_t code);

@@ -19,6 +19,7 @@
 
 struct parent_watch {
     pid_t controller;
+    const _Atomic int *stop; /* a worker thread: set when it must end; else NULL */
 };
 
 /* The parent-death signal covers most cases; this covers the window before
@@ -26,6 +27,13 @@ struct parent_watch {
 static disco_status_t parent_alive(void *p)
 {
     const struct parent_watch *pw = p;
+    /* A worker thread's controller is its own process: it is told to end
+     * through stop instead. Acquire: pairs with the release in
+     * disco__threads_kill (threads.c). */
+    if (pw->stop != NULL)
+        return atomic_load_explicit(pw->stop, memory_order_acquire)
+                   ? disco_set_error(DISCO_E_SHUTDOWN, "worker thread told to stop")
+                   : DISCO_OK;
     if (getppid() != pw->controller)
         return disco_set_error(DISCO_E_PEER_DEAD, "controller %d is gone", (int)pw->controller);
     return DISCO_OK;
@@ -42,7 +50,19 @@ static disco_status_t end_on_abandon(void *ctx, disco_status_t st, const int *la
     _exit(1);
 }
 
-int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply_fd)
+/* A worker thread cannot end its process: it gives up with st. The late
+ * members are threads of this process whose buffers (heap blocks) stay
+ * mapped until close, which joins every worker thread before it unmaps the
+ * segment (threads.c); the broken session allocates nothing meanwhile. */
+static disco_status_t return_on_abandon(void *ctx, disco_status_t st, const int *late, int nlate,
+                                        const char *what)
+{
+    (void)ctx, (void)late, (void)nlate, (void)what;
+    return st;
+}
+
+static int run_worker(void *data, size_t size, int id, int cmd_fd, int reply_fd,
+                      const _Atomic int *stop)
 {
     /* The layout comes from this worker's own computation, checked against
      * the header (ctl_layout.h): a header that lies about it is refused
@@ -69,8 +89,11 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
                 id, gid_base, gworld, lay.geom.world);
         return 2;
     }
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    struct parent_watch pw = {.controller = ctl->controller_pid};
+    /* A thread dies with its process: no parent-death signal (it would
+     * follow the thread, not the process). */
+    if (stop == NULL)
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+    struct parent_watch pw = {.controller = ctl->controller_pid, .stop = stop};
     if (parent_alive(&pw) != DISCO_OK)
         return 1;
 
@@ -89,7 +112,8 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
             return 2;
         }
         chan.reply = &reply;
-        disco_ring_set_reader_pid(&chan.cmd, (uint32_t)(id - 1), getpid());
+        disco_ring_set_reader_pid(&chan.cmd, (uint32_t)(id - 1),
+                                  stop != NULL ? (pid_t)gettid() : getpid());
     } else {
         chan.cmd_fd = &fds[0];
         chan.reply_fd = &fds[1];
@@ -117,7 +141,8 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     disco_heap_set_wait(&heap, &wait);
     disco__worker_init(&w, id, (int)lay.geom.world, &boxes[id], &heap,
                        (struct disco__coll_area *)(base + lay.r[DISCO_CTL_COLL].off), &wait);
-    w.abandon = end_on_abandon;
+    w.abandon = stop != NULL ? return_on_abandon : end_on_abandon;
+    w.threaded = stop != NULL;
     w.gid_base = (int)gid_base;
     w.gworld = (int)gworld;
     w.one_group = ctl->ggroups == 1;
@@ -134,11 +159,24 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
         (void)disco__prefault(w.trace->rec, sizeof w.trace->rec);
     }
     w.stat = disco__stat_worker((struct disco__stat_hdr *)(base + lay.r[DISCO_CTL_STATUS].off), id);
-    /* Relaxed: a monitor's word (wstat.h). */
-    atomic_store_explicit(&w.stat->pid, (int32_t)getpid(), memory_order_relaxed);
+    /* Relaxed: a monitor's word (wstat.h). A thread's own id: disco top
+     * reads /proc/<tid> as it reads a process's. */
+    atomic_store_explicit(&w.stat->pid, stop != NULL ? (int32_t)gettid() : (int32_t)getpid(),
+                          memory_order_relaxed);
     int rc = disco__worker_loop(&w, &chan, &wait);
     disco__worker_fini(&w);
     return rc;
+}
+
+int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply_fd)
+{
+    return run_worker(data, size, id, cmd_fd, reply_fd, NULL);
+}
+
+int disco__worker_thread(void *data, size_t size, int id, int cmd_fd, int reply_fd,
+                         const _Atomic int *stop)
+{
+    return run_worker(data, size, id, cmd_fd, reply_fd, stop);
 }
 
 static int arg_int(int argc, char **argv, const char *name, int dflt)
