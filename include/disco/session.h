@@ -102,8 +102,8 @@ extern "C" {
 
 /* How workers 1..N-1 are started (see "Workers" above). */
 typedef enum disco_launch {
-    DISCO_LAUNCH_FORK = 0,  /* fork the controller (default) */
-    DISCO_LAUNCH_SPAWN = 1, /* exec the disco-worker program (worker_path) */
+    DISCO_LAUNCH_FORK = 0,   /* fork the controller (default) */
+    DISCO_LAUNCH_SPAWN = 1,  /* exec the disco-worker program (worker_path) */
     DISCO_LAUNCH_THREAD = 2, /* threads of the controller's process (see "Threads") */
 } disco_launch_t;
 

@@ -54,12 +54,12 @@ static int session_init(SessionObject *so, PyObject *args, PyObject *kw)
     disco_session_config_t cfg = disco_session_config_default(n);
     int l = 0, t = 0;
     /* "thread": workers as threads of this process (ThreadedSession). */
-    const char *ls = launch != NULL && PyUnicode_Check(launch) ? PyUnicode_AsUTF8AndSize(launch, NULL)
-                                                               : NULL;
+    const char *ls =
+        launch != NULL && PyUnicode_Check(launch) ? PyUnicode_AsUTF8AndSize(launch, NULL) : NULL;
     if (ls != NULL && strcmp(ls, "thread") == 0)
         l = 2;
     else if (parse_enum(launch, "launch", "fork", "spawn", &l) < 0 ||
-        parse_enum(transport, "transport", "ring", "pipe", &t) < 0)
+             parse_enum(transport, "transport", "ring", "pipe", &t) < 0)
         return -1;
     cfg.num_groups = groups;
     cfg.launch = l == 2 ? DISCO_LAUNCH_THREAD : l ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;

@@ -199,8 +199,8 @@ disco_status_t disco__threads_check(struct disco__procs *p, struct disco__procs_
         dead_out->pid = t->os_tid;
         dead_out->wstatus = t->rc;
         if (t->rc < 0)
-            snprintf(dead_out->what, sizeof dead_out->what,
-                     "worker %d (thread %d) was cancelled", i + p->id_base, (int)t->os_tid);
+            snprintf(dead_out->what, sizeof dead_out->what, "worker %d (thread %d) was cancelled",
+                     i + p->id_base, (int)t->os_tid);
         else
             snprintf(dead_out->what, sizeof dead_out->what,
                      "worker %d (thread %d) ended with code %d", i + p->id_base, (int)t->os_tid,

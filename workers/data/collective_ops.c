@@ -275,8 +275,7 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
      * rows only). test_session's scatter_by_element_count holds it. */
     if (x != NULL && (x->ndim == 0 || (x->shape[0] % parts != 0 &&
                                        (c.across || disco_tensor_numel(x) % parts != 0)))) {
-        disco_set_error(DISCO_E_MISMATCH,
-                        "scatter: dimension 0 (%lld) %s is not a multiple of %d",
+        disco_set_error(DISCO_E_MISMATCH, "scatter: dimension 0 (%lld) %s is not a multiple of %d",
                         x->ndim ? (long long)x->shape[0] : 0LL,
                         c.across ? "" : "nor the element count", parts);
         disco__coll_fail(&c, DISCO_E_MISMATCH, disco_last_error());
@@ -291,7 +290,7 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     /* Node 0's posted x holds every member's rows; another node's block
      * its own members' only. */
     int div = c.across && c.w->gid_base == 0 ? parts : c.size;
-    struct disco__coll_posted *l = &c.post[0]; /* this call's copy */
+    struct disco__coll_posted *l = &c.post[0];   /* this call's copy */
     if (l->ndim > 0 && l->shape[0] % div != 0) { /* flat pieces (checked by worker 0) */
         int64_t numel = 1;
         for (int32_t d = 0; d < l->ndim; d++)
