@@ -218,9 +218,12 @@ class Session(_core.Session):
         return self.scatter_from_worker0(src_ref, dst, in_group)
 
     def scatter_from_worker0(self, from_array, to_array=None, in_group=True):
-        """Worker 0's tensor split along dimension 0, piece i into to_array
-        on worker i (TVM's in-place form). Without to_array: the pieces by
-        reference (each worker's register views worker 0's bytes)."""
+        """Worker 0's tensor split by element count, as TVM: piece i (the
+        i-th run of numel / n elements) into to_array on worker i, which
+        needs that many elements, in any shape (TVM's in-place form: a
+        (3,4,3) tensor scatters into two (3,3,2) ones). Without to_array:
+        the pieces by reference (each worker's register views worker 0's
+        bytes), shaped as rows when dimension 0 divides by n, else flat."""
         res = self._get_cached_method("disco.scatter_from_worker0")(from_array, bool(in_group))
         return self._into(to_array, res)
 

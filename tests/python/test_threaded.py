@@ -7,6 +7,8 @@ that leaves no thread behind, device tensors refused, init_ccl."""
 
 import gc
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -190,21 +192,28 @@ def test_init_ccl_checks(kind):
 
 # A GPU name: the ids must be disco's (worker i on device i mod count),
 # else refused; then empty() with no device makes device tensors. On the
-# simulated GPU (2 devices) here.
-def test_init_ccl_device_ids(monkeypatch):
-    monkeypatch.setenv("DISCO_SIM_GPUS", "2")
-    with disco.ProcessSession(3, call_timeout_ms=CALL_TIMEOUT_MS) as s:
-        with pytest.raises(error_class(CODE["E_INVAL"]), match="mod 2"):
-            s.init_ccl("sim", 1, 0, 0)
-        s.init_ccl("sim", 0, 1, 0)
-        x = s.empty((4,), "float32")
-        sync_all(s)
-        assert x is not None
-        # each worker's device arena: [.., .., .., .., type, id, ...]
-        stats = s.get_global_func("disco.arena_stats")()
-        for w in range(3):
-            st = tuple(stats.debug_get_from_remote(w))
-            assert st[4:6] == (12, w % 2), st
+# simulated GPU (2 devices), in a child process: the sim device count,
+# once read, stays for the process (test_errors' test_no_device needs none).
+SIM_CHILD = """
+import disco, pytest
+with disco.ProcessSession(3, call_timeout_ms=5000) as s:
+    with pytest.raises(disco.InvalidArgumentError, match="mod 2"):
+        s.init_ccl("sim", 1, 0, 0)
+    s.init_ccl("sim", 0, 1, 0)
+    x = s.empty((4,), "float32")
+    stats = s.get_global_func("disco.arena_stats")()  # [.., .., .., .., type, id, ...]
+    for w in range(3):
+        st = tuple(stats.debug_get_from_remote(w))
+        assert st[4:6] == (12, w % 2), st
+print("ok")
+"""
+
+
+def test_init_ccl_device_ids():
+    env = dict(os.environ, DISCO_SIM_GPUS="2", DISCO_QUIET="1")
+    r = subprocess.run([sys.executable, "-c", SIM_CHILD], env=env, capture_output=True,
+                       text=True, timeout=50, check=False)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
 def test_init_ccl_device_refused_in_threads(monkeypatch):

@@ -272,12 +272,13 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
     DLTensor *x = source ? lead_share(&c, a, n, "scatter_from_worker0", true) : NULL;
     /* By element count, as TVM: rows when dimension 0 divides, else flat
      * pieces of numel / parts (a (3,4,3) x into two of 18; across nodes,
-     * rows only). test_session's scatter_by_element_count holds it. */
+     * rows only). test_threaded.c's test_scatter_by_count and
+     * test_tvm_parity.py's test_scatter_with_implicit_reshape hold it. */
     if (x != NULL && (x->ndim == 0 || (x->shape[0] % parts != 0 &&
                                        (c.across || disco_tensor_numel(x) % parts != 0)))) {
-        disco_set_error(DISCO_E_MISMATCH, "scatter: dimension 0 (%lld) %s is not a multiple of %d",
-                        x->ndim ? (long long)x->shape[0] : 0LL,
-                        c.across ? "" : "nor the element count", parts);
+        disco_set_error(DISCO_E_MISMATCH, "scatter: dimension 0 (%lld) is not a multiple of %d%s",
+                        x->ndim ? (long long)x->shape[0] : 0LL, parts,
+                        c.across || x->ndim == 0 ? "" : ", nor is the element count");
         disco__coll_fail(&c, DISCO_E_MISMATCH, disco_last_error());
     }
     if (c.across && c.rank == 0)
