@@ -42,18 +42,45 @@
 
 struct disco__wthread {
     pthread_t tid;
-    _Atomic int stop; /* set by the table: end now */
-    _Atomic int done; /* set by the thread as it ends (cleanup handler) */
-    int rc;           /* its loop's return code; -1: cancelled */
-    pid_t os_tid;     /* its kernel thread id, for messages */
+    _Atomic int stop;               /* set by the table: end now */
+    struct disco__thread_keep keep; /* what its exit frees if it is cancelled */
+    _Atomic int done;               /* set by the thread as it ends (cleanup handler) */
+    int rc;                         /* its loop's return code; -1: cancelled */
+    pid_t os_tid;                   /* its kernel thread id, for messages */
     void *data;
     size_t size;
     int id, cmd_fd, reply_fd; /* fds: the thread's ends of its pipes, or -1 */
 };
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+
+/* A cancelled thread's frames were unwound without their epilogues, so
+ * AddressSanitizer's redzones of them stay poisoned, and its own exit code
+ * (which runs in that part of the stack) would report its writes there:
+ * the stack below this frame is unpoisoned first. */
+static void unpoison_stack_below_here(void)
+{
+    pthread_attr_t a;
+    void *lo;
+    size_t size;
+    if (pthread_getattr_np(pthread_self(), &a) != 0)
+        return;
+    char *here = __builtin_frame_address(0);
+    if (pthread_attr_getstack(&a, &lo, &size) == 0 && here > (char *)lo && here < (char *)lo + size)
+        __asan_unpoison_memory_region(lo, (size_t)(here - (char *)lo));
+    pthread_attr_destroy(&a);
+}
+#endif
+
 static void thread_ended(void *arg)
 {
     struct disco__wthread *t = arg;
+#if defined(__SANITIZE_ADDRESS__)
+    if (t->rc < 0)
+        unpoison_stack_below_here();
+#endif
+    disco__worker_thread_cleanup(&t->keep); /* nothing left after a normal end */
     if (t->cmd_fd >= 0)
         close(t->cmd_fd);
     if (t->reply_fd >= 0)
@@ -63,6 +90,18 @@ static void thread_ended(void *arg)
     atomic_store_explicit(&t->done, 1, memory_order_release);
 }
 
+/* thread_ended runs as the destructor of the thread's key, at its exit
+ * however it ends (returned or cancelled): no pthread_cleanup_push, whose
+ * setjmp return AddressSanitizer reads as a stack overflow. */
+static pthread_key_t ended_key;
+static pthread_once_t ended_once = PTHREAD_ONCE_INIT;
+static int ended_key_rc;
+
+static void make_ended_key(void)
+{
+    ended_key_rc = pthread_key_create(&ended_key, thread_ended);
+}
+
 static void *thread_main(void *arg)
 {
     struct disco__wthread *t = arg;
@@ -70,10 +109,10 @@ static void *thread_main(void *arg)
     pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, NULL);
     t->os_tid = gettid();
     t->rc = -1; /* stays so if it is cancelled */
-    pthread_cleanup_push(thread_ended, t);
-    t->rc = disco__worker_thread(t->data, t->size, t->id, t->cmd_fd, t->reply_fd, &t->stop);
-    pthread_cleanup_pop(1);
-    return NULL;
+    pthread_setspecific(ended_key, t);
+    t->keep.stop = &t->stop;
+    t->rc = disco__worker_thread(t->data, t->size, t->id, t->cmd_fd, t->reply_fd, &t->keep);
+    return NULL; /* thread_ended runs now */
 }
 
 /* Joins thread i if it has ended (waiting until abs at most, or not at all
@@ -170,6 +209,9 @@ static disco_status_t start_one(struct disco__procs *p, const struct disco__proc
 disco_status_t disco__threads_start(struct disco__procs *p, const struct disco__procs_launch *how)
 {
     p->threads = true;
+    pthread_once(&ended_once, make_ended_key);
+    if (ended_key_rc != 0)
+        return disco_set_error(DISCO_E_SYS, "pthread_key_create: %s", strerror(ended_key_rc));
     if (p->thr == NULL && (p->thr = calloc((size_t)p->n, sizeof *p->thr)) == NULL)
         return disco_set_error(DISCO_E_NOMEM, "thread table of %d", p->n);
     disco_status_t st = DISCO_OK;

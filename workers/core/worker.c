@@ -469,6 +469,10 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
                      .idle = *wait,
                      .poll = *wait,
                      .stamped = *wait};
+    if (w->keep != NULL) { /* a worker thread: freed at its exit if it is cancelled */
+        w->keep->loop_mem[0] = l.buf;
+        w->keep->loop_mem[1] = l.reply;
+    }
     struct disco__trace_writer tr = {.ring = w->trace};
     struct disco__wstat_writer ws = {.w = w->stat};
     l.poll.no_wait = true;
@@ -516,6 +520,8 @@ out:
     disco__wstat_state(&ws, DISCO_WS_EXITED);
     if (tr.ring != NULL)
         disco__trace_flush(&tr);
+    if (w->keep != NULL)
+        w->keep->loop_mem[0] = w->keep->loop_mem[1] = NULL;
     free(l.buf);
     free(l.reply);
     return rc;
