@@ -10,7 +10,10 @@
  *    stop word, which its waits check (worker_main.c, parent_alive), and
  *    cancels it: cancellation is enabled only while it runs a user C
  *    function (worker.c, exec_call), so it ends at that function's next
- *    cancellation point. One that never reaches one is left running: its
+ *    cancellation point; at its exit its registers and its loop's buffers
+ *    are freed (worker_main.c, disco__worker_thread_cleanup), only what the
+ *    cancelled call itself held (its scratch, its own tensors) being lost.
+ *    One that never reaches a cancellation point is left running: its
  *    entry stays unreaped, as a frozen process's, and the session keeps
  *    the segment mapped at close (open.c, free_session), since the thread
  *    may still touch it.
