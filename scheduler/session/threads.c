@@ -4,8 +4,9 @@
  *
  * What changes when workers share a process, and how each is handled:
  *  - liveness: a thread has no pid of its own; it is alive while it runs
- *    its loop. It says it ended through its done word (set by its cleanup
- *    handler, also when it was cancelled); the table joins it then.
+ *    its loop. It says it ended through its done word (set at its exit by
+ *    its key's destructor, also when it was cancelled); the table joins it
+ *    then.
  *  - stopping: a thread cannot be SIGKILLed. disco__threads_kill sets its
  *    stop word, which its waits check (worker_main.c, parent_alive), and
  *    cancels it: cancellation is enabled only while it runs a user C
@@ -88,8 +89,8 @@ static void thread_ended(void *arg)
         close(t->cmd_fd);
     if (t->reply_fd >= 0)
         close(t->reply_fd);
-    /* Release: pairs with the acquire in disco__threads_check; rc and
-     * os_tid are written before it. */
+    /* Release: pairs with the acquire in join (threads.c); rc and os_tid
+     * are written before it. */
     atomic_store_explicit(&t->done, 1, memory_order_release);
 }
 
