@@ -40,6 +40,23 @@
  * parent-death signal follows the thread that opened the session: open it
  * from a thread that outlives the session.
  *
+ * Threads. With DISCO_LAUNCH_THREAD, workers 1..N-1 are threads of the
+ * controller's process, for debugging and single-process use: the same
+ * commands, registers, errors and collectives of host tensors (the shared
+ * heap is plain memory of this process), and every function registered in
+ * the process, even after open. What differs: device tensors are refused
+ * (DISCO_E_UNSUPPORTED: the device layer's IPC state is per process); a
+ * worker function that crashes the process (a signal) takes the controller
+ * and every worker down; a worker that passes the call deadline breaks the
+ * session as in other modes, but a thread cannot be killed: it is told to
+ * stop and a user C function it runs is cancelled at its next cancellation
+ * point (sleep, read, poll...); one that never reaches one (a busy loop, a
+ * Python function) keeps running, and close then keeps the session's
+ * shared memory mapped for the rest of the process. There is no
+ * parent-death signal (the threads end with the process);
+ * disco_session_worker_pid gives the process's pid and disco top each
+ * worker's thread id; placement binds each thread. Not across nodes.
+ *
  * Across nodes. With cfg.nodes = DISCO_NODES_MPI, a program started as
  * `mpirun -np K prog` opens one session whose K * workers_per_node
  * workers span the K processes (one a node, each with its node's workers
@@ -85,8 +102,9 @@ extern "C" {
 
 /* How workers 1..N-1 are started (see "Workers" above). */
 typedef enum disco_launch {
-    DISCO_LAUNCH_FORK = 0,  /* fork the controller (default) */
-    DISCO_LAUNCH_SPAWN = 1, /* exec the disco-worker program (worker_path) */
+    DISCO_LAUNCH_FORK = 0,   /* fork the controller (default) */
+    DISCO_LAUNCH_SPAWN = 1,  /* exec the disco-worker program (worker_path) */
+    DISCO_LAUNCH_THREAD = 2, /* threads of the controller's process (see "Threads") */
 } disco_launch_t;
 
 /* How commands reach the workers. */

@@ -17,6 +17,7 @@ session (``import tvm.runtime.disco as di`` -> ``import disco as di``;
 What is here:
 
 - :class:`ProcessSession` (forked or spawned workers; a context manager),
+  :class:`ThreadedSession` (workers as threads of this process),
   :class:`Session` its methods: ``get_global_func``, ``call_packed``,
   ``sync_worker``/``sync_worker_0``, ``empty``, ``copy_to_worker_0``,
   ``copy_from_worker_0``, ``broadcast``, ``scatter``, ``gather_to_worker0``,
@@ -47,7 +48,7 @@ from .errors import *  # noqa: F401,F403  (the exception classes)
 from .errors import DiscoError, ERROR_CLASSES
 from ._types import DataType, Device, cpu, cuda, sim
 from .session import (DModule, DPackedFunc, DRef, ProcessSession, REDUCE_OPS, Session, Tensor,
-                      register_func, worker_program)
+                      ThreadedSession, register_func, worker_program)
 from . import rpc
 from . import comm
 
@@ -58,7 +59,7 @@ _os.register_at_fork(after_in_child=_core._forked)
 
 __version__ = "0.2.0"
 
-__all__ = ["ProcessSession", "Session", "DRef", "DPackedFunc", "DModule", "Tensor",
+__all__ = ["ProcessSession", "ThreadedSession", "Session", "DRef", "DPackedFunc", "DModule", "Tensor",
            "register_func", "DataType", "Device", "cpu", "cuda", "sim", "DiscoError",
            "REDUCE_OPS", "errors", "rpc", "worker_program"] + errors.__all__
 

@@ -53,11 +53,16 @@ static int session_init(SessionObject *so, PyObject *args, PyObject *kw)
         return -1;
     disco_session_config_t cfg = disco_session_config_default(n);
     int l = 0, t = 0;
-    if (parse_enum(launch, "launch", "fork", "spawn", &l) < 0 ||
-        parse_enum(transport, "transport", "ring", "pipe", &t) < 0)
+    /* "thread": workers as threads of this process (ThreadedSession). */
+    const char *ls =
+        launch != NULL && PyUnicode_Check(launch) ? PyUnicode_AsUTF8AndSize(launch, NULL) : NULL;
+    if (ls != NULL && strcmp(ls, "thread") == 0)
+        l = 2;
+    else if (parse_enum(launch, "launch", "fork", "spawn", &l) < 0 ||
+             parse_enum(transport, "transport", "ring", "pipe", &t) < 0)
         return -1;
     cfg.num_groups = groups;
-    cfg.launch = l ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
+    cfg.launch = l == 2 ? DISCO_LAUNCH_THREAD : l ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
     cfg.transport = t ? DISCO_TRANSPORT_PIPE : DISCO_TRANSPORT_RING;
     cfg.worker_path = worker_path;
     cfg.call_timeout_ms = (uint32_t)timeout; /* in range: checked above */
@@ -210,8 +215,11 @@ static PyObject *session_get_global_func(SessionObject *so, PyObject *name)
     if (dp_enter(so) < 0)
         return NULL;
     disco_dref_t f;
-    disco_status_t st = disco_session_get_func(so->s, n, &f);
-    dp_leave(so);
+    disco_status_t st;
+    /* Without the GIL: a full ring waits for worker threads of a threaded
+     * session, which may be waiting for the GIL to run a Python function. */
+    Py_BEGIN_ALLOW_THREADS st = disco_session_get_func(so->s, n, &f);
+    Py_END_ALLOW_THREADS dp_leave(so);
     if (st != DISCO_OK)
         return dp_raise(st);
     return dp_dref_new(dp_Func_Type, so, f, name);
@@ -396,8 +404,9 @@ static PyObject *session_alloc_reg(SessionObject *so, PyObject *unused)
     if (dp_enter(so) < 0)
         return NULL;
     disco_dref_t r;
-    disco_status_t st = disco_session_alloc_reg(so->s, &r);
-    dp_leave(so);
+    disco_status_t st;
+    Py_BEGIN_ALLOW_THREADS st = disco_session_alloc_reg(so->s, &r); /* as get_func */
+    Py_END_ALLOW_THREADS dp_leave(so);
     if (st != DISCO_OK)
         return dp_raise(st);
     return dp_dref_new(dp_DRef_Type, so, r, NULL);

@@ -4,6 +4,8 @@
  * _rpc.c. */
 #include "_core.h"
 
+#include "disco/device.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -161,7 +163,25 @@ static PyObject *mod_last_error(PyObject *m, PyObject *unused)
     return PyUnicode_FromString(disco_last_error());
 }
 
+/* _device_count(device_type): disco_device_probe (asked in a forked child,
+ * so that this process does not initialize CUDA before it forks workers). */
+static PyObject *mod_device_count(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    long type = PyLong_AsLong(arg);
+    if (type == -1 && PyErr_Occurred())
+        return NULL;
+    if (type < 0 || type > 0xFFFF)
+        return dp_raise_msg(DISCO_E_INVAL, "device type out of range");
+    int count = 0;
+    disco_status_t st;
+    Py_BEGIN_ALLOW_THREADS st = disco_device_probe((DLDeviceType)type, &count);
+    Py_END_ALLOW_THREADS if (st != DISCO_OK) return dp_raise(st);
+    return PyLong_FromLong(count);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_device_count", mod_device_count, METH_O, NULL},
     {"_set_types", mod_set_types, METH_VARARGS, NULL},
     {"_set_call_nogil", mod_set_call_nogil, METH_O, NULL},
     {"_c_call_sync", mod_c_call_sync, METH_VARARGS, NULL},

@@ -22,6 +22,7 @@
  * register. */
 #include "_core.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +207,10 @@ static disco_status_t trampoline(disco_ctx_t *ctx, const disco_value_t *args, in
     if (pf == NULL || !Py_IsInitialized())
         return disco_ctx_fail(ctx, "Python is not running in this process");
     ensure_python();
+    /* A worker thread of a threaded session is never cancelled inside
+     * Python (it would leave the GIL held): cancellation is off here. */
+    int cancel_was = 0;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_was);
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *et, *ev, *etb; /* the caller's pending exception, if any, is kept */
     PyErr_Fetch(&et, &ev, &etb);
@@ -239,6 +244,7 @@ static disco_status_t trampoline(disco_ctx_t *ctx, const disco_value_t *args, in
     PyErr_Clear();
     PyErr_Restore(et, ev, etb);
     PyGILState_Release(g);
+    pthread_setcancelstate(cancel_was, NULL);
     if (st != DISCO_OK)
         return disco_ctx_fail(ctx, "%s", why);
     return DISCO_OK;

@@ -16,13 +16,20 @@ import sys
 import weakref
 
 from . import _core
-from ._types import DataType
+from ._types import DataType, Device
 from .errors import error_class
 
 _E_INVAL = -1
+_E_UNSUPPORTED = -31
 InvalidArgumentError = error_class(_E_INVAL)
+UnsupportedError = error_class(_E_UNSUPPORTED)
 
-__all__ = ["Session", "ProcessSession", "DRef", "DPackedFunc", "DModule", "Tensor",
+# init_ccl's names: the host's (disco's own collectives through the shared
+# heap) and the GPUs' (disco's own device collectives; NCCL is not used).
+CCL_CPU = ("cpu", "cpuccl", "disco", "shm")
+CCL_DEVICE = {"nccl": 2, "cuda": 2, "sim": 12}
+
+__all__ = ["Session", "ProcessSession", "ThreadedSession", "DRef", "DPackedFunc", "DModule", "Tensor",
            "register_func", "REDUCE_OPS"]
 
 DRef = _core.DRef
@@ -117,7 +124,61 @@ class Session(_core.Session):
         worker 0 (null elsewhere), or with in_group and several groups, on
         each group's first worker.
         """
+        if device is None:  # init_ccl's device, else the shared heap
+            device = self.__dict__.get("_ccl_device")
         return self._empty(tuple(shape), dtype, device, bool(worker0_only), bool(in_group))
+
+    def init_ccl(self, ccl, *device_ids):
+        """Chooses the collectives and each worker's default device, as
+        TVM's ``init_ccl``: ``device_ids[i]`` is worker i's device, which
+        :meth:`empty` then uses when given no device.
+
+        ccl: "cpu", "cpuccl", "disco" or "shm" (host tensors in the shared
+        heap; the ids name host devices and are only checked) or "nccl",
+        "cuda" (CUDA GPUs), "sim" (the simulated GPU). Every name maps to
+        disco's own collectives: NCCL is never used. disco gives worker i
+        device i mod (number of devices): an id that differs is refused
+        (InvalidArgumentError), never silently replaced. One id per
+        worker, each an int >= 0. "rccl" (ROCm) raises UnsupportedError, as
+        does a GPU name in a :class:`ThreadedSession`.
+        """
+        if not isinstance(ccl, str):
+            raise TypeError(f"init_ccl: ccl must be a str, not {type(ccl).__name__}")
+        name = ccl.lower()
+        if name not in CCL_CPU and name not in CCL_DEVICE:
+            if name == "rccl":
+                raise UnsupportedError("init_ccl: rccl (ROCm GPUs) is not supported by disco",
+                                       _E_UNSUPPORTED)
+            raise InvalidArgumentError(
+                f"init_ccl: unknown ccl {ccl!r}: disco accepts "
+                f"{', '.join(CCL_CPU + tuple(CCL_DEVICE))}", _E_INVAL)
+        if len(device_ids) != self.num_workers:
+            raise InvalidArgumentError(
+                f"init_ccl: {len(device_ids)} device ids for {self.num_workers} workers "
+                "(one per worker)", _E_INVAL)
+        ids = []
+        for i, dev in enumerate(device_ids):
+            dev = operator.index(dev)
+            if dev < 0:
+                raise InvalidArgumentError(f"init_ccl: device id {dev} of worker {i} is "
+                                           "negative", _E_INVAL)
+            ids.append(dev)
+        if name in CCL_CPU:
+            self._ccl_device = None
+            self._ccl = name
+            return
+        if isinstance(self, ThreadedSession):
+            raise UnsupportedError(f"init_ccl({ccl!r}): device tensors are not supported in "
+                                   "a ThreadedSession (use a ProcessSession)", _E_UNSUPPORTED)
+        dev_type = CCL_DEVICE[name]
+        count = _core._device_count(dev_type)
+        for i, dev in enumerate(ids):
+            if dev != i % count:
+                raise InvalidArgumentError(
+                    f"init_ccl: worker {i} would get {name} device {dev}, but disco puts "
+                    f"worker i on device i mod {count} (device {i % count})", _E_INVAL)
+        self._ccl_device = Device(dev_type, 0)
+        self._ccl = name
 
     def broadcast(self, src, dst=None, in_group=True):
         """Copies src (a host array; or a DRef on worker 0) to every worker.
@@ -157,9 +218,12 @@ class Session(_core.Session):
         return self.scatter_from_worker0(src_ref, dst, in_group)
 
     def scatter_from_worker0(self, from_array, to_array=None, in_group=True):
-        """Worker 0's tensor split along dimension 0, piece i into to_array
-        on worker i (TVM's in-place form). Without to_array: the pieces by
-        reference (each worker's register views worker 0's bytes)."""
+        """Worker 0's tensor split by element count, as TVM: piece i (the
+        i-th run of numel / n elements) into to_array on worker i, which
+        needs that many elements, in any shape (TVM's in-place form: a
+        (3,4,3) tensor scatters into two (3,3,2) ones). Without to_array:
+        the pieces by reference (each worker's register views worker 0's
+        bytes), shaped as rows when dimension 0 divides by n, else flat."""
         res = self._get_cached_method("disco.scatter_from_worker0")(from_array, bool(in_group))
         return self._into(to_array, res)
 
@@ -303,7 +367,8 @@ class ProcessSession(Session):
     """
 
     def __init__(self, num_workers, num_groups=1, entrypoint=None, *, launch="fork",
-                 imports=(), worker_path=None, **options):
+                 imports=(), worker_path=None, build_ring=True, **options):
+        del build_ring  # TVM's option: disco's collectives need no ring set up
         if entrypoint is not None and entrypoint != "tvm.exec.disco_worker":
             imports = tuple(imports) + (entrypoint,)
         env = {}
@@ -317,6 +382,31 @@ class ProcessSession(Session):
             super().__init__(num_workers, num_groups, launch=launch, worker_path=worker_path,
                              **options)
         self._spawn_env = env  # a recovery spawns the workers again
+        _live.add(self)
+
+
+class ThreadedSession(Session):
+    """A session whose workers 1..N-1 are threads of this process (TVM's
+    ThreadedSession), for debugging and single-process use.
+
+    ``ThreadedSession(num_workers, num_groups=1)`` and the keyword options
+    of :class:`ProcessSession` but launch. The same calls, errors and
+    collectives as a ProcessSession; Python worker functions run on the
+    worker threads (each takes the GIL for its call, so they run one at a
+    time), and every function registered in this process exists on every
+    worker, even one registered after the session opened. What differs:
+    device tensors are refused (UnsupportedError); a worker function that
+    crashes the process takes everything down; one that hangs ends the
+    call at its deadline (DeadlineError), but its thread cannot be killed:
+    a C function is cancelled at its next cancellation point (sleep, read,
+    poll), a Python function keeps running and the session's memory is
+    kept until the process exits. A worker function must not use its own
+    session. ``worker_pid(i)`` is this process's pid for every worker.
+    """
+
+    def __init__(self, num_workers, num_groups=1, *, build_ring=True, **options):
+        del build_ring  # TVM's option: disco's collectives need no ring set up
+        super().__init__(num_workers, num_groups, launch="thread", **options)
         _live.add(self)
 
 

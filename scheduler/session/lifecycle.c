@@ -147,6 +147,7 @@ disco_status_t disco__procs_init(struct disco__procs *p, int n)
 
 void disco__procs_fini(struct disco__procs *p)
 {
+    disco__threads_fini(p);
     free(p->pid);
     free(p->pidfd);
     free(p->wstatus);
@@ -169,6 +170,8 @@ disco_status_t disco__procs_adopt(struct disco__procs *p, int i, pid_t pid)
 
 disco_status_t disco__procs_start(struct disco__procs *p, const struct disco__procs_launch *how)
 {
+    if (how->launch == DISCO_LAUNCH_THREAD)
+        return disco__threads_start(p, how);
     disco_status_t st = DISCO_OK;
     for (int i = 1; i < p->n; i++) {
         int cmd[2] = {-1, -1}, rep[2] = {-1, -1};
@@ -233,6 +236,8 @@ static bool reap(struct disco__procs *p, int i, int flags)
 
 disco_status_t disco__procs_check(struct disco__procs *p, struct disco__procs_exit *dead_out)
 {
+    if (p->threads)
+        return disco__threads_check(p, dead_out);
     struct pollfd pf[DISCO_MAX_WORKERS];
     int n = 0, polled = 0;
     bool no_pidfd = false;
@@ -262,6 +267,10 @@ disco_status_t disco__procs_check(struct disco__procs *p, struct disco__procs_ex
 
 void disco__procs_kill(struct disco__procs *p, int i)
 {
+    if (p->threads) {
+        disco__threads_kill(p, i);
+        return;
+    }
     if (p->reaped[i] || p->pid[i] <= 0)
         return;
     kill(p->pid[i], SIGKILL);
@@ -284,6 +293,11 @@ void disco__procs_kill(struct disco__procs *p, int i)
 
 void disco__procs_kill_all(struct disco__procs *p)
 {
+    if (p->threads) {
+        for (int i = 1; i < p->n; i++)
+            disco__threads_kill(p, i);
+        return;
+    }
     /* Every signal first, so that the processes end (their memory torn
      * down) side by side rather than one after another. */
     for (int i = 1; i < p->n; i++)
@@ -294,6 +308,10 @@ void disco__procs_kill_all(struct disco__procs *p)
 
 void disco__procs_stop(struct disco__procs *p, int grace_ms)
 {
+    if (p->threads) {
+        disco__threads_stop(p, grace_ms);
+        return;
+    }
     int64_t deadline = disco_now_ns() + (int64_t)grace_ms * 1000000;
     for (int i = 1; i < p->n; i++) {
         if (p->pid[i] <= 0)

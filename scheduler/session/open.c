@@ -29,7 +29,8 @@ static disco_status_t check_config(const disco_session_config_t *c)
     if (c->num_workers < 1 || c->num_workers > DISCO_MAX_WORKERS)
         return disco_set_error(DISCO_E_INVAL, "num_workers %d: must be 1..%d", c->num_workers,
                                DISCO_MAX_WORKERS);
-    if (c->launch != DISCO_LAUNCH_FORK && c->launch != DISCO_LAUNCH_SPAWN)
+    if (c->launch != DISCO_LAUNCH_FORK && c->launch != DISCO_LAUNCH_SPAWN &&
+        c->launch != DISCO_LAUNCH_THREAD)
         return disco_set_error(DISCO_E_INVAL, "launch mode %d is unknown", (int)c->launch);
     if (c->transport != DISCO_TRANSPORT_RING && c->transport != DISCO_TRANSPORT_PIPE)
         return disco_set_error(DISCO_E_INVAL, "transport %d is unknown", (int)c->transport);
@@ -231,6 +232,7 @@ void disco__session_init_w0(struct disco_session *s)
     /* Its status, for its kernels' progress only (workers/device/
      * ar_progress.h): the session writes the rest of it (session.c). */
     s->w0.stat = disco__stat_worker(s->stat, 0);
+    s->w0.threaded = s->cfg.launch == DISCO_LAUNCH_THREAD;
     /* Worker 0 has no trace ring (disco__worker_init leaves w0.trace NULL):
      * it runs inline in issue(), whose record of each command (enqueue,
      * issued) is its slice. */
@@ -272,7 +274,10 @@ static void free_session(struct disco_session *s)
     disco__trace_close(&s->trace);
     disco_plan_free(s->plan);
     disco__session_close_pipes(s);
-    disco_segment_close(&s->seg);
+    /* A worker thread that never ended (threads.c) may still touch the
+     * segment: it is kept, mapped, for the rest of the process. */
+    if (disco__procs_all_ended(&s->procs))
+        disco_segment_close(&s->seg);
     free(s->reply_rings);
     free(s->cmd_fd);
     free(s->reply_fd);
@@ -435,6 +440,9 @@ static disco_status_t open_nodes(const disco_session_config_t *cfg, disco_sessio
 
 disco_status_t disco_session_open(const disco_session_config_t *cfg, disco_session_t **sess_out)
 {
+    if (cfg->nodes == DISCO_NODES_MPI && cfg->launch == DISCO_LAUNCH_THREAD)
+        return disco_set_error(DISCO_E_UNSUPPORTED,
+                               "launch mode thread: a session on one node only (cfg.nodes)");
     if (cfg->nodes == DISCO_NODES_MPI)
         return open_nodes(cfg, sess_out);
     if (cfg->nodes != DISCO_NODES_LOCAL)

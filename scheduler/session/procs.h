@@ -21,6 +21,11 @@ struct disco__procs {
     int *pidfd;   /* -1: none (not started, closed, or no pidfd_open) */
     int *wstatus; /* raw wait status once reaped (-1: reaped by someone else) */
     bool *reaped;
+    /* Launch mode DISCO_LAUNCH_THREAD: the workers are threads of this
+     * process (threads.c); pid[i] is then this process's pid, pidfd[i] -1,
+     * and wstatus[i] the thread's return code (-1: cancelled). */
+    bool threads;
+    struct disco__wthread **thr; /* [n]; NULL entries: not started */
 };
 
 /* How workers are started. */
@@ -73,5 +78,22 @@ void disco__procs_kill_all(struct disco__procs *p);
 /** Waits up to grace_ms for every process to exit, then kills the rest, and
  *  reaps them all; closes the pidfds. */
 void disco__procs_stop(struct disco__procs *p, int grace_ms);
+
+/* Threads (threads.c): the same operations for a table of worker
+ * threads; lifecycle.c's functions call them when p->threads. A worker
+ * thread cannot be killed: it is told to stop (its waits end within a
+ * park slice), and a user C function it runs is cancelled at its next
+ * cancellation point; one that never reaches one is left running, like a
+ * frozen process (reaped[] false), and its session's memory is kept
+ * (disco__threads_all_ended). */
+disco_status_t disco__threads_start(struct disco__procs *p, const struct disco__procs_launch *how);
+disco_status_t disco__threads_check(struct disco__procs *p, struct disco__procs_exit *dead_out);
+void disco__threads_kill(struct disco__procs *p, int i);
+void disco__threads_stop(struct disco__procs *p, int grace_ms);
+void disco__threads_fini(struct disco__procs *p);
+
+/** Whether every worker thread that was started has ended and been joined
+ *  (always true for processes). */
+bool disco__procs_all_ended(const struct disco__procs *p);
 
 #endif

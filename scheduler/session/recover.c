@@ -98,8 +98,14 @@ disco_status_t disco_session_recover(disco_session_t *s)
     disco__procs_kill_all(&s->procs);
     for (int i = 1; i < s->world; i++)
         if (!s->procs.reaped[i] && s->procs.pid[i] > 0) {
-            disco_set_error(DISCO_E_TIMEOUT, "worker %d (pid %d) did not end after SIGKILL",
-                            i + s->gid_base, (int)s->procs.pid[i]);
+            if (s->procs.threads) /* threads.c: told to stop, not at a cancellation point */
+                disco_set_error(DISCO_E_TIMEOUT,
+                                "worker %d (a thread) did not end when told to stop and "
+                                "cancelled",
+                                i + s->gid_base);
+            else
+                disco_set_error(DISCO_E_TIMEOUT, "worker %d (pid %d) did not end after SIGKILL",
+                                i + s->gid_base, (int)s->procs.pid[i]);
             return failed(s, DISCO_E_TIMEOUT, "killing the workers");
         }
     disco__regs_lose_all(&s->regs); /* R2 */

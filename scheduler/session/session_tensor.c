@@ -45,6 +45,11 @@ static disco_status_t api_copy_to_worker0(disco_session_t *s, const DLTensor *ho
     DLDeviceType type = host->device.device_type;
     if (type == kDLCPU)
         st = disco__tensor_new(&s->heap, 0, host->shape, host->ndim, host->dtype, &t);
+    else if (s->w0.threaded)
+        st = disco_set_error(DISCO_E_UNSUPPORTED,
+                             "copy to worker 0: device tensors (device type %d) are not supported "
+                             "in a threaded session",
+                             (int)type);
     else if ((st = disco__arena_ensure(&s->w0.arena, s->w0.dev_area, 0, type)) == DISCO_OK)
         st = disco__tensor_new_device(s->w0.arena, host->shape, host->ndim, host->dtype, &t);
     if (st != DISCO_OK)

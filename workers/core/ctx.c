@@ -83,6 +83,12 @@ static disco_status_t empty_in_arena(disco_ctx_t *ctx, const int64_t *shape, int
     if (w == NULL || w->dev_area == NULL)
         return disco_set_error(DISCO_E_INVAL,
                                "no device arena here: device tensors are made inside a session");
+    if (w->threaded) /* the device layer's IPC tables are per process (worker.h) */
+        return disco_set_error(DISCO_E_UNSUPPORTED,
+                               "worker %d: device tensors (device type %d) are not supported in a "
+                               "threaded session (its workers share one process); use a "
+                               "session of processes (launch fork or spawn)",
+                               disco__worker_gid(w), (int)type);
     size_t nbytes;
     DLTensor *t;
     disco_status_t st = disco_shape_nbytes(shape, ndim, dtype, &nbytes);

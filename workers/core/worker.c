@@ -1,6 +1,7 @@
 /* worker.c - the register file and command execution (see worker.h). */
 #include "workers/core/worker.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,7 +192,19 @@ static void exec_call(disco_worker_t *w, uint64_t res, uint64_t fr, const disco_
         disco__worker_post_error(w, st, f->name, disco_last_error());
         return;
     }
-    if ((st = disco__func_run(f, w, real, n, slot)) != DISCO_OK)
+    /* A worker thread's user C function may be cancelled (at its own
+     * cancellation points: sleep, read, poll...) when the controller gives
+     * it up at a deadline (threads.c); disco's builtins ("disco." names,
+     * Python's trampoline among them) never are: they hold locks and
+     * shared state. test_threaded's hang_times_out holds it. */
+    bool cancellable = w->threaded && strncmp(f->name, "disco.", 6) != 0;
+    int was = 0;
+    if (cancellable)
+        pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &was);
+    st = disco__func_run(f, w, real, n, slot);
+    if (cancellable)
+        pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &was);
+    if (st != DISCO_OK)
         disco__worker_post_error(w, st, f->name, disco_last_error());
 }
 
@@ -459,6 +472,10 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
                      .idle = *wait,
                      .poll = *wait,
                      .stamped = *wait};
+    if (w->keep != NULL) { /* a worker thread: freed at its exit if it is cancelled */
+        w->keep->loop_mem[0] = l.buf;
+        w->keep->loop_mem[1] = l.reply;
+    }
     struct disco__trace_writer tr = {.ring = w->trace};
     struct disco__wstat_writer ws = {.w = w->stat};
     l.poll.no_wait = true;
@@ -506,6 +523,8 @@ out:
     disco__wstat_state(&ws, DISCO_WS_EXITED);
     if (tr.ring != NULL)
         disco__trace_flush(&tr);
+    if (w->keep != NULL)
+        w->keep->loop_mem[0] = w->keep->loop_mem[1] = NULL;
     free(l.buf);
     free(l.reply);
     return rc;

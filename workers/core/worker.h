@@ -61,7 +61,27 @@ typedef struct disco_worker {
     /* In the command being executed: collectives begun, and barriers
      * arrived at over all of them (collective.h, Identity and A2). */
     uint32_t cmd_coll, cmd_phase;
+    /* A worker of a threaded session (DISCO_LAUNCH_THREAD): it shares its
+     * process with the controller and the other workers. Device tensors
+     * are refused there (the device layer's IPC tables are per process);
+     * user C functions may be cancelled at a deadline (exec_call). */
+    bool threaded;
+    struct disco__thread_keep *keep; /* a worker thread's: what its exit frees (below) */
 } disco_worker_t;
+
+/* What a worker thread leaves for its exit to free if it is cancelled
+ * (threads.c): its state (worker, heap handle, wait: heap memory, so that
+ * they outlive the unwound frames) and its loop's buffers. Written and
+ * read by that thread only. */
+struct disco__thread_keep {
+    const _Atomic int *stop; /* set when it must end */
+    void *state;             /* NULL once freed at a normal end */
+    void *loop_mem[2];       /* disco__worker_loop's buffers while it runs */
+};
+
+/** Frees what a cancelled worker thread left (keep->state's registers and
+ *  buffers). Called at that thread's exit, on it. */
+void disco__worker_thread_cleanup(struct disco__thread_keep *keep);
 
 /** Sets up worker id of world with its mailbox, the session's heap (may be
  *  NULL), collective area and the wait for collectives. Returns DISCO_OK. */
@@ -125,6 +145,16 @@ int disco__worker_loop(disco_worker_t *w, disco_chan_t *c, const disco_wait_t *w
  *  signal. Returns the process exit code: 0 after shutdown, 1 when the
  *  controller went away or broke the session, 2 on a setup error. */
 int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply_fd);
+
+/** Runs worker id as a thread of the controller's process (launch mode
+ *  DISCO_LAUNCH_THREAD): as disco__worker_process, but with no parent-death
+ *  signal or parent check (the controller is this process); its waits end
+ *  when *keep->stop is set (disco__threads_kill) or the session breaks, and a
+ *  collective it gives up returns instead of ending the process. Its
+ *  status's pid word holds its thread id. Called with cancellation
+ *  disabled. Returns as disco__worker_process. */
+int disco__worker_thread(void *data, size_t size, int id, int cmd_fd, int reply_fd,
+                         struct disco__thread_keep *keep);
 
 /** Name of a command code, for messages. */
 const char *disco__cmd_name(uint32_t code);

@@ -19,6 +19,7 @@
 
 struct parent_watch {
     pid_t controller;
+    const _Atomic int *stop; /* a worker thread: set when it must end; else NULL */
 };
 
 /* The parent-death signal covers most cases; this covers the window before
@@ -26,6 +27,13 @@ struct parent_watch {
 static disco_status_t parent_alive(void *p)
 {
     const struct parent_watch *pw = p;
+    /* A worker thread's controller is its own process: it is told to end
+     * through stop instead. Acquire: pairs with the release in
+     * disco__threads_kill (threads.c). */
+    if (pw->stop != NULL)
+        return atomic_load_explicit(pw->stop, memory_order_acquire)
+                   ? disco_set_error(DISCO_E_SHUTDOWN, "worker thread told to stop")
+                   : DISCO_OK;
     if (getppid() != pw->controller)
         return disco_set_error(DISCO_E_PEER_DEAD, "controller %d is gone", (int)pw->controller);
     return DISCO_OK;
@@ -46,8 +54,30 @@ static disco_status_t end_on_abandon(void *ctx, disco_status_t st, const int *la
     _exit(1);
 }
 
-int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply_fd)
+/* A worker thread cannot end its process: it gives up with st. The late
+ * members are threads of this process whose buffers (heap blocks) stay
+ * mapped until close, which joins every worker thread before it unmaps the
+ * segment (threads.c); the broken session allocates nothing meanwhile. */
+static disco_status_t return_on_abandon(void *ctx, disco_status_t st, const int *late, int nlate,
+                                        const char *what)
 {
+    (void)ctx, (void)late, (void)nlate, (void)what;
+    return st;
+}
+
+/* What the worker's parts point at one another through: on the stack of
+ * a process's worker, on the heap for a thread's (worker.h, keep). */
+struct wstate {
+    disco_worker_t w;
+    disco_heap_t heap;
+    disco_wait_t wait;
+    struct parent_watch pw;
+};
+
+static int run_worker(void *data, size_t size, int id, int cmd_fd, int reply_fd,
+                      struct disco__thread_keep *keep)
+{
+    const _Atomic int *stop = keep != NULL ? keep->stop : NULL;
     /* The layout comes from this worker's own computation, checked against
      * the header (ctl_layout.h): a header that lies about it is refused
      * here, before any offset from it is used. */
@@ -73,10 +103,21 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
                 id, gid_base, gworld, lay.geom.world);
         return 2;
     }
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    struct parent_watch pw = {.controller = ctl->controller_pid};
-    if (parent_alive(&pw) != DISCO_OK)
-        return 1;
+    /* A thread dies with its process: no parent-death signal (it would
+     * follow the thread, not the process). */
+    if (stop == NULL)
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+    struct wstate local, *ws = &local;
+    if (keep != NULL && (ws = calloc(1, sizeof *ws)) == NULL) {
+        fprintf(stderr, "disco worker %d: out of memory\n", id);
+        return 2;
+    }
+    int rc = 2;
+    ws->pw = (struct parent_watch){.controller = ctl->controller_pid, .stop = stop};
+    if (parent_alive(&ws->pw) != DISCO_OK) {
+        rc = 1;
+        goto out;
+    }
 
     disco_chan_t chan = {.kind = (int)lay.geom.transport,
                          .world = (int)lay.geom.world,
@@ -90,10 +131,11 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
             disco_ring_attach(base + disco__ctl_reply_at(&lay, (uint32_t)id),
                               (size_t)lay.reply_stride, &reply) != DISCO_OK) {
             fprintf(stderr, "disco worker %d: %s\n", id, disco_last_error());
-            return 2;
+            goto out;
         }
         chan.reply = &reply;
-        disco_ring_set_reader_pid(&chan.cmd, (uint32_t)(id - 1), getpid());
+        disco_ring_set_reader_pid(&chan.cmd, (uint32_t)(id - 1),
+                                  stop != NULL ? (pid_t)gettid() : getpid());
     } else {
         chan.cmd_fd = &fds[0];
         chan.reply_fd = &fds[1];
@@ -103,47 +145,82 @@ int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply
     if (disco__bind_self(bind[id].cpus, bind[id].nodes) != DISCO_OK)
         fprintf(stderr, "disco worker %d: not bound: %s\n", id, disco_last_error());
     struct disco__errbox *boxes = (struct disco__errbox *)(base + lay.r[DISCO_CTL_ERRBOX].off);
-    disco_heap_t heap;
-    if (disco_heap_attach(base + lay.r[DISCO_CTL_HEAP].off, (size_t)lay.geom.heap_size, &heap) !=
-        DISCO_OK) {
+    if (disco_heap_attach(base + lay.r[DISCO_CTL_HEAP].off, (size_t)lay.geom.heap_size,
+                          &ws->heap) != DISCO_OK) {
         fprintf(stderr, "disco worker %d: %s\n", id, disco_last_error());
-        return 2;
+        goto out;
     }
-    disco_worker_t w;
-    disco_wait_t wait = {.spin_ns = ctl->spin_ns,
-                         .pause_ns = ctl->pause_ns,
-                         .park_slice_ms = 20,
-                         .abort_word = &ctl->broken,
-                         .check = parent_alive,
-                         .check_ctx = &pw};
+    disco_worker_t *w = &ws->w;
+    ws->wait = (disco_wait_t){.spin_ns = ctl->spin_ns,
+                              .pause_ns = ctl->pause_ns,
+                              .park_slice_ms = 20,
+                              .abort_word = &ctl->broken,
+                              .check = parent_alive,
+                              .check_ctx = &ws->pw};
     /* A taken heap lock is waited for like everything else: until the
      * session breaks or the controller goes. */
-    disco_heap_set_wait(&heap, &wait);
-    disco__worker_init(&w, id, (int)lay.geom.world, &boxes[id], &heap,
-                       (struct disco__coll_area *)(base + lay.r[DISCO_CTL_COLL].off), &wait);
-    w.abandon = end_on_abandon;
-    w.abandon_ctx = &w;
-    w.gid_base = (int)gid_base;
-    w.gworld = (int)gworld;
-    w.one_group = ctl->ggroups == 1;
-    w.ngroups = lay.geom.num_groups; /* read once, at start, as the rest of the geometry */
-    w.dev_area = disco__coll_dev_area(w.coll, lay.geom.world, w.ngroups);
+    disco_heap_set_wait(&ws->heap, &ws->wait);
+    disco__worker_init(w, id, (int)lay.geom.world, &boxes[id], &ws->heap,
+                       (struct disco__coll_area *)(base + lay.r[DISCO_CTL_COLL].off), &ws->wait);
+    w->abandon = stop != NULL ? return_on_abandon : end_on_abandon;
+    w->abandon_ctx = w;
+    w->threaded = stop != NULL;
+    w->gid_base = (int)gid_base;
+    w->gworld = (int)gworld;
+    w->one_group = ctl->ggroups == 1;
+    w->ngroups = lay.geom.num_groups; /* read once, at start, as the rest of the geometry */
+    w->dev_area = disco__coll_dev_area(w->coll, lay.geom.world, w->ngroups);
     if (lay.geom.trace) {
-        w.trace = (struct disco__trace_ring *)(base + lay.r[DISCO_CTL_TRACE].off) + (id - 1);
+        w->trace = (struct disco__trace_ring *)(base + lay.r[DISCO_CTL_TRACE].off) + (id - 1);
         /* The ring is a hole in the segment (open.c, make_segment): its
          * pages are had now, before the first command, not by the first
          * lap of records, where a fault was a microsecond or two in one
          * step of every 128 (issue 21, the p99 of a step). Only this
          * worker writes the records. A failure leaves them to fault in
          * at first use, as before. */
-        (void)disco__prefault(w.trace->rec, sizeof w.trace->rec);
+        (void)disco__prefault(w->trace->rec, sizeof w->trace->rec);
     }
-    w.stat = disco__stat_worker((struct disco__stat_hdr *)(base + lay.r[DISCO_CTL_STATUS].off), id);
-    /* Relaxed: a monitor's word (wstat.h). */
-    atomic_store_explicit(&w.stat->pid, (int32_t)getpid(), memory_order_relaxed);
-    int rc = disco__worker_loop(&w, &chan, &wait);
-    disco__worker_fini(&w);
+    w->stat =
+        disco__stat_worker((struct disco__stat_hdr *)(base + lay.r[DISCO_CTL_STATUS].off), id);
+    /* Relaxed: a monitor's word (wstat.h). A thread's own id: disco top
+     * reads /proc/<tid> as it reads a process's. */
+    atomic_store_explicit(&w->stat->pid, stop != NULL ? (int32_t)gettid() : (int32_t)getpid(),
+                          memory_order_relaxed);
+    w->keep = keep;
+    if (keep != NULL)
+        keep->state = ws;
+    rc = disco__worker_loop(w, &chan, &ws->wait);
+    disco__worker_fini(w);
+out:
+    if (keep != NULL) {
+        keep->state = NULL;
+        free(ws);
+    }
     return rc;
+}
+
+void disco__worker_thread_cleanup(struct disco__thread_keep *keep)
+{
+    struct wstate *ws = keep->state;
+    if (ws != NULL) { /* cancelled in a user function: its registers go too */
+        disco__worker_fini(&ws->w);
+        free(ws);
+        keep->state = NULL;
+    }
+    free(keep->loop_mem[0]);
+    free(keep->loop_mem[1]);
+    keep->loop_mem[0] = keep->loop_mem[1] = NULL;
+}
+
+int disco__worker_process(void *data, size_t size, int id, int cmd_fd, int reply_fd)
+{
+    return run_worker(data, size, id, cmd_fd, reply_fd, NULL);
+}
+
+int disco__worker_thread(void *data, size_t size, int id, int cmd_fd, int reply_fd,
+                         struct disco__thread_keep *keep)
+{
+    return run_worker(data, size, id, cmd_fd, reply_fd, keep);
 }
 
 static int arg_int(int argc, char **argv, const char *name, int dflt)
