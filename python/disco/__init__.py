@@ -47,7 +47,7 @@ from .errors import *  # noqa: F401,F403  (the exception classes)
 from .errors import DiscoError, ERROR_CLASSES
 from ._types import DataType, Device, cpu, cuda, sim
 from .session import (DModule, DPackedFunc, DRef, ProcessSession, REDUCE_OPS, Session, Tensor,
-                      register_func, worker_program)
+                      get_global_func, register_func, worker_program)
 from . import rpc
 
 _core._set_types(DataType, Device, ERROR_CLASSES, DiscoError)
@@ -58,7 +58,7 @@ _os.register_at_fork(after_in_child=_core._forked)
 __version__ = "0.2.0"
 
 __all__ = ["ProcessSession", "Session", "DRef", "DPackedFunc", "DModule", "Tensor",
-           "register_func", "DataType", "Device", "cpu", "cuda", "sim", "DiscoError",
+           "register_func", "get_global_func", "DataType", "Device", "cpu", "cuda", "sim", "DiscoError",
            "REDUCE_OPS", "errors", "rpc", "worker_program"] + errors.__all__
 
 
