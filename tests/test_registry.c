@@ -71,12 +71,15 @@ END_TEST
  * one, worker_rank an int, device cpu(0)); the collectives need a worker. */
 START_TEST(test_tvm_names_found)
 {
-    static const char *const names[] = {
-        "runtime.disco.worker_id",         "runtime.disco.worker_rank",
-        "runtime.disco.device",            "runtime.disco.empty",
-        "runtime.disco.allreduce",         "runtime.disco.allgather",
-        "runtime.disco.broadcast_from_worker0", "runtime.disco.scatter_from_worker0",
-        "runtime.disco.gather_to_worker0"};
+    static const char *const names[] = {"runtime.disco.worker_id",
+                                        "runtime.disco.worker_rank",
+                                        "runtime.disco.device",
+                                        "runtime.disco.empty",
+                                        "runtime.disco.allreduce",
+                                        "runtime.disco.allgather",
+                                        "runtime.disco.broadcast_from_worker0",
+                                        "runtime.disco.scatter_from_worker0",
+                                        "runtime.disco.gather_to_worker0"};
     uint64_t h;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         ck_assert_msg(disco__func_find(names[i], &h) == DISCO_OK, "%s: %s", names[i],
@@ -117,7 +120,7 @@ START_TEST(test_tvm_names_in_session)
     disco_session_t *s = NULL;
     CK_OK(disco_session_open(&cfg, &s));
     DLDataType f32 = {kDLFloat, 32, 1};
-    float a[36], got[72];
+    float a[36], got[72] = {0};
     for (int i = 0; i < 36; i++)
         a[i] = (float)i;
     int64_t sh[3] = {3, 4, 3}, piece[3] = {3, 3, 2}, flat[1] = {36}, two[1] = {72};

@@ -13,7 +13,7 @@
 static void (*const builtin_libs[])(void) = {
     disco__builtins_register,
     disco__coll_register,
-    disco__tvm_names_register, /* after the builtins it calls by name */
+    disco__tvm_names_register,
 };
 
 static void register_builtin_libs(void)

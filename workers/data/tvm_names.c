@@ -77,8 +77,7 @@ static bool truth(const disco_value_t *v)
     return v->type == DISCO_T_BOOL ? v->v.b : v->type == DISCO_T_INT && v->v.i != 0;
 }
 
-static disco_status_t worker_id(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                                disco_value_t *ret)
+static disco_status_t worker_id(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)a;
     (void)n;
@@ -120,8 +119,7 @@ static disco_status_t empty(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
     return run(ctx, "disco.empty", b, 5, ret);
 }
 
-static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                                disco_value_t *ret)
+static disco_status_t allreduce(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)n;
     static const char *const ops[] = {"sum", "prod", "min", "max", "avg"};
@@ -149,16 +147,14 @@ static disco_status_t coll_into(disco_ctx_t *ctx, const char *name, const disco_
     return st == DISCO_OK ? into(ctx, &a[2], res) : st;
 }
 
-static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                                disco_value_t *ret)
+static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)n;
     (void)ret;
     return coll_into(ctx, "disco.allgather", a);
 }
 
-static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                                disco_value_t *ret)
+static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)n;
     (void)ret;
@@ -177,8 +173,7 @@ static disco_status_t gather(disco_ctx_t *ctx, const disco_value_t *a, int n, di
  * dimension 0), so that a (3, 4, 3) source fills two (3, 3, 2) ones. A
  * source whose count does not divide, a device tensor or a scatter across
  * nodes goes as it is: disco's scatter then judges it (every member alike). */
-static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                              disco_value_t *ret)
+static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)n;
     (void)ret;
@@ -194,10 +189,9 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n,
         if (members > 0 && numel % members == 0) {
             int64_t shape[2] = {members, numel / members};
             DLTensor *view;
-            disco_status_t st =
-                disco__tensor_from_block(w->heap, disco__tensor_block(x),
-                                         disco__tensor_byte_offset(x), shape, 2, x->dtype,
-                                         false, &view);
+            disco_status_t st = disco__tensor_from_block(w->heap, disco__tensor_block(x),
+                                                         disco__tensor_byte_offset(x), shape, 2,
+                                                         x->dtype, false, &view);
             if (st == DISCO_OK && (st = disco__ctx_own(ctx, view)) == DISCO_OK)
                 b[0] = disco_value_tensor(view);
             else /* fail as a member of the collective, not alone */
