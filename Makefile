@@ -310,6 +310,10 @@ bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker python $(if $(filter o
 	@# The Python front's figures beside the C ones (tools/bench/py_bench.py),
 	@# added to bench.json.
 	PYTHONPATH=python DISCO_QUIET=1 $(PYTHON) tools/bench/py_bench.py --json $(BUILD)/bench.json
+	@# The peers a Python user would pick instead (mpi4py, torch gloo,
+	@# multiprocessing pipes), 2 processes each, beside disco's Python figures
+	@# (tools/bench/py_peers.py).
+	PYTHONPATH=python DISCO_QUIET=1 $(PYTHON) tools/bench/py_peers.py --json $(BUILD)/bench.json
 	@# The plots (tools/bench/plot.py, gnuplot): build/plots/*.svg.
 	@sh tools/deps.sh plot $(BUILD)/plot-install.log
 	$(PYTHON) tools/bench/plot.py $(BUILD)/bench.json $(BUILD)/plots

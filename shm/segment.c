@@ -171,6 +171,28 @@ disco_status_t disco_memory_check(uint64_t total, const char *what)
     return DISCO_OK;
 }
 
+uint64_t disco_memory_total(void)
+{
+    uint64_t total = meminfo_bytes("MemTotal");
+    uint64_t max = 0;
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "re");
+    if (f != NULL) {
+        if (fscanf(f, "%" SCNu64, &max) != 1) /* "max": no limit */
+            max = 0;
+        fclose(f);
+    }
+    return max != 0 && (total == 0 || max < total) ? max : total;
+}
+
+uint64_t disco_memory_room(void)
+{
+    uint64_t avail = meminfo_bytes("MemAvailable");
+    uint64_t room = cgroup_room();
+    if (avail == 0)
+        return room == UINT64_MAX ? 0 : room;
+    return room < avail ? room : avail;
+}
+
 disco_status_t disco_segment_create(const char *name, size_t data_size, disco_segment_t *seg_out)
 {
     return disco_segment_create_partial(name, data_size, data_size, seg_out);

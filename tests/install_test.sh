@@ -5,7 +5,8 @@
 # says, with pkg-config only: shared (`pkg-config --cflags --libs disco`) and
 # static (`-Wl,-Bstatic` and `pkg-config --static`, whose Libs.private must
 # name everything libdisco.a needs: hwloc, jansson, libsodium, the static
-# CUDA runtime when CUDA was found), and runs both. Run by `make test`.
+# CUDA runtime when CUDA was found), and runs both; then pip-installs the
+# Python package into a venv (setup.py) and uses it. Run by `make test`.
 set -eu
 
 src=$(cd "$(dirname "$0")" && pwd)
@@ -54,5 +55,30 @@ with disco.ProcessSession(2) as s:
     print("worker", r.debug_get_from_remote(1))
 ' "$pkg")
 [ "$out" = "worker 1" ] || { echo "install test: the installed Python package said: $out"; exit 1; }
-echo "install test: headers, libdisco.so (soname libdisco.so.1), libdisco.a, tools, disco.pc" \
-    "and the Python package work; the README's example builds and runs shared and static"
+# pip: a venv over Debian's site packages (setuptools, wheel, numpy), the
+# package built and installed offline (no index, no build isolation: nothing
+# downloaded), then used from outside the tree: libdisco.so.1 and both
+# worker programs from the installed package, a 2-worker session per launch
+# mode and a call.
+"$py" -m venv --system-site-packages "$tmp/venv"
+(cd "$src/.." && "$tmp/venv/bin/pip" install -q --no-build-isolation --no-index \
+    --no-cache-dir .) || { echo "install test: pip install failed"; exit 1; }
+out=$(cd "$tmp" && env -u PYTHONPATH DISCO_QUIET=1 "$tmp/venv/bin/python" -c '
+import os, sys
+import disco
+site = os.path.realpath(os.path.dirname(disco.__file__))
+assert site.startswith(os.path.realpath(sys.prefix)), site
+assert os.path.dirname(os.path.realpath(disco._core.library_path())) == site
+assert disco.worker_program() == os.path.join(site, "bin", "disco-worker")
+for launch, path in (("fork", None), ("spawn", None), ("spawn", disco.worker_program())):
+    with disco.ProcessSession(2, launch=launch, worker_path=path) as s:
+        r = s.get_global_func("runtime.disco.worker_rank")()
+        s.sync_all()
+        assert r.debug_get_from_remote(1) == 1, (launch, path)
+print("pip ok")
+')
+[ "$out" = "pip ok" ] || { echo "install test: the pip-installed package said: $out"; exit 1; }
+
+echo "install test: headers, libdisco.so (soname libdisco.so.1), libdisco.a, tools, disco.pc," \
+    "the Python package (make install and pip install) work; the README's example builds and" \
+    "runs shared and static"

@@ -351,6 +351,51 @@ START_TEST(test_session_grows_it)
 }
 END_TEST
 
+/* Issue 35 part 3: a session opened with the defaults (heap_bytes 0)
+ * reserves a heap that takes a 64 MiB tensor on every worker (16 MiB did
+ * not: HEAP_EXHAUSTED), with little backed at open; its bytes go there and
+ * back; the capacity stays within half the machine's memory. */
+START_TEST(test_default_heap_fits_64mib)
+{
+    enum { N = 2 };
+    disco_session_config_t cfg = disco_session_config_default(N);
+    disco_session_t *s = NULL;
+    CK_OK(disco_session_open(&cfg, &s));
+    disco_heap_stats_t hs;
+    CK_OK(disco_session_heap_stats(s, &hs));
+    uint64_t total = disco_memory_total();
+    ck_assert_msg(hs.capacity >= 3 * 64 * MiB + MiB, "default heap of %zu bytes", hs.capacity);
+    ck_assert_msg(total == 0 || hs.capacity <= total / 2, "default heap of %zu of %llu bytes",
+                  hs.capacity, (unsigned long long)total);
+    ck_assert_msg(hs.backed_bytes < 1 * MiB, "heap backed %zu at open", hs.backed_bytes);
+
+    int64_t shape[2] = {4096, 4096}; /* sess.empty((4096, 4096), "float32") */
+    DLDataType f32 = {kDLFloat, 32, 1};
+    disco_dref_t e;
+    CK_OK(disco_session_empty(s, shape, 2, f32, false, &e));
+    CK_OK(disco_session_sync_all(s));
+    float *buf = malloc(64 * MiB);
+    ck_assert_ptr_nonnull(buf);
+    for (size_t i = 0; i < 16 * MiB; i++)
+        buf[i] = (float)(i % 1000);
+    DLTensor host = {.data = buf, .device = {kDLCPU, 0}, .ndim = 2, .dtype = f32, .shape = shape};
+    disco_dref_t x;
+    CK_OK(disco_session_copy_to_worker0(s, &host, &x));
+    memset(buf, 0, 64 * MiB);
+    CK_OK(disco_session_copy_from_worker0(s, x, &host));
+    for (size_t i = 0; i < 16 * MiB; i += 4093)
+        ck_assert_msg(buf[i] == (float)(i % 1000), "element %zu: %g", i, buf[i]);
+    CK_OK(disco_session_heap_stats(s, &hs));
+    ck_assert_msg(hs.backed_bytes >= 3 * 64 * MiB && hs.backed_bytes < 3 * 64 * MiB + 16 * MiB,
+                  "heap backed %zu with three 64 MiB tensors", hs.backed_bytes);
+    free(buf);
+    CK_OK(disco_session_free_reg(s, x));
+    CK_OK(disco_session_free_reg(s, e));
+    CK_OK(disco_session_sync_all(s));
+    disco_session_close(s);
+}
+END_TEST
+
 Suite *suite_heap_lazy(void)
 {
     Suite *s = suite_create("heap_lazy");
@@ -358,6 +403,7 @@ Suite *suite_heap_lazy(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_backs_as_used);
     tcase_add_test(tc, test_back_bounded_by_own_size);
+    tcase_add_test(tc, test_default_heap_fits_64mib);
     tcase_add_test(tc, test_populate_fails_cleanly);
     tcase_add_test(tc, test_partial_segment);
     tcase_add_test(tc, test_no_populate_backs_all);

@@ -9,8 +9,8 @@
 # `deps.sh docs [LOG]` installs doxygen and chromium for `make docs`, and
 # fails when it cannot (not root: it names them).
 # `deps.sh mpi [LOG]` installs Debian's Open MPI, the baseline of `make
-# bench`, when mpicc or mpirun is missing (root only; apt's output goes to
-# LOG). It never fails: without Open MPI the benchmark skips its MPI figures
+# bench`, when mpicc or mpirun is missing, and python3-mpi4py (the Python
+# peers' baseline) when it is (root only; apt's output goes to LOG). It never fails: without Open MPI the benchmark skips its MPI figures
 # and says so.
 set -e
 
@@ -59,8 +59,15 @@ bench_install() {
 }
 
 if [ "${1:-}" = mpi ]; then
-    command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && exit 0
-    bench_install "libopenmpi-dev openmpi-bin" "the MPI baseline" "${2:-build/mpi-install.log}"
+    # python3-mpi4py: the Python peers (tools/bench/py_peers.py) run mpi4py
+    # over the same Open MPI.
+    pkgs=""
+    command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 ||
+        pkgs="libopenmpi-dev openmpi-bin"
+    dpkg-query -W -f='${Status}' python3-mpi4py 2>/dev/null | grep -q 'ok installed' ||
+        pkgs="$pkgs python3-mpi4py"
+    [ -z "$pkgs" ] && exit 0
+    bench_install "$pkgs" "the MPI baselines" "${2:-build/mpi-install.log}"
     exit 0
 fi
 
@@ -111,9 +118,11 @@ command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
 #   python3-dev            Python.h, for the Python package's extension (make python)
 #   python3-numpy, python3-torch, python3-pytest   the Python tests (tests/python)
 #   python3-hypothesis     the property-based tests (tests/python/test_hypothesis*.py)
+#   python3-venv, python3-setuptools, python3-wheel   pip install of the package, offline
+#                          (setup.py; tests/install_test.sh)
 if command -v dpkg-query >/dev/null 2>&1; then
     for p in python3-pylsp-jsonrpc python3-dev python3-numpy python3-torch python3-pytest \
-        python3-hypothesis; do
+        python3-hypothesis python3-venv python3-setuptools python3-wheel; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
             missing="$missing $p"
     done

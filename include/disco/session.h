@@ -134,8 +134,11 @@ typedef struct disco_session_config {
                                     else "disco-worker" beside the running program
                                     (copied at open: it need not outlive the call) */
     uint32_t max_msg;            /* largest command frame; 0 = 64 KiB */
-    uint64_t heap_bytes;         /* shared heap for tensors, allocated (and backed) at
-                                    open; 0 = 16 MiB */
+    uint64_t heap_bytes;         /* shared heap for tensors, reserved at open and
+                                    backed as tensors use it; 0 = half the
+                                    machine's memory (or of the cgroup's limit),
+                                    no more than is available at open, at
+                                    least 16 MiB (docs/tensors.md, "The heap") */
     int num_groups;              /* worker groups for in-group collectives; must divide
                                     num_workers; 0 = 1 */
     bool trace_off;              /* no command stamps (see trace.h); default on */

@@ -48,7 +48,7 @@ from .errors import *  # noqa: F401,F403  (the exception classes)
 from .errors import DiscoError, ERROR_CLASSES
 from ._types import DataType, Device, cpu, cuda, sim
 from .session import (DModule, DPackedFunc, DRef, ProcessSession, REDUCE_OPS, Session, Tensor,
-                      ThreadedSession, register_func, worker_program)
+                      ThreadedSession, get_global_func, register_func, worker_program)
 from . import rpc
 from . import comm
 
@@ -59,8 +59,9 @@ _os.register_at_fork(after_in_child=_core._forked)
 
 __version__ = "0.2.0"
 
-__all__ = ["ProcessSession", "ThreadedSession", "Session", "DRef", "DPackedFunc", "DModule", "Tensor",
-           "register_func", "DataType", "Device", "cpu", "cuda", "sim", "DiscoError",
+__all__ = ["ProcessSession", "ThreadedSession", "Session", "DRef", "DPackedFunc", "DModule",
+           "Tensor", "register_func", "get_global_func", "DataType", "Device", "cpu", "cuda",
+           "sim", "DiscoError",
            "REDUCE_OPS", "errors", "rpc", "worker_program"] + errors.__all__
 
 

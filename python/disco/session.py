@@ -17,7 +17,7 @@ import weakref
 
 from . import _core
 from ._types import DataType, Device
-from .errors import error_class
+from .errors import DiscoError, error_class
 
 _E_INVAL = -1
 _E_UNSUPPORTED = -31
@@ -29,8 +29,8 @@ UnsupportedError = error_class(_E_UNSUPPORTED)
 CCL_CPU = ("cpu", "cpuccl", "disco", "shm")
 CCL_DEVICE = {"nccl": 2, "cuda": 2, "sim": 12}
 
-__all__ = ["Session", "ProcessSession", "ThreadedSession", "DRef", "DPackedFunc", "DModule", "Tensor",
-           "register_func", "REDUCE_OPS"]
+__all__ = ["Session", "ProcessSession", "ThreadedSession", "DRef", "DPackedFunc", "DModule",
+           "Tensor", "register_func", "get_global_func", "REDUCE_OPS"]
 
 DRef = _core.DRef
 DPackedFunc = _core.DPackedFunc
@@ -296,6 +296,10 @@ class Session(_core.Session):
         if module_name not in imported:
             imported.append(module_name)
 
+    def _sync_all(self):
+        """TVM's name of :meth:`sync_all`: waits for every worker."""
+        self.sync_all()
+
     # ---- failures ----
 
     def recover(self):
@@ -346,7 +350,8 @@ class ProcessSession(Session):
     ``ProcessSession(num_workers, num_groups=1)`` as in TVM, plus keyword
     options: launch ("fork", the default, or "spawn"), imports (modules a
     spawned worker imports), worker_path, call_timeout_ms (each wait's
-    deadline; 0: 60 s), heap_bytes (the shared tensor heap; 0: 16 MiB),
+    deadline; 0: 60 s), heap_bytes (the shared tensor heap; 0: half the
+    machine's memory, reserved and backed as tensors use it),
     device_arena_bytes, max_msg, transport ("ring" or "pipe"), trace
     (command stamps, on by default), place (a placement policy: "spread",
     "compact", "gpu", "list", "none") and cpus (for "list").
@@ -459,6 +464,35 @@ def register_func(func_name, f=None, override=False, sig=None):
 @register_func("disco._import_python_module")
 def _import_python_module(module_name):
     __import__(module_name)
+
+
+# TVM's name of it (the C builtins' TVM names are in workers/data/tvm_names.c).
+register_func("runtime.disco._import_python_module", _import_python_module)
+
+_local = None
+
+
+def get_global_func(name, allow_missing=False):
+    """A function registered in this process, callable here (TVM's
+    ``tvm.get_global_func``): a Python function of :func:`register_func` as
+    it is, else a C function (a builtin, or one of a library this process
+    loaded) run in this process through ``disco.rpc.local()``; builtins
+    that need a session worker (the collectives, ``disco.empty``) refuse
+    to run there and are for ``Session.get_global_func``. Without such a
+    function: None with allow_missing, else ValueError."""
+    fn = _registered.get(name)
+    if fn is not None:
+        return fn
+    global _local  # pylint: disable=global-statement
+    if _local is None:
+        from . import rpc  # pylint: disable=import-outside-toplevel
+        _local = rpc.local()
+    try:
+        return _local.get_function(name)
+    except DiscoError as e:
+        if allow_missing:
+            return None
+        raise ValueError(f"Cannot find global function {name}") from e
 
 
 def worker_program():

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "workers/data/arena.h"
@@ -14,7 +15,8 @@
 
 #define DEFAULT_TIMEOUT_MS 60000u
 #define DEFAULT_MAX_MSG    (64u * 1024u)
-#define DEFAULT_HEAP       (16u << 20)
+#define MIN_DEFAULT_HEAP   (UINT64_C(16) << 20) /* the default's floor (the old default) */
+#define HEAP_ROUND         (UINT64_C(2) << 20)  /* the default is a multiple of this */
 #define MAX_HEAP           (UINT64_C(1) << 46)  /* 64 TiB: beyond any machine's memory */
 #define MAX_SPIN_NS        UINT64_C(1000000000) /* 1 s of spinning before parking */
 
@@ -79,6 +81,33 @@ static void pick_spin(disco_session_config_t *c, const disco_plan_t *plan)
         c->pause_ns = crowded ? 200 : DISCO_WAIT_DEFAULT_PAUSE_NS;
     if (c->spin_ns == 0)
         c->spin_ns = crowded ? 50000 : DISCO_WAIT_DEFAULT_SPIN_NS;
+}
+
+/* The heap of a session opened with cfg.heap_bytes 0: half the machine's
+ * memory (disco_memory_total: MemTotal, or the cgroup's limit), no more
+ * than can be backed now less a margin (so that open's check of the whole
+ * segment against MemAvailable passes) and a quarter of RLIMIT_AS when one
+ * is set; a multiple of 2 MiB, at least 16 MiB. It is reserved, not backed:
+ * the memfd's size and this process's address space, which cost nothing
+ * until a block reaches them (heap_back.c backs them then, after checking
+ * the memory again). Many sessions at once each reserve it; what they back
+ * together is what their tensors hold. test_heap_lazy's
+ * test_default_heap_fits_64mib holds that a default session takes a 64 MiB
+ * tensor with little backed at open. */
+static uint64_t default_heap(void)
+{
+    uint64_t h = disco_memory_total() / 2;
+    uint64_t room = disco_memory_room();
+    uint64_t margin = room / 8 > (UINT64_C(64) << 20) ? room / 8 : UINT64_C(64) << 20;
+    if (room != 0 && h > room - (room < margin ? room : margin))
+        h = room - (room < margin ? room : margin);
+    struct rlimit as;
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && h > as.rlim_cur / 4)
+        h = as.rlim_cur / 4;
+    h -= h % HEAP_ROUND;
+    if (h > MAX_HEAP)
+        h = MAX_HEAP;
+    return h < MIN_DEFAULT_HEAP ? MIN_DEFAULT_HEAP : h;
 }
 
 /* The geometry of s's control segment. */
@@ -306,7 +335,7 @@ static disco_status_t open_local(const disco_session_config_t *cfg, int gid_base
     if (s->cfg.max_msg == 0)
         s->cfg.max_msg = DEFAULT_MAX_MSG;
     if (s->cfg.heap_bytes == 0)
-        s->cfg.heap_bytes = DEFAULT_HEAP;
+        s->cfg.heap_bytes = default_heap();
     if (s->cfg.num_groups == 0)
         s->cfg.num_groups = 1;
     if (s->cfg.device_arena_bytes == 0)

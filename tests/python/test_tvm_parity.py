@@ -10,8 +10,7 @@ MLP and attention models: disco has no compiler; load_library is its
 load_vm_module), TVM's String and ShapeTuple objects (disco gives str and
 tuple), SocketSession (disco goes across nodes with MPI instead), and the
 NCCL/RCCL parametrizations (the same collectives run here on the host's
-names). The cases that wait for another part of issue 35 are strict
-xfails naming it.
+names).
 """
 
 import numpy as np
@@ -211,13 +210,9 @@ def test_gather(kind, capfd):
     assert not capfd.readouterr().err
 
 
-# ---- TVM's builtin names: another part of issue 35 (not this branch) ----
-
-ALIASES = "runtime.disco.* aliases, module-level get_global_func and Session._sync_all " \
-          "are another engineer's part of issue 35"
+# ---- TVM's builtin names (workers/data/tvm_names.c, session.py) ----
 
 
-@pytest.mark.xfail(strict=True, reason=ALIASES)
 @pytest.mark.parametrize("kind", KINDS, ids=ids)
 def test_builtin_alias_worker_rank(kind):
     with open_kind(kind, 2) as sess:
@@ -225,13 +220,11 @@ def test_builtin_alias_worker_rank(kind):
         assert [rank.debug_get_from_remote(i) for i in range(2)] == [0, 1]
 
 
-@pytest.mark.xfail(strict=True, reason=ALIASES)
 @pytest.mark.parametrize("kind", KINDS, ids=ids)
 def test_sync_all_private(kind):
     with open_kind(kind, 2) as sess:
         sess._sync_all()
 
 
-@pytest.mark.xfail(strict=True, reason=ALIASES)
 def test_module_get_global_func():
     assert di.get_global_func("runtime.disco.worker_id") is not None

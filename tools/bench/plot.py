@@ -9,7 +9,9 @@ as many ranks, and disco over pipes, the transport TVM's ProcessSession
 uses) and OUT_DIR/allreduce.svg (allreduce time against size, N = 2:
 disco, Open MPI, and the memory-bandwidth floor: 3 bytes of traffic per
 byte reduced (two inputs read, one output written) at twice memcpy_gbps,
-memcpy itself moving 2 bytes per byte). Figures missing from the JSON are
+memcpy itself moving 2 bytes per byte), and from py_peers.py's figures
+OUT_DIR/py-peers-step.svg (a step from Python: disco, mpi4py, gloo, pipes)
+and OUT_DIR/py-peers-allreduce.svg (their allreduce against size). Figures missing from the JSON are
 left out of the plots; a plot with nothing to show is not drawn. Standard
 library only; gnuplot (Debian's gnuplot-nox) draws. Exits 0 and says so
 when gnuplot is missing.
@@ -110,6 +112,47 @@ def main():
                            series(r, [(mib, 'mpi_allreduce_us_' + k) for mib, k in sizes])]),
              ('memory-bandwidth floor (DRAM rate; 1 MiB fits in cache)', floor),
          ], logx=True)
+    peers = [('disco', 'py_step_ns', 'py_allreduce_us_'),
+             ('mpi4py', 'py_peer_mpi4py_step_ns', 'py_peer_mpi4py_allreduce_us_'),
+             ('torch gloo', 'py_peer_gloo_step_ns', 'py_peer_gloo_allreduce_us_'),
+             ('multiprocessing pipes', 'py_peer_pipes_step_ns', None)]
+    bars(out, 'py-peers-step', 'From Python, 2 processes: one step (command + reply)',
+         'microseconds (median)',
+         [(label, value(r, key) / 1000.0) for label, key, _ in peers
+          if value(r, key) is not None])
+    draw(out, 'py-peers-allreduce', 'From Python, 2 processes: allreduce (sum, float32)', 'MiB',
+         'milliseconds (median)', [
+             (label, [(m, y / 1000.0) for m, y in
+                      series(r, [(mib, pre + k) for mib, k in sizes])])
+             for label, _, pre in peers if pre is not None] + [
+             ('memory-bandwidth floor', floor)], logx=True)
+
+
+def bars(out_dir, name, title, ylabel, rows):
+    """rows: [(label, value)]; draws OUT_DIR/name.svg as bars (log y)."""
+    if not rows:
+        print('plot: no figures for %s; not drawn' % name)
+        return
+    data = os.path.join(out_dir, name + '.dat')
+    with open(data, 'w') as f:
+        for i, (label, v) in enumerate(rows):
+            f.write('%d "%s" %g\n' % (i, label.replace('"', ''), v))
+    svg = os.path.join(out_dir, name + '.svg')
+    script = '\n'.join([
+        "set terminal svg size 720,440 dynamic font 'sans,12' background rgb 'white'",
+        "set output '%s'" % svg,
+        "set title '%s'" % title,
+        "set ylabel '%s'" % ylabel,
+        'set logscale y',
+        'set style fill solid 0.6',
+        'set boxwidth 0.6',
+        'set grid ytics',
+        'set xrange [-0.6:%g]' % (len(rows) - 0.4),
+        "plot '%s' using 1:3:xtic(2) with boxes notitle, "
+        "'' using 1:3:(sprintf('%%.1f', $3)) with labels offset 0,1 notitle" % data,
+        ''])
+    subprocess.run(['gnuplot'], input=script, text=True, check=True)
+    print('plot: wrote %s' % svg)
 
 
 if __name__ == '__main__':

@@ -7,11 +7,13 @@
 #include "workers/core/builtins.h"
 #include "workers/core/registry.h"
 #include "workers/data/collective.h"
+#include "workers/data/tvm_names.h"
 
 /* The built-in libraries, in registration order. */
 static void (*const builtin_libs[])(void) = {
     disco__builtins_register,
     disco__coll_register,
+    disco__tvm_names_register,
 };
 
 static void register_builtin_libs(void)

@@ -87,6 +87,16 @@ disco_status_t disco_segment_attach_readonly(int fd, disco_segment_t *seg_out);
  *  message. Thread-safe. Returns DISCO_OK, DISCO_E_NOSPACE. */
 disco_status_t disco_memory_check(uint64_t total, const char *what);
 
+/** The machine's memory as a session may use it: MemTotal, or the cgroup's
+ *  memory.max when that is lower; 0 when neither can be read. Thread-safe
+ *  (reads /proc and /sys each call). */
+uint64_t disco_memory_total(void);
+
+/** The memory that can be backed now: MemAvailable, or what the cgroup's
+ *  memory.max leaves when that is lower (disco_memory_check's figures); 0
+ *  when neither can be read. Thread-safe (reads /proc and /sys each call). */
+uint64_t disco_memory_room(void);
+
 /** Unmaps and closes. Harmless on a zeroed or already closed handle.
  *  Not thread-safe against users of the same mapping. */
 void disco_segment_close(disco_segment_t *seg);
