@@ -300,7 +300,11 @@ disco_status_t disco_session_heap_stats(const disco_session_t *sess, disco_heap_
  *  Returns DISCO_OK (healthy again: disco_session_health is DISCO_OK);
  *  DISCO_E_SHUTDOWN (shut down or closed: nothing done);
  *  DISCO_E_UNSUPPORTED (a session across nodes, cfg.nodes =
- *  DISCO_NODES_MPI: nothing done). Otherwise the recovery failed and the
+ *  DISCO_NODES_MPI; or workers launched by DISCO_LAUNCH_FORK while this
+ *  process has used CUDA since they were started, e.g. worker 0's device
+ *  tensors: a worker forked now could not use CUDA, which does not survive
+ *  fork; close the session and open one with DISCO_LAUNCH_SPAWN. Nothing
+ *  done). Otherwise the recovery failed and the
  *  session is left broken, its cause naming the failed step and saying
  *  that a recovery may be tried again: DISCO_E_TIMEOUT (a worker did not
  *  end after SIGKILL, e.g. in a frozen cgroup), DISCO_E_SYS or
