@@ -314,6 +314,17 @@ disco_status_t disco_session_heap_stats(const disco_session_t *sess, disco_heap_
  *  new worker died before it answered). */
 disco_status_t disco_session_recover(disco_session_t *sess);
 
+/** How many device arenas (the memory of a worker's device tensors) this
+ *  process has left to process exit, at a close or a recovery where the
+ *  arena's stream did not drain within a second (it waits for a record of
+ *  a worker that died, or a kernel still spins): a free would wait for it
+ *  for ever (cudaFree synchronizes the device), so the arena's memory,
+ *  stream, events and imports stay until the process exits, and from then
+ *  on every arena of this process does (a line on stderr says so each
+ *  time, unless DISCO_QUIET; docs/gpu-defects.md). Counts the arenas of
+ *  worker 0, which lives in this process. Thread-safe. */
+unsigned disco_session_arenas_left(void);
+
 /** Convenience: get_func + call + free of the function register. */
 disco_status_t disco_session_call_by_name(disco_session_t *sess, const char *name,
                                           const disco_value_t *args, int nargs,

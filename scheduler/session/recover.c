@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "workers/data/arena.h"
 #include "workers/data/tensor_impl.h"
 #include "workers/device/fork_rule.h"
 #include "scheduler/session/session_impl.h"
@@ -86,6 +87,11 @@ static disco_status_t reload(struct disco_session *s)
     for (int w = 1; w < s->world && st == DISCO_OK; w++)
         st = disco_session_sync(s, w);
     return st == DISCO_OK ? disco_session_sync(s, 0) : st;
+}
+
+unsigned disco_session_arenas_left(void)
+{
+    return disco__arena_left_count();
 }
 
 disco_status_t disco_session_recover(disco_session_t *s)

@@ -44,6 +44,7 @@ struct disco__arena {
     DLDevice peer_dev[DISCO_MAX_WORKERS];
     disco_event_t *peer_ev[DISCO_MAX_WORKERS]; /* imported events, NULL: not yet */
     uint64_t ar_runs[2];                       /* allreduce kernels run: one-shot, two-shot */
+    struct disco__arena *left_next;            /* g_left's list */
 };
 
 static uint64_t table_at(uint32_t world)
@@ -216,17 +217,23 @@ fail:
 
 /* The process that gave an arena up (0: none): a stream of it may never
  * drain, and a free synchronizes the whole device (cudaFree; the sim's
- * runs every stream), so from then on this process frees no arena. R1:
- * relaxed, a plain flag of this process (a forked child sees its
+ * runs every stream), so from then on this process frees no arena.
+ * G1: relaxed, a plain flag of this process (a forked child sees its
  * parent's pid and frees as usual: it has no such stream). */
 static _Atomic int g_gave_up_pid;
+
+/* The arenas given up, kept (with their events) until process exit, as
+ * their device memory is. Under g_left_lock. */
+static pthread_mutex_t g_left_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct disco__arena *g_left;
+static unsigned g_nleft;
 
 /* Whether a's stream is known idle: synced under a watch that ends at
  * DRAIN_NS (CUDA: cudaStreamQuery polled, watch.h), in a process that
  * never gave an arena up. Else why says why not. */
 static bool drained(struct disco__arena *a, char *why, size_t cap)
 {
-    int gave_up = atomic_load_explicit(&g_gave_up_pid, memory_order_relaxed); /* R1 */
+    int gave_up = atomic_load_explicit(&g_gave_up_pid, memory_order_relaxed); /* G1 */
     if (gave_up == (int)getpid()) {
         snprintf(why, cap, "an earlier arena's stream of this process never drained");
         return false;
@@ -247,7 +254,7 @@ static bool drained(struct disco__arena *a, char *why, size_t cap)
  * (unless DISCO_QUIET). */
 static void give_up(struct disco__arena *a, const char *why)
 {
-    atomic_store_explicit(&g_gave_up_pid, (int)getpid(), memory_order_relaxed); /* R1 */
+    atomic_store_explicit(&g_gave_up_pid, (int)getpid(), memory_order_relaxed); /* G1 */
     for (uint32_t i = 0; i < a->world; i++)
         if (a->peer[i] != NULL)
             (void)disco__device_ipc_forget_import(&a->peer_ref[i]);
@@ -273,7 +280,8 @@ void disco__arena_destroy(struct disco__arena *a)
      * would hang (test_gpu_session_coll.c,
      * test_close_after_death_mid_collective). */
     char why[DISCO_ERR_MSG_MAX];
-    if (!drained(a, why, sizeof why)) {
+    bool left = !drained(a, why, sizeof why);
+    if (left) {
         give_up(a, why);
     } else {
         /* Freeing an event its stream still waits for is allowed (CUDA
@@ -295,9 +303,25 @@ void disco__arena_destroy(struct disco__arena *a)
      * this: nothing of this process may point into it any more (refused
      * only while the arena above is still exported). */
     (void)disco_device_ipc_detach((char *)a->area + table_at(a->world));
+    if (left) {
+        pthread_mutex_lock(&g_left_lock);
+        a->left_next = g_left;
+        g_left = a;
+        g_nleft++;
+        pthread_mutex_unlock(&g_left_lock);
+        return;
+    }
     pthread_mutex_destroy(&a->lock);
     free(a->free);
     free(a);
+}
+
+unsigned disco__arena_left_count(void)
+{
+    pthread_mutex_lock(&g_left_lock);
+    unsigned n = g_nleft;
+    pthread_mutex_unlock(&g_left_lock);
+    return n;
 }
 
 /* ---- the sub-allocator ---- */
