@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "disco/clock.h"
 #include "workers/device/sim.h"
 #include "workers/device/sim_event.h"
 #include "workers/device/watch.h"
@@ -245,6 +246,13 @@ disco_status_t disco__sim_enqueue_copy(int device_id, disco_stream_t stream, voi
 
 static disco_status_t run_until(uint64_t stream_id, uint64_t seq, bool hold);
 
+/* An event's watcher runs a wait for at most this long at a time: it holds
+ * the engine lock meanwhile, and a record the wait needs may never come (a
+ * stream stuck behind a failed wait runs no later record), which would
+ * keep the host's own watched syncs from even starting. The wait stays
+ * queued; the next poke or sync goes on with it. */
+#define WATCHER_WAIT_NS (100 * 1000 * 1000)
+
 disco_status_t disco__sim_enqueue_call(int device_id, disco_stream_t stream,
                                        disco_status_t (*fn)(void *arg), void *arg)
 {
@@ -385,6 +393,18 @@ static disco_status_t event_run(const struct disco__sim_op *op)
     return DISCO_OK;
 }
 
+/* A wait run by an event's watcher: as event_run, for WATCHER_WAIT_NS at
+ * most; DISCO_E_AGAIN when that ended it, not the wait. */
+static disco_status_t watcher_wait(const struct disco__sim_op *op)
+{
+    disco_wait_t w = {.deadline_ns = disco_now_ns() + WATCHER_WAIT_NS};
+    const disco_wait_t *old = disco__device_watch(&w);
+    disco_status_t st = event_run(op);
+    disco_status_t fired = disco__device_watch_fired();
+    disco__device_watch(old);
+    return st != DISCO_OK && fired != DISCO_OK ? DISCO_E_AGAIN : st;
+}
+
 /* Runs s's operations up to sequence number upto (g_exec held). Returns
  * the first failure; later operations still run, but none behind a failed
  * wait (the stream is stuck there: struct stream). With hold, the failure
@@ -413,11 +433,17 @@ static disco_status_t run_stream(struct stream *s, uint64_t upto, bool hold)
             st = op.fn(op.arg);
         else if (stuck)
             st = disco__sim_wait_stuck(op.ev, op.value, !hold);
+        else if (hold && op.kind == DISCO_SIM_OP_WAIT)
+            st = watcher_wait(&op);
         else
             st = event_run(&op);
+        pthread_mutex_lock(&g_lock);
+        if (st == DISCO_E_AGAIN && hold && op.kind == DISCO_SIM_OP_WAIT && unshift_op(s, &op)) {
+            pthread_mutex_unlock(&g_lock); /* not yet: left queued, not failed */
+            return first;
+        }
         if (st != DISCO_OK && first == DISCO_OK)
             first = st;
-        pthread_mutex_lock(&g_lock);
         if (st != DISCO_OK && hold && s->held == DISCO_OK) {
             s->held = st;
             snprintf(s->held_msg, sizeof s->held_msg, "%s", disco_last_error());
