@@ -6,6 +6,7 @@
 
 #include "disco/clock.h"
 #include "tests/gpu_session_util.h"
+#include "tests/session_util.h"
 
 /* broadcast_from_worker0, gather_to_worker0, allgather, scatter_from_worker0
  * and allreduce (sum) of device tensors: each member's result is on its own device with the right
@@ -335,6 +336,99 @@ START_TEST(test_two_sessions)
 }
 END_TEST
 
+/* Imports open on the importer's own device (issue 32, section 4): every
+ * worker's function leaves another sim device current (a copy there, as
+ * cuda_copy leaves the copy's device current), then a kernel allreduce opens
+ * the peers' arenas for the first time. Each import must be mapped for the
+ * worker's own device, where its kernel reads it: an import opened for the
+ * device left current is an illegal address there (sim.c, disco__sim_shadow),
+ * a sticky fault that fails the call. The sums are exact, by kernels. */
+START_TEST(test_import_on_own_device)
+{
+    NEED_DEVICE(kDLExtDev);
+    setenv("DISCO_SIM_GPUS", "3", 1); /* one device each: kernels, not staging */
+    disco_session_config_t cfg = disco_session_config_default(3);
+    if (_i == 1) {
+        cfg.launch = DISCO_LAUNCH_SPAWN;
+        cfg.worker_path = DISCO_TEST_WORKER;
+    }
+    cfg.call_timeout_ms = 60000;
+    cfg.device_arena_bytes = 4u << 20;
+    disco_session_t *s = tu_open_with_testlib(&cfg);
+    int64_t len = 256;
+    disco_value_t fa[2] = {disco_value_shape(&len, 1), disco_value_int(kDLExtDev)};
+    disco_dref_t x, o, y;
+    CK_OK(disco_session_call_by_name(s, "test.fill_device", fa, 2, &x));
+    disco_value_t ta = disco_value_int(kDLExtDev);
+    CK_OK(disco_session_call_by_name(s, "test.other_device", &ta, 1, &o));
+    for (int w = 0; w < 3; w++)
+        CK_OK(disco_session_sync(s, w));
+    disco_value_t ar[3] = {
+        {.type = DISCO_T_DREF, .v.reg = x}, disco_value_str("sum"), disco_value_bool(false)};
+    CK_OK(disco_session_call_by_name(s, "disco.allreduce", ar, 3, &y));
+    static float want[256];
+    for (int i = 0; i < 256; i++)
+        want[i] = (float)(1000 * (0 + 1 + 2) + 3 * i);
+    for (int w = 0; w < 3; w++) {
+        CK_OK(disco_session_sync(s, w));
+        expect_bytes(s, y, w, want, sizeof want, "allreduce after another device was current");
+        int64_t st[9];
+        arena_stats(s, w, st);
+        ck_assert_msg(st[3] == 2 && st[7] + st[8] == 1,
+                      "worker %d: %lld peers imported, %lld kernels (want 2 and 1)", w,
+                      (long long)st[3], (long long)(st[7] + st[8]));
+    }
+    disco_session_close(s);
+}
+END_TEST
+
+/* Close and recovery after a peer died in the middle of a device collective
+ * return within their deadlines (issue 32, section 4): worker 0's stream is
+ * left waiting for a record the dead worker never ran, and on a GPU such a
+ * stream never drains, so cudaFree (which waits for it) would block for
+ * ever; the sim's stream is stuck the same way (sim_stream.c). Worker 0's
+ * arena is freed only once its stream is known idle, else left to process
+ * exit (arena.c, disco__arena_destroy). Recovery then runs the same
+ * collective again, and the session closes. */
+START_TEST(test_close_after_death_mid_collective)
+{
+    NEED_DEVICE(kDLExtDev);
+    setenv("DISCO_SIM_PEER_COPY_US", "400000", 1); /* inherited by the workers */
+    disco_session_config_t cfg = disco_session_config_default(3);
+    cfg.call_timeout_ms = 60000;
+    cfg.device_arena_bytes = 4u << 20;
+    disco_session_t *s;
+    CK_OK(disco_session_open(&cfg, &s));
+    disco_dref_t x = patterned(s, kDLExtDev, 16);
+    disco_value_t arg = {.type = DISCO_T_DREF, .v.reg = x};
+    expect_death_during(s, "disco.allgather", &arg, 1, 2);
+    int64_t t0 = disco_now_ns();
+    if (_i == 1) {
+        CK_OK(disco_session_recover(s));
+        ck_assert_msg(disco_now_ns() - t0 < 10 * 1000000000LL, "recovery took %lld ms",
+                      (long long)((disco_now_ns() - t0) / 1000000));
+        unsetenv("DISCO_SIM_PEER_COPY_US"); /* for the workers started from here */
+        x = patterned(s, kDLExtDev, 16);
+        disco_dref_t ag = coll(s, "disco.allgather", x);
+        static float p[16];
+        for (int w = 0; w < 3; w++) {
+            CK_OK(disco_session_sync(s, w));
+            pattern(p, 16, 1);
+            disco_value_t v;
+            CK_OK(disco_session_debug_get(s, ag, w, &v));
+            ck_assert_uint_eq(v.len, 3 * sizeof p);
+            ck_assert_msg(memcmp((const char *)v.v.bytes + sizeof p, p, sizeof p) == 0,
+                          "worker %d: worker 1's part after the recovery", w);
+            disco_value_clear(&v);
+        }
+        t0 = disco_now_ns();
+    }
+    disco_session_close(s);
+    ck_assert_msg(disco_now_ns() - t0 < 10 * 1000000000LL, "close took %lld ms",
+                  (long long)((disco_now_ns() - t0) / 1000000));
+}
+END_TEST
+
 Suite *suite_gpu_session_coll(void)
 {
     Suite *s = suite_create("gpu_session_coll");
@@ -349,6 +443,12 @@ Suite *suite_gpu_session_coll(void)
     tcase_add_loop_test(tc, test_death_with_imports, 0, 6);
     tcase_add_loop_test(tc, test_death_mid_collective, 0, 6);
     tcase_add_test(tc, test_two_sessions);
+    suite_add_tcase(s, tc);
+    /* The GPU defects of issue 32, section 4, on sim. */
+    tc = tcase_create("defects");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_import_on_own_device, 0, 2);             /* fork, spawn */
+    tcase_add_loop_test(tc, test_close_after_death_mid_collective, 0, 2); /* close, recover */
     suite_add_tcase(s, tc);
     return s;
 }

@@ -558,6 +558,59 @@ START_TEST(test_sim_gpu)
 }
 END_TEST
 
+/* Recovery of a session whose workers are forked, after this process used
+ * a device that does not survive fork (issue 32, section 4). The sim under
+ * DISCO_SIM_FORK_STRICT follows CUDA's rule: a child forked after its
+ * parent used the device cannot use it. Loop 0: the workers were forked
+ * before worker 0 made its device tensors; new forked workers could not use
+ * the device, so the recovery is refused with a clear error and nothing
+ * done (it used to report success with workers that failed at their first
+ * device call). Loop 1: spawned workers recover, and compute, as before.
+ * Loop 2: a forked session opened after this process used the device (its
+ * workers never could) recovers as before. */
+START_TEST(test_fork_after_device_refused)
+{
+    setenv("DISCO_SIM_GPUS", "2", 1);
+    setenv("DISCO_SIM_FORK_STRICT", "1", 1); /* inherited by spawned workers */
+    const disco_device_api_t *api;
+    if (disco_device_api_get(kDLExtDev, &api) != DISCO_OK) {
+        printf("%s: skipped: this build has no sim device (%s)\n", __func__, disco_last_error());
+        return;
+    }
+    const DLDevice sim0 = {kDLExtDev, 0};
+    if (_i == 2) { /* this process uses the device before it forks */
+        void *p;
+        CK_OK(disco_device_alloc(sim0, 64, &p));
+        CK_OK(disco_device_free(sim0, p));
+    }
+    int n = 3;
+    disco_session_config_t cfg = disco_session_config_default(n);
+    cfg.launch = _i == 1 ? DISCO_LAUNCH_SPAWN : DISCO_LAUNCH_FORK;
+    cfg.worker_path = DISCO_TEST_WORKER;
+    cfg.call_timeout_ms = 20000;
+    cfg.device_arena_bytes = 4u << 20;
+    disco_session_t *s = tu_open_with_testlib(&cfg);
+    disco_dref_t x, y;
+    if (_i != 2)
+        sim_allreduce(s, n, &x, &y); /* worker 0, in this process, uses sim */
+    kill_and_see(s, 1);
+    if (_i == 0) {
+        CK_STATUS(disco_session_recover(s), DISCO_E_UNSUPPORTED);
+        CK_HAS("DISCO_LAUNCH_FORK");
+        CK_HAS("has used sim");
+        CK_HAS("DISCO_LAUNCH_SPAWN");
+        CK_HAS("Nothing was done");
+        ck_assert_int_eq(disco_session_health(s), DISCO_E_WORKER_DIED); /* as before */
+    } else {
+        CK_OK(disco_session_recover(s));
+        check_add(s);
+        if (_i == 1)
+            sim_allreduce(s, n, &x, &y);
+    }
+    disco_session_close(s);
+}
+END_TEST
+
 Suite *suite_recover(void)
 {
     Suite *s = suite_create("recover");
@@ -578,6 +631,7 @@ Suite *suite_recover(void)
     tcase_add_test(tc, test_worker_path_copied);
     tcase_add_test(tc, test_library_by_register);
     tcase_add_loop_test(tc, test_sim_gpu, 0, 2);
+    tcase_add_loop_test(tc, test_fork_after_device_refused, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -286,3 +286,34 @@ static disco_status_t sleep_on(disco_ctx_t *ctx, const disco_value_t *a, int n, 
     return DISCO_OK;
 }
 DISCO_FUNC("test.sleep_on", "ii", sleep_on)
+
+/* test.other_device(device_type): leaves another device than this worker's
+ * current on its thread, as user code can (and as a copy does: cuda_copy
+ * makes the copy's device current): copies 4 bytes to a scratch
+ * allocation on device (worker's + 1) mod count, syncs and frees it. */
+static disco_status_t other_device(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                   disco_value_t *ret)
+{
+    (void)n;
+    DLDevice mine, other;
+    int count = 0;
+    disco_status_t st =
+        disco_device_of_worker((DLDeviceType)a[0].v.i, disco_ctx_worker_id(ctx), &mine);
+    if (st == DISCO_OK)
+        st = disco_device_count(mine.device_type, &count);
+    if (st != DISCO_OK)
+        return st;
+    other = (DLDevice){mine.device_type, (mine.device_id + 1) % count};
+    void *p = NULL;
+    static const char four[4] = {1, 2, 3, 4};
+    DLDevice cpu = {kDLCPU, 0};
+    if ((st = disco_device_alloc(other, sizeof four, &p)) == DISCO_OK) {
+        if ((st = disco_device_copy(p, other, four, cpu, sizeof four, NULL)) == DISCO_OK)
+            st = disco_device_stream_sync(other, NULL);
+        disco_status_t fst = disco_device_free(other, p);
+        st = st != DISCO_OK ? st : fst;
+    }
+    *ret = disco_value_null();
+    return st;
+}
+DISCO_FUNC("test.other_device", "i", other_device)

@@ -255,7 +255,9 @@ disco_status_t disco_device_mps(DLDevice dev, bool *on_out);
  *   3. ref travels to other processes as plain bytes (pipe, ring, heap).
  *   4. An importer calls disco_device_ipc_import(&ref, &ptr): the first
  *      import of an allocation in a process opens its handle
- *      (cudaIpcOpenMemHandle, on the importer's current device), later ones
+ *      (cudaIpcOpenMemHandle, on the importer's current device: call
+ *      disco_device_set first, since any copy leaves its own device
+ *      current, and a kernel on another device faults on it), later ones
  *      reuse the cached mapping and count a reference. The exporter
  *      importing its own ref gets its own pointer back; nothing is opened.
  *   5. Each import is undone by disco_device_ipc_release(&ref); the last one

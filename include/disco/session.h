@@ -326,7 +326,11 @@ disco_status_t disco_session_heap_stats(const disco_session_t *sess, disco_heap_
  *  Returns DISCO_OK (healthy again: disco_session_health is DISCO_OK);
  *  DISCO_E_SHUTDOWN (shut down or closed: nothing done);
  *  DISCO_E_UNSUPPORTED (a session across nodes, cfg.nodes =
- *  DISCO_NODES_MPI: nothing done). Otherwise the recovery failed and the
+ *  DISCO_NODES_MPI; or workers launched by DISCO_LAUNCH_FORK while this
+ *  process has used CUDA since they were started, e.g. worker 0's device
+ *  tensors: a worker forked now could not use CUDA, which does not survive
+ *  fork; close the session and open one with DISCO_LAUNCH_SPAWN. Nothing
+ *  done). Otherwise the recovery failed and the
  *  session is left broken, its cause naming the failed step and saying
  *  that a recovery may be tried again: DISCO_E_TIMEOUT (a worker did not
  *  end after SIGKILL, e.g. in a frozen cgroup), DISCO_E_SYS or
@@ -335,6 +339,17 @@ disco_status_t disco_session_heap_stats(const disco_session_t *sess, disco_heap_
  *  library would not load again on a new worker), DISCO_E_WORKER_DIED (a
  *  new worker died before it answered). */
 disco_status_t disco_session_recover(disco_session_t *sess);
+
+/** How many device arenas (the memory of a worker's device tensors) this
+ *  process has left to process exit, at a close or a recovery where the
+ *  arena's stream did not drain within a second (it waits for a record of
+ *  a worker that died, or a kernel still spins): a free would wait for it
+ *  for ever (cudaFree synchronizes the device), so the arena's memory,
+ *  stream, events and imports stay until the process exits, and from then
+ *  on every arena of this process does (a line on stderr says so each
+ *  time, unless DISCO_QUIET; docs/gpu-defects.md). Counts the arenas of
+ *  worker 0, which lives in this process. Thread-safe. */
+unsigned disco_session_arenas_left(void);
 
 /** Convenience: get_func + call + free of the function register. */
 disco_status_t disco_session_call_by_name(disco_session_t *sess, const char *name,

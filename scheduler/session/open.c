@@ -10,6 +10,7 @@
 #include "workers/data/bind.h"
 #include "workers/data/collective.h"
 #include "workers/core/ctl_layout.h"
+#include "workers/device/fork_rule.h"
 #include "scheduler/node/node.h"
 #include "scheduler/session/session_impl.h"
 
@@ -287,6 +288,7 @@ disco_status_t disco__session_start_workers(struct disco_session *s)
                                       .pipes = s->chan.kind == DISCO_TRANSPORT_PIPE,
                                       .cmd_fd = s->cmd_fd,
                                       .reply_fd = s->reply_fd};
+    s->fork_spoiled_at_start = disco__device_fork_spoiled() != NULL;
     disco_status_t st = disco__procs_start(&s->procs, &how);
     if (st != DISCO_OK)
         return st;

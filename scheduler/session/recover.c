@@ -15,6 +15,8 @@
  * and placement plan (the bindings are written again from it).
  *
  * The steps (labels used below):
+ *   R0 refused, nothing done, where new forked workers could not use a
+ *      device (CUDA) this process has used since the old ones started.
  *   R1 SIGKILL every worker 1..N-1 at once and reap them all: from here no
  *      other process maps the segment, so it may be rewritten with plain
  *      stores, and starting the new workers (fork, spawn) publishes them.
@@ -48,7 +50,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "workers/data/arena.h"
 #include "workers/data/tensor_impl.h"
+#include "workers/device/fork_rule.h"
 #include "scheduler/session/session_impl.h"
 
 /* A recovery that failed at step: the session stays broken with this as
@@ -85,6 +89,11 @@ static disco_status_t reload(struct disco_session *s)
     return st == DISCO_OK ? disco_session_sync(s, 0) : st;
 }
 
+unsigned disco_session_arenas_left(void)
+{
+    return disco__arena_left_count();
+}
+
 disco_status_t disco_session_recover(disco_session_t *s)
 {
     if (s->state == DISCO_E_SHUTDOWN)
@@ -93,6 +102,23 @@ disco_status_t disco_session_recover(disco_session_t *s)
         return disco_set_error(DISCO_E_UNSUPPORTED,
                                "disco_session_recover: a session across nodes cannot be recovered "
                                "(close it and open another)");
+    /* R0. Workers forked now from a process that has used CUDA since the
+     * last ones were could not use it (a forked child's CUDA calls fail),
+     * yet the rest of the recovery would succeed: refused, nothing done.
+     * Not respawned by spawn instead: a forked worker has what the
+     * controller registered in its own process, a spawned one does not
+     * (test_recover.c, test_fork_after_device_refused). */
+    const char *spoiled = s->cfg.launch == DISCO_LAUNCH_FORK && !s->fork_spoiled_at_start
+                              ? disco__device_fork_spoiled()
+                              : NULL;
+    if (spoiled != NULL)
+        return disco_set_error(DISCO_E_UNSUPPORTED,
+                               "disco_session_recover: this session's workers are forked "
+                               "(DISCO_LAUNCH_FORK) and this process has used %s since they were "
+                               "started (worker 0's device tensors, or the application): a worker "
+                               "forked now could not use %s, which does not survive fork. Nothing "
+                               "was done; close the session and open one with DISCO_LAUNCH_SPAWN",
+                               spoiled, spoiled);
     /* R1. A worker that does not end (a frozen cgroup) cannot be replaced
      * yet: its entry stays, and the next try reaps it. */
     disco__procs_kill_all(&s->procs);

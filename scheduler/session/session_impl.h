@@ -24,6 +24,10 @@ struct disco__node;
 
 struct disco_session {
     disco_session_config_t cfg;
+    /* Whether the workers last started could not use a device this process
+     * had used (workers/device/fork_rule.h), as they were started: a fork
+     * that recovery repeats may not lose what these workers had. */
+    bool fork_spoiled_at_start;
     int world; /* workers on this node: the rings, process table, error boxes */
     /* Across nodes (scheduler/node/): this node's first global worker id
      * and every node's workers (0 and world on one node); node is the

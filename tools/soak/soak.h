@@ -67,8 +67,9 @@ typedef struct soak_report {
     double worst_controller_ms, median_controller_ms; /* kill to its last worker gone */
     double worst_recover_ms, median_recover_ms;       /* disco_session_recover's time */
     uint64_t heap_recoveries;                         /* heap locks taken back from a dead holder */
-    int orphans;       /* grandchildren that came to the soak and ended */
-    int by_workers[9]; /* rounds by worker count */
+    int orphans;          /* grandchildren that came to the soak and ended */
+    unsigned arenas_left; /* device arenas left to process exit (disco_session_arenas_left) */
+    int by_workers[9];    /* rounds by worker count */
     int by_launch[2], by_transport[2], by_workload[SOAK_WORKLOADS];
     int by_device[2];  /* rounds with CPU tensors, with sim-GPU tensors */
     char failure[600]; /* the first failure, "" if none */

@@ -27,8 +27,10 @@ void soak_print(const soak_report_t *r, FILE *f)
     for (int i = 0; i < SOAK_WORKLOADS; i++)
         fprintf(f, " %s %d%s", soak_workload_name[i], r->by_workload[i],
                 i + 1 < SOAK_WORKLOADS ? "," : "\n");
-    fprintf(f, "  heap locks recovered from a dead holder: %llu; orphans reaped: %d\n",
-            (unsigned long long)r->heap_recoveries, r->orphans);
+    fprintf(f,
+            "  heap locks recovered from a dead holder: %llu; orphans reaped: %d; device "
+            "arenas left to process exit: %u\n",
+            (unsigned long long)r->heap_recoveries, r->orphans, r->arenas_left);
     if (r->failure[0] != '\0')
         fprintf(f, "  first failure: %s\n", r->failure);
 }

@@ -20,9 +20,12 @@ typedef struct work {
     uint64_t rng;
 } work_t;
 
-/* What a round leaves open: fds, memfd mappings, /dev/shm entries. */
+/* What a round leaves open: fds, memfd mappings, /dev/shm entries; and
+ * the device arenas this process left to its exit so far
+ * (disco_session_arenas_left: their fds and mappings stay by design). */
 typedef struct leaks {
     int fds, maps, shm;
+    unsigned arenas_left;
 } leaks_t;
 
 /* One round's bookkeeping. */

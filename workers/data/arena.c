@@ -3,14 +3,18 @@
 #include "workers/data/arena.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "disco/clock.h"
 #include "workers/core/protocol.h"
 #include "workers/device/ar.h"
 #include "workers/device/ipc.h"
 #include "workers/device/share.h"
+#include "workers/device/watch.h"
 
 #define TABLE_SLOTS_PER_WORKER 2u /* one arena each, and room to reclaim a dead one's */
 
@@ -41,6 +45,7 @@ struct disco__arena {
     DLDevice peer_dev[DISCO_MAX_WORKERS];
     disco_event_t *peer_ev[DISCO_MAX_WORKERS]; /* imported events, NULL: not yet */
     uint64_t ar_runs[3]; /* allreduces: one-shot kernels, two-shot ones, staged */
+    struct disco__arena *left_next; /* g_left's list */
 };
 
 /* The devices' sharing state (share.h), after the pubs. */
@@ -217,37 +222,119 @@ fail:
     return st;
 }
 
+/* How long a destroy waits for the arena's stream to drain before it
+ * gives the arena up to process exit: as long as an abort gives an
+ * allreduce kernel (cuda_ar.c). */
+#define DRAIN_NS 1000000000LL
+
+/* The process that gave an arena up (0: none): a stream of it may never
+ * drain, and a free synchronizes the whole device (cudaFree; the sim's
+ * runs every stream), so from then on this process frees no arena.
+ * G1: relaxed, a plain flag of this process (a forked child sees its
+ * parent's pid and frees as usual: it has no such stream). */
+static _Atomic int g_gave_up_pid;
+
+/* The arenas given up, kept (with their events) until process exit, as
+ * their device memory is. Under g_left_lock. */
+static pthread_mutex_t g_left_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct disco__arena *g_left;
+static unsigned g_nleft;
+
+/* Whether a's stream is known idle: synced under a watch that ends at
+ * DRAIN_NS (CUDA: cudaStreamQuery polled, watch.h), in a process that
+ * never gave an arena up. Else why says why not. */
+static bool drained(struct disco__arena *a, char *why, size_t cap)
+{
+    int gave_up = atomic_load_explicit(&g_gave_up_pid, memory_order_relaxed); /* G1 */
+    if (gave_up == (int)getpid()) {
+        snprintf(why, cap, "an earlier arena's stream of this process never drained");
+        return false;
+    }
+    disco_wait_t w = {.deadline_ns = disco_now_ns() + DRAIN_NS};
+    const disco_wait_t *old = disco__device_watch(&w);
+    disco_status_t st = disco_device_stream_sync(a->dev, a->stream);
+    disco__device_watch(old);
+    if (st != DISCO_OK)
+        snprintf(why, cap, "its stream did not drain: %s", disco_last_error());
+    return st == DISCO_OK;
+}
+
+/* Gives a's device objects up to process exit: frees nothing that could
+ * wait for the stream (cudaFree and cudaIpcCloseMemHandle synchronize,
+ * the sim's frees run every stream), only forgets the IPC bookkeeping so
+ * that the process no longer uses the session's table; says so on stderr
+ * (unless DISCO_QUIET). */
+static void give_up(struct disco__arena *a, const char *why)
+{
+    atomic_store_explicit(&g_gave_up_pid, (int)getpid(), memory_order_relaxed); /* G1 */
+    for (uint32_t i = 0; i < a->world; i++)
+        if (a->peer[i] != NULL)
+            (void)disco__device_ipc_forget_import(&a->peer_ref[i]);
+    (void)disco__device_ipc_forget(a->base);
+    if (getenv("DISCO_QUIET") == NULL)
+        fprintf(stderr,
+                "disco: worker %d: its device arena on %s:%d (%llu bytes), its stream, events "
+                "and peers' imports are left to process exit: %s\n",
+                a->worker, a->dev_name, a->dev.device_id, (unsigned long long)a->total, why);
+}
+
 void disco__arena_destroy(struct disco__arena *a)
 {
     if (a == NULL)
         return;
-    /* No host sync here: a stream left waiting for a dead peer's record
-     * would block it. Freeing an event its stream still waits for is
-     * allowed (CUDA releases it once the wait completes; sim runs queued
-     * work first). */
-    for (uint32_t i = 0; i < a->world; i++) {
-        disco_device_event_free(a->peer_ev[i]);
-        if (a->peer[i] != NULL)
-            (void)disco_device_ipc_release(&a->peer_ref[i]);
-    }
     /* Relaxed: only this worker writes its own state word; peers that
      * still read READY may still import: the IPC table refuses the free
      * below while a live one holds it. */
     atomic_store_explicit(&a->area->pub[a->worker].state, DISCO_ARENA_NONE, memory_order_relaxed);
-    if (a->stream != NULL)
+    /* Freed only once the stream is known idle: cudaFree (and the sim's
+     * free) waits for it, and a stream left waiting for a dead peer's
+     * record, or a kernel still spinning, never ends: close and recovery
+     * would hang (test_gpu_session_coll.c,
+     * test_close_after_death_mid_collective). */
+    char why[DISCO_ERR_MSG_MAX];
+    bool left = !drained(a, why, sizeof why);
+    if (left) {
+        give_up(a, why);
+    } else {
+        /* Freeing an event its stream still waits for is allowed (CUDA
+         * releases it once the wait completes; sim runs queued work
+         * first). */
+        for (uint32_t i = 0; i < a->world; i++) {
+            disco_device_event_free(a->peer_ev[i]);
+            if (a->peer[i] != NULL)
+                (void)disco_device_ipc_release(&a->peer_ref[i]);
+        }
         (void)disco_device_stream_free(a->dev, a->stream);
-    disco_device_event_free(a->event);
-    /* DISCO_E_AGAIN: a live peer still holds the arena (a worker process
-     * ending before its peers); its memory goes with this process. */
-    (void)disco_device_free(a->dev, a->base);
+        disco_device_event_free(a->event);
+        /* DISCO_E_AGAIN: a live peer still holds the arena (a worker
+         * process ending before its peers); its memory goes with this
+         * process. */
+        (void)disco_device_free(a->dev, a->base);
+    }
     /* The table lives in the session's shared memory, unmapped after
      * this: nothing of this process may point into it any more (refused
      * only while the arena above is still exported). */
     (void)disco_device_ipc_detach((char *)a->area + table_at(a->world));
     disco__device_share_bind(a->dev.device_type, NULL); /* the same: unmapped next */
+    if (left) {
+        pthread_mutex_lock(&g_left_lock);
+        a->left_next = g_left;
+        g_left = a;
+        g_nleft++;
+        pthread_mutex_unlock(&g_left_lock);
+        return;
+    }
     pthread_mutex_destroy(&a->lock);
     free(a->free);
     free(a);
+}
+
+unsigned disco__arena_left_count(void)
+{
+    pthread_mutex_lock(&g_left_lock);
+    unsigned n = g_nleft;
+    pthread_mutex_unlock(&g_left_lock);
+    return n;
 }
 
 /* ---- the sub-allocator ---- */
@@ -408,7 +495,12 @@ disco_status_t disco__arena_peer(struct disco__arena *a, int peer, uint64_t off,
         } else if (ref.offset != 0 || ref.alloc_bytes != bytes || bytes == 0) {
             st = disco_set_error(DISCO_E_INVAL, "worker %d: worker %d's arena ref is corrupt",
                                  a->worker, peer);
-        } else if ((st = disco_device_ipc_import(&ref, &base)) != DISCO_OK) {
+        } else if ((st = disco_device_set(a->dev)) != DISCO_OK ||
+                   (st = disco_device_ipc_import(&ref, &base)) != DISCO_OK) {
+            /* The handle opens on the current device (cudaIpcOpenMemHandle),
+             * which a copy or user code may have left on another one: the
+             * import must be mapped where this worker's kernels read it
+             * (test_gpu_session_coll.c, test_import_on_own_device). */
             st = disco_set_error(st, "worker %d: opening worker %d's arena (%s:%d): %s", a->worker,
                                  peer, type_name((DLDeviceType)p->device_type), (int)ref.device_id,
                                  disco_last_error());

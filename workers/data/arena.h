@@ -124,9 +124,19 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
 /** Destroys a context: releases every peer import, frees the arena (a
  *  refusal because live peers still hold it is left to process exit, as
  *  is the rest of the device's memory) and the context. NULL is harmless.
- *  Blocks still held point to freed memory: call after every register is
- *  cleared. */
+ *  Returns within about a second whatever the device does: the arena's
+ *  stream is synced under a 1 s deadline first, and if it does not drain
+ *  (a wait for a dead peer's record, a kernel still spinning), or an
+ *  earlier arena of this process did not, nothing is freed (a free would
+ *  wait for that stream): the arena, its stream, events and imports are
+ *  left to process exit, the IPC bookkeeping is forgotten, and a line on
+ *  stderr says so (unless DISCO_QUIET). Blocks still held point to freed
+ *  memory: call after every register is cleared. */
 void disco__arena_destroy(struct disco__arena *a);
+
+/** How many arenas this process has left to process exit
+ *  (disco__arena_destroy); disco_session_arenas_left. Thread-safe. */
+unsigned disco__arena_left_count(void);
 
 /** A block of nbytes (> 0) from a's arena, refs 1. Returns DISCO_OK,
  *  DISCO_E_NOMEM (arena full: the detail names the worker, the device, the

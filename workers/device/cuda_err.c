@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "workers/device/cuda_impl.h"
+#include "workers/device/fork_rule.h"
 
 #ifdef DISCO_HAVE_CUDA
 
@@ -52,7 +53,18 @@ disco_status_t disco__cuda_fork_guard(const char *fn)
                            fn, first);
 }
 
+bool disco__cuda_called_here(void)
+{
+    /* Relaxed, as the guard: only which process called first matters. */
+    return atomic_load_explicit(&g_cuda_pid, memory_order_relaxed) == (int)getpid();
+}
+
 #else /* !DISCO_HAVE_CUDA */
+
+bool disco__cuda_called_here(void)
+{
+    return false;
+}
 
 disco_status_t disco__cuda_none(const char *fn)
 {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "workers/device/fork_rule.h"
 #include "workers/device/ipc.h"
 #include "workers/device/ipc_table.h"
 #include "workers/device/sim.h"
@@ -433,9 +434,28 @@ disco_status_t disco_device_ipc_import(const disco_ipc_ref_t *ref, void **ptr_ou
     return st != DISCO_OK ? st : disco__ipc_import(ipc, ref, ptr_out);
 }
 
+disco_status_t disco__device_ipc_forget(void *base)
+{
+    disco_ipc_t *ipc;
+    disco_status_t st = ipc_ctx(&ipc);
+    return st != DISCO_OK ? st : disco__ipc_forget(ipc, base);
+}
+
+disco_status_t disco__device_ipc_forget_import(const disco_ipc_ref_t *ref)
+{
+    disco_ipc_t *ipc;
+    disco_status_t st = ipc_ctx(&ipc);
+    return st != DISCO_OK ? st : disco__ipc_forget_import(ipc, ref);
+}
+
 disco_status_t disco_device_ipc_release(const disco_ipc_ref_t *ref)
 {
     disco_ipc_t *ipc;
     disco_status_t st = ipc_ctx(&ipc);
     return st != DISCO_OK ? st : disco__ipc_release(ipc, ref);
+}
+
+const char *disco__device_fork_spoiled(void)
+{
+    return disco__cuda_called_here() ? "cuda" : disco__sim_fork_spoiled() ? "sim" : NULL;
 }

@@ -461,6 +461,49 @@ disco_status_t disco__ipc_release(disco_ipc_t *ipc, const disco_ipc_ref_t *ref)
     return st;
 }
 
+disco_status_t disco__ipc_forget(disco_ipc_t *ipc, void *base)
+{
+    disco_status_t st = lock_ctx(ipc, "disco__ipc_forget");
+    if (st != DISCO_OK)
+        return st;
+    struct export_entry *e = ex_find(ipc, (uintptr_t)base);
+    if (e == NULL || e->base != (uintptr_t)base) {
+        st = disco_set_error(DISCO_E_INVAL,
+                             "disco__ipc_forget: %p is not the base of an allocation of this "
+                             "process",
+                             base);
+    } else {
+        if (e->exported) {
+            uint32_t live = 0;
+            int32_t pid[1];
+            /* Refused while a live importer holds it: the slot then stays
+             * claimed until the table is formatted again or unmapped. */
+            (void)disco__ipc_slot_close(ipc->table, e->slot, e->gen, (int32_t)ipc->pid, &live, pid,
+                                        1);
+        }
+        ex_erase(ipc, e);
+    }
+    pthread_mutex_unlock(&ipc->lock);
+    return st;
+}
+
+disco_status_t disco__ipc_forget_import(disco_ipc_t *ipc, const disco_ipc_ref_t *ref)
+{
+    disco_status_t st = lock_ctx(ipc, "disco__ipc_forget_import");
+    if (st != DISCO_OK)
+        return st;
+    struct import_entry *e = ref != NULL ? im_find(ipc, &ref->handle, ref->exporter_pid) : NULL;
+    if (e == NULL || e->slot != ref->slot || e->gen != ref->gen) {
+        st = disco_set_error(DISCO_E_INVAL, "disco__ipc_forget_import: not imported by this "
+                                            "process");
+    } else {
+        disco__ipc_slot_leave(ipc->table, e->slot, e->cell);
+        im_erase(ipc, e);
+    }
+    pthread_mutex_unlock(&ipc->lock);
+    return st;
+}
+
 uint32_t disco__ipc_importers(disco_ipc_t *ipc, const void *base)
 {
     if (lock_ctx(ipc, "disco__ipc_importers") != DISCO_OK)

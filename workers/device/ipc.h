@@ -163,6 +163,22 @@ disco_status_t disco__ipc_import(disco_ipc_t *ipc, const disco_ipc_ref_t *ref, v
  *  import), the backend's close error (the import is dropped anyway). */
 disco_status_t disco__ipc_release(disco_ipc_t *ipc, const disco_ipc_ref_t *ref);
 
+/** Forgets, without the backend (no cudaIpcCloseMemHandle, no free: both
+ *  may wait for device work that never ends), what this process holds of
+ *  an allocation it gives up to process exit: forget drops the allocation
+ *  at base (its slot is closed if no live importer holds it, else left to
+ *  the table's owner), forget_import every reference to ref's import (its
+ *  slot is left; the mapping stays). So the context no longer uses the
+ *  table (disco__ipc_set_table may detach it). Returns DISCO_OK or
+ *  DISCO_E_INVAL (no such allocation or import). */
+disco_status_t disco__ipc_forget(disco_ipc_t *ipc, void *base);
+disco_status_t disco__ipc_forget_import(disco_ipc_t *ipc, const disco_ipc_ref_t *ref);
+
+/* The same on the process's context (device.c): arena.c gives its arena
+ * up this way when its stream does not drain. */
+disco_status_t disco__device_ipc_forget(void *base);
+disco_status_t disco__device_ipc_forget_import(const disco_ipc_ref_t *ref);
+
 /** Live processes other than this one holding the allocation at base
  *  (0 if it is not exported). */
 uint32_t disco__ipc_importers(disco_ipc_t *ipc, const void *base);

@@ -39,6 +39,7 @@ struct region {
     int fd;
     int device_id;
     bool imported;
+    int open_dev;         /* imports: the device it is mapped for (current at the open) */
     int32_t exporter_pid; /* imports: whose */
     uint64_t ino;
 };
@@ -160,7 +161,10 @@ static disco_status_t api_count(int *count_out)
 
 static disco_status_t api_set_device(int device_id)
 {
-    return disco__sim_check_device(device_id, "disco_device_set");
+    disco_status_t st = disco__sim_check_device(device_id, "disco_device_set");
+    if (st == DISCO_OK)
+        disco__sim_make_current(device_id);
+    return st;
 }
 
 static disco_status_t api_alloc(int device_id, size_t nbytes, void **ptr_out)
@@ -168,6 +172,7 @@ static disco_status_t api_alloc(int device_id, size_t nbytes, void **ptr_out)
     disco_status_t st = disco__sim_check_device(device_id, "disco_device_alloc");
     if (st != DISCO_OK)
         return st;
+    disco__sim_make_current(device_id); /* as cuda_alloc's cudaSetDevice */
     size_t maplen = page_round(nbytes), limit = disco__sim_mem_limit();
     if (maplen < nbytes)
         return disco_set_error(DISCO_E_NOMEM, "sim:%d: out of memory: %zu bytes", device_id,
@@ -233,6 +238,7 @@ static void drop_region(size_t i)
 static disco_status_t api_free(int device_id, void *ptr)
 {
     /* cudaFree synchronizes the device: queued copies into ptr run first. */
+    disco__sim_make_current(device_id); /* as cuda_free's cudaSetDevice */
     disco_status_t st = disco__sim_flush_all();
     lock_state();
     struct region *r = find((uintptr_t)ptr);
@@ -251,9 +257,10 @@ static disco_status_t api_free(int device_id, void *ptr)
 }
 
 /* The private address for n bytes at p (sim memory of this process);
- * *across set if they are another process's (an import). */
+ * *across set if they are another process's (an import); *reg_out (when
+ * not NULL) the region. Locked. */
 static disco_status_t resolve(const void *p, size_t n, int device_id, const char *fn, char **out,
-                              bool *across)
+                              bool *across, struct region **reg_out)
 {
     struct region *r = find((uintptr_t)p);
     if (r == NULL)
@@ -267,6 +274,8 @@ static disco_status_t resolve(const void *p, size_t n, int device_id, const char
                                fn, r->device_id, n, off, r->bytes, (void *)r->base);
     *out = r->shadow + off;
     *across = *across || r->imported;
+    if (reg_out != NULL)
+        *reg_out = r;
     return DISCO_OK;
 }
 
@@ -285,13 +294,17 @@ static disco_status_t api_copy(void *dst, DLDevice dst_dev, const void *src, DLD
         st = disco__sim_check_device(src_dev.device_id, "disco_device_copy");
     if (st != DISCO_OK)
         return st;
+    /* As cuda_copy: the copy's device becomes current (and stays). A copy
+     * reaches an import whichever device it was opened for (unified
+     * addressing: the driver knows the mapping's context), so no check. */
+    disco__sim_make_current(dev);
     char *d = dst, *s = (char *)src;
     bool across = false;
     lock_state();
     if (dsim)
-        st = resolve(dst, nbytes, dst_dev.device_id, "disco_device_copy", &d, &across);
+        st = resolve(dst, nbytes, dst_dev.device_id, "disco_device_copy", &d, &across, NULL);
     if (st == DISCO_OK && ssim)
-        st = resolve(src, nbytes, src_dev.device_id, "disco_device_copy", &s, &across);
+        st = resolve(src, nbytes, src_dev.device_id, "disco_device_copy", &s, &across, NULL);
     pthread_mutex_unlock(&g_lock);
     if (st != DISCO_OK)
         return st;
@@ -301,10 +314,46 @@ static disco_status_t api_copy(void *dst, DLDevice dst_dev, const void *src, DLD
 disco_status_t disco__sim_shadow(const void *p, size_t n, int device_id, const char *fn, char **out,
                                  bool *across)
 {
+    struct region *r = NULL;
     lock_state();
-    disco_status_t st = resolve(p, n, device_id, fn, out, across);
+    disco_status_t st = resolve(p, n, device_id, fn, out, across, &r);
+    int open_dev = r != NULL && r->imported ? r->open_dev : device_id;
+    int32_t pid = r != NULL ? r->exporter_pid : 0;
     pthread_mutex_unlock(&g_lock);
+    /* A kernel reads through the page tables of its own device, where only
+     * imports opened for that device are mapped (test_gpu_session_coll.c,
+     * test_import_on_own_device). */
+    if (st == DISCO_OK && open_dev != device_id)
+        return disco__sim_fault(device_id,
+                                "%s: sim:%d: illegal address %p: it lies in an import of pid %d's "
+                                "memory opened for sim:%d, not mapped on sim:%d (an IPC handle "
+                                "opens on the current device)",
+                                fn, device_id, p, (int)pid, open_dev, device_id);
     return st;
+}
+
+/* The stream calls make the stream's device current, as cudaSetDevice in
+ * cuda.c's. */
+static disco_status_t api_stream_create(int device_id, disco_stream_t *stream_out)
+{
+    disco_status_t st = disco__sim_stream_create(device_id, stream_out);
+    if (st == DISCO_OK)
+        disco__sim_make_current(device_id);
+    return st;
+}
+
+static disco_status_t api_stream_free(int device_id, disco_stream_t stream)
+{
+    if (stream != NULL && device_id >= 0 && device_id < disco__sim_count())
+        disco__sim_make_current(device_id);
+    return disco__sim_stream_free(device_id, stream);
+}
+
+static disco_status_t api_stream_sync(int device_id, disco_stream_t stream)
+{
+    if (device_id >= 0 && device_id < disco__sim_count())
+        disco__sim_make_current(device_id);
+    return disco__sim_stream_sync(device_id, stream);
 }
 
 const disco_device_api_t disco__sim_api = {
@@ -315,9 +364,9 @@ const disco_device_api_t disco__sim_api = {
     .alloc = api_alloc,
     .free = api_free,
     .copy = api_copy,
-    .stream_create = disco__sim_stream_create,
-    .stream_free = disco__sim_stream_free,
-    .stream_sync = disco__sim_stream_sync,
+    .stream_create = api_stream_create,
+    .stream_free = api_stream_free,
+    .stream_sync = api_stream_sync,
     .physical_id = disco__sim_physical_id, /* sim_slice.c */
     .mps = disco__sim_mps,
 };
@@ -396,11 +445,14 @@ disco_status_t disco__sim_open_handle(void *ctx, const disco_ipc_handle_t *handl
                                "than the handle says",
                                (int)h.device_id, (int)h.pid);
     }
+    /* Mapped for the current device, as cudaIpcOpenMemHandle maps into
+     * the current device's context. */
     struct region r = {.bytes = h.bytes,
                        .maplen = h.bytes,
                        .fd = fd,
                        .device_id = h.device_id,
                        .imported = true,
+                       .open_dev = disco__sim_current(),
                        .exporter_pid = h.pid,
                        .ino = h.ino};
     st = map_twice(fd, h.bytes, h.device_id, &r.base, &r.shadow);

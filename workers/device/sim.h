@@ -42,10 +42,38 @@ int disco__sim_count(void);
  *  once; default 4096). Thread-safe. */
 size_t disco__sim_mem_limit(void);
 
-/** DISCO_OK if device_id names a sim device; else DISCO_E_NO_DEVICE with
- *  "no sim device: set DISCO_SIM_GPUS" (none configured) or "sim:<id>: no
- *  such device". fn names the caller in the detail. Thread-safe. */
+/** DISCO_OK if device_id names a sim device this process may use; else
+ *  DISCO_E_NO_DEVICE with "no sim device: set DISCO_SIM_GPUS" (none
+ *  configured), "sim:<id>: no such device" or "forked from pid N" (the
+ *  fork rule, disco__sim_fork_spoiled), or DISCO_E_SYS with the device's
+ *  sticky fault (disco__sim_fault). fn names the caller in the detail.
+ *  Thread-safe. */
 disco_status_t disco__sim_check_device(int device_id, const char *fn);
+
+/** The calling thread's current sim device (as cudaGetDevice: 0 until a
+ *  call names another). Every sim call that names a device makes it
+ *  current, as the CUDA calls do (cudaSetDevice): set_device, alloc, free,
+ *  copy (the copy's device: dst's if sim, else src's), the stream calls
+ *  and the event calls but export, sync and query. An import of memory
+ *  (disco__sim_open_handle) is mapped for the current device only: a
+ *  kernel on another device that touches it faults (disco__sim_shadow).
+ *  Thread-safe (per thread). */
+int disco__sim_current(void);
+void disco__sim_make_current(int device_id);
+
+/** Records a fault of device_id in this process (the detail fmt, ...) and
+ *  returns DISCO_E_SYS with it: as a CUDA illegal address, sticky: every
+ *  later disco__sim_check_device of that device in this process fails with
+ *  it (a forked child starts without). Thread-safe. */
+disco_status_t disco__sim_fault(int device_id, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/** Whether a child forked from this process now could not use the sim
+ *  device: DISCO_SIM_FORK_STRICT is set (sim then follows CUDA's fork
+ *  rule: a process forked after its parent used the device cannot use it,
+ *  each check failing with DISCO_E_NO_DEVICE, "forked from pid N") and
+ *  this process has used it. Thread-safe. */
+bool disco__sim_fork_spoiled(void);
 
 /** Whether ptr lies inside sim memory of this process (an allocation or an
  *  opened import). Thread-safe. */
@@ -98,11 +126,13 @@ disco_status_t disco__sim_enqueue_call(int device_id, disco_stream_t stream,
 uint32_t disco__sim_peer_copy_us(void);
 
 /** The read-write address, in this process, of n bytes of sim memory at
- *  p (an allocation of this process or an opened import); *across set
- *  when they are another process's. fn and device_id name the caller and
- *  the device in errors.
- *  Returns DISCO_OK or DISCO_E_INVAL (not sim memory here, or overrunning
- *  the allocation). Thread-safe. */
+ *  p (an allocation of this process or an opened import) as a kernel on
+ *  device_id reads it; *across set when they are another process's. fn
+ *  names the caller in errors.
+ *  Returns DISCO_OK; DISCO_E_INVAL (not sim memory here, or overrunning
+ *  the allocation); DISCO_E_SYS: an import opened for another device than
+ *  device_id (not mapped there: an illegal address, a sticky fault of
+ *  device_id, disco__sim_fault). Thread-safe. */
 disco_status_t disco__sim_shadow(const void *p, size_t n, int device_id, const char *fn, char **out,
                                  bool *across);
 

@@ -1,8 +1,11 @@
 /* sim_dev.c - the simulated GPU's configuration (device count, memory
- * limit), taking another process's file descriptor, and whether a process
+ * limit), the per-thread current device, sticky device faults, the fork
+ * rule, taking another process's file descriptor, and whether a process
  * runs (see sim.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
@@ -63,6 +66,103 @@ size_t disco__sim_mem_limit(void)
     return (size_t)mb << 20;
 }
 
+/* ---- the current device (cudaSetDevice) ------------------------------------ */
+
+/* Per thread, as CUDA's; 0 until set, as CUDA's default device. A forked
+ * child's thread keeps its parent thread's (as a thread-local does). */
+static _Thread_local int t_current;
+
+int disco__sim_current(void)
+{
+    return t_current;
+}
+
+void disco__sim_make_current(int device_id)
+{
+    t_current = device_id;
+}
+
+/* ---- sticky faults (cudaErrorIllegalAddress) ------------------------------- */
+
+/* The fault of each device in this process (empty: none). A process other
+ * than g_fault_pid (a forked child) has none. Under g_fault_lock. */
+static pthread_mutex_t g_fault_lock = PTHREAD_MUTEX_INITIALIZER;
+static pid_t g_fault_pid;
+static char g_fault[DISCO_SIM_MAX_DEVICES][256];
+
+disco_status_t disco__sim_fault(int device_id, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (device_id >= 0 && device_id < DISCO_SIM_MAX_DEVICES) {
+        pthread_mutex_lock(&g_fault_lock);
+        if (g_fault_pid != getpid()) {
+            memset(g_fault, 0, sizeof g_fault);
+            g_fault_pid = getpid();
+        }
+        if (g_fault[device_id][0] == '\0')
+            snprintf(g_fault[device_id], sizeof g_fault[device_id], "%s", msg);
+        pthread_mutex_unlock(&g_fault_lock);
+    }
+    return disco_set_error(DISCO_E_SYS, "%s", msg);
+}
+
+/* The sticky fault of device_id in this process, as fn's error; DISCO_OK
+ * when there is none. */
+static disco_status_t sticky(int device_id, const char *fn)
+{
+    disco_status_t st = DISCO_OK;
+    pthread_mutex_lock(&g_fault_lock);
+    if (g_fault_pid == getpid() && g_fault[device_id][0] != '\0')
+        st = disco_set_error(DISCO_E_SYS,
+                             "%s: sim:%d is unusable in this process after an earlier "
+                             "fault (sticky, as on a GPU): %s",
+                             fn, device_id, g_fault[device_id]);
+    pthread_mutex_unlock(&g_fault_lock);
+    return st;
+}
+
+/* ---- the fork rule ---------------------------------------------------------- */
+
+/* The process that first used the sim device (0: none yet); as CUDA's
+ * fork guard (cuda_err.c). S1: relaxed, only which process came first
+ * matters; a forked child sees its parent's pid. */
+static _Atomic int g_used_pid;
+
+static bool fork_strict(void)
+{
+    const char *e = getenv("DISCO_SIM_FORK_STRICT");
+    return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
+}
+
+/* DISCO_OK, or (under DISCO_SIM_FORK_STRICT) DISCO_E_NO_DEVICE in a process
+ * forked after its parent had used the sim device. */
+static disco_status_t fork_guard(const char *fn, int device_id)
+{
+    int me = (int)getpid(), first = 0;
+    if (atomic_compare_exchange_strong_explicit(&g_used_pid, &first, me, memory_order_relaxed,
+                                                memory_order_relaxed) || /* S1 */
+        first == me ||
+        !fork_strict())
+        return DISCO_OK;
+    return disco_set_error(DISCO_E_NO_DEVICE,
+                           "no sim device: %s: sim:%d: this process was forked from pid %d after "
+                           "that process had used the sim device, which does not survive fork "
+                           "under DISCO_SIM_FORK_STRICT (as CUDA: launch workers with "
+                           "DISCO_LAUNCH_SPAWN)",
+                           fn, device_id, first);
+}
+
+bool disco__sim_fork_spoiled(void)
+{
+    /* S1: relaxed, as fork_guard. */
+    return fork_strict() &&
+           atomic_load_explicit(&g_used_pid, memory_order_relaxed) == (int)getpid();
+}
+
 disco_status_t disco__sim_check_device(int device_id, const char *fn)
 {
     int n = disco__sim_count();
@@ -73,7 +173,8 @@ disco_status_t disco__sim_check_device(int device_id, const char *fn)
         return disco_set_error(DISCO_E_NO_DEVICE,
                                "%s: sim:%d: no such device (DISCO_SIM_GPUS=%d: sim:0..sim:%d)", fn,
                                device_id, n, n - 1);
-    return DISCO_OK;
+    disco_status_t st = fork_guard(fn, device_id);
+    return st != DISCO_OK ? st : sticky(device_id, fn);
 }
 
 bool disco__sim_no_pidfd_getfd;

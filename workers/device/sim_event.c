@@ -152,6 +152,7 @@ static disco_status_t ev_create(int dev, void **impl_out)
     disco_status_t st = disco__sim_check_device(dev, "disco_device_event_create");
     if (st != DISCO_OK)
         return st;
+    disco__sim_make_current(dev); /* as cuda.c's cudaSetDevice */
     int fd = memfd_create("disco-sim-event", MFD_CLOEXEC);
     struct stat sb;
     if (fd < 0 || ftruncate(fd, EVENT_BYTES) != 0 || fstat(fd, &sb) != 0) {
@@ -176,6 +177,7 @@ static disco_status_t ev_import(int dev, const disco_ipc_handle_t *handle, void 
     disco_status_t st = disco__sim_check_device(dev, "disco_device_event_import");
     if (st != DISCO_OK)
         return st;
+    disco__sim_make_current(dev); /* as cuda.c's cudaSetDevice */
     struct ev_handle h;
     memcpy(&h, handle->bytes, sizeof h);
     if (memcmp(h.magic, EVENT_MAGIC, 8) != 0 || h.pid <= 0)
@@ -221,6 +223,7 @@ static disco_status_t ev_record(int dev, void *impl, disco_stream_t stream)
     disco_status_t st = check(dev, ev, "disco_device_event_record");
     if (st != DISCO_OK)
         return st;
+    disco__sim_make_current(dev); /* as cuda.c's cudaSetDevice */
     struct disco__sim_event_shm *m = ev->shm;
     /* Under the engine lock, so a waiter of this process that runs streams
      * sees the number and where it was queued together. */
@@ -254,6 +257,7 @@ static disco_status_t ev_wait(int dev, disco_stream_t stream, void *impl)
     disco_status_t st = check(dev, ev, "disco_device_stream_wait_event");
     if (st != DISCO_OK)
         return st;
+    disco__sim_make_current(dev); /* as cuda.c's cudaSetDevice */
     /* E1 read: the records issued so far (relaxed: see E1). */
     uint32_t want = atomic_load_explicit(&ev->shm->recorded, memory_order_relaxed);
     struct disco__sim_op op = {.kind = DISCO_SIM_OP_WAIT, .ev = ev->shm, .value = want};
@@ -286,10 +290,11 @@ static disco_status_t ev_query(int dev, void *impl)
 
 static void ev_free(int dev, void *impl)
 {
-    (void)dev;
     struct sim_event *ev = impl;
     if (ev == NULL)
         return;
+    if (dev >= 0 && dev < disco__sim_count())
+        disco__sim_make_current(dev); /* as cuda.c's cudaSetDevice */
     stop_watcher(ev);
     if (ev->pid == getpid()) {
         /* Queued records and waits of it run first (they point into it). */

@@ -64,6 +64,13 @@ void disco__sim_exec_unlock(void);
  *  DISCO_E_SYS (the recorder died first; the record's stream is gone). */
 disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want);
 
+/** A wait that failed before, run again (engine lock held): as
+ *  disco__sim_wait_for while the record may still come; when its recorder
+ *  (another process) is gone, DISCO_E_SYS at once under a watch (watch.h)
+ *  or when not host (an event's watcher thread runs it), and a host call
+ *  without a watch blocks for ever (a GPU stream behind it never moves). */
+disco_status_t disco__sim_wait_stuck(struct disco__sim_event_shm *m, uint32_t want, bool host);
+
 /** The watcher's step (engine lock held): if this process made m's last
  *  record, runs the stream it is queued on up to it (and no further). */
 void disco__sim_run_last_record(struct disco__sim_event_shm *m);

@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "disco/clock.h"
 #include "workers/device/sim.h"
 #include "workers/device/sim_event.h"
 #include "workers/device/watch.h"
@@ -47,6 +48,11 @@ struct stream {
     /* The first failure of operations a watcher ran (no caller to tell):
      * the stream's next sync reports it. */
     disco_status_t held;
+    /* A wait failed (its recorder died, or the host gave up): as on a
+     * GPU, the stream is stuck behind it; it is ops[head] again, and a
+     * run of the stream re-runs it (disco__sim_wait_stuck) before
+     * anything queued after it. */
+    bool stuck;
     char held_msg[256];
 };
 
@@ -182,6 +188,26 @@ static disco_status_t push_op(struct stream *s, const struct disco__sim_op *op, 
     return DISCO_OK;
 }
 
+/* Puts op back at the head of s (locked): a wait that failed stays
+ * queued. false when there is no memory for it (it is dropped then). */
+static bool unshift_op(struct stream *s, const struct disco__sim_op *op)
+{
+    if (s->head == 0) {
+        if (s->n == s->cap) {
+            size_t cap = s->cap ? 2 * s->cap : 16;
+            struct disco__sim_op *n = realloc(s->ops, cap * sizeof *n);
+            if (n == NULL)
+                return false;
+            s->ops = n, s->cap = cap;
+        }
+        memmove(s->ops + 1, s->ops, s->n * sizeof *s->ops);
+        s->n++;
+        s->head++;
+    }
+    s->ops[--s->head] = *op;
+    return true;
+}
+
 disco_status_t disco__sim_enqueue(int device_id, disco_stream_t stream,
                                   const struct disco__sim_op *op, const char *fn,
                                   uint64_t *stream_id_out, uint64_t *seq_out)
@@ -221,6 +247,13 @@ disco_status_t disco__sim_enqueue_copy(int device_id, disco_stream_t stream, voi
 }
 
 static disco_status_t run_until(uint64_t stream_id, uint64_t seq, bool hold);
+
+/* An event's watcher runs a wait for at most this long at a time: it holds
+ * the engine lock meanwhile, and a record the wait needs may never come (a
+ * stream stuck behind a failed wait runs no later record), which would
+ * keep the host's own watched syncs from even starting. The wait stays
+ * queued; the next poke or sync goes on with it. */
+#define WATCHER_WAIT_NS (100 * 1000 * 1000)
 
 disco_status_t disco__sim_enqueue_call(int device_id, disco_stream_t stream,
                                        disco_status_t (*fn)(void *arg), void *arg)
@@ -289,6 +322,32 @@ disco_status_t disco__sim_wait_for(struct disco__sim_event_shm *m, uint32_t want
     }
 }
 
+disco_status_t disco__sim_wait_stuck(struct disco__sim_event_shm *m, uint32_t want, bool host)
+{
+    for (;;) {
+        /* E4: acquire, as in disco__sim_wait_for. */
+        bool done =
+            disco__sim_reached(atomic_load_explicit(&m->completed, memory_order_acquire), want);
+        int32_t pid = atomic_load_explicit(&m->rec_pid, memory_order_relaxed); /* E2 */
+        if (done || pid == (int32_t)getpid() || disco__sim_pid_alive(pid))
+            return disco__sim_wait_for(m, want);
+        /* The recorder is gone: the record never runs, the stream never
+         * moves again. A watched sync is told at once (its watch would
+         * only end it later), and so is an event's watcher (it only runs
+         * streams up to a record); an unwatched host call blocks for ever,
+         * as cudaStreamSynchronize and cudaFree do behind such a wait
+         * (test_gpu_session_coll.c, test_close_after_death_mid_collective). */
+        if (!host || disco__device_watching() != NULL)
+            return disco_set_error(DISCO_E_SYS,
+                                   "sim: the stream is stuck behind a wait for record %u of pid "
+                                   "%d, which died before running it (on a GPU it never moves "
+                                   "again)",
+                                   want, (int)pid);
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+    }
+}
+
 void disco__sim_run_last_record(struct disco__sim_event_shm *m)
 {
     /* E2: relaxed, as in disco__sim_wait_for (this process's own record
@@ -318,9 +377,22 @@ static disco_status_t event_run(const struct disco__sim_op *op)
     return DISCO_OK;
 }
 
+/* A wait run by an event's watcher: as event_run, for WATCHER_WAIT_NS at
+ * most; DISCO_E_AGAIN when that ended it, not the wait. */
+static disco_status_t watcher_wait(const struct disco__sim_op *op)
+{
+    disco_wait_t w = {.deadline_ns = disco_now_ns() + WATCHER_WAIT_NS};
+    const disco_wait_t *old = disco__device_watch(&w);
+    disco_status_t st = event_run(op);
+    disco_status_t fired = disco__device_watch_fired();
+    disco__device_watch(old);
+    return st != DISCO_OK && fired != DISCO_OK ? DISCO_E_AGAIN : st;
+}
+
 /* Runs s's operations up to sequence number upto (g_exec held). Returns
- * the first failure; later operations still run. With hold, the failure is
- * also kept for the stream's next sync (the caller is a watcher). */
+ * the first failure; later operations still run, but none behind a failed
+ * wait (the stream is stuck there: struct stream). With hold, the failure
+ * is also kept for the stream's next sync (the caller is a watcher). */
 static disco_status_t run_stream(struct stream *s, uint64_t upto, bool hold)
 {
     disco_status_t first = DISCO_OK;
@@ -331,6 +403,7 @@ static disco_status_t run_stream(struct stream *s, uint64_t upto, bool hold)
             return first;
         }
         struct disco__sim_op op = s->ops[s->head++];
+        bool stuck = s->stuck; /* then op is the wait it is stuck behind */
         pthread_mutex_unlock(&g_lock);
         disco_status_t st = DISCO_OK;
         if (op.kind == DISCO_SIM_OP_COPY && op.delay_us > 0) {
@@ -346,17 +419,31 @@ static disco_status_t run_stream(struct stream *s, uint64_t upto, bool hold)
             (void)disco__sim_slice_enter(s->device_id);
             st = op.fn(op.arg);
             disco__sim_slice_leave();
+        } else if (stuck) {
+            st = disco__sim_wait_stuck(op.ev, op.value, !hold);
+        } else if (hold && op.kind == DISCO_SIM_OP_WAIT) {
+            st = watcher_wait(&op);
         } else {
             st = event_run(&op);
         }
+        pthread_mutex_lock(&g_lock);
+        if (st == DISCO_E_AGAIN && hold && op.kind == DISCO_SIM_OP_WAIT && unshift_op(s, &op)) {
+            pthread_mutex_unlock(&g_lock); /* not yet: left queued, not failed */
+            return first;
+        }
         if (st != DISCO_OK && first == DISCO_OK)
             first = st;
-        pthread_mutex_lock(&g_lock);
-        s->done++;
         if (st != DISCO_OK && hold && s->held == DISCO_OK) {
             s->held = st;
             snprintf(s->held_msg, sizeof s->held_msg, "%s", disco_last_error());
         }
+        /* A failed wait is not done: the stream stays behind it. */
+        s->stuck = st != DISCO_OK && op.kind == DISCO_SIM_OP_WAIT && unshift_op(s, &op);
+        if (s->stuck) {
+            pthread_mutex_unlock(&g_lock);
+            return first;
+        }
+        s->done++;
         pthread_mutex_unlock(&g_lock);
     }
 }
