@@ -10,7 +10,7 @@
 
 static const DLDataType I32 = {kDLInt, 32, 1};
 
-enum { W = 3, N = 12 }; /* workers; elements of x */
+enum { W = 3, N = 3072 }; /* workers; elements of x (12 KiB) */
 
 /* x on worker w: element i as tests/testlib.c's test.fill (float32, seed
  * 0) stores it. */
@@ -107,24 +107,47 @@ static void call_no_alloc(disco_session_t *s, DLDeviceType type, const char *nam
                   "%s allocated in a device arena", name);
 }
 
+/* Fills the heap with tensors until no block of 8 KiB is left: less than
+ * any temporary of the collectives below (12 KiB and up). */
+static void stuff(disco_session_t *s)
+{
+    for (int round = 0; round < 200; round++) {
+        disco_heap_stats_t hs;
+        CK_OK(disco_session_heap_stats(s, &hs));
+        if (hs.largest_free < 8192)
+            return;
+        int64_t len[1] = {(int64_t)(hs.largest_free / (W + 1))};
+        disco_dref_t r;
+        CK_OK(disco_session_empty(s, len, 1, (DLDataType){kDLUInt, 8, 1}, false, &r));
+        for (int w = 0; w < W; w++)
+            CK_OK(disco_session_sync(s, w));
+    }
+    ck_abort_msg("the heap could not be stuffed");
+}
+
 /* Every into form writes its destination on every member with the right
  * bytes and allocates nothing (heap stats, arena use unchanged): allreduce
  * into another tensor and in place, allgather, broadcast (and worker 0's
- * into x itself), scatter by element count into a (2, 2) from a (12),
- * gather into worker 0's out only (null elsewhere). _i: heap, sim. */
+ * into x itself), scatter by element count into a (32, 32) from a
+ * (3072), gather into worker 0's out only (null elsewhere). _i: heap, sim.
+ * The heap variant runs with the heap stuffed (stuff): a collective that
+ * made a temporary of its size would fail, not only one that leaked it. */
 START_TEST(test_into_written)
 {
     DLDeviceType type = _i == 0 ? kDLCPU : kDLExtDev;
     if (type != kDLCPU)
         NEED_DEVICE(type);
     disco_session_t *s = open_on(type);
-    int64_t n1[1] = {N}, nall[1] = {W * N}, part[2] = {2, 2};
+    int64_t n1[1] = {N}, nall[1] = {W * N}, part[2] = {32, 32};
     disco_dref_t x = make(s, type, n1, 1, F32, false), y = make(s, type, n1, 1, F32, false);
     disco_dref_t g = make(s, type, nall, 1, F32, false), sc = make(s, type, part, 2, F32, false);
-    disco_dref_t g0 = make(s, type, nall, 1, F32, true);
+    disco_dref_t g0 = make(s, type, nall, 1, F32, true), y2 = make(s, type, n1, 1, F32, false);
     set_x(s, x);
+    set_x(s, y2);
+    if (type == kDLCPU)
+        stuff(s);
     disco_value_t no = disco_value_bool(false);
-    float got[W * N];
+    static float got[W * N];
 
     disco_value_t ar[4] = {tu_dref(x), tu_dref(y), disco_value_str("sum"), no};
     call_no_alloc(s, type, "disco.allreduce_into", ar, 4);
@@ -160,17 +183,16 @@ START_TEST(test_into_written)
     disco_value_t sa[3] = {tu_dref(x), tu_dref(sc), no};
     call_no_alloc(s, type, "disco.scatter_from_worker0_into", sa, 3);
     for (int w = 0; w < W; w++) {
-        get(s, sc, w, got, 4);
-        for (int i = 0; i < 4; i++)
-            ck_assert_msg(got[i] == xval(0, 4 * w + i), "scatter %d[%d]", w, i);
+        get(s, sc, w, got, N / W);
+        for (int i = 0; i < N / W; i++)
+            ck_assert_msg(got[i] == xval(0, N / W * w + i), "scatter %d[%d]", w, i);
     }
 
     /* worker 0's x is its out: the others get it, worker 0's is unchanged */
-    disco_value_t self[3] = {tu_dref(y), tu_dref(y), no};
-    set_x(s, y);
+    disco_value_t self[3] = {tu_dref(y2), tu_dref(y2), no};
     call_no_alloc(s, type, "disco.broadcast_from_worker0_into", self, 3);
     for (int w = 0; w < W; w++) {
-        get(s, y, w, got, N);
+        get(s, y2, w, got, N);
         for (int i = 0; i < N; i++)
             ck_assert_msg(got[i] == xval(0, i), "broadcast in place %d[%d]", w, i);
     }
@@ -228,12 +250,11 @@ static void fails(disco_session_t *s, const char *name, const disco_value_t *a, 
 START_TEST(test_into_mismatches)
 {
     disco_session_t *s = open_on(kDLCPU);
-    int64_t n1[1] = {N}, n10[1] = {10}, n3[1] = {3}, n5[1] = {5};
+    int64_t n1[1] = {12}, n10[1] = {10}, n3[1] = {3}, n5[1] = {5};
     disco_dref_t x = make(s, kDLCPU, n1, 1, F32, false), i = make(s, kDLCPU, n1, 1, I32, false);
     disco_dref_t ten = make(s, kDLCPU, n10, 1, F32, false),
                  three = make(s, kDLCPU, n3, 1, F32, false);
     disco_dref_t five = make(s, kDLCPU, n5, 1, F32, false);
-    set_x(s, x);
     disco_value_t no = disco_value_bool(false);
 
     disco_value_t a1[4] = {tu_dref(x), tu_dref(ten), disco_value_str("sum"), no};
@@ -266,7 +287,7 @@ START_TEST(test_into_mismatches)
 
     /* out wrong on worker 2 only, which only worker 0's posted x shows:
      * worker 2 fails, the others are written */
-    int64_t shape[1] = {N};
+    int64_t shape[1] = {12};
     disco_value_t fa[5] = {disco_value_shape(shape, 1), disco_value_dtype(F32), disco_value_int(2),
                            disco_value_dtype(I32), disco_value_int(0)};
     disco_dref_t odd;
