@@ -272,8 +272,8 @@ static void bench_into_all(data_ctx_t *c, disco_dref_t x_small, disco_dref_t x_b
     bench_into(c, "disco.broadcast_from_worker0_into", bc, 3, WARM_SMALL, 10 * bench_reps(),
                "bcast_into_us_1MiB", "bcast_into_p99_us_1MiB");
     disco_value_t arb[4] = {dref(x_big), dref(yb), sum, no};
-    bench_into(c, "disco.allreduce_into", arb, 4, WARM_BIG, bench_reps(),
-               "allreduce_into_us_64MiB", "allreduce_into_p99_us_64MiB");
+    bench_into(c, "disco.allreduce_into", arb, 4, WARM_BIG, bench_reps(), "allreduce_into_us_64MiB",
+               "allreduce_into_p99_us_64MiB");
     bu_check(disco_session_free_reg(c->s, yb), "free");
     bu_check(disco_session_free_reg(c->s, g), "free");
     bu_check(disco_session_free_reg(c->s, y), "free");
