@@ -46,7 +46,8 @@
  * directly, with no new tensor (the result register holds null). out is
  * checked first: a tensor of this session (DISCO_E_BAD_TYPE,
  * DISCO_E_MISMATCH), compact (DISCO_E_INVAL), x's dtype and device type
- * and the element count written (DISCO_E_MISMATCH), not overlapping x
+ * (broadcast, scatter: any) and the element count written
+ * (DISCO_E_MISMATCH), not overlapping x
  * (DISCO_E_INVAL; allreduce into x itself and worker 0's broadcast into
  * its x are allowed). docs/tensors.md says which member fails when.
  *

@@ -130,7 +130,7 @@ def test_scatter_host_into_dst(sess):
 # source, is a named error from the sync (the builtin and "out" in the
 # message), and the session goes on.
 @pytest.mark.parametrize("case", ["allreduce_shape", "allreduce_dtype", "allgather_count",
-                                  "allgather_overlap", "broadcast_dtype", "scatter_count",
+                                  "scatter_overlap", "broadcast_dtype", "scatter_count",
                                   "gather_count"])
 def test_bad_destination(sess, case):
     x = filled(sess, (4,), "float32", [np.ones(4), np.ones(4)])
@@ -140,9 +140,11 @@ def test_bad_destination(sess, case):
         "allreduce_dtype": (lambda: sess.allreduce(x, sess.empty((4,), "int32")),
                             disco.MismatchError, "out is int32"),
         "allgather_count": (lambda: sess.allgather(x, sess.empty((4,), "float32")),
-                            disco.MismatchError, "elements times the members (8)"),
-        "allgather_overlap": (lambda: sess.allgather(x, x), disco.InvalidArgumentError,
-                              "allgather_into: out overlaps x"),
+                            disco.MismatchError, "allgather_into: out is float32 with 4 "
+                                                 "elements on device type 0; it must be "
+                                                 "float32 with 8"),
+        "scatter_overlap": (lambda: sess.scatter_from_worker0(x, x), disco.InvalidArgumentError,
+                            "scatter_from_worker0_into: out overlaps x"),
         "broadcast_dtype": (lambda: sess.broadcast_from_worker0(x, sess.empty((4,), "float64")),
                             disco.MismatchError, "it must be float32 with 4 elements"),
         "scatter_count": (lambda: sess.scatter_from_worker0(x, sess.empty((3,), "float32")),

@@ -8,8 +8,9 @@
  * Checks, before any byte moves, with the error naming the builtin and the
  * argument: both are tensors of this session (its heap or a device arena:
  * DISCO_E_BAD_TYPE, DISCO_E_MISMATCH), compact (DISCO_E_INVAL); out has
- * x's dtype and device type and the element count the collective writes
- * (DISCO_E_MISMATCH); out does not overlap x (DISCO_E_INVAL), except
+ * x's dtype and device type (broadcast and scatter: any device type, each
+ * member copying its part itself) and the element count the collective
+ * writes (DISCO_E_MISMATCH); out does not overlap x (DISCO_E_INVAL), except
  * allreduce's out being x itself (in place) and broadcast's on worker 0.
  * A member whose checks fail before the meeting posts its failure, so that
  * every member fails alike with it; a check that needs worker 0's x (the
@@ -22,6 +23,7 @@
 #include <string.h>
 
 #include "disco/comm.h"
+#include "disco/device.h"
 #include "disco/dtype.h"
 #include "workers/core/lookup.h"
 #include "workers/core/registry.h"
@@ -64,20 +66,24 @@ static disco_status_t arg_tensor(const disco_value_t *v, const char *what, const
     return DISCO_OK;
 }
 
-/* Checks that out is a dtype tensor of numel elements on device type dev. */
+/* Checks that out is a dtype tensor of numel elements on device type dev
+ * (or, with any_dev, on any: a member that copies its part itself). */
 static disco_status_t check_out(const char *what, const DLTensor *out, DLDataType dtype,
-                                uint32_t dev, int64_t numel)
+                                uint32_t dev, bool any_dev, int64_t numel)
 {
     if (out->dtype.code == dtype.code && out->dtype.bits == dtype.bits &&
-        out->dtype.lanes == dtype.lanes && dev_of(out) == dev && disco_tensor_numel(out) == numel)
+        out->dtype.lanes == dtype.lanes && (any_dev || dev_of(out) == dev) &&
+        disco_tensor_numel(out) == numel)
         return DISCO_OK;
     char a[32], b[32];
     return disco_set_error(DISCO_E_MISMATCH,
                            "%s: out is %s with %lld elements on device type %u; it must be %s with "
-                           "%lld elements on device type %u",
+                           "%lld elements%s%u%s",
                            what, disco_dtype_str(out->dtype, a, sizeof a),
                            (long long)disco_tensor_numel(out), dev_of(out),
-                           disco_dtype_str(dtype, b, sizeof b), (long long)numel, dev);
+                           disco_dtype_str(dtype, b, sizeof b), (long long)numel,
+                           any_dev ? " (x on device type " : " on device type ", dev,
+                           any_dev ? ", any device type)" : "");
 }
 
 /* Whether the bytes of a and b (on one device type) intersect. */
@@ -112,9 +118,10 @@ static disco_status_t overlap_error(const char *what)
 }
 
 /* Copies len bytes at off of member rank's posted input into out (this
- * member's own): memcpy in the heap, a copy on this member's arena stream
- * for device tensors (the call's end syncs it). Bytes already in place
- * (worker 0's broadcast into x) are not copied. */
+ * member's own, on any device type): memcpy in the heap, a synced copy from
+ * the heap onto a device, a copy on this member's arena stream from a
+ * device tensor (the call's end syncs it). Bytes already in place (worker
+ * 0's broadcast into x) are not copied. */
 static disco_status_t copy_part(struct disco__coll_call *c, int rank, uint64_t off, uint64_t len,
                                 DLTensor *out)
 {
@@ -122,8 +129,17 @@ static disco_status_t copy_part(struct disco__coll_call *c, int rank, uint64_t o
         return disco__coll_dev_copy_part(c, rank, off, len, out);
     char *src, *dst = (char *)out->data + out->byte_offset;
     disco_status_t st = disco__coll_span_check(c, rank, false, off, len, &src);
-    if (st == DISCO_OK && src != dst && len != 0)
+    if (st != DISCO_OK || src == dst || len == 0)
+        return st;
+    if (out->device.device_type == kDLCPU) {
         memcpy(dst, src, (size_t)len);
+        return DISCO_OK;
+    }
+    /* heap bytes into a device tensor: on the device's default stream,
+     * synced before the end barrier lets the poster reuse its x */
+    DLDevice cpu = {kDLCPU, 0};
+    if ((st = disco_device_copy(dst, out->device, src, cpu, (size_t)len, NULL)) == DISCO_OK)
+        st = disco_device_stream_sync(out->device, NULL);
     return st;
 }
 
@@ -146,7 +162,7 @@ static disco_status_t by_value(disco_ctx_t *ctx, const char *name, const char *w
     if (!want_out || (st = arg_tensor(&a[1], what, "out", &out)) != DISCO_OK)
         return st;
     const DLTensor *y = res.v.tensor;
-    if ((st = check_out(what, out, y->dtype, dev_of(y), disco_tensor_numel(y))) != DISCO_OK)
+    if ((st = check_out(what, out, y->dtype, dev_of(y), true, disco_tensor_numel(y))) != DISCO_OK)
         return st;
     return y->data == out->data ? DISCO_OK : disco__tensor_copy_out(y, out);
 }
@@ -199,6 +215,17 @@ static disco_status_t allgather_into(disco_ctx_t *ctx, const disco_value_t *a, i
                             : arg_tensor(&a[0], what, "x", &x);
     if (st == DISCO_OK)
         st = arg_tensor(&a[1], what, "out", &out);
+    /* the members: across nodes every worker (collective_ops.c's mult) */
+    disco_worker_t *w = ctx->worker;
+    int groups = w->ngroups > 0 ? (int)w->ngroups : 1;
+    int64_t all = 0;
+    int members = disco__worker_crosses(w, flag(a, n, 2)) ? w->gworld
+                  : flag(a, n, 2)                         ? w->world / groups
+                                                          : w->world;
+    if (st == DISCO_OK && __builtin_mul_overflow(disco_tensor_numel(x), (int64_t)members, &all))
+        st = disco_set_error(DISCO_E_OVERFLOW, "%s: x's elements times %d overflow", what, members);
+    if (st == DISCO_OK)
+        st = check_out(what, out, x->dtype, dev_of(x), false, all);
     if (st == DISCO_OK && overlaps(x, out))
         st = overlap_error(what);
     if (st != DISCO_OK)
@@ -223,7 +250,7 @@ static disco_status_t broadcast_into(disco_ctx_t *ctx, const disco_value_t *a, i
     disco_status_t st = n < 2 ? disco_set_error(DISCO_E_ARG_COUNT, "%s(x, out, in_group)", what)
                               : arg_tensor(&a[1], what, "out", &out);
     if (st == DISCO_OK && c.rank == 0 && (st = arg_tensor(&a[0], what, "x", &x)) == DISCO_OK)
-        st = check_out(what, out, x->dtype, dev_of(x), disco_tensor_numel(x));
+        st = check_out(what, out, x->dtype, dev_of(x), true, disco_tensor_numel(x));
     if (st == DISCO_OK && c.rank == 0 && overlaps(x, out) && x->data != out->data)
         st = overlap_error(what);
     if (st == DISCO_OK && c.rank == 0)
@@ -234,7 +261,7 @@ static disco_status_t broadcast_into(disco_ctx_t *ctx, const disco_value_t *a, i
         return st; /* same verdict, same barriers on every member */
     const struct disco__coll_posted *l = &c.post[0];
     size_t esz = disco_dtype_bytes(l->dtype);
-    st = check_out(what, out, l->dtype, l->dev_type, esz ? (int64_t)(l->nbytes / esz) : 0);
+    st = check_out(what, out, l->dtype, l->dev_type, true, esz ? (int64_t)(l->nbytes / esz) : 0);
     if (st == DISCO_OK)
         st = copy_part(&c, 0, 0, l->nbytes, out);
     return disco__coll_end(&c, st); /* worker 0's x stays until every copy is done */
@@ -273,7 +300,7 @@ static disco_status_t scatter_into(disco_ctx_t *ctx, const disco_value_t *a, int
     const struct disco__coll_posted *l = &c.post[0];
     size_t esz = disco_dtype_bytes(l->dtype);
     uint64_t chunk = l->nbytes / (uint64_t)c.size;
-    st = check_out(what, out, l->dtype, l->dev_type, esz ? (int64_t)(chunk / esz) : 0);
+    st = check_out(what, out, l->dtype, l->dev_type, true, esz ? (int64_t)(chunk / esz) : 0);
     if (st == DISCO_OK)
         st = copy_part(&c, 0, chunk * (uint64_t)c.rank, chunk, out);
     return disco__coll_end(&c, st); /* worker 0's x stays until every copy is done */
@@ -300,7 +327,7 @@ static disco_status_t gather_into(disco_ctx_t *ctx, const disco_value_t *a, int 
         st = __builtin_mul_overflow(disco_tensor_numel(x), (int64_t)c.size, &all)
                  ? disco_set_error(DISCO_E_OVERFLOW, "%s: x's elements times %d overflow", what,
                                    c.size)
-                 : check_out(what, out, x->dtype, dev_of(x), all);
+                 : check_out(what, out, x->dtype, dev_of(x), false, all);
     if (st == DISCO_OK && c.rank == 0 && overlaps(x, out))
         st = overlap_error(what);
     if (st == DISCO_OK) {
