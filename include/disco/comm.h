@@ -61,7 +61,9 @@ disco_status_t disco_ctx_allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTenso
                                    disco_reduce_op_t op, bool in_group);
 
 /** Every member gets the members' in stacked along dimension 0, in out
- *  (in's dtype and device, dimension 0 times the members). Returns as
+ *  (in's dtype and device, and in's elements times the members: in's
+ *  shape with dimension 0 times the members, or any shape of that many
+ *  elements, as TVM's allgather takes). Returns as
  *  disco_ctx_allreduce. */
 disco_status_t disco_ctx_allgather(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out,
                                    bool in_group);

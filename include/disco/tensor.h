@@ -38,6 +38,18 @@
  * records after; each member syncs its own stream once, at the end);
  * disco.send_recv too. Each result is a new tensor on the member's own
  * device (worker 0's broadcast result is its x).
+ * Collectives into the caller's tensor (TVM's forms; heap or device
+ * tensors): disco.allreduce_into(x, out, op, in_group),
+ * allgather_into(x, out, in_group), broadcast_from_worker0_into(x, out,
+ * in_group), scatter_from_worker0_into(x, out, in_group) (parts by
+ * element count) and gather_to_worker0_into(x, out, in_group) write out
+ * directly, with no new tensor (the result register holds null). out is
+ * checked first: a tensor of this session (DISCO_E_BAD_TYPE,
+ * DISCO_E_MISMATCH), compact (DISCO_E_INVAL), x's dtype and device type
+ * (broadcast, scatter: any) and the element count written
+ * (DISCO_E_MISMATCH), not overlapping x
+ * (DISCO_E_INVAL; allreduce into x itself and worker 0's broadcast into
+ * its x are allowed). docs/tensors.md says which member fails when.
  *
  * Ordering. Worker 0 runs each command in the controller's thread before the
  * call returns, so:

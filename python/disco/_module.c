@@ -146,6 +146,71 @@ static PyObject *mod_c_call_sync(PyObject *m, PyObject *args)
     return PyLong_FromLongLong(total);
 }
 
+/* _c_coll_rounds(session, func, args, rounds) -> [ns, ...]: single rounds
+ * of bench_tensor.c's coll_rounds in C on this session, for py_bench.py to
+ * alternate with the same rounds through Python: a call of func with args
+ * (a tuple of at most 8, converted once) + a sync of worker 1, timed; the
+ * result freed and worker 1 synced again, untimed. The tuple (and so every
+ * value converted from it) lives as long as this call. */
+static PyObject *mod_c_coll_rounds(PyObject *m, PyObject *args)
+{
+    (void)m;
+    SessionObject *so;
+    DRefObject *f;
+    PyObject *tup, *rounds_o;
+    unsigned long long rounds;
+    if (!PyArg_ParseTuple(args, "O!O!O!O", dp_Session_Type, &so, dp_DRef_Type, &f, &PyTuple_Type,
+                          &tup, &rounds_o) ||
+        dp_uint_in(rounds_o, 1u << 20, "rounds", &rounds) < 0)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(tup);
+    if (f->sess != so || n > 8) {
+        PyErr_SetString(PyExc_ValueError,
+                        "_c_coll_rounds: the function is another session's, or over 8 arguments");
+        return NULL;
+    }
+    disco_value_t v[8];
+    dp_scratch_t sc;
+    dp_scratch_init(&sc);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (dp_to_value(so, PyTuple_GET_ITEM(tup, i), &v[i], &sc) < 0) {
+            dp_scratch_free(&sc);
+            return NULL;
+        }
+    int64_t *ns = PyMem_Malloc((rounds ? rounds : 1) * sizeof *ns);
+    if (ns == NULL || dp_enter(so) < 0) {
+        PyMem_Free(ns);
+        dp_scratch_free(&sc);
+        return ns == NULL ? PyErr_NoMemory() : NULL;
+    }
+    disco_status_t st = DISCO_OK;
+    unsigned long long done = 0;
+    Py_BEGIN_ALLOW_THREADS for (; done < rounds && st == DISCO_OK; done++)
+    {
+        disco_dref_t r;
+        int64_t t0 = disco_now_ns();
+        if ((st = disco_session_call(so->s, f->reg, v, (int)n, &r)) != DISCO_OK)
+            break;
+        st = disco_session_sync(so->s, 1);
+        ns[done] = disco_now_ns() - t0;
+        (void)disco_session_free_reg(so->s, r);
+        if (st == DISCO_OK)
+            st = disco_session_sync(so->s, 1);
+    }
+    Py_END_ALLOW_THREADS dp_leave(so);
+    dp_scratch_free(&sc);
+    PyObject *list = st == DISCO_OK ? PyList_New((Py_ssize_t)rounds) : NULL;
+    for (unsigned long long i = 0; list != NULL && i < rounds; i++) {
+        PyObject *x = PyLong_FromLongLong(ns[i]);
+        if (x == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, (Py_ssize_t)i, x);
+    }
+    PyMem_Free(ns);
+    return st != DISCO_OK ? dp_raise(st) : list;
+}
+
 /* _set_call_nogil(flag): whether calls release the GIL (for measuring). */
 static PyObject *mod_set_call_nogil(PyObject *m, PyObject *arg)
 {
@@ -185,6 +250,7 @@ static PyMethodDef module_methods[] = {
     {"_set_types", mod_set_types, METH_VARARGS, NULL},
     {"_set_call_nogil", mod_set_call_nogil, METH_O, NULL},
     {"_c_call_sync", mod_c_call_sync, METH_VARARGS, NULL},
+    {"_c_coll_rounds", mod_c_coll_rounds, METH_VARARGS, NULL},
     {"status_table", mod_status_table, METH_NOARGS,
      "status_table()\n--\n\nEvery disco status: [(code, 'DISCO_E_...', message)]."},
     {"dtype_parse", mod_dtype_parse, METH_O,

@@ -183,25 +183,35 @@ class Session(_core.Session):
     def broadcast(self, src, dst=None, in_group=True):
         """Copies src (a host array; or a DRef on worker 0) to every worker.
 
-        Into dst (a DRef of a tensor of src's shape and dtype on every
-        worker) when given, else into a new tensor on each worker. Returns
-        the destination's DRef.
+        Into dst (a DRef of a tensor of src's dtype and element count on
+        every worker) when given, else into a new tensor on each worker.
+        Returns the destination's DRef. From a host array the bytes go
+        straight into worker 0's dst, and from there into every other
+        worker's dst: no tensor is made on the way (without groups).
         """
-        src_ref = src if isinstance(src, DRef) else self.copy_to_worker_0(src)
+        if isinstance(src, DRef):
+            return self.broadcast_from_worker0(src, dst, in_group)
         if dst is None:
-            if isinstance(src, DRef):
-                return self.broadcast_from_worker0(src_ref, None, in_group)
             dst = self.empty(src.shape, _dtype_of(src))
-        self.broadcast_from_worker0(src_ref, dst, in_group)
+        if in_group and self.num_groups > 1:  # each group's first worker needs src
+            src_ref = self.copy_to_worker_0(src)
+        else:
+            src_ref = self.copy_to_worker_0(src, dst)
+        self._get_cached_method("disco.broadcast_from_worker0_into")(src_ref, dst,
+                                                                     bool(in_group))
         return dst
 
     def broadcast_from_worker0(self, src, dst=None, in_group=True):
         """Worker 0's tensor src (a DRef) into dst on every worker (TVM's
-        in-place form). Without dst it returns the broadcast by reference
-        (O(1) in the size: every worker's register shares worker 0's bytes;
-        treat it as read-only), a disco extension."""
-        res = self._get_cached_method("disco.broadcast_from_worker0")(src, bool(in_group))
-        return self._into(dst, res)
+        in-place form: the builtin disco.broadcast_from_worker0_into writes
+        dst directly; worker 0's dst may be src). Without dst it returns the
+        broadcast by reference (O(1) in the size: every worker's register
+        shares worker 0's bytes; treat it as read-only), a disco
+        extension."""
+        if dst is None:
+            return self._get_cached_method("disco.broadcast_from_worker0")(src, bool(in_group))
+        self._get_cached_method("disco.broadcast_from_worker0_into")(src, dst, bool(in_group))
+        return dst
 
     def scatter(self, src, dst=None, in_group=True):
         """Splits src (a host array whose dimension 0 is the number of
@@ -221,34 +231,51 @@ class Session(_core.Session):
         """Worker 0's tensor split by element count, as TVM: piece i (the
         i-th run of numel / n elements) into to_array on worker i, which
         needs that many elements, in any shape (TVM's in-place form: a
-        (3,4,3) tensor scatters into two (3,3,2) ones). Without to_array:
-        the pieces by reference (each worker's register views worker 0's
-        bytes), shaped as rows when dimension 0 divides by n, else flat."""
-        res = self._get_cached_method("disco.scatter_from_worker0")(from_array, bool(in_group))
-        return self._into(to_array, res)
+        (3,4,3) tensor scatters into two (3,3,2) ones; the builtin
+        disco.scatter_from_worker0_into writes to_array directly). Without
+        to_array: the pieces by reference (each worker's register views
+        worker 0's bytes), shaped as rows when dimension 0 divides by n,
+        else flat."""
+        if to_array is None:
+            return self._get_cached_method("disco.scatter_from_worker0")(from_array,
+                                                                         bool(in_group))
+        self._get_cached_method("disco.scatter_from_worker0_into")(from_array, to_array,
+                                                                   bool(in_group))
+        return to_array
 
     def gather_to_worker0(self, from_array, to_array=None, in_group=True):
         """Every worker's from_array stacked along dimension 0 into
-        to_array on worker 0 (each group's first worker with in_group);
-        without to_array, a new tensor there (null elsewhere)."""
-        res = self._get_cached_method("disco.gather_to_worker0")(from_array, bool(in_group))
-        return self._into(to_array, res)
+        to_array on worker 0 (each group's first worker with in_group;
+        disco.gather_to_worker0_into writes it directly, and to_array may
+        be null on the others); without to_array, a new tensor there (null
+        elsewhere)."""
+        if to_array is None:
+            return self._get_cached_method("disco.gather_to_worker0")(from_array, bool(in_group))
+        self._get_cached_method("disco.gather_to_worker0_into")(from_array, to_array,
+                                                                bool(in_group))
+        return to_array
 
     def allreduce(self, src, dst=None, op="sum", in_group=True):
         """op ("sum", "prod", "min", "max", "avg") over every worker's src,
-        into dst on every worker (without dst: a new tensor). Returns the
-        destination."""
+        into dst on every worker (written directly by
+        disco.allreduce_into; dst may be src: in place), or without dst
+        into a new tensor. Returns the destination."""
         if op not in REDUCE_OPS:
             raise ValueError(f"Unsupported reduce op: {op}. Available ops are: "
                              f"{REDUCE_OPS.keys()}")
-        res = self._get_cached_method("disco.allreduce")(src, op, bool(in_group))
-        return self._into(dst, res)
+        if dst is None:
+            return self._get_cached_method("disco.allreduce")(src, op, bool(in_group))
+        self._get_cached_method("disco.allreduce_into")(src, dst, op, bool(in_group))
+        return dst
 
     def allgather(self, src, dst=None, in_group=True):
         """Every worker's src stacked along dimension 0, into dst on every
-        worker (without dst: a new tensor). Returns the destination."""
-        res = self._get_cached_method("disco.allgather")(src, bool(in_group))
-        return self._into(dst, res)
+        worker (written directly by disco.allgather_into), or without dst
+        into a new tensor. Returns the destination."""
+        if dst is None:
+            return self._get_cached_method("disco.allgather")(src, bool(in_group))
+        self._get_cached_method("disco.allgather_into")(src, dst, bool(in_group))
+        return dst
 
     def send_recv(self, src, src_worker, dst_worker):
         """Worker dst_worker gets worker src_worker's tensor src (by
@@ -263,12 +290,6 @@ class Session(_core.Session):
                     f"{self.num_workers}", _E_INVAL)
             ids.append(worker)
         return self._get_cached_method("disco.send_recv")(src, ids[0], ids[1])
-
-    def _into(self, dst, res):
-        if dst is None:
-            return res
-        self._get_cached_method("disco.copy_into")(dst, res)
-        return dst
 
     # ---- code ----
 

@@ -611,11 +611,12 @@ def test_collective_mismatch():
         fill(sess, x, (8,))
         cases = [
             (lambda: sess.allreduce(x, sess.empty((4,), "float32", device=ddev())),
-             "copy_into: dst is float32 with 4 elements, src float32 with 8"),
+             r"allreduce_into: out is float32 of shape \[4\]"),
             (lambda: sess.allreduce(x, sess.empty((8,), "int32", device=ddev())),
-             "copy_into: dst is int32 with 8 elements, src float32 with 8"),
+             r"allreduce_into: out is int32 of shape \[8\]"),
             (lambda: sess.allgather(x, sess.empty((8,), "float32", device=ddev())),
-             "copy_into: dst is float32 with 8 elements, src float32 with 24"),
+             r"allgather_into: out is float32 with 8 elements on device type \d+; it must be "
+             "float32 with 24"),
             (lambda: sess.scatter_from_worker0(
                 sess.empty((2, 4), "float32", device=ddev(), worker0_only=True)),
              r"scatter: dimension 0 \(2\) is not a multiple of 3"),

@@ -1,7 +1,10 @@
 /* bench_tensor.c - disco-bench's data-plane figures, all with N = 2 workers:
  * allreduce (float32 sum) of 1 MiB and 64 MiB, broadcast from worker 0 of
  * 1 MiB and 64 MiB (by reference: O(1) in the size), copy to worker 0 of
- * 64 MiB against a plain memcpy; and the baseline for allreduce, Open MPI's
+ * 64 MiB against a plain memcpy; the collectives into the caller's tensor
+ * (allreduce_into_us_1MiB and _64MiB, allgather_into_us_1MiB,
+ * bcast_into_us_1MiB, each with its _p99_: the C side of py_bench.py's
+ * py_allreduce_us_* and the others); and the baseline for allreduce, Open MPI's
  * MPI_Allreduce, run as a separate program (tools/bench/mpi_allreduce.c) through
  * mpirun.
  *
@@ -21,6 +24,7 @@
 #include <unistd.h>
 
 #include "tools/bench/bench.h"
+#include "tools/bench/bench_stats.h"
 #include "tools/bench/bench_util.h"
 #include "disco/session.h"
 #include "disco/tensor.h"
@@ -218,6 +222,64 @@ static void bench_copy(data_ctx_t *c)
     free(src);
 }
 
+/* A collective into a destination made before (disco.*_into): the
+ * median and the 99th percentile of single rounds (coll_rounds: the call
+ * + a sync of worker 1), after warm untimed ones, recorded as key and
+ * p99_key. */
+static void bench_into(data_ctx_t *c, const char *name, const disco_value_t *a, int n, int warm,
+                       int reps, const char *key, const char *p99_key)
+{
+    static double v[4096];
+    reps = reps < 4096 ? reps : 4096;
+    bu_check(disco_session_get_func(c->s, name, &c->func), name);
+    memcpy(c->args, a, (size_t)n * sizeof *a);
+    c->nargs = n;
+    c->what = name;
+    for (int i = 0; i < warm; i++)
+        coll_rounds(c, 1);
+    for (int r = 0; r < reps; r++)
+        v[r] = (double)coll_rounds(c, 1);
+    double p99, med = bench_stats(v, reps, &p99);
+    record(key, med / 1000, "us");
+    record(p99_key, p99 / 1000, "us");
+    bu_check(disco_session_free_reg(c->s, c->func), "free");
+}
+
+/* A new float32 tensor of bytes on every worker (unset). */
+static disco_dref_t empty_f32(disco_session_t *s, size_t bytes)
+{
+    int64_t n = (int64_t)(bytes / sizeof(float));
+    disco_dref_t r;
+    bu_check(disco_session_empty(s, &n, 1, f32, false, &r), "empty");
+    return r;
+}
+
+/* The into figures: 1 MiB allreduce, allgather (into 2 MiB) and broadcast
+ * into tensors made once, and the 64 MiB allreduce (its output freed
+ * after, for the by-value figures' room). */
+static void bench_into_all(data_ctx_t *c, disco_dref_t x_small, disco_dref_t x_big)
+{
+    disco_dref_t y = empty_f32(c->s, SMALL), g = empty_f32(c->s, 2 * SMALL);
+    disco_dref_t yb = empty_f32(c->s, BIG);
+    disco_value_t no = disco_value_bool(false), sum = disco_value_str("sum");
+    disco_value_t ar[4] = {dref(x_small), dref(y), sum, no};
+    bench_into(c, "disco.allreduce_into", ar, 4, WARM_SMALL, 10 * bench_reps(),
+               "allreduce_into_us_1MiB", "allreduce_into_p99_us_1MiB");
+    disco_value_t ag[3] = {dref(x_small), dref(g), no};
+    bench_into(c, "disco.allgather_into", ag, 3, WARM_SMALL, 10 * bench_reps(),
+               "allgather_into_us_1MiB", "allgather_into_p99_us_1MiB");
+    disco_value_t bc[3] = {dref(x_small), dref(y), no};
+    bench_into(c, "disco.broadcast_from_worker0_into", bc, 3, WARM_SMALL, 10 * bench_reps(),
+               "bcast_into_us_1MiB", "bcast_into_p99_us_1MiB");
+    disco_value_t arb[4] = {dref(x_big), dref(yb), sum, no};
+    bench_into(c, "disco.allreduce_into", arb, 4, WARM_BIG, bench_reps(), "allreduce_into_us_64MiB",
+               "allreduce_into_p99_us_64MiB");
+    bu_check(disco_session_free_reg(c->s, yb), "free");
+    bu_check(disco_session_free_reg(c->s, g), "free");
+    bu_check(disco_session_free_reg(c->s, y), "free");
+    bu_check(disco_session_sync(c->s, 1), "sync");
+}
+
 void bench_tensor(void)
 {
     data_ctx_t c = {0};
@@ -228,6 +290,7 @@ void bench_tensor(void)
     bench_broadcast(&c, x_big, "bcast_us_64MiB");
     bench_allreduce(&c, x_small, SMALL, "allreduce_us_1MiB");
     bench_allreduce(&c, x_big, BIG, "allreduce_us_64MiB");
+    bench_into_all(&c, x_small, x_big);
     disco_session_close(c.s);
     bu_unpin();
 }

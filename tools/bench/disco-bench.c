@@ -42,6 +42,12 @@
  *                       too; only with --mpi: tools/bench/mpi_allreduce.c)
  *   bcast_us_64MiB      broadcast_from_worker0 + sync worker 1 (by reference);
  *                       bcast_us_1MiB shows it is O(1) in the size
+ *   allreduce_into_us_1MiB  disco.allreduce_into (float32 sum into a tensor
+ *                       made once) + sync worker 1, median of single rounds;
+ *                       _64MiB; allgather_into_us_1MiB (1 MiB each into 2
+ *                       MiB), bcast_into_us_1MiB (broadcast_from_worker0_into);
+ *                       each with a _p99_ (allreduce_into_p99_us_1MiB): the C
+ *                       side of py_bench.py's py_allreduce_us_* and others
  *   copy_to_worker0_gbps  copy of 64 MiB into worker 0's heap (+ free)
  *   memcpy_gbps         single-core memcpy of 64 MiB (baseline)
  *   rpc_call_ns_shm     RPC: no-op disco_rpc_call round trip to a forked

@@ -112,8 +112,8 @@ def main():
                            series(r, [(mib, 'mpi_allreduce_us_' + k) for mib, k in sizes])]),
              ('memory-bandwidth floor (DRAM rate; 1 MiB fits in cache)', floor),
          ], logx=True)
-    peers = [('disco', 'py_step_ns', 'py_allreduce_us_'),
-             ('mpi4py', 'py_peer_mpi4py_step_ns', 'py_peer_mpi4py_allreduce_us_'),
+    peers = [('disco', 'py_peer_disco_step_ns', 'py_peer_disco_allreduce_us_'),
+             ('mpi4py', 'py_peer_mpi4py_peer_disco_step_ns', 'py_peer_mpi4py_peer_disco_allreduce_us_'),
              ('torch gloo', 'py_peer_gloo_step_ns', 'py_peer_gloo_allreduce_us_'),
              ('multiprocessing pipes', 'py_peer_pipes_step_ns', None)]
     bars(out, 'py-peers-step', 'From Python, 2 processes: one step (command + reply)',

@@ -28,6 +28,27 @@ disco-bench wrote just before; the same flat key -> number shape):
                            timed; 4 warm-up rounds, then the median of reps
                            single rounds, pinned: as copy_to_worker0_gbps
                            (its baseline), in the same heap size.
+  py_allreduce_us_1MiB     sess.allreduce(x, y) (float32 sum, y made once:
+                           disco.allreduce_into) + sync_worker(1), 2 workers,
+                           pinned: the median of single rounds after warm-up
+                           (10 x reps after 50 at 1 MiB; reps after 4 at
+                           64 MiB), as disco-bench's allreduce_us_1MiB;
+                           py_allreduce_p99_us_1MiB their p99; _64MiB too.
+  py_allgather_us_1MiB     sess.allgather(x, g) of 1 MiB each into 2 MiB
+                           (disco.allgather_into); _p99_ too.
+  py_broadcast_us_1MiB     sess.broadcast_from_worker0(x, y) of 1 MiB
+                           (disco.broadcast_from_worker0_into); _p99_ too.
+  py_c_allreduce_us_1MiB   the same rounds in C on the same session
+                           (disco._core._c_coll_rounds: bench_tensor.c's
+                           coll_rounds), each right after a Python round, so
+                           both see the same machine; _p99_, and for
+                           allgather, broadcast and 64 MiB too.
+  py_allreduce_ratio_1MiB  py_allreduce_us_1MiB / py_c_allreduce_us_1MiB;
+                           _64MiB; py_allgather_ratio_1MiB,
+                           py_broadcast_ratio_1MiB. Target: <= 1.1 (issue
+                           35). Also shown beside disco-bench's
+                           allreduce_us_1MiB, _64MiB, allgather_into_us_1MiB
+                           and bcast_into_us_1MiB when PATH holds them.
 Target: the Python layer adds under 1 us to a call + sync
 (py_call_overhead_ns < 1000 ns; also shown against disco-bench's own
 call_sync_ns, another session a few seconds earlier).
@@ -168,7 +189,80 @@ def py_copy(disco, np, cpus):
     return BIG / ns
 
 
-ROW = "{:<22} {:>12} {:<4} {:<22} {:>12} {:<18} {}"
+COLLS = [("allreduce", "1MiB"), ("allgather", "1MiB"), ("broadcast", "1MiB"),
+         ("allreduce", "64MiB")]
+# The C figures of disco-bench's tensor section the Python ones are also
+# shown beside (another session, a few seconds earlier in `make bench`).
+BENCH_BASE = {"py_allreduce_us_1MiB": "allreduce_us_1MiB",
+              "py_allreduce_us_64MiB": "allreduce_us_64MiB",
+              "py_allgather_us_1MiB": "allgather_into_us_1MiB",
+              "py_broadcast_us_1MiB": "bcast_into_us_1MiB"}
+COLL_TARGET = 1.1  # Python within 1.1x of C (issue 35)
+WARM_SMALL = 50
+
+
+def stats(lat):
+    """(median, p99) in us of single-round times in ns."""
+    lat = sorted(lat)
+    return statistics.median(lat) / 1e3, lat[(len(lat) - 1) * 99 // 100] / 1e3
+
+
+def py_collectives(disco, np, cpus):
+    """The collectives into a destination made once, each rep a Python
+    round then the same round in C (disco._core._c_coll_rounds) on the same
+    session: {key: us}."""
+    c_rounds = getattr(disco._core, "_c_coll_rounds", None)  # pylint: disable=protected-access
+    os.sched_setaffinity(0, cpus)
+    got = {}
+    with disco.ProcessSession(2, call_timeout_ms=30000, heap_bytes=HEAP_BYTES) as sess:
+        pin(sess, cpus)
+        f32 = "float32"
+        x = sess.broadcast(np.ones(MIB // 4, f32), sess.empty((MIB // 4,), f32), in_group=False)
+        xb = sess.broadcast(np.ones(BIG // 4, f32), sess.empty((BIG // 4,), f32), in_group=False)
+        y, g = sess.empty((MIB // 4,), f32), sess.empty((MIB // 2,), f32)
+        yb = sess.empty((BIG // 4,), f32)
+        sess.sync_worker(1)
+        sync = sess.sync_worker
+        # name, size: (the Python round, the builtin and its arguments)
+        rounds = {
+            ("allreduce", "1MiB"): (lambda: (sess.allreduce(x, y, "sum", False), sync(1)),
+                                    "disco.allreduce_into", (x, y, "sum", False)),
+            ("allgather", "1MiB"): (lambda: (sess.allgather(x, g, False), sync(1)),
+                                    "disco.allgather_into", (x, g, False)),
+            ("broadcast", "1MiB"): (lambda: (sess.broadcast_from_worker0(x, y, False), sync(1)),
+                                    "disco.broadcast_from_worker0_into", (x, y, False)),
+            ("allreduce", "64MiB"): (lambda: (sess.allreduce(xb, yb, "sum", False), sync(1)),
+                                     "disco.allreduce_into", (xb, yb, "sum", False)),
+        }
+        gc.disable()
+        try:
+            for name, size in COLLS:
+                fn, builtin, args = rounds[(name, size)]
+                func = sess.get_global_func(builtin)
+                big = size == "64MiB"
+                for _ in range(WARM_BIG if big else WARM_SMALL):
+                    fn()
+                    if c_rounds:
+                        c_rounds(sess, func, args, 1)
+                py, c = [], []
+                for _ in range(Opts.reps if big else 10 * Opts.reps):
+                    t0 = now()
+                    fn()
+                    py.append(now() - t0)
+                    if c_rounds:
+                        c.extend(c_rounds(sess, func, args, 1))
+                got[f"py_{name}_us_{size}"], got[f"py_{name}_p99_us_{size}"] = stats(py)
+                if c:
+                    med, p99 = stats(c)
+                    got[f"py_c_{name}_us_{size}"], got[f"py_c_{name}_p99_us_{size}"] = med, p99
+                    got[f"py_{name}_ratio_{size}"] = got[f"py_{name}_us_{size}"] / med
+        finally:
+            gc.enable()
+    os.sched_setaffinity(0, cpus)
+    return got
+
+
+ROW = "{:<27} {:>12} {:<4} {:<27} {:>12} {:<18} {}"
 
 
 def row(results, key, unit, base, ratio_label, target=None):
@@ -183,6 +277,18 @@ def row(results, key, unit, base, ratio_label, target=None):
     elif target is not None:
         verdict = f"< {target:g} ns over C  no baseline"
     print(ROW.format(key, f"{v:.1f}", unit, base, bv, ratio, verdict))
+
+
+def coll_row(results, key, base, ratio):
+    """A collective's row: its ratio to the C figure against COLL_TARGET."""
+    v, b, r = results.get(key), results.get(base), results.get(ratio)
+    if v is None:
+        return
+    if r is None:
+        print(ROW.format(key, f"{v:.1f}", "us", base, "-", "-", "no C figure in this run"))
+        return
+    verdict = f"<= {COLL_TARGET:g}x  {'PASS' if r <= COLL_TARGET else 'MISS'}"
+    print(ROW.format(key, f"{v:.1f}", "us", base, f"{b:.1f}", f"{r:.2f} py/C", verdict))
 
 
 def main():
@@ -215,8 +321,11 @@ def main():
         got["py_call_overhead_ns"] = py_ns - c_ns
     got["py_call_sync_p99_ns"] = py_call_sync_p99(disco, cpus)
     got["py_copy_to_worker0_gbps"] = py_copy(disco, np, cpus)
+    got.update(py_collectives(disco, np, cpus))
     for k, v in got.items():
-        print(f"  {k:<23} {v:12.1f} {'GB/s' if k.endswith('gbps') else 'ns'}")
+        unit = ("GB/s" if k.endswith("gbps") else "us" if "_us_" in k
+                else "x" if "_ratio_" in k else "ns")
+        print(f"  {k:<27} {v:12.1f} {unit}")
 
     doc = {"results": {}}
     if args.json and os.path.exists(args.json):
@@ -230,6 +339,12 @@ def main():
     row(results, "py_call_sync_ns", "ns", "call_sync_ns", "py/C", CALL_TARGET_NS)
     row(results, "py_call_sync_p99_ns", "ns", "call_sync_p99_ns", "py/C")
     row(results, "py_copy_to_worker0_gbps", "GB/s", "copy_to_worker0_gbps", "py/C")
+    for name, size in COLLS:
+        coll_row(results, f"py_{name}_us_{size}", f"py_c_{name}_us_{size}",
+                 f"py_{name}_ratio_{size}")
+        row(results, f"py_{name}_p99_us_{size}", "us", f"py_c_{name}_p99_us_{size}", "py/C")
+    for key, base in BENCH_BASE.items():
+        row(results, key, "us", base, "py/C")
     if args.json:
         tmp = args.json + ".tmp"
         with open(tmp, "w") as f:

@@ -11,7 +11,7 @@ first process one iteration at a time after a warm-up: the median and the
 99th percentile of the iterations.
 
   a step       disco: a no-op DPackedFunc call on every worker + sync of
-               worker 1 (py_step_ns; py_bench.py's py_call_sync_ns is the
+               worker 1 (py_peer_disco_step_ns; py_bench.py's py_call_sync_ns is the
                same call measured as a mean per batch);
                mpi4py: comm.Bcast of one int64 from rank 0 + comm.Gather of
                one int64 to rank 0 (what a controller does to start a step
@@ -22,12 +22,12 @@ first process one iteration at a time after a warm-up: the median and the
                the worker and its 64-byte reply (what TVM's ProcessSession
                does per worker).
   allreduce    float32 sum of 1 MiB and 64 MiB; disco: sess.allreduce(x, y)
-               + sync_all() from Python (py_allreduce_us_*); mpi4py:
+               + sync_all() from Python (py_peer_disco_allreduce_us_*); mpi4py:
                comm.Allreduce(MPI.IN_PLACE, buf); gloo: dist.all_reduce(t)
                (in place). The pipes have no allreduce.
 
-Keys (merged into PATH's "results"): py_step_ns, py_step_p99_ns,
-py_allreduce_us_1MiB, py_allreduce_p99_us_1MiB, ..._64MiB, and for each peer
+Keys (merged into PATH's "results"): py_peer_disco_step_ns, py_peer_disco_step_p99_ns,
+py_peer_disco_allreduce_us_1MiB, py_peer_disco_allreduce_p99_us_1MiB, ..._64MiB, and for each peer
 (mpi4py, gloo, pipes) py_peer_<peer>_step_ns, py_peer_<peer>_step_p99_ns,
 py_peer_<peer>_allreduce_us_1MiB, py_peer_<peer>_allreduce_p99_us_1MiB,
 ..._64MiB, and the ratios py_peer_<peer>_step_ratio,
@@ -108,7 +108,7 @@ def run_disco():
             noop()  # the DRef is dropped at once: its register is freed
             sess.sync_worker(1)
 
-        got["py_step_ns"], got["py_step_p99_ns"] = stats(timed(step, Opts.step_iters))
+        got["py_peer_disco_step_ns"], got["py_peer_disco_step_p99_ns"] = stats(timed(step, Opts.step_iters))
         for label, size in SIZES:
             x = sess.broadcast(np.ones(size // 4, dtype="float32"))
             y = sess.empty((size // 4,), "float32")
@@ -118,8 +118,8 @@ def run_disco():
                 sess.sync_all()
 
             med, p99 = stats(timed(allreduce, Opts.ar_iters[label]))
-            got[f"py_allreduce_us_{label}"] = med / 1000
-            got[f"py_allreduce_p99_us_{label}"] = p99 / 1000
+            got[f"py_peer_disco_allreduce_us_{label}"] = med / 1000
+            got[f"py_peer_disco_allreduce_p99_us_{label}"] = p99 / 1000
             del x, y
     os.sched_setaffinity(0, cpus)
     return got
@@ -267,9 +267,9 @@ def run_mpi4py():
 def ratios(got, res):
     """The peers' medians over disco's, where both are there."""
     for peer in PEERS:
-        pairs = [("step_ratio", f"py_peer_{peer}_step_ns", "py_step_ns")]
+        pairs = [("step_ratio", f"py_peer_{peer}_step_ns", "py_peer_disco_step_ns")]
         pairs += [(f"allreduce_ratio_{lab}", f"py_peer_{peer}_allreduce_us_{lab}",
-                   f"py_allreduce_us_{lab}") for lab, _ in SIZES]
+                   f"py_peer_disco_allreduce_us_{lab}") for lab, _ in SIZES]
         for name, key, base in pairs:
             if res.get(key) and res.get(base):
                 got[f"py_peer_{peer}_{name}"] = res[key] / res[base]
@@ -285,9 +285,9 @@ def table(res):
         return "-" if v is None else f"{v * scale:.1f}"
 
     print(f"\n{'figure':<18} {'disco':>16} " + " ".join(f"{p:>24}" for p in PEERS))
-    rows = [("step (us)", "py_step_ns", "py_step_p99_ns", "step_ns", "step_p99_ns", "step_ratio",
+    rows = [("step (us)", "py_peer_disco_step_ns", "py_peer_disco_step_p99_ns", "step_ns", "step_p99_ns", "step_ratio",
              "step", 1e-3)]
-    rows += [(f"allreduce {lab} (us)", f"py_allreduce_us_{lab}", f"py_allreduce_p99_us_{lab}",
+    rows += [(f"allreduce {lab} (us)", f"py_peer_disco_allreduce_us_{lab}", f"py_peer_disco_allreduce_p99_us_{lab}",
               f"allreduce_us_{lab}", f"allreduce_p99_us_{lab}", f"allreduce_ratio_{lab}", lab, 1.0)
              for lab, _ in SIZES]
     for name, dk, dp, pk, pp, rk, goal, scale in rows:

@@ -167,6 +167,12 @@ disco_status_t disco__coll_allgather_into(disco_ctx_t *ctx, bool in_group, disco
  *  or this member's failure. */
 disco_status_t disco__coll_dev_copy_into(struct disco__coll_call *c, int rank, DLTensor *dst);
 
+/** As disco__coll_dev_copy_into for the len bytes at off of member rank's
+ *  input (checked to lie in its arena); nothing is copied when they are
+ *  dst's own bytes already (worker 0's broadcast into its x). */
+disco_status_t disco__coll_dev_copy_part(struct disco__coll_call *c, int rank, uint64_t off,
+                                         uint64_t len, DLTensor *dst);
+
 /* ---- device tensors (collective_dev.c) ----
  *
  * Device ordering. Members queue their copies on their own arena streams

@@ -205,4 +205,8 @@ struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t w
  *  collective_ops.c), as a library does: lookup.c calls it once. */
 void disco__coll_register(void);
 
+/** Registers the collectives into the caller's tensor (disco.allreduce_into,
+ *  ...; collective_into.c); disco__coll_register calls it. */
+void disco__coll_into_register(void);
+
 #endif

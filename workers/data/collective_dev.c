@@ -64,12 +64,17 @@ disco_status_t disco__coll_dev_copy_of(disco_ctx_t *ctx, struct disco__coll_call
 
 disco_status_t disco__coll_dev_copy_into(struct disco__coll_call *c, int rank, DLTensor *dst)
 {
-    const struct disco__coll_posted *l = &c->post[rank];
+    return disco__coll_dev_copy_part(c, rank, 0, c->post[rank].nbytes, dst);
+}
+
+disco_status_t disco__coll_dev_copy_part(struct disco__coll_call *c, int rank, uint64_t off,
+                                         uint64_t len, DLTensor *dst)
+{
     char *src;
     DLDevice sd;
-    disco_status_t st = disco__coll_dev_span(c, rank, false, 0, l->nbytes, &src, &sd);
-    if (st == DISCO_OK)
-        st = dcopy(c, dst->data, dst->device, src, sd, (size_t)l->nbytes, false);
+    disco_status_t st = disco__coll_dev_span(c, rank, false, off, len, &src, &sd);
+    if (st == DISCO_OK && (src != dst->data || sd.device_type != dst->device.device_type))
+        st = dcopy(c, dst->data, dst->device, src, sd, (size_t)len, false);
     return st;
 }
 

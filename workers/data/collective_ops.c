@@ -311,20 +311,23 @@ static DLTensor *gather_post(disco_ctx_t *ctx, struct disco__coll_call *c, disco
                              DLTensor *x, DLTensor *given, const char *what, bool want_out,
                              int mult, DLTensor **x_out);
 
-/* Checks that out has x's dtype and device type and shape (x's ndim). */
+/* Checks that out has x's dtype and device type and shape's element count
+ * (x's ndim; any shape of that count, as TVM's destinations). */
 static disco_status_t same_geometry(DLTensor *out, const int64_t *shape, const DLTensor *x,
                                     const char *what, DLTensor **out_p)
 {
-    bool same = out->ndim == x->ndim && out->dtype.code == x->dtype.code &&
-                out->dtype.bits == x->dtype.bits && out->dtype.lanes == x->dtype.lanes &&
+    int64_t want = 1;
+    bool same = out->dtype.code == x->dtype.code && out->dtype.bits == x->dtype.bits &&
+                out->dtype.lanes == x->dtype.lanes &&
                 out->device.device_type == x->device.device_type;
     for (int d = 0; same && d < x->ndim; d++)
-        same = out->shape[d] == shape[d];
-    if (!same)
+        same = !__builtin_mul_overflow(want, shape[d], &want);
+    if (!same || disco_tensor_numel(out) != want)
         return disco_set_error(DISCO_E_MISMATCH,
                                "%s: the output must have the input's dtype and device and its "
-                               "shape with dimension 0 times the members (%lld rows)",
-                               what, x->ndim > 0 ? (long long)shape[0] : 0LL);
+                               "elements times the members (%lld), as its shape with dimension 0 "
+                               "times the members (%lld rows)",
+                               what, (long long)want, x->ndim > 0 ? (long long)shape[0] : 0LL);
     *out_p = out;
     return DISCO_OK;
 }
@@ -595,4 +598,5 @@ void disco__coll_register(void)
     disco__register_session_func("disco.gather_to_worker0", NULL, gather);
     disco__register_session_func("disco.send_recv", NULL, send_recv);
     disco__register_session_func("disco.copy_into", "??", copy_into);
+    disco__coll_into_register();
 }
