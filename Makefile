@@ -49,10 +49,11 @@ CFLAGS   += -std=c11 -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -I. -Iinclude -MM
 LDFLAGS  += $(SANFLAGS)
 LDLIBS   += -lpthread -ldl -lm
 
-VERSION  := 0.2.0
+VERSION  := 0.3.0
 # The soname's number is the ABI: it changes whenever a public name or
-# layout does (1: the issue 15 renames and the <disco/shm/*.h> split).
-SONAME   := libdisco.so.1
+# layout does (1: the issue 15 renames and the <disco/shm/*.h> split; 2: the
+# device table's physical_id and mps, the worker view's kernel, 0.3).
+SONAME   := libdisco.so.2
 
 # Sessions across nodes (scheduler/node/) need Open MPI (mpicc, installed
 # by tools/deps.sh): its link is compiled with mpicc's flags and linked
@@ -126,8 +127,14 @@ $(BUILD)/libdisco.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libdisco.so: $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,$(SONAME) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+# The library is linked again when its soname changes (a stamp holds it).
+SONAME_STAMP := $(BUILD)/.soname
+$(SONAME_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo '$(SONAME)' | cmp -s - $@ || echo '$(SONAME)' > $@
+
+$(BUILD)/libdisco.so: $(LIB_OBJ) $(SONAME_STAMP)
+	$(CC) -shared -Wl,-soname,$(SONAME) $(LDFLAGS) -o $@ $(filter %.o,$^) $(PKG_LIBS) $(LDLIBS)
 
 # One link rule a program: its folder's objects and the library.
 define tool_rule
@@ -183,7 +190,7 @@ PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 
 # The Python package (python/disco): a CPython extension over libdisco.so,
 # built for $(PYTHON) (Debian's python3 and python3-dev). `make python`
-# builds it in place: python/disco/_core<EXT_SUFFIX> finds libdisco.so.1
+# builds it in place: python/disco/_core<EXT_SUFFIX> finds libdisco.so.2
 # through its rpath, $ORIGIN/../../build (PYTHONPATH=python is all a script
 # needs). `make install` links a copy whose rpath is $ORIGIN/../../.. (the
 # prefix's lib/, from lib/python3/dist-packages/disco) into PYDIR.
@@ -210,7 +217,7 @@ PYDIR     ?= $(PREFIX)/lib/python3/dist-packages
 # The extension's file names depend on $(PYTHON), which deps.sh may only
 # install during this run (a bare Debian root): they are made by a second
 # make, which reads this file again once the dependencies are there.
-python: $(BUILD)/libdisco.so.1 | $(DEPS_STAMP)
+python: $(BUILD)/libdisco.so.2 | $(DEPS_STAMP)
 	@$(MAKE) --no-print-directory py-ext
 py-ext: $(PY_CORE)
 py-install-ext: $(BUILD)/pyinst/_core$(PY_EXT)
@@ -223,7 +230,7 @@ $(PY_OBJDIR)/%.o: python/%.c python/disco/_core.h $(FLAGS_STAMP) | $(DEPS_STAMP)
 	$(CC) $(CFLAGS) $(PY_DEFS) -fvisibility=hidden -I$(PY_INCLUDE) $(PKG_CFLAGS) -c $< -o $@
 
 # The soname's link in the build tree, for the in-place extension.
-$(BUILD)/libdisco.so.1: $(BUILD)/libdisco.so
+$(BUILD)/libdisco.so.2: $(BUILD)/libdisco.so
 	ln -sf libdisco.so $@
 
 $(PY_CORE): $(PY_OBJ) $(BUILD)/libdisco.so
@@ -482,7 +489,7 @@ docs:
 	$(PYTHON) tools/docs/fix_html.py $(DOCS_OUT)/html
 	sh tools/docs/check.sh $(DOCS_OUT)/html
 
-doc-test: $(BUILD)/libdisco.so $(BUILD)/libdisco.so.1 $(TOOLS) $(TESTLIB) $(DEMOLIB) python
+doc-test: $(BUILD)/libdisco.so $(BUILD)/libdisco.so.2 $(TOOLS) $(TESTLIB) $(DEMOLIB) python
 	$(PYTHON) tests/doc_links.py
 	PYTHON=$(PYTHON) $(PYTHON) tests/doc_examples.py --build $(BUILD)
 ifeq ($(SANITIZE),)
