@@ -369,6 +369,44 @@ START_TEST(test_wrong_device)
 }
 END_TEST
 
+/* Shutting a session down releases worker 0's device state (its device
+ * registers, its arena and the process's IPC table): a second session of
+ * the same process makes and uses device tensors while the first one, shut
+ * down with a device tensor still in a register, is not closed yet. Calls
+ * on the first then return DISCO_E_SHUTDOWN; closing both is clean. */
+START_TEST(test_shutdown_releases_device)
+{
+    DLDeviceType type = kDLExtDev;
+    NEED_DEVICE(type);
+    int64_t shape[1] = {16};
+    disco_session_t *first = open_for(type, _i);
+    disco_dref_t r1, r2;
+    CK_OK(disco_session_empty_device(first, shape, 1, F32, (DLDevice){type, 0}, false, &r1));
+    CK_OK(disco_session_sync_all(first));
+    CK_OK(disco_session_shutdown(first));
+    disco_session_t *second = open_for(type, _i);
+    CK_OK(disco_session_empty_device(second, shape, 1, F32, (DLDevice){type, 0}, false, &r2));
+    float in[16], out[16];
+    for (int k = 0; k < 16; k++)
+        in[k] = (float)k + 0.5f;
+    DLTensor hin = {.data = in, .device = {kDLCPU, 0}, .ndim = 1, .dtype = F32, .shape = shape};
+    DLTensor hout = {.data = out, .device = {kDLCPU, 0}, .ndim = 1, .dtype = F32, .shape = shape};
+    CK_OK(disco_session_copy_into_worker0(second, &hin, r2));
+    CK_OK(disco_session_copy_from_worker0(second, r2, &hout));
+    ck_assert_mem_eq(in, out, sizeof in);
+    CK_OK(disco_session_sync_all(second));
+    /* The shut down session: its register is gone with worker 0's device
+     * state, and every call says the session is shut down. */
+    CK_STATUS(disco_session_copy_from_worker0(first, r1, &hout), DISCO_E_SHUTDOWN);
+    CK_STATUS(disco_session_empty_device(first, shape, 1, F32, (DLDevice){type, 0}, false, &r1),
+              DISCO_E_SHUTDOWN);
+    disco_session_close(first);
+    CK_OK(disco_session_free_reg(second, r2));
+    CK_OK(disco_session_sync_all(second));
+    disco_session_close(second);
+}
+END_TEST
+
 Suite *suite_gpu_session(void)
 {
     Suite *s = suite_create("gpu_session");
@@ -387,6 +425,7 @@ Suite *suite_gpu_session(void)
     tcase_add_loop_test(tc, test_arena_full, 0, 6);
     tcase_add_test(tc, test_arena_alloc_fails);
     tcase_add_test(tc, test_wrong_device);
+    tcase_add_loop_test(tc, test_shutdown_releases_device, 0, 6);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -18,7 +18,7 @@ static PyObject *func_vectorcall(PyObject *self, PyObject *const *args, size_t n
 
 PyObject *dp_dref_new(PyTypeObject *type, SessionObject *so, uint64_t reg, PyObject *name)
 {
-    DRefObject *d = PyObject_New(DRefObject, type);
+    DRefObject *d = PyObject_GC_New(DRefObject, type);
     if (d == NULL) {
         dp_release_reg(so, reg);
         return NULL;
@@ -32,17 +32,35 @@ PyObject *dp_dref_new(PyTypeObject *type, SessionObject *so, uint64_t reg, PyObj
 #ifndef Py_LIMITED_API
     d->vectorcall = type == dp_Func_Type ? func_vectorcall : NULL;
 #endif
+    PyObject_GC_Track((PyObject *)d);
     return (PyObject *)d;
+}
+
+/* DRefs take part in the cycle collector: a session's cached functions
+ * (session.py's _get_cached_method) refer back to it, and without this
+ * visit the cycle would keep a shut down session, its segment fd and its
+ * mapping until process exit (test_refcount.py,
+ * test_session_with_collective_collected). There is no tp_clear: a DRef
+ * needs its session to free its register when it goes, and every cycle
+ * through one passes through an object that has one (the session's or a
+ * subclass's __dict__, cleared by Python's subtype_clear). */
+static int dref_traverse(DRefObject *d, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE((PyObject *)d));
+    Py_VISIT((PyObject *)d->sess);
+    Py_VISIT(d->name);
+    return 0;
 }
 
 static void dref_dealloc(DRefObject *d)
 {
+    PyObject_GC_UnTrack((PyObject *)d);
     if (d->sess != NULL && d->reg != 0 && d->pid == dp_pid)
         dp_release_reg(d->sess, d->reg);
     Py_CLEAR(d->sess);
     Py_CLEAR(d->name);
     PyTypeObject *t = Py_TYPE((PyObject *)d);
-    PyObject_Free(d); /* never a GC type: only this file makes DRefs */
+    PyObject_GC_Del(d); /* only this file makes DRefs: always a GC object */
     Py_DECREF(t);
 }
 
@@ -291,6 +309,7 @@ static PyGetSetDef dref_getset[] = {
 
 static PyType_Slot dref_slots[] = {
     {Py_tp_dealloc, dref_dealloc},
+    {Py_tp_traverse, dref_traverse},
     {Py_tp_repr, dref_repr},
     {Py_tp_doc, "DRef: a register that exists on every worker of a session (TVM Disco's DRef).\n\n"
                 "Calls return DRefs at once; the value is computed on each worker in\n"
@@ -303,7 +322,8 @@ static PyType_Slot dref_slots[] = {
 PyType_Spec dp_dref_spec = {
     .name = "disco.DRef",
     .basicsize = sizeof(DRefObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+             Py_TPFLAGS_HAVE_GC,
     .slots = dref_slots,
 };
 
@@ -316,6 +336,7 @@ static PyMemberDef func_members[] = {
 
 static PyType_Slot func_slots[] = {
     {Py_tp_call, func_call},
+    {Py_tp_traverse, dref_traverse},
 #ifndef Py_LIMITED_API
     {Py_tp_members, func_members},
 #endif
@@ -328,7 +349,7 @@ static PyType_Slot func_slots[] = {
 PyType_Spec dp_func_spec = {
     .name = "disco.DPackedFunc",
     .basicsize = sizeof(DRefObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_HAVE_GC
 #ifndef Py_LIMITED_API
              | Py_TPFLAGS_HAVE_VECTORCALL
 #endif

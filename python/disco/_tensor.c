@@ -32,7 +32,7 @@ static void fill_py_layout(TensorObject *t)
 
 static TensorObject *tensor_alloc(const DLTensor *src)
 {
-    TensorObject *t = PyObject_New(TensorObject, dp_Tensor_Type);
+    TensorObject *t = PyObject_GC_New(TensorObject, dp_Tensor_Type);
     if (t == NULL)
         return NULL;
     t->dl = *src;
@@ -50,6 +50,7 @@ static TensorObject *tensor_alloc(const DLTensor *src)
     t->pid = dp_pid;
     t->live = true;
     t->pins = 0;
+    PyObject_GC_Track((PyObject *)t);
     return t;
 }
 
@@ -79,13 +80,23 @@ void dp_tensor_expire(PyObject *o)
         ((TensorObject *)o)->live = false;
 }
 
+/* Tensors take part in the cycle collector as DRefs do (_dref.c says why
+ * there is no tp_clear: a view needs its session to be released). */
+static int tensor_traverse(TensorObject *t, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE((PyObject *)t));
+    Py_VISIT((PyObject *)t->sess);
+    return 0;
+}
+
 static void tensor_dealloc(TensorObject *t)
 {
+    PyObject_GC_UnTrack((PyObject *)t);
     if (t->view != NULL && t->sess != NULL && t->pid == dp_pid)
         dp_release_view(t->sess, t->view);
     Py_CLEAR(t->sess);
     PyTypeObject *tp = Py_TYPE((PyObject *)t);
-    PyObject_Free(t); /* never a GC type: only this file makes Tensors */
+    PyObject_GC_Del(t); /* only this file makes Tensors: always a GC object */
     Py_DECREF(tp);
 }
 
@@ -420,6 +431,7 @@ static PyGetSetDef tensor_getset[] = {
 
 static PyType_Slot tensor_slots[] = {
     {Py_tp_dealloc, tensor_dealloc},
+    {Py_tp_traverse, tensor_traverse},
     {Py_tp_repr, tensor_repr},
     {Py_bf_getbuffer, tensor_getbuffer},
     {Py_tp_doc,
@@ -444,6 +456,6 @@ static PyType_Slot tensor_slots[] = {
 PyType_Spec dp_tensor_spec = {
     .name = "disco.Tensor",
     .basicsize = sizeof(TensorObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_HAVE_GC,
     .slots = tensor_slots,
 };

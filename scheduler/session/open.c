@@ -511,6 +511,13 @@ disco_status_t disco_session_shutdown(disco_session_t *s)
         }
     }
     disco__procs_stop(&s->procs, grace);
+    /* Worker 0 runs no command any more (every call meets DISCO_E_SHUTDOWN
+     * from now on): its device tensors and arena go now, not at close, so
+     * that this process's IPC table is free for another session while this
+     * one is still referenced (test_gpu_session.c,
+     * test_shutdown_releases_device). Its heap registers stay: views of
+     * them keep the heap mapped until close. */
+    disco__worker_drop_device(&s->w0);
     s->state = DISCO_E_SHUTDOWN;
     atomic_store_explicit(&s->ctl->broken, DISCO_E_SHUTDOWN, memory_order_release);
     return DISCO_OK;

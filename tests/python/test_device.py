@@ -798,12 +798,6 @@ def test_two_sessions_with_device_tensors():
 # A session that was shut down holds no device tensors: the next session
 # of the process makes them, even while the old session object is still
 # referenced (as after a `with` block, whose variable stays bound).
-@pytest.mark.xfail(strict=True, reason="after ProcessSession.shutdown() (the end of a `with` "
-                   "block) worker 0's device arena and the process's IPC table stay taken "
-                   "until the session object is collected (disco_session_close), so a new "
-                   "session's device tensor fails with InvalidArgumentError 'cannot use this "
-                   "session's IPC table (is another session of this process holding device "
-                   "tensors?)'; expected shutdown() to release them")
 @isolated
 def test_device_tensors_after_shutdown_of_previous_session():
     with open_dev(2) as first:

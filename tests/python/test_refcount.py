@@ -4,8 +4,11 @@ consumer keeps the register it views alive; nothing is left once the
 objects die, by the heap's statistics and by the register ids."""
 
 import gc
+import os
+import weakref
 
 import numpy as np
+import pytest
 
 from conftest import heap, open_session, pid_alive, sync_all
 
@@ -157,3 +160,34 @@ def test_session_collected():
     del s
     gc.collect()
     assert not pid_alive(pid)
+
+
+def _segment_maps():
+    """Mappings of this process that are disco segments (memfds)."""
+    with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+        return sum(1 for line in f if "memfd:" in line)
+
+
+# A session that ran a collective caches the collective's function, which
+# refers back to the session: the cycle collector still frees it once
+# nobody else refers to it (DRef and DPackedFunc take part in it), shut
+# down first or not. Its segment fd and mapping go with it.
+@pytest.mark.parametrize("shut", [True, False])
+def test_session_with_collective_collected(shut):
+    gc.collect()
+    fds, maps = len(os.listdir("/proc/self/fd")), _segment_maps()
+    s = open_session(2)
+    pid = s.worker_pid(1)
+    x = s.empty((16,), "float32")
+    s.allreduce(x, op="sum")
+    sync_all(s)
+    del x
+    if shut:
+        s.shutdown()
+    ref = weakref.ref(s)
+    del s
+    gc.collect()
+    assert ref() is None, "the session outlived its last reference"
+    assert not pid_alive(pid)
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert _segment_maps() == maps

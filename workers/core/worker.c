@@ -54,6 +54,15 @@ void disco__worker_fini(disco_worker_t *w)
     w->arena = NULL;
 }
 
+void disco__worker_drop_device(disco_worker_t *w)
+{
+    for (uint64_t i = 0; i < w->nregs; i++)
+        if (w->regs[i].type == DISCO_T_TENSOR && disco__tensor_is_device(w->regs[i].v.tensor))
+            disco_value_clear(&w->regs[i]);
+    disco__arena_destroy(w->arena); /* after its tensors: they held its blocks */
+    w->arena = NULL;
+}
+
 void disco__worker_post_error(disco_worker_t *w, int code, const char *func, const char *msg)
 {
     struct disco__errbox *b = w->errbox;

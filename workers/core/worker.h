@@ -112,6 +112,13 @@ static inline bool disco__worker_crosses(const disco_worker_t *w, bool in_group)
 /** Frees every register, then the worker's device arena (arena.h). */
 void disco__worker_fini(disco_worker_t *w);
 
+/** Clears every register holding a device tensor, then destroys the
+ *  worker's device arena (arena.h), which releases this process's IPC table
+ *  and device binding. Its other registers stay. Worker 0's at shutdown
+ *  (scheduler/session/open.c); not thread-safe: the worker's own thread, or
+ *  the controller once it runs no command of the worker any more. */
+void disco__worker_drop_device(disco_worker_t *w);
+
 /** Executes one decoded command. When the command asks this worker for a
  *  reply, encodes it into reply (reply_cap bytes, 8-aligned) and sets
  *  *reply_len, else sets it to 0. Failures of the command itself go to the
