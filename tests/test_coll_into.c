@@ -24,6 +24,9 @@ static disco_session_t *open_on(DLDeviceType type)
     disco_session_config_t c = disco_session_config_default(W);
     c.call_timeout_ms = 60000;
     c.device_arena_bytes = 4u << 20;
+    /* A small heap: stuff() fills it whole (the default reserves half of
+     * the machine's memory, which filling would back). */
+    c.heap_bytes = 16u << 20;
     (void)type; /* NEED_DEVICE set DISCO_SIM_GPUS for sim */
     return tu_open_with_testlib(&c);
 }
