@@ -538,4 +538,6 @@ $(CUDA_C_OBJ): $(BUILD)/.cuda-$(CUDA_MODE)
 $(BUILD)/.cuda-$(CUDA_MODE):
 	@mkdir -p $(@D) && rm -f $(BUILD)/.cuda-* && touch $@
 
--include $(LIB_OBJ:.o=.d) $(PY_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(DEMOLIB_SRC:%.c=$(BUILD)/obj/%.d)
+-include $(LIB_OBJ:.o=.d) $(PY_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(DEMOLIB_SRC:%.c=$(BUILD)/obj/%.d) \
+    $(BUILD)/obj/tests/node_prog.d $(BUILD)/obj/tools/bench/node_bench.d $(BUILD)/obj/testlib/testlib.d \
+    $(BUILD)/obj/testlib/testlib_comm.d

@@ -163,7 +163,7 @@ static PyObject *mod_c_coll_rounds(PyObject *m, PyObject *args)
                           &tup, &rounds_o) ||
         dp_uint_in(rounds_o, 1u << 20, "rounds", &rounds) < 0)
         return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(tup);
+    Py_ssize_t n = PyTuple_Size(tup); /* the limited API's (PY_ABI3=1) */
     if (f->sess != so || n > 8) {
         PyErr_SetString(PyExc_ValueError,
                         "_c_coll_rounds: the function is another session's, or over 8 arguments");
@@ -173,7 +173,7 @@ static PyObject *mod_c_coll_rounds(PyObject *m, PyObject *args)
     dp_scratch_t sc;
     dp_scratch_init(&sc);
     for (Py_ssize_t i = 0; i < n; i++)
-        if (dp_to_value(so, PyTuple_GET_ITEM(tup, i), &v[i], &sc) < 0) {
+        if (dp_to_value(so, PyTuple_GetItem(tup, i), &v[i], &sc) < 0) {
             dp_scratch_free(&sc);
             return NULL;
         }
@@ -202,10 +202,8 @@ static PyObject *mod_c_coll_rounds(PyObject *m, PyObject *args)
     PyObject *list = st == DISCO_OK ? PyList_New((Py_ssize_t)rounds) : NULL;
     for (unsigned long long i = 0; list != NULL && i < rounds; i++) {
         PyObject *x = PyLong_FromLongLong(ns[i]);
-        if (x == NULL)
+        if (x == NULL || PyList_SetItem(list, (Py_ssize_t)i, x) < 0) /* steals x */
             Py_CLEAR(list);
-        else
-            PyList_SET_ITEM(list, (Py_ssize_t)i, x);
     }
     PyMem_Free(ns);
     return st != DISCO_OK ? dp_raise(st) : list;

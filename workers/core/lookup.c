@@ -13,6 +13,7 @@
 static void (*const builtin_libs[])(void) = {
     disco__builtins_register,
     disco__coll_register,
+    disco__coll_into_register,
     disco__tvm_names_register,
 };
 

@@ -206,7 +206,9 @@ struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t w
 void disco__coll_register(void);
 
 /** Registers the collectives into the caller's tensor (disco.allreduce_into,
- *  ...; collective_into.c); disco__coll_register calls it. */
+ *  ...; collective_into.c), as a library does: lookup.c calls it once (not
+ *  disco__coll_register: collective_into.c uses collective_ops.c, no arrow
+ *  back). */
 void disco__coll_into_register(void);
 
 #endif

@@ -25,7 +25,6 @@
 #include "disco/comm.h"
 #include "disco/device.h"
 #include "disco/dtype.h"
-#include "workers/core/lookup.h"
 #include "workers/core/registry.h"
 #include "workers/core/worker.h"
 #include "workers/data/coll_call.h"
@@ -149,7 +148,10 @@ static disco_status_t by_value(disco_ctx_t *ctx, const char *name, const char *w
                                const disco_value_t *a, int n, bool want_out)
 {
     uint64_t h;
-    disco_status_t st = disco__func_find(name, &h);
+    /* The registry itself, not disco__func_find (lookup.c registers this
+     * file's builtins: no arrow back to it); builtins are registered
+     * before any of them runs. */
+    disco_status_t st = disco__registry_find(name, &h);
     const struct disco__func *f = st == DISCO_OK ? disco__func_at(h) : NULL;
     if (f == NULL)
         return st != DISCO_OK ? st : disco_set_error(DISCO_E_NO_FUNC, "%s: no %s", what, name);

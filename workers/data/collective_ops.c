@@ -598,5 +598,4 @@ void disco__coll_register(void)
     disco__register_session_func("disco.gather_to_worker0", NULL, gather);
     disco__register_session_func("disco.send_recv", NULL, send_recv);
     disco__register_session_func("disco.copy_into", "??", copy_into);
-    disco__coll_into_register();
 }
