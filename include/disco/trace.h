@@ -75,6 +75,20 @@ typedef struct disco_trace_wait {
     double start_us, end_us; /* the wait's span */
 } disco_trace_wait_t;
 
+/* One in-worker collective (<disco/comm.h>) on one worker: a slice nested
+ * in the slice of the command whose function called it. The members of one
+ * collective share seq, index and group. Times in microseconds since the
+ * session opened. */
+typedef struct disco_trace_coll {
+    uint64_t seq;                    /* the command it ran in */
+    int worker;                      /* global id */
+    uint32_t index;                  /* which of the command's collectives: 0, 1, ... */
+    int group;                       /* the group's index; -1: every worker */
+    int members;                     /* workers taking part */
+    char name[DISCO_TRACE_NAME_MAX]; /* "allreduce", "allgather", "broadcast", "barrier" */
+    double start_us, end_us;         /* called, returned */
+} disco_trace_coll_t;
+
 /* A moment the session marked: a watchdog report (its text). */
 #define DISCO_TRACE_MARK_MAX 1024
 /* A mark: the moment and its text. */
@@ -94,6 +108,8 @@ typedef struct disco_trace {
     size_t nwaits, nmarks;       /* entries of waits and marks */
     disco_trace_wait_t *waits;   /* by worker, then by time */
     disco_trace_mark_t *marks;   /* by time */
+    size_t ncolls;               /* entries of colls */
+    disco_trace_coll_t *colls;   /* in-worker collectives: by worker, then by time */
 } disco_trace_t;
 
 /** A snapshot of the session's trace so far (the last 8192 commands). It

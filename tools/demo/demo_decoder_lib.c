@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "disco/comm.h"
 #include "disco/device.h"
 #include "disco/func.h"
 #include "disco/tensor.h"
@@ -315,39 +316,27 @@ static disco_status_t residual(disco_ctx_t *ctx, DLTensor *h, const disco_value_
     return put(ctx, h, 0, hs, d);
 }
 
-/* demo.dec_attn(w, cfg, layer, pos, h, kv, m): h += m (m: the previous
- * layer's MLP sum, or null); then this worker's heads' attention of
- * rmsnorm(h) at pos (their K and V rows at pos written into kv) through
- * their rows of Wo: its partial of the attention update, [d]. */
-static disco_status_t dec_attn(disco_ctx_t *ctx, const disco_value_t *a, int nargs,
-                               disco_value_t *ret)
+/* This worker's heads' attention of rmsnorm(hs) (hs: the residual stream
+ * on the host) at pos for layer l, their K and V rows at pos written into
+ * kv, through their rows of Wo: its partial of the attention update, into
+ * ps (host, d floats). */
+static disco_status_t attn_partial(disco_ctx_t *ctx, const demo_dec_shape_t *s,
+                                   const demo_dec_layout_t *L, const DLTensor *w, DLTensor *kv,
+                                   int64_t l, int64_t pos, const float *hs, float *ps)
 {
-    (void)nargs;
-    demo_dec_shape_t s;
-    disco_status_t st = shape_of(ctx, &a[1], &s);
-    if (st != DISCO_OK)
-        return st;
-    const DLTensor *w = a[0].v.tensor;
-    int64_t l = a[2].v.i, pos = a[3].v.i, d = s.d_model, hd = d / s.heads;
-    DLTensor *h = a[4].v.tensor, *kv = a[5].v.tensor, *out;
-    demo_dec_layout_t L = demo_dec_layout(&s, disco_ctx_worker_id(ctx), disco_ctx_world_size(ctx));
-    if (l < 0 || l >= s.layers || pos < 0 || pos >= s.max_seq)
-        return disco_ctx_fail(ctx, "dec_attn: layer %lld or position %lld out of range",
-                              (long long)l, (long long)pos);
-    int64_t dl = L.dl, kb = (l * 2) * s.max_seq * dl, vb = (l * 2 + 1) * s.max_seq * dl;
-    float *hs, *lw, *x = disco_ctx_alloc(ctx, (size_t)(d + 4 * dl + pos + 1) * sizeof *x), *ks, *vs,
-                    *ps;
+    int64_t d = s->d_model, hd = d / s->heads, dl = L->dl;
+    int64_t kb = (l * 2) * s->max_seq * dl, vb = (l * 2 + 1) * s->max_seq * dl;
+    float *lw, *ks, *vs, *x = disco_ctx_alloc(ctx, (size_t)(d + 4 * dl + pos + 1) * sizeof *x);
     if (x == NULL)
         return disco_ctx_fail(ctx, "dec_attn: out of memory");
     float *q = x + d, *k = q + dl, *v = k + dl, *o = v + dl, *p = o + dl;
-    if ((st = residual(ctx, h, &a[6], d, &hs)) != DISCO_OK ||
-        (st = view(ctx, w, L.layer0 + l * L.layer_size, L.layer_size, &lw)) != DISCO_OK ||
-        (st = fresh(ctx, &d, 1, h->device.device_type, &out, &ps)) != DISCO_OK)
+    disco_status_t st = view(ctx, w, L->layer0 + l * L->layer_size, L->layer_size, &lw);
+    if (st != DISCO_OK)
         return st;
-    rmsnorm(hs, lw + L.off[DEC_ATTN_NORM], x, d);
-    matvec(x, lw + L.off[DEC_WQ], q, d, dl);
-    matvec(x, lw + L.off[DEC_WK], k, d, dl);
-    matvec(x, lw + L.off[DEC_WV], v, d, dl);
+    rmsnorm(hs, lw + L->off[DEC_ATTN_NORM], x, d);
+    matvec(x, lw + L->off[DEC_WQ], q, d, dl);
+    matvec(x, lw + L->off[DEC_WK], k, d, dl);
+    matvec(x, lw + L->off[DEC_WV], v, d, dl);
     rope(q, dl / hd, hd, pos);
     rope(k, dl / hd, hd, pos);
     if ((st = put(ctx, kv, kb + pos * dl, k, dl)) != DISCO_OK ||
@@ -356,15 +345,61 @@ static disco_status_t dec_attn(disco_ctx_t *ctx, const disco_value_t *a, int nar
         (st = view(ctx, kv, vb, (pos + 1) * dl, &vs)) != DISCO_OK)
         return st;
     attend(q, ks, vs, o, p, dl / hd, hd, dl, pos);
-    matvec(o, lw + L.off[DEC_WO], ps, dl, d);
+    matvec(o, lw + L->off[DEC_WO], ps, dl, d);
+    return DISCO_OK;
+}
+
+/* gelu(rmsnorm(hs) W1) W2 over this worker's columns of layer l: its
+ * partial of the MLP update, into ps (host, d floats). */
+static disco_status_t mlp_partial(disco_ctx_t *ctx, const demo_dec_shape_t *s,
+                                  const demo_dec_layout_t *L, const DLTensor *w, int64_t l,
+                                  const float *hs, float *ps)
+{
+    int64_t d = s->d_model;
+    float *lw, *x = disco_ctx_alloc(ctx, (size_t)(d + L->fl) * sizeof *x);
+    if (x == NULL)
+        return disco_ctx_fail(ctx, "dec_mlp: out of memory");
+    float *f = x + d;
+    disco_status_t st = view(ctx, w, L->layer0 + l * L->layer_size, L->layer_size, &lw);
+    if (st != DISCO_OK)
+        return st;
+    rmsnorm(hs, lw + L->off[DEC_MLP_NORM], x, d);
+    matvec(x, lw + L->off[DEC_W1], f, d, L->fl);
+    for (int64_t j = 0; j < L->fl; j++)
+        f[j] = demo_mlp_gelu(f[j]);
+    matvec(f, lw + L->off[DEC_W2], ps, L->fl, d);
+    return DISCO_OK;
+}
+
+/* demo.dec_attn(w, cfg, layer, pos, h, kv, m): h += m (m: the previous
+ * layer's MLP sum, or null); then this worker's partial of the attention
+ * update (attn_partial), [d]. */
+static disco_status_t dec_attn(disco_ctx_t *ctx, const disco_value_t *a, int nargs,
+                               disco_value_t *ret)
+{
+    (void)nargs;
+    demo_dec_shape_t s;
+    disco_status_t st = shape_of(ctx, &a[1], &s);
+    if (st != DISCO_OK)
+        return st;
+    int64_t l = a[2].v.i, pos = a[3].v.i, d = s.d_model;
+    DLTensor *h = a[4].v.tensor, *out;
+    demo_dec_layout_t L = demo_dec_layout(&s, disco_ctx_worker_id(ctx), disco_ctx_world_size(ctx));
+    if (l < 0 || l >= s.layers || pos < 0 || pos >= s.max_seq)
+        return disco_ctx_fail(ctx, "dec_attn: layer %lld or position %lld out of range",
+                              (long long)l, (long long)pos);
+    float *hs, *ps;
+    if ((st = residual(ctx, h, &a[6], d, &hs)) != DISCO_OK ||
+        (st = fresh(ctx, &d, 1, h->device.device_type, &out, &ps)) != DISCO_OK ||
+        (st = attn_partial(ctx, &s, &L, a[0].v.tensor, a[5].v.tensor, l, pos, hs, ps)) != DISCO_OK)
+        return st;
     *ret = disco_value_tensor(out);
     return put(ctx, out, 0, ps, d);
 }
 DISCO_FUNC("demo.dec_attn", "TSiiTT?", dec_attn)
 
-/* demo.dec_mlp(w, cfg, layer, h, a): h += a (the attention sum); then
- * gelu(rmsnorm(h) W1) W2 over this worker's columns: its partial of the MLP
- * update, [d]. */
+/* demo.dec_mlp(w, cfg, layer, h, a): h += a (the attention sum); then this
+ * worker's partial of the MLP update (mlp_partial), [d]. */
 static disco_status_t dec_mlp(disco_ctx_t *ctx, const disco_value_t *a, int nargs,
                               disco_value_t *ret)
 {
@@ -378,24 +413,36 @@ static disco_status_t dec_mlp(disco_ctx_t *ctx, const disco_value_t *a, int narg
     demo_dec_layout_t L = demo_dec_layout(&s, disco_ctx_worker_id(ctx), disco_ctx_world_size(ctx));
     if (l < 0 || l >= s.layers)
         return disco_ctx_fail(ctx, "dec_mlp: layer %lld out of range", (long long)l);
-    float *hs, *lw, *x = disco_ctx_alloc(ctx, (size_t)(d + L.fl) * sizeof *x), *ps;
-    if (x == NULL)
-        return disco_ctx_fail(ctx, "dec_mlp: out of memory");
-    float *f = x + d;
+    float *hs, *ps;
     if ((st = residual(ctx, h, &a[4], d, &hs)) != DISCO_OK ||
-        (st = view(ctx, a[0].v.tensor, L.layer0 + l * L.layer_size, L.layer_size, &lw)) !=
-            DISCO_OK ||
-        (st = fresh(ctx, &d, 1, h->device.device_type, &out, &ps)) != DISCO_OK)
+        (st = fresh(ctx, &d, 1, h->device.device_type, &out, &ps)) != DISCO_OK ||
+        (st = mlp_partial(ctx, &s, &L, a[0].v.tensor, l, hs, ps)) != DISCO_OK)
         return st;
-    rmsnorm(hs, lw + L.off[DEC_MLP_NORM], x, d);
-    matvec(x, lw + L.off[DEC_W1], f, d, L.fl);
-    for (int64_t j = 0; j < L.fl; j++)
-        f[j] = demo_mlp_gelu(f[j]);
-    matvec(f, lw + L.off[DEC_W2], ps, L.fl, d);
     *ret = disco_value_tensor(out);
     return put(ctx, out, 0, ps, d);
 }
 DISCO_FUNC("demo.dec_mlp", "TSiTT", dec_mlp)
+
+/* The logits rmsnorm(hs) Wh (hs: the residual stream on the host) into a
+ * new [vocab] tensor on dev, *out_t (worker 0 only: it holds Wh). */
+static disco_status_t head_logits(disco_ctx_t *ctx, const demo_dec_shape_t *s, const DLTensor *w,
+                                  const float *hs, DLDeviceType dev, DLTensor **out_t)
+{
+    int64_t d = s->d_model, V = s->vocab;
+    demo_dec_layout_t L = demo_dec_layout(s, 0, disco_ctx_world_size(ctx));
+    float *tail, *ls, *x = disco_ctx_alloc(ctx, (size_t)d * sizeof *x);
+    DLTensor *out;
+    if (x == NULL)
+        return disco_ctx_fail(ctx, "dec_head: out of memory");
+    disco_status_t st;
+    if ((st = view(ctx, w, L.final_norm, L.total - L.final_norm, &tail)) != DISCO_OK ||
+        (st = fresh(ctx, &V, 1, dev, &out, &ls)) != DISCO_OK)
+        return st;
+    rmsnorm(hs, tail, x, d);
+    matvec(x, tail + (L.head - L.final_norm), ls, d, V);
+    *out_t = out;
+    return put(ctx, out, 0, ls, V);
+}
 
 /* demo.dec_head(w, cfg, h, m): h += m (the last MLP sum); on worker 0 the
  * logits rmsnorm(h) Wh, [vocab]; null on the others (they hold no Wh). */
@@ -407,20 +454,79 @@ static disco_status_t dec_head(disco_ctx_t *ctx, const disco_value_t *a, int nar
     disco_status_t st = shape_of(ctx, &a[1], &s);
     if (st != DISCO_OK)
         return st;
-    int64_t d = s.d_model, V = s.vocab;
     DLTensor *h = a[2].v.tensor, *out;
-    demo_dec_layout_t L = demo_dec_layout(&s, 0, disco_ctx_world_size(ctx));
-    float *hs, *tail, *ls, *x = disco_ctx_alloc(ctx, (size_t)d * sizeof *x);
-    if (x == NULL)
-        return disco_ctx_fail(ctx, "dec_head: out of memory");
-    if ((st = residual(ctx, h, &a[3], d, &hs)) != DISCO_OK || disco_ctx_worker_id(ctx) != 0)
+    float *hs;
+    if ((st = residual(ctx, h, &a[3], s.d_model, &hs)) != DISCO_OK || disco_ctx_worker_id(ctx) != 0)
         return st;
-    if ((st = view(ctx, a[0].v.tensor, L.final_norm, L.total - L.final_norm, &tail)) != DISCO_OK ||
-        (st = fresh(ctx, &V, 1, h->device.device_type, &out, &ls)) != DISCO_OK)
-        return st;
-    rmsnorm(hs, tail, x, d);
-    matvec(x, tail + (L.head - L.final_norm), ls, d, V);
-    *ret = disco_value_tensor(out);
-    return put(ctx, out, 0, ls, V);
+    if ((st = head_logits(ctx, &s, a[0].v.tensor, hs, h->device.device_type, &out)) == DISCO_OK)
+        *ret = disco_value_tensor(out);
+    return st;
 }
 DISCO_FUNC("demo.dec_head", "TSTT", dec_head)
+
+/* part (d floats on its device; ps its host view, the same memory on the
+ * CPU) += nothing: the members' partials summed in place by an in-worker
+ * allreduce, then added into the residual stream hs (host). */
+static disco_status_t reduce_add(disco_ctx_t *ctx, DLTensor *part, const float *ps, float *hs,
+                                 int64_t d)
+{
+    const float *sum = ps;
+    float *got;
+    disco_status_t st = put(ctx, part, 0, ps, d);
+    if (st == DISCO_OK)
+        st = disco_ctx_allreduce(ctx, part, part, DISCO_REDUCE_SUM, false);
+    if (st == DISCO_OK && part->device.device_type != kDLCPU &&
+        (st = view(ctx, part, 0, d, &got)) == DISCO_OK)
+        sum = got;
+    if (st != DISCO_OK)
+        return st; /* after a collective's failure the members no longer agree: return it */
+    for (int64_t i = 0; i < d; i++)
+        hs[i] += sum[i];
+    return DISCO_OK;
+}
+
+/* demo.dec_step(w, cfg, token, pos, h, kv): one whole decode step in one
+ * command (issue 34): h = E[token]; per layer, h += the allreduce (sum, in
+ * the worker: disco_ctx_allreduce) of the attention partials, then of the
+ * MLP partials (Megatron, as the controller-driven form of the commands
+ * above); then on worker 0 the logits, [vocab]; null on the others. Every
+ * worker runs it (call_sync_all), the same 2 * layers collectives in the
+ * same order. h keeps the step's residual stream, kv this worker's KV
+ * cache, as the controller-driven form leaves them. */
+static disco_status_t dec_step(disco_ctx_t *ctx, const disco_value_t *a, int nargs,
+                               disco_value_t *ret)
+{
+    (void)nargs;
+    demo_dec_shape_t s;
+    disco_status_t st = shape_of(ctx, &a[1], &s);
+    if (st != DISCO_OK)
+        return st;
+    const DLTensor *w = a[0].v.tensor;
+    int64_t tok = a[2].v.i, pos = a[3].v.i, d = s.d_model;
+    DLTensor *h = a[4].v.tensor, *kv = a[5].v.tensor, *part, *out;
+    DLDeviceType dev = h->device.device_type;
+    demo_dec_layout_t L = demo_dec_layout(&s, disco_ctx_worker_id(ctx), disco_ctx_world_size(ctx));
+    if (tok < 0 || tok >= s.vocab || pos < 0 || pos >= s.max_seq)
+        return disco_ctx_fail(ctx, "dec_step: token %lld or position %lld out of range",
+                              (long long)tok, (long long)pos);
+    float *row, *hs = disco_ctx_alloc(ctx, (size_t)d * sizeof *hs), *ps;
+    if (hs == NULL)
+        return disco_ctx_fail(ctx, "dec_step: out of memory");
+    if ((st = view(ctx, w, tok * d, d, &row)) != DISCO_OK ||
+        (st = fresh(ctx, &d, 1, dev, &part, &ps)) != DISCO_OK)
+        return st;
+    memcpy(hs, row, (size_t)d * sizeof *hs);
+    for (int64_t l = 0; l < s.layers; l++) {
+        if ((st = attn_partial(ctx, &s, &L, w, kv, l, pos, hs, ps)) != DISCO_OK ||
+            (st = reduce_add(ctx, part, ps, hs, d)) != DISCO_OK ||
+            (st = mlp_partial(ctx, &s, &L, w, l, hs, ps)) != DISCO_OK ||
+            (st = reduce_add(ctx, part, ps, hs, d)) != DISCO_OK)
+            return st;
+    }
+    if ((st = put(ctx, h, 0, hs, d)) != DISCO_OK || disco_ctx_worker_id(ctx) != 0)
+        return st;
+    if ((st = head_logits(ctx, &s, w, hs, dev, &out)) == DISCO_OK)
+        *ret = disco_value_tensor(out);
+    return st;
+}
+DISCO_FUNC("demo.dec_step", "TSiiTT", dec_step)
