@@ -433,11 +433,14 @@ bool demo_decoder(const demo_dec_opts_t *o, const char *lib)
            (long long)o->d_ff, n, o->nprompt, o->tokens);
     printf("   tensors: %s; LM head on worker 0 only (the residual stream is on every worker)\n",
            o->device == kDLExtDev
-               ? "on sim devices (a test device, no GPU figures), computed "
-                 "on host copies: no GPU compute kernels; the allreduces run as device kernels"
-           : o->device == kDLCUDA ? "on CUDA GPUs, computed on host copies: no GPU compute "
-                                    "kernels; the allreduces run as device kernels"
-                                  : "CPU (the shared heap)");
+               ? "on sim devices (a test device, no GPU figures): the one-command step runs "
+                 "each kernel as the sim's host implementation, the controller-driven functions "
+                 "computed on host copies; the allreduces run as device kernels"
+           : o->device == kDLCUDA
+               ? "on CUDA GPUs: the one-command step computes with the demo's CUDA kernels "
+                 "(tools/demo/demo_dec_cuda.cu), the controller-driven functions computed on "
+                 "host copies; the allreduces run as device kernels"
+               : "CPU (the shared heap)");
     printf("   a step: %s (the %s form runs after it, in the same session, for comparison)\n",
            forms[0] == DEMO_FORM_ONE_COMMAND
                ? "one command, call_sync_all of demo.dec_step, which runs every layer and "
