@@ -69,11 +69,12 @@ static int write_colls(const disco_trace_t *t, json_t *arr)
         /* c is the latest arrival of its collective: the first such member in
          * the list where starts tie */
         bool last = true;
-        for (size_t j = 0; j < t->ncolls && last; j++)
-            if (j != i && same_coll(c, &t->colls[j]) &&
-                (t->colls[j].start_us > c->start_us ||
-                 (t->colls[j].start_us == c->start_us && j < i)))
+        for (size_t j = 0; j < t->ncolls && last; j++) {
+            const disco_trace_coll_t *o = &t->colls[j];
+            bool later = o->start_us > c->start_us || (o->start_us == c->start_us && j < i);
+            if (j != i && same_coll(c, o) && later)
                 last = false;
+        }
         for (size_t j = 0; j < t->ncolls && last && rc == 0; j++) {
             const disco_trace_coll_t *o = &t->colls[j];
             if (j == i || !same_coll(c, o))

@@ -102,8 +102,8 @@ struct demo_dk_cuda {
     cu_launch_t launch;
 };
 
-#ifdef DEMO_DEC_PTX
-#include DEMO_DEC_PTX /* static const char demo_dec_ptx[] */
+#if defined(DEMO_DEC_PTX) && !defined(__CPPCHECK__) /* cppcheck has no such header */
+#include DEMO_DEC_PTX                               /* static const char demo_dec_ptx[] */
 
 static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct demo_dk_cuda cu_loaded; /* under cu_lock until ctx is set */
