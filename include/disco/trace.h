@@ -23,7 +23,10 @@
  * worker's start (slices and flows share one category, "disco", since
  * DevTools binds a flow only to a slice of its own category), the waits
  * between commands as "spin" and "parked" slices (category "wait"), and
- * each watchdog report as an instant event on the controller's track. The summary gives,
+ * each watchdog report as an instant event on the controller's track. The collectives a
+ * worker function calls inside a command (disco/comm.h) are stamped too, as slices nested in
+ * the command's slice (disco_trace_coll_t; category "comm" in the JSON, with a flow from the
+ * member that arrived last to each other member). The summary gives,
  * per worker, busy % and queue delay (enqueue to start) p50/p99; per
  * function, count and time; and per step (the commands between two syncs),
  * the slowest worker: the straggler that holds the sync back.
