@@ -439,6 +439,46 @@ START_TEST(test_nested_collectives)
 }
 END_TEST
 
+/* Nested records share the ring with the commands' and wrap with them: a
+ * command of 9000 in-worker allreduces leaves each worker the newest of
+ * them, in order, ending with the last (index 8999), the loss counted, and
+ * the command's own slice on every worker. */
+START_TEST(test_nested_wrap_around)
+{
+    disco_session_config_t cfg = disco_session_config_default(2);
+    cfg.worker_path = DISCO_TEST_WORKER;
+    disco_session_t *s = tu_open_with_testlib(&cfg);
+    disco_dref_t f, r;
+    disco_value_t a[3] = {disco_value_int(64), disco_value_int(9000), disco_value_bool(false)};
+    CK_OK(disco_session_get_func(s, "comm.allreduce_loop", &f));
+    CK_OK(disco_session_call_sync_all(s, f, a, 3, &r));
+    disco_trace_t *t;
+    CK_OK(disco_session_trace(s, &t));
+    ck_assert_uint_gt(t->dropped, 0);
+    uint64_t seq = t->cmds[t->ncmds - 1].seq;
+    for (int w = 0; w < 2; w++) {
+        size_t n = 0;
+        uint32_t prev = 0;
+        for (size_t i = 0; i < t->ncolls; i++) {
+            const disco_trace_coll_t *c = &t->colls[i];
+            if (c->worker != w)
+                continue;
+            ck_assert_uint_eq(c->seq, seq);
+            ck_assert_msg(n == 0 || c->index == prev + 1, "worker %d: index %u after %u", w,
+                          c->index, prev);
+            prev = c->index;
+            n++;
+        }
+        ck_assert_msg(n > 8000 && n <= 8192, "worker %d kept %zu collectives", w, n);
+        ck_assert_uint_eq(prev, 8999 & 0xffffu);
+        ck_assert_ptr_nonnull(slice_of(t, w, seq));
+    }
+    disco_trace_free(t);
+    CK_OK(disco_session_free_reg(s, r));
+    disco_session_close(s);
+}
+END_TEST
+
 /* The snapshot's settle waits for a worker's record of the last command
  * even when that worker's ring already holds a nested record of it (which
  * carries the command's sequence number and is written before the
@@ -528,6 +568,7 @@ Suite *suite_trace(void)
     tcase_add_test(tc, test_load_errors);
     tcase_add_test(tc, test_nested_collectives);
     tcase_add_test(tc, test_nested_settle);
+    tcase_add_test(tc, test_nested_wrap_around);
     suite_add_tcase(s, tc);
     return s;
 }

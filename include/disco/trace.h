@@ -85,7 +85,7 @@ typedef struct disco_trace_wait {
 typedef struct disco_trace_coll {
     uint64_t seq;                    /* the command it ran in */
     int worker;                      /* global id */
-    uint32_t index;                  /* which of the command's collectives: 0, 1, ... */
+    uint32_t index;                  /* which of the command's collectives: 0, 1, ... (mod 65536) */
     int group;                       /* the group's index; -1: every worker */
     int members;                     /* workers taking part */
     char name[DISCO_TRACE_NAME_MAX]; /* "allreduce", "allgather", "broadcast", "barrier" */
