@@ -83,7 +83,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # (built with mpicc), tools/bench/node_bench.c a program of its own (run
 # under mpirun by disco-bench). disco-demo also links bench_util.o.
 PROG_DIRS := bench cli demo jsonrpc rpc-server soak worker
-DEMOLIB_SRC := tools/demo/demo_lib.c tools/demo/demo_decoder_lib.c
+DEMOLIB_SRC := tools/demo/demo_lib.c tools/demo/demo_decoder_lib.c tools/demo/demo_dec_kernels.c
 NOT_LINKED := $(DEMOLIB_SRC) tools/bench/mpi_allreduce.c tools/bench/mpi_node_base.c \
     tools/bench/node_bench.c
 TOOL_SRC := $(wildcard tools/*/disco-*.c) tools/cli/disco.c
@@ -531,6 +531,16 @@ $(CUDA_OBJ): workers/device/ar_cuda.cu $(FLAGS_STAMP) $(BUILD)/.cuda-on | $(DEPS
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/libdisco.a $(BUILD)/libdisco.so: $(CUDA_OBJ)
 -include $(CUDA_OBJ:.o=.d)
+# The demo decoder's kernels: PTX (runs on sm_80 and later), a C string in a
+# header that the demo library includes and loads through the driver.
+DEMO_PTX := $(BUILD)/gen/demo_dec_ptx.h
+$(DEMO_PTX): tools/demo/demo_dec_cuda.cu $(BUILD)/.cuda-on
+	@mkdir -p $(@D)
+	$(NVCC) -std=c++17 -Werror all-warnings -arch=compute_80 --ptx $< -o $(@:.h=.ptx)
+	{ echo 'static const char demo_dec_ptx[] ='; sed 's/\\/\\\\/g; s/"/\\"/g; s/^/"/; s/$$/\\n"/' \
+	    $(@:.h=.ptx); echo ';'; } > $@
+$(BUILD)/obj/tools/demo/demo_dec_kernels.o: $(DEMO_PTX)
+$(BUILD)/obj/tools/demo/demo_dec_kernels.o: CFLAGS += -DDEMO_DEC_PTX='"$(DEMO_PTX)"'
 else
 CUDA_MODE := off
 endif

@@ -126,10 +126,12 @@ END_TEST
  * the README names. */
 static void check_decoder_json(const char *path, const char *device, int workers)
 {
-    json_t *j = load_with(path, (const char *const[]){"token_us", "token_p99_us", "compute_us",
-                                                      "coordination_us", "coordination_pct",
-                                                      "tokens_per_s", "max_rel_err", "tolerance",
-                                                      "tokens_match", "ok", "tokens", NULL});
+    json_t *j = load_with(
+        path, (const char *const[]){
+                  "token_us", "token_p99_us", "compute_us", "coordination_us", "coordination_pct",
+                  "tokens_per_s", "max_rel_err", "tolerance", "tokens_match", "ok", "tokens",
+                  "commands_per_token", "ctx_allreduce_us", "one_command_tokens_per_s",
+                  "controller_driven_tokens_per_s", "one_command_speedup", "form", NULL});
     ck_assert_str_eq(json_string_value(json_object_get(j, "device")), device);
     ck_assert_int_eq(json_integer_value(json_object_get(j, "workers")), workers);
     ck_assert_msg(json_is_true(json_object_get(j, "ok")), "%s: ok is not true", path);
@@ -191,6 +193,100 @@ START_TEST(test_decoder_sim)
     ck_assert_msg(strstr(out, "computed on host copies") != NULL, "%s", out);
     snprintf(cmd, sizeof cmd, "%s/d.json", dir);
     check_decoder_json(cmd, "sim", 2);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+}
+END_TEST
+
+/* The ctx_allreduce slices of a trace file: each inside a demo.dec_step
+ * slice of its worker's track and command (args.seq); per track, how many
+ * (counts[tid]); and the "comm" flows' starts and finishes. */
+static void check_trace_colls(const char *path, size_t *counts, size_t ntids, size_t *flows_s,
+                              size_t *flows_f)
+{
+    json_error_t e;
+    json_t *doc = json_load_file(path, 0, &e), *ev = json_object_get(doc, "traceEvents");
+    ck_assert_msg(doc != NULL, "%s: %s", path, e.text);
+    *flows_s = *flows_f = 0;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        json_t *c = json_array_get(ev, i);
+        const char *ph = json_string_value(json_object_get(c, "ph"));
+        const char *cat = json_string_value(json_object_get(c, "cat"));
+        if (cat == NULL || strcmp(cat, "comm") != 0)
+            continue;
+        *flows_s += strcmp(ph, "s") == 0;
+        *flows_f += strcmp(ph, "f") == 0;
+        if (strcmp(ph, "X") != 0)
+            continue;
+        json_int_t tid = json_integer_value(json_object_get(c, "tid"));
+        json_int_t seq = json_integer_value(json_object_get(json_object_get(c, "args"), "seq"));
+        double ts = json_real_value(json_object_get(c, "ts")),
+               end = ts + json_real_value(json_object_get(c, "dur"));
+        ck_assert_str_eq(json_string_value(json_object_get(c, "name")), "ctx_allreduce");
+        ck_assert(tid >= 1 && (size_t)tid < ntids);
+        counts[tid]++;
+        bool inside = false;
+        for (size_t j = 0; j < json_array_size(ev) && !inside; j++) {
+            json_t *p = json_array_get(ev, j);
+            const char *name = json_string_value(json_object_get(p, "name"));
+            double ps = json_real_value(json_object_get(p, "ts"));
+            inside =
+                name != NULL && strcmp(name, "demo.dec_step") == 0 &&
+                json_integer_value(json_object_get(p, "tid")) == tid &&
+                json_integer_value(json_object_get(json_object_get(p, "args"), "seq")) == seq &&
+                ps <= ts && end <= ps + json_real_value(json_object_get(p, "dur"));
+        }
+        ck_assert_msg(inside, "%s: ctx_allreduce of seq %lld on track %lld outside its step", path,
+                      (long long)seq, (long long)tid);
+    }
+    json_decref(doc);
+}
+
+/* Both forms of a decoder step, each the main one (_i / 2: --controller-
+ * driven), on the CPU and on sim (_i % 2), 2 workers: the run matches the
+ * reference (both forms' logits are checked); demo.json says which form
+ * leads, the one-command form takes one command a token (at most 2, the
+ * goal of issue 34) against at least 2 + 4L for the other, both forms'
+ * tokens/s and the in-worker allreduce's time are there; the trace has
+ * every one-command step's 2L in-worker allreduces on both workers, nested
+ * in the step, and a flow for each. */
+START_TEST(test_decoder_forms)
+{
+    bool ctl = _i / 2, sim = _i % 2;
+    char dir[] = "/tmp/disco-decoder-forms-XXXXXX", cmd[2048], out[65536];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "env -u DISCO_SIM_GPUS %s/disco-demo " DECODER_SMALL " --device %s --workers 2 %s "
+             "--trace %s/t.json --json %s/d.json",
+             DISCO_TEST_BIN, sim ? "sim" : "cpu", ctl ? "--controller-driven" : "", dir, dir);
+    int rc = run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 0, "%s exited %d: %s", cmd, rc, out);
+    ck_assert_msg(strstr(out, ctl ? "the one-command form, in the same session"
+                                  : "the controller-driven form, in the same session") != NULL,
+                  "%s", out);
+    snprintf(cmd, sizeof cmd, "%s/d.json", dir);
+    check_decoder_json(cmd, sim ? "sim" : "cpu", 2);
+    json_t *j = json_load_file(cmd, 0, NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "form")),
+                     ctl ? "controller-driven" : "one-command");
+    double one = json_real_value(json_object_get(j, "one_command_commands_per_token")),
+           other = json_real_value(json_object_get(j, "controller_driven_commands_per_token")),
+           top = json_real_value(json_object_get(j, "commands_per_token"));
+    ck_assert_msg(one >= 1 && one <= 2, "one-command form: %g commands a token", one);
+    ck_assert_msg(other >= 2 + 4 * 2, "controller-driven form: %g commands a token", other);
+    ck_assert(top == (ctl ? other : one));
+    ck_assert(json_real_value(json_object_get(j, "ctx_allreduce_us")) > 0);
+    ck_assert(json_real_value(json_object_get(j, "one_command_tokens_per_s")) > 0);
+    ck_assert(json_real_value(json_object_get(j, "controller_driven_tokens_per_s")) > 0);
+    ck_assert(json_real_value(json_object_get(j, "one_command_speedup")) > 0);
+    json_decref(j);
+    size_t counts[4] = {0}, fs, ff;
+    snprintf(cmd, sizeof cmd, "%s/t.json", dir);
+    check_trace_colls(cmd, counts, 4, &fs, &ff);
+    size_t want = (3 + 5 - 1) * 2 * 2; /* steps (prompt 3, 5 tokens) x 2L */
+    ck_assert_msg(counts[1] == want && counts[2] == want, "ctx_allreduce slices: %zu, %zu",
+                  counts[1], counts[2]);
+    ck_assert_msg(fs == want && ff == want, "flows: %zu starts, %zu finishes", fs, ff);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert_int_eq(run(cmd, out, sizeof out), 0);
 }
@@ -421,6 +517,7 @@ Suite *suite_tools(void)
     tcase_add_loop_test(tc, test_demo_cuda, 0, 2);
     tcase_add_loop_test(tc, test_decoder_cpu, 0, 3);
     tcase_add_test(tc, test_decoder_sim);
+    tcase_add_loop_test(tc, test_decoder_forms, 0, 4);
     tcase_add_test(tc, test_decoder_bad_flags);
     tcase_add_test(tc, test_decoder_weights_file);
     tcase_add_test(tc, test_bench_gpu_sim);

@@ -7,10 +7,13 @@
 #include <check.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "disco/clock.h"
 #include "disco/trace.h"
+#include "scheduler/trace/trace_impl.h"
 #include "tests/session_util.h"
 
 #define WORLD 3
@@ -325,6 +328,203 @@ START_TEST(test_no_faults_in_steps)
 }
 END_TEST
 
+/* A session of WORLD workers with the test library (its comm.* functions),
+ * that has run comm.allreduce_loop(1 KiB, NCOLL, world) as call_sync_all
+ * twice, a noop call between. */
+#define NCOLL 3
+static disco_session_t *run_nested(void)
+{
+    disco_session_config_t cfg = disco_session_config_default(WORLD);
+    cfg.worker_path = DISCO_TEST_WORKER;
+    disco_session_t *s = tu_open_with_testlib(&cfg);
+    disco_dref_t f, noop, r;
+    disco_value_t a[3] = {disco_value_int(1024), disco_value_int(NCOLL), disco_value_bool(false)};
+    CK_OK(disco_session_get_func(s, "comm.allreduce_loop", &f));
+    CK_OK(disco_session_get_func(s, "disco.noop", &noop));
+    CK_OK(disco_session_call_sync_all(s, f, a, 3, &r));
+    CK_OK(disco_session_free_reg(s, r));
+    CK_OK(disco_session_call(s, noop, NULL, 0, &r));
+    CK_OK(disco_session_free_reg(s, r));
+    CK_OK(disco_session_call_sync_all(s, f, a, 3, &r));
+    CK_OK(disco_session_free_reg(s, r));
+    return s;
+}
+
+/* The command slice of worker w and seq, or NULL. */
+static const disco_trace_slice_t *slice_of(const disco_trace_t *t, int w, uint64_t seq)
+{
+    for (size_t i = 0; i < t->nslices; i++)
+        if (t->slices[i].worker == w && t->slices[i].seq == seq)
+            return &t->slices[i];
+    return NULL;
+}
+
+/* In-worker collectives (disco_ctx_allreduce inside a worker function) are
+ * in the trace as slices nested in their command's slice, on every worker
+ * (worker 0 too): NCOLL a command a worker, in index order, each member of
+ * one collective there once; the JSON has them as "comm" slices with a flow
+ * from the last member to arrive to each other member, and reads back to
+ * the same collectives. */
+START_TEST(test_nested_collectives)
+{
+    disco_session_t *s = run_nested();
+    disco_trace_t *t, *back;
+    CK_OK(disco_session_trace(s, &t));
+    ck_assert_uint_eq(t->ncolls, 2 * NCOLL * WORLD);
+    int per[WORLD] = {0};
+    for (size_t i = 0; i < t->ncolls; i++) {
+        const disco_trace_coll_t *c = &t->colls[i];
+        ck_assert_str_eq(c->name, "allreduce");
+        ck_assert_int_eq(c->members, WORLD);
+        ck_assert_int_eq(c->group, -1);
+        ck_assert(c->worker >= 0 && c->worker < WORLD && c->index < NCOLL);
+        per[c->worker]++;
+        const disco_trace_slice_t *sl = slice_of(t, c->worker, c->seq);
+        ck_assert_msg(sl != NULL && strcmp(sl->name, "comm.allreduce_loop") == 0,
+                      "worker %d: collective of command %llu without its command's slice",
+                      c->worker, (unsigned long long)c->seq);
+        ck_assert_msg(sl->start_us <= c->start_us && c->start_us <= c->end_us &&
+                          c->end_us <= sl->end_us,
+                      "worker %d: collective %u [%.3f, %.3f] not inside its step [%.3f, %.3f]",
+                      c->worker, c->index, c->start_us, c->end_us, sl->start_us, sl->end_us);
+        if (i > 0 && t->colls[i - 1].worker == c->worker && t->colls[i - 1].seq == c->seq) {
+            ck_assert_uint_eq(c->index, t->colls[i - 1].index + 1);
+            ck_assert(c->start_us >= t->colls[i - 1].end_us);
+        }
+        int members = 0;
+        for (size_t j = 0; j < t->ncolls; j++)
+            members += t->colls[j].seq == c->seq && t->colls[j].index == c->index;
+        ck_assert_int_eq(members, WORLD);
+    }
+    for (int w = 0; w < WORLD; w++)
+        ck_assert_int_eq(per[w], 2 * NCOLL);
+    char path[] = "/tmp/disco-test-nested-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    CK_OK(disco_trace_write_json(t, f));
+    fclose(f);
+    json_error_t err;
+    json_t *doc = json_load_file(path, 0, &err), *ev = json_object_get(doc, "traceEvents");
+    ck_assert_msg(doc != NULL, "%s", err.text);
+    size_t xs = 0, fs = 0, ff = 0;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        json_t *e = json_array_get(ev, i);
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        const char *cat = json_string_value(json_object_get(e, "cat"));
+        if (cat == NULL || strcmp(cat, "comm") != 0)
+            continue;
+        xs += strcmp(ph, "X") == 0;
+        fs += strcmp(ph, "s") == 0;
+        ff += strcmp(ph, "f") == 0;
+        if (strcmp(ph, "X") == 0)
+            ck_assert_str_eq(json_string_value(json_object_get(e, "name")), "ctx_allreduce");
+    }
+    ck_assert_uint_eq(xs, 2 * NCOLL * WORLD);
+    ck_assert_uint_eq(fs, 2 * NCOLL * (WORLD - 1)); /* the last to arrive to each other */
+    ck_assert_uint_eq(ff, 2 * NCOLL * (WORLD - 1));
+    json_decref(doc);
+    CK_OK(disco_trace_load_json(path, &back));
+    unlink(path);
+    ck_assert_uint_eq(back->ncolls, t->ncolls);
+    for (size_t i = 0; i < t->ncolls; i++) {
+        ck_assert_uint_eq(back->colls[i].seq, t->colls[i].seq);
+        ck_assert_int_eq(back->colls[i].worker, t->colls[i].worker);
+        ck_assert_uint_eq(back->colls[i].index, t->colls[i].index);
+        ck_assert_str_eq(back->colls[i].name, t->colls[i].name);
+    }
+    disco_trace_free(back);
+    disco_trace_free(t);
+    disco_session_close(s);
+}
+END_TEST
+
+/* Nested records share the ring with the commands' and wrap with them: a
+ * command of 9000 in-worker allreduces leaves each worker the newest of
+ * them, in order, ending with the last (index 8999), the loss counted, and
+ * the command's own slice on every worker. */
+START_TEST(test_nested_wrap_around)
+{
+    disco_session_config_t cfg = disco_session_config_default(2);
+    cfg.worker_path = DISCO_TEST_WORKER;
+    disco_session_t *s = tu_open_with_testlib(&cfg);
+    disco_dref_t f, r;
+    disco_value_t a[3] = {disco_value_int(64), disco_value_int(9000), disco_value_bool(false)};
+    CK_OK(disco_session_get_func(s, "comm.allreduce_loop", &f));
+    CK_OK(disco_session_call_sync_all(s, f, a, 3, &r));
+    disco_trace_t *t;
+    CK_OK(disco_session_trace(s, &t));
+    ck_assert_uint_gt(t->dropped, 0);
+    uint64_t seq = t->cmds[t->ncmds - 1].seq;
+    for (int w = 0; w < 2; w++) {
+        size_t n = 0;
+        uint32_t prev = 0;
+        for (size_t i = 0; i < t->ncolls; i++) {
+            const disco_trace_coll_t *c = &t->colls[i];
+            if (c->worker != w)
+                continue;
+            ck_assert_uint_eq(c->seq, seq);
+            ck_assert_msg(n == 0 || c->index == prev + 1, "worker %d: index %u after %u", w,
+                          c->index, prev);
+            prev = c->index;
+            n++;
+        }
+        ck_assert_msg(n > 8000 && n <= 8192, "worker %d kept %zu collectives", w, n);
+        ck_assert_uint_eq(prev, 8999 & 0xffffu);
+        ck_assert_ptr_nonnull(slice_of(t, w, seq));
+    }
+    disco_trace_free(t);
+    CK_OK(disco_session_free_reg(s, r));
+    disco_session_close(s);
+}
+END_TEST
+
+/* The snapshot's settle waits for a worker's record of the last command
+ * even when that worker's ring already holds a nested record of it (which
+ * carries the command's sequence number and is written before the
+ * command's own record): rings made by hand, worker 1 with command 1's
+ * record and command 2's nested allreduce only, so the snapshot must wait
+ * out its 10 ms bound (trace.c last_recorded looks past nested records);
+ * once command 2's record is there, the snapshot has it and the nested one
+ * as a collective. */
+START_TEST(test_nested_settle)
+{
+    struct disco__ctrace t = {0};
+    struct disco__trace_ring *ring = aligned_alloc(64, sizeof *ring);
+    ck_assert_ptr_nonnull(ring);
+    memset(ring, 0, sizeof *ring);
+    CK_OK(disco__trace_open(&t, ring));
+    uint64_t now = disco__ticks();
+    for (uint64_t q = 1; q <= 2; q++)
+        t.rec[q % DISCO_TRACE_CAP] = (struct disco__ctl_rec){
+            .seq = q, .code = DISCO_CMD_CALL, .t_enq = now, .t_issued = now + 1};
+    disco__trace_put(ring, 1, DISCO_CMD_CALL, 0, now, now + 2, 0);
+    disco__trace_put_info(ring, 2,
+                          disco__trace_nested_info(DISCO__TK_ALLREDUCE, 0, DISCO__TRACE_NOGROUP, 2),
+                          now + 3, now + 4);
+    disco_trace_t *tr;
+    int64_t t0 = disco_now_ns();
+    CK_OK(disco__trace_snapshot(&t, 2, 2, true, &tr));
+    int64_t waited = disco_now_ns() - t0;
+    ck_assert_msg(waited >= 10000000,
+                  "settle returned after %lld ns: it took the nested record "
+                  "for the command's",
+                  (long long)waited);
+    ck_assert_uint_eq(tr->ncolls, 1);
+    ck_assert_uint_eq(tr->colls[0].seq, 2);
+    ck_assert_ptr_null(slice_of(tr, 1, 2));
+    disco_trace_free(tr);
+    disco__trace_put(ring, 2, DISCO_CMD_CALL, 0, now + 2, now + 5, 0);
+    CK_OK(disco__trace_snapshot(&t, 2, 2, true, &tr));
+    ck_assert_ptr_nonnull(slice_of(tr, 1, 2));
+    ck_assert_uint_eq(tr->ncolls, 1);
+    ck_assert_uint_eq(tr->nslices, 4); /* worker 0's two, worker 1's two */
+    disco_trace_free(tr);
+    disco__trace_close(&t);
+    free(ring);
+}
+END_TEST
+
 /* Files that are not disco traces are refused with the reason. */
 START_TEST(test_load_errors)
 {
@@ -366,6 +566,9 @@ Suite *suite_trace(void)
     tcase_add_test(tc, test_wrap_around);
     tcase_add_test(tc, test_no_faults_in_steps);
     tcase_add_test(tc, test_load_errors);
+    tcase_add_test(tc, test_nested_collectives);
+    tcase_add_test(tc, test_nested_settle);
+    tcase_add_test(tc, test_nested_wrap_around);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -23,7 +23,10 @@
  * worker's start (slices and flows share one category, "disco", since
  * DevTools binds a flow only to a slice of its own category), the waits
  * between commands as "spin" and "parked" slices (category "wait"), and
- * each watchdog report as an instant event on the controller's track. The summary gives,
+ * each watchdog report as an instant event on the controller's track. The collectives a
+ * worker function calls inside a command (disco/comm.h) are stamped too, as slices nested in
+ * the command's slice (disco_trace_coll_t; category "comm" in the JSON, with a flow from the
+ * member that arrived last to each other member). The summary gives,
  * per worker, busy % and queue delay (enqueue to start) p50/p99; per
  * function, count and time; and per step (the commands between two syncs),
  * the slowest worker: the straggler that holds the sync back.
@@ -75,6 +78,20 @@ typedef struct disco_trace_wait {
     double start_us, end_us; /* the wait's span */
 } disco_trace_wait_t;
 
+/* One in-worker collective (<disco/comm.h>) on one worker: a slice nested
+ * in the slice of the command whose function called it. The members of one
+ * collective share seq, index and group. Times in microseconds since the
+ * session opened. */
+typedef struct disco_trace_coll {
+    uint64_t seq;                    /* the command it ran in */
+    int worker;                      /* global id */
+    uint32_t index;                  /* which of the command's collectives: 0, 1, ... (mod 65536) */
+    int group;                       /* the group's index; -1: every worker */
+    int members;                     /* workers taking part */
+    char name[DISCO_TRACE_NAME_MAX]; /* "allreduce", "allgather", "broadcast", "barrier" */
+    double start_us, end_us;         /* called, returned */
+} disco_trace_coll_t;
+
 /* A moment the session marked: a watchdog report (its text). */
 #define DISCO_TRACE_MARK_MAX 1024
 /* A mark: the moment and its text. */
@@ -94,6 +111,8 @@ typedef struct disco_trace {
     size_t nwaits, nmarks;       /* entries of waits and marks */
     disco_trace_wait_t *waits;   /* by worker, then by time */
     disco_trace_mark_t *marks;   /* by time */
+    size_t ncolls;               /* entries of colls */
+    disco_trace_coll_t *colls;   /* in-worker collectives: by worker, then by time */
 } disco_trace_t;
 
 /** A snapshot of the session's trace so far (the last 8192 commands). It

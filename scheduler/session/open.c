@@ -263,9 +263,12 @@ void disco__session_init_w0(struct disco_session *s)
      * ar_progress.h): the session writes the rest of it (session.c). */
     s->w0.stat = disco__stat_worker(s->stat, 0);
     s->w0.threaded = s->cfg.launch == DISCO_LAUNCH_THREAD;
-    /* Worker 0 has no trace ring (disco__worker_init leaves w0.trace NULL):
-     * it runs inline in issue(), whose record of each command (enqueue,
-     * issued) is its slice. */
+    /* Worker 0 has no trace ring for its commands: it runs inline in
+     * issue(), whose record of each command (enqueue, issued) is its
+     * slice. Its in-worker collectives' nested records go to a ring in
+     * the controller's memory (trace_ring.h, Nested records; NULL with
+     * tracing off). */
+    s->w0.trace = s->trace.w0_ring;
 }
 
 void disco__session_close_pipes(struct disco_session *s)

@@ -21,10 +21,18 @@ int disco__trace_open(struct disco__ctrace *t, struct disco__trace_ring *rings)
     t->rec = disco__hot_alloc(DISCO_TRACE_CAP * sizeof *t->rec);
     t->marks = calloc(DISCO_TRACE_MARKS, sizeof *t->marks);
     t->nmarks = 0;
-    if (t->rec == NULL || t->marks == NULL) {
+    /* Present now too: worker 0's collectives write it during steps. */
+    t->w0_ring = disco__hot_alloc(sizeof *t->w0_ring);
+    if (t->rec == NULL || t->marks == NULL || t->w0_ring == NULL) {
         disco__trace_close(t);
         return DISCO_E_NOMEM;
     }
+    /* Relaxed: no other thread sees the ring before this one hands it to
+     * worker 0 (its own thread). */
+    atomic_store_explicit(&t->w0_ring->head, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->w0_ring->claimed, 0, memory_order_relaxed);
+    t->w0_ring->cap = DISCO_TRACE_CAP;
+    t->w0_ring->on = 1;
     t->rings = rings;
     t->t0 = disco__ticks();
     t->ns0 = disco_now_ns();
@@ -35,8 +43,10 @@ void disco__trace_close(struct disco__ctrace *t)
 {
     disco__hot_free(t->rec, DISCO_TRACE_CAP * sizeof *t->rec);
     free(t->marks);
+    disco__hot_free(t->w0_ring, sizeof *t->w0_ring);
     t->rec = NULL;
     t->marks = NULL;
+    t->w0_ring = NULL;
 }
 
 void disco__trace_mark(struct disco__ctrace *t, const char *text)
@@ -66,24 +76,57 @@ static void set_name(char *dst, const struct disco__ctl_rec *c, uint32_t code)
     snprintf(dst, DISCO_TRACE_NAME_MAX, "%s", src != NULL ? src : "?");
 }
 
-/* Copies worker w's ring (protocol in trace_ring.h) into slices. */
-static size_t copy_ring(const struct disco__ctrace *t, int w, double scale,
-                        disco_trace_slice_t *out, uint64_t *parked, uint64_t *dropped)
+/* Where copy_ring puts a worker's records: its command slices (parked:
+ * each one's time parked before it) and its nested collectives. */
+struct ring_out {
+    disco_trace_slice_t *sl;
+    uint64_t *parked;
+    size_t n;
+    uint64_t *pos; /* [DISCO_TRACE_CAP] scratch: ring index << 1 | nested, in copy order */
+    disco_trace_coll_t *colls;
+    size_t ncolls;
+};
+
+/* A nested record (trace_ring.h) of worker w as a collective. */
+static void nested(const struct disco__ctrace *t, double scale, int w, uint64_t seq, uint64_t info,
+                   uint64_t a, uint64_t b, disco_trace_coll_t *c)
 {
-    struct disco__trace_ring *r = &t->rings[w - 1];
+    uint32_t group = disco__trace_nested_group(info);
+    *c = (disco_trace_coll_t){.seq = seq,
+                              .worker = w,
+                              .index = disco__trace_nested_index(info),
+                              .group = group == DISCO__TRACE_NOGROUP ? -1 : (int)group,
+                              .members = (int)disco__trace_nested_members(info),
+                              .start_us = to_us(t, scale, a),
+                              .end_us = to_us(t, scale, b)};
+    snprintf(c->name, sizeof c->name, "%s", disco__trace_kind_name(disco__trace_nested_kind(info)));
+}
+
+/* Copies ring r of worker w (protocol in trace_ring.h): command records
+ * into o->sl, nested ones into o->colls. */
+static void copy_ring(const struct disco__ctrace *t, const struct disco__trace_ring *r, int w,
+                      double scale, struct ring_out *o, uint64_t *dropped)
+{
     /* T2: acquire, pairs with T1: records below head are complete. */
     uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
     uint64_t first = head > DISCO_TRACE_CAP ? head - DISCO_TRACE_CAP : 0;
-    size_t n = 0;
+    size_t n = 0, nc = 0, cut = 0, ccut = 0;
     for (uint64_t i = first; i < head; i++) {
-        struct disco__trace_rec *x = &r->rec[i % DISCO_TRACE_CAP];
-        disco_trace_slice_t *sl = &out[n];
+        const struct disco__trace_rec *x = &r->rec[i % DISCO_TRACE_CAP];
         /* T3: acquire, pairs with T0: a field of a reuse brings its claim. */
-        sl->seq = atomic_load_explicit(&x->seq, memory_order_acquire);
+        uint64_t seq = atomic_load_explicit(&x->seq, memory_order_acquire);
         uint64_t info = atomic_load_explicit(&x->info, memory_order_acquire);
         uint64_t a = atomic_load_explicit(&x->t_start, memory_order_acquire);
         uint64_t b = atomic_load_explicit(&x->t_end, memory_order_acquire);
-        parked[n] = disco__trace_info_park_ns(info);
+        bool is_nested = disco__trace_info_code(info) == DISCO__TRACE_NESTED;
+        o->pos[n + nc] = i << 1 | (is_nested ? 1u : 0u);
+        if (is_nested) {
+            nested(t, scale, w, seq, info, a, b, &o->colls[nc++]);
+            continue;
+        }
+        disco_trace_slice_t *sl = &o->sl[n];
+        o->parked[n] = disco__trace_info_park_ns(info);
+        sl->seq = seq;
         sl->worker = w;
         sl->cmd = disco__trace_info_code(info);
         sl->start_us = to_us(t, scale, a);
@@ -105,13 +148,20 @@ static size_t copy_ring(const struct disco__ctrace *t, int w, double scale,
     /* Relaxed: after T3, a reuse the copy saw has its claim visible here. */
     uint64_t claimed = atomic_load_explicit(&r->claimed, memory_order_relaxed);
     uint64_t safe = claimed > DISCO_TRACE_CAP ? claimed - DISCO_TRACE_CAP : 0;
-    size_t skip = safe > first ? (size_t)(safe - first) : 0;
-    if (skip > n)
-        skip = n;
-    memmove(out, out + skip, (n - skip) * sizeof *out);
-    memmove(parked, parked + skip, (n - skip) * sizeof *parked);
-    *dropped += first + skip;
-    return n - skip;
+    /* The records below safe may be half rewritten: drop them from each
+     * list (each list is in ring order, so they are its first ones). */
+    for (size_t k = 0; k < n + nc && (o->pos[k] >> 1) < safe; k++) {
+        if (o->pos[k] & 1)
+            ccut++;
+        else
+            cut++;
+    }
+    memmove(o->sl, o->sl + cut, (n - cut) * sizeof *o->sl);
+    memmove(o->parked, o->parked + cut, (n - cut) * sizeof *o->parked);
+    memmove(o->colls, o->colls + ccut, (nc - ccut) * sizeof *o->colls);
+    *dropped += first + cut;
+    o->n = n - cut;
+    o->ncolls = nc - ccut;
 }
 
 /* The waits between worker w's n slices (in ring order): from one end to
@@ -154,12 +204,20 @@ static void w0_slice(const disco_trace_cmd_t *c, disco_trace_slice_t *sl)
 /* The sequence number of the last command worker w recorded (0: none). */
 static uint64_t last_recorded(const struct disco__trace_ring *r)
 {
-    /* T2: acquire, pairs with T1: the record below head is complete. */
+    /* T2: acquire, pairs with T1: the records below head are complete. */
     uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-    /* Relaxed: not rewritten before DISCO_TRACE_CAP more records. */
-    return head == 0 ? 0
-                     : atomic_load_explicit(&r->rec[(head - 1) % DISCO_TRACE_CAP].seq,
-                                            memory_order_relaxed);
+    uint64_t first = head > DISCO_TRACE_CAP ? head - DISCO_TRACE_CAP : 0;
+    /* Nested records (trace_ring.h) name a command that may still run:
+     * look past them to the last command record. Relaxed: the record
+     * below head is not rewritten before DISCO_TRACE_CAP more (a stale
+     * read only makes settle wait longer, up to its bound). */
+    for (uint64_t i = head; i > first; i--) {
+        const struct disco__trace_rec *x = &r->rec[(i - 1) % DISCO_TRACE_CAP];
+        uint64_t info = atomic_load_explicit(&x->info, memory_order_relaxed);
+        if (disco__trace_info_code(info) != DISCO__TRACE_NESTED)
+            return atomic_load_explicit(&x->seq, memory_order_relaxed);
+    }
+    return 0;
 }
 
 /* Gives workers up to 10 ms to record every command issued so far (a worker
@@ -182,11 +240,13 @@ disco_status_t disco__trace_snapshot(const struct disco__ctrace *t, int world, u
         settle(t, world, last_seq);
     double scale = ns_per_tick(t);
     size_t cap = (size_t)world * DISCO_TRACE_CAP;
-    disco_trace_t *tr = disco__trace_alloc(cap, DISCO_TRACE_CAP, 2 * cap, t->nmarks);
+    disco_trace_t *tr = disco__trace_alloc(cap, DISCO_TRACE_CAP, 2 * cap, t->nmarks, cap);
     uint64_t *parked = malloc(DISCO_TRACE_CAP * sizeof *parked);
-    if (tr == NULL || parked == NULL) {
+    uint64_t *pos = malloc(DISCO_TRACE_CAP * sizeof *pos);
+    if (tr == NULL || parked == NULL || pos == NULL) {
         disco_trace_free(tr);
         free(parked);
+        free(pos);
         return disco_set_error(DISCO_E_NOMEM, "trace of %d workers", world);
     }
     tr->world = world;
@@ -205,13 +265,20 @@ disco_status_t disco__trace_snapshot(const struct disco__ctrace *t, int world, u
         if (c->t_issued != 0) /* worker 0's slices come first */
             w0_slice(d, &tr->slices[tr->nslices++]);
     }
-    for (int w = 1; w < world; w++) {
-        disco_trace_slice_t *sl = tr->slices + tr->nslices;
-        size_t n = copy_ring(t, w, scale, sl, parked, &tr->dropped);
-        tr->nwaits += waits_between(sl, parked, n, tr->waits + tr->nwaits);
-        tr->nslices += n;
+    for (int w = 0; w < world; w++) { /* worker 0's ring: its nested records only */
+        struct ring_out o = {.sl = tr->slices + tr->nslices,
+                             .parked = parked,
+                             .pos = pos,
+                             .colls = tr->colls + tr->ncolls};
+        uint64_t lost = 0;
+        copy_ring(t, w == 0 ? t->w0_ring : &t->rings[w - 1], w, scale, &o,
+                  w == 0 ? &lost : &tr->dropped);
+        tr->nwaits += waits_between(o.sl, parked, o.n, tr->waits + tr->nwaits);
+        tr->nslices += o.n;
+        tr->ncolls += o.ncolls;
     }
     free(parked);
+    free(pos);
     for (size_t i = 0; i < t->nmarks; i++) {
         tr->marks[i].at_us = to_us(t, scale, t->marks[i].t);
         memcpy(tr->marks[i].text, t->marks[i].text, sizeof tr->marks[i].text);

@@ -8,8 +8,9 @@
 #include "disco/trace.h"
 
 /** A zeroed trace with room for nslices slices, ncmds commands, nwaits
- *  waits and nmarks marks (each at least 1), or NULL when memory is short
- *  (the caller sets the error). */
-disco_trace_t *disco__trace_alloc(size_t nslices, size_t ncmds, size_t nwaits, size_t nmarks);
+ *  waits, nmarks marks and ncolls in-worker collectives (each at least 1),
+ *  or NULL when memory is short (the caller sets the error). */
+disco_trace_t *disco__trace_alloc(size_t nslices, size_t ncmds, size_t nwaits, size_t nmarks,
+                                  size_t ncolls);
 
 #endif

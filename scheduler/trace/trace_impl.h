@@ -38,9 +38,11 @@ struct disco__ctrace {
     struct disco__ctl_rec *rec;    /* [DISCO_TRACE_CAP]; NULL: tracing off */
     struct disco__ctl_mark *marks; /* [DISCO_TRACE_MARKS] */
     size_t nmarks;
-    struct disco__trace_ring *rings; /* [world - 1]: workers 1.., in the control segment */
-    uint64_t t0;                     /* ticks at open */
-    int64_t ns0;                     /* CLOCK_MONOTONIC at open */
+    struct disco__trace_ring *rings;   /* [world - 1]: workers 1.., in the control segment */
+    struct disco__trace_ring *w0_ring; /* worker 0's nested records (trace_ring.h), this
+                                          process's memory: its one thread writes and reads */
+    uint64_t t0;                       /* ticks at open */
+    int64_t ns0;                       /* CLOCK_MONOTONIC at open */
 };
 
 /** Sets up tracing for a session whose segment has the rings formatted.

@@ -11,16 +11,26 @@
  * not care). A worker's waits are "X" slices named "spin" or "parked" in
  * the category "wait" (no flow binds to them); a watchdog report is an
  * instant ("i") named "watchdog" on the controller's track, its text in
- * args.report. Everything the summary needs is in those args, so a file
- * read back gives the same summary. */
+ * args.report. An in-worker collective (disco_trace_coll_t) is an "X"
+ * slice of the category "comm" on its worker's track, named "ctx_" and its
+ * kind ("ctx_allreduce"), nested in its command's slice, with args {seq,
+ * index, group, members}; flows of the same category link the members of
+ * one collective: from the member that arrived last (the one the others
+ * waited for) at its start, to each other member at its start ("s" and
+ * "f" with "bp": "e", ids above COLL_FLOW_BASE, apart from the enqueue
+ * flows' seq * 1024 + worker). Everything the summary needs is in those
+ * args, so a file read back gives the same summary. */
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "disco/trace.h"
 #include "scheduler/trace/trace_data.h"
 
-#define CAT "disco" /* every slice and flow: see the top */
+#define CAT            "disco" /* every slice and flow: see the top */
+#define CAT_COMM       "comm"  /* in-worker collectives and their flows */
+#define COLL_FLOW_BASE ((json_int_t)1 << 52)
 
 static int add(json_t *arr, json_t *ev)
 {
@@ -31,6 +41,54 @@ static int meta(json_t *arr, int tid, const char *name)
 {
     return add(arr, json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "name", "thread_name", "ph", "M",
                               "pid", 1, "tid", tid, "args", "name", name));
+}
+
+/* Whether a and b are members of one collective. */
+static bool same_coll(const disco_trace_coll_t *a, const disco_trace_coll_t *b)
+{
+    return a->seq == b->seq && a->index == b->index && a->group == b->group;
+}
+
+/* The in-worker collectives: a slice each, and the flows from the last
+ * member to arrive to the others. colls are by worker, then time, so the
+ * members of one collective are found by a scan (members are few; the
+ * scan is bounded by the trace's size, and runs only when writing a file). */
+static int write_colls(const disco_trace_t *t, json_t *arr)
+{
+    int rc = 0;
+    json_int_t flow = COLL_FLOW_BASE;
+    for (size_t i = 0; i < t->ncolls && rc == 0; i++) {
+        const disco_trace_coll_t *c = &t->colls[i];
+        char name[DISCO_TRACE_NAME_MAX + 8];
+        snprintf(name, sizeof name, "ctx_%s", c->name);
+        rc |= add(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:{s:I, s:i, s:i, s:i}}",
+                                 "name", name, "cat", CAT_COMM, "ph", "X", "ts", c->start_us, "dur",
+                                 c->end_us - c->start_us, "pid", 1, "tid", c->worker + 1, "args",
+                                 "seq", (json_int_t)c->seq, "index", (int)c->index, "group",
+                                 c->group, "members", c->members));
+        /* c is the latest arrival of its collective: the first such member in
+         * the list where starts tie */
+        bool last = true;
+        for (size_t j = 0; j < t->ncolls && last; j++) {
+            const disco_trace_coll_t *o = &t->colls[j];
+            bool later = o->start_us > c->start_us || (o->start_us == c->start_us && j < i);
+            if (j != i && same_coll(c, o) && later)
+                last = false;
+        }
+        for (size_t j = 0; j < t->ncolls && last && rc == 0; j++) {
+            const disco_trace_coll_t *o = &t->colls[j];
+            if (j == i || !same_coll(c, o))
+                continue;
+            flow++;
+            rc |= add(arr, json_pack("{s:s, s:s, s:s, s:I, s:f, s:i, s:i}", "name", "waited for",
+                                     "cat", CAT_COMM, "ph", "s", "id", flow, "ts", c->start_us,
+                                     "pid", 1, "tid", c->worker + 1));
+            rc |= add(arr, json_pack("{s:s, s:s, s:s, s:s, s:I, s:f, s:i, s:i}", "name",
+                                     "waited for", "cat", CAT_COMM, "ph", "f", "bp", "e", "id",
+                                     flow, "ts", o->start_us, "pid", 1, "tid", o->worker + 1));
+        }
+    }
+    return rc;
 }
 
 static int write_events(const disco_trace_t *t, json_t *arr)
@@ -75,6 +133,8 @@ static int write_events(const disco_trace_t *t, json_t *arr)
                                  w->start_us, "dur", w->end_us - w->start_us, "pid", 1, "tid",
                                  w->worker + 1));
     }
+    if (rc == 0)
+        rc |= write_colls(t, arr);
     for (size_t i = 0; i < t->nmarks && rc == 0; i++)
         rc |= add(arr, json_pack("{s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:{s:s}}", "name", "watchdog",
                                  "cat", CAT, "ph", "i", "s", "t", "ts", t->marks[i].at_us, "pid", 1,
@@ -130,6 +190,30 @@ static disco_status_t read_wait(const char *path, size_t i, const char *name, in
     return DISCO_OK;
 }
 
+/* An in-worker collective: "ctx_<kind>" on a worker's track. */
+static disco_status_t read_coll(const char *path, size_t i, const char *name, int tid, double ts,
+                                double dur, json_t *args, disco_trace_t *t)
+{
+    json_int_t seq = 0;
+    int index = 0, group = 0, members = 0;
+    if (name == NULL || strncmp(name, "ctx_", 4) != 0 || tid < 1 || tid > t->world ||
+        args == NULL ||
+        json_unpack(args, "{s:I, s:i, s:i, s:i}", "seq", &seq, "index", &index, "group", &group,
+                    "members", &members) != 0 ||
+        seq < 0 || index < 0)
+        return bad(path, i, "a collective without ctx_ name, worker, seq, index, group or members");
+    disco_trace_coll_t *c = &t->colls[t->ncolls++];
+    *c = (disco_trace_coll_t){.seq = (uint64_t)seq,
+                              .worker = tid - 1,
+                              .index = (uint32_t)index,
+                              .group = group,
+                              .members = members,
+                              .start_us = ts,
+                              .end_us = ts + dur};
+    snprintf(c->name, sizeof c->name, "%s", name + 4);
+    return DISCO_OK;
+}
+
 static disco_status_t read_event(const char *path, size_t i, json_t *ev, disco_trace_t *t)
 {
     const char *ph = NULL, *name = NULL, *cat = "";
@@ -145,6 +229,8 @@ static disco_status_t read_event(const char *path, size_t i, json_t *ev, disco_t
         return DISCO_OK; /* metadata and flows carry nothing the summary needs */
     if (strcmp(cat, "wait") == 0)
         return read_wait(path, i, name, tid, ts, dur, t);
+    if (strcmp(cat, CAT_COMM) == 0)
+        return read_coll(path, i, name, tid, ts, dur, args, t);
     json_int_t seq = 0;
     int cmd = 0;
     if (name == NULL || tid < 0 || args == NULL ||
@@ -195,7 +281,7 @@ disco_status_t disco_trace_load_json(const char *path, disco_trace_t **out)
                              "otherData.workers)",
                              path);
     size_t n = json_array_size(events);
-    disco_trace_t *t = st == DISCO_OK ? disco__trace_alloc(n, n, n, n) : NULL;
+    disco_trace_t *t = st == DISCO_OK ? disco__trace_alloc(n, n, n, n, n) : NULL;
     if (st == DISCO_OK && t == NULL)
         st = disco_set_error(DISCO_E_NOMEM, "trace of %zu events", n);
     if (t != NULL)

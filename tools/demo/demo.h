@@ -51,6 +51,8 @@ typedef struct demo_dec_opts {
     DLDeviceType device;      /* kDLCPU, kDLExtDev (sim) or kDLCUDA */
     int workers_per_node;     /* > 0: a session across the mpirun job's nodes */
     double hold_s;            /* > 0: then go on stepping this long, or to SIGTERM/SIGINT */
+    bool controller_driven;   /* the main form: a command per call and allreduce (else one
+                                 command a step); the other runs after it for comparison */
 } demo_dec_opts_t;
 
 /** The main job: the tensor-parallel decoder (demo_decoder.c) generating

@@ -17,6 +17,7 @@
 #include "disco/tensor.h"
 #include "disco/trace.h"
 #include "tools/demo/demo.h"
+#include "tools/demo/demo_dec_figures.h"
 #include "tools/demo/demo_decoder.h"
 #include "tools/demo/demo_decoder_ref.h"
 
@@ -27,12 +28,12 @@
  * measured ~1e-6 at the default size; 1e-4 leaves two decades of room and
  * still catches any wrong shard, position or head (errors of order 1). */
 #define TOLERANCE 1e-4
-#define MAX_STEPS 512
+#define MAX_STEPS DEMO_DEC_MAX_STEPS
 
 /* The session side: the registers a step uses. */
 typedef struct dec_run {
     disco_session_t *s;
-    disco_dref_t f_embed, f_attn, f_mlp, f_head, f_allreduce;
+    disco_dref_t f_embed, f_attn, f_mlp, f_head, f_allreduce, f_step;
     disco_dref_t w, h, kv; /* weights, residual stream, KV cache: kept */
     int64_t cfg[DEMO_DEC_CFG_LEN];
     int64_t layers;
@@ -43,9 +44,11 @@ static disco_value_t dref(disco_dref_t r)
     return (disco_value_t){.type = DISCO_T_DREF, .v.reg = r};
 }
 
-/* One decode step of token tok at position pos; the logits into host (a
- * [vocab] float32 CPU tensor). Every register it makes is freed. */
-static disco_status_t step(const dec_run_t *r, int64_t tok, int64_t pos, DLTensor *logits)
+/* One decode step of token tok at position pos in the controller-driven
+ * form: a command per function call and per allreduce (2 + 4L, and a
+ * sync); the logits into host (a [vocab] float32 CPU tensor). Every
+ * register it makes is freed. */
+static disco_status_t step_ctl(const dec_run_t *r, int64_t tok, int64_t pos, DLTensor *logits)
 {
     disco_session_t *s = r->s;
     disco_dref_t regs[4 * 64 + 2] = {0}, m = 0;
@@ -92,153 +95,30 @@ static disco_status_t step(const dec_run_t *r, int64_t tok, int64_t pos, DLTenso
     return st;
 }
 
-/* ---- figures ---- */
-
-static int cmp(const void *a, const void *b)
+/* One decode step in the one-command form: call_sync_all of demo.dec_step,
+ * every layer and its allreduces inside the workers; the logits into host.
+ * The result's free rides with the next command (disco_session_free_reg),
+ * so a token is one command. */
+static disco_status_t step_one(const dec_run_t *r, int64_t tok, int64_t pos, DLTensor *logits)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    disco_value_t a[6] = {dref(r->w),           disco_value_shape(r->cfg, DEMO_DEC_CFG_LEN),
+                          disco_value_int(tok), disco_value_int(pos),
+                          dref(r->h),           dref(r->kv)};
+    disco_dref_t lg;
+    disco_status_t st = disco_session_call_sync_all(r->s, r->f_step, a, 6, &lg);
+    if (st != DISCO_OK)
+        return st;
+    /* every worker answered: worker 0's logits are complete */
+    st = disco_session_copy_from_worker0(r->s, lg, logits);
+    disco_status_t fst = disco_session_free_reg(r->s, lg);
+    return st != DISCO_OK ? st : fst;
 }
 
-/* The q-quantile (0..1) of n values (sorted copy; nearest rank). */
-static double quantile(const double *v, int n, double q)
+static disco_status_t step(const dec_run_t *r, demo_form_t form, int64_t tok, int64_t pos,
+                           DLTensor *logits)
 {
-    double s[MAX_STEPS];
-    memcpy(s, v, (size_t)n * sizeof *v);
-    qsort(s, (size_t)n, sizeof *s, cmp);
-    int k = (int)ceil(q * n) - 1;
-    return s[k < 0 ? 0 : k >= n ? n - 1 : k];
-}
-
-static bool is_compute(const char *name)
-{
-    return strcmp(name, "demo.dec_embed") == 0 || strcmp(name, "demo.dec_attn") == 0 ||
-           strcmp(name, "demo.dec_mlp") == 0 || strcmp(name, "demo.dec_head") == 0;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Compute of the last n steps in the trace: per step, the sum over its
- * compute calls (embed, attention and MLP partials, head; a step starts at
- * its embed) of the slowest worker's slice. Returns how many of the n
- * steps the trace holds whole (their figures at the end of comp). */
-static int step_compute(const disco_trace_t *t, int n, double *comp)
-{
-    size_t nc = 0;
-    uint64_t *seq = malloc((t->nslices + 1) * sizeof *seq);
-    int *stp = malloc((t->nslices + 1) * sizeof *stp);
-    double *most = calloc(t->nslices + 1, sizeof *most);
-    int steps = 0;
-    if (seq == NULL || stp == NULL || most == NULL)
-        goto done;
-    for (size_t i = 0; i < t->nslices; i++) { /* worker 0's, in order */
-        const disco_trace_slice_t *sl = &t->slices[i];
-        if (sl->worker != 0 || !is_compute(sl->name))
-            continue;
-        if (strcmp(sl->name, "demo.dec_embed") == 0)
-            steps++;
-        if (steps > 0) /* a step cut by the ring's wrap-around is skipped */
-            seq[nc] = sl->seq, stp[nc++] = steps - 1;
-    }
-    for (size_t i = 0; i < t->nslices; i++) { /* every worker's slowest */
-        const disco_trace_slice_t *sl = &t->slices[i];
-        uint64_t *at = bsearch(&sl->seq, seq, nc, sizeof *seq, cmp_u64);
-        if (at != NULL && sl->end_us - sl->start_us > most[at - seq])
-            most[at - seq] = sl->end_us - sl->start_us;
-    }
-    int have = steps < n ? steps : n;
-    for (int k = 0; k < have; k++)
-        comp[n - have + k] = 0;
-    for (size_t i = 0; i < nc; i++)
-        if (stp[i] >= steps - have)
-            comp[n - have + stp[i] - (steps - have)] += most[i];
-    steps = have;
-done:
-    free(seq);
-    free(stp);
-    free(most);
-    return steps;
-}
-
-typedef struct figures {
-    double token_us, token_p99_us, compute_us, coord_us, tokens_per_s, err;
-    double coord_pct;   /* median coordination / median token latency */
-    double coord_share; /* sum of coordination / sum of latency: tails included */
-    int timed;
-    bool match;
-} figures_t;
-
-static void write_json(const demo_dec_opts_t *o, const figures_t *f, const int64_t *toks)
-{
-    json_t *gen = json_array(), *prompt = json_array();
-    for (int i = 0; i < o->tokens; i++)
-        json_array_append_new(gen, json_integer(toks[i]));
-    for (int i = 0; i < o->nprompt; i++)
-        json_array_append_new(prompt, json_integer(o->prompt[i]));
-    json_t *j = json_pack(
-        "{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
-        "s:f, s:f, s:f, s:b, s:b}",
-        "device", demo_device_name(o->device), "workers", o->workers, "vocab", (json_int_t)o->vocab,
-        "d_model", (json_int_t)o->d_model, "layers", (json_int_t)o->layers, "heads",
-        (json_int_t)o->heads, "d_ff", (json_int_t)o->d_ff, "prompt", prompt, "tokens", gen,
-        "timed_tokens", f->timed, "token_us", f->token_us, "token_p99_us", f->token_p99_us,
-        "compute_us", f->compute_us, "coordination_us", f->coord_us, "coordination_pct",
-        f->coord_pct, "coordination_share_pct", f->coord_share, "coordination_per_layer_us",
-        f->coord_us / (double)o->layers, "tokens_per_s", f->tokens_per_s, "max_rel_err", f->err,
-        "tolerance", TOLERANCE, "tokens_match", f->match, "ok", f->match && f->err <= TOLERANCE);
-    if (j == NULL || json_dump_file(j, o->json_path, JSON_INDENT(2)) != 0)
-        printf("  could not write the figures to %s\n", o->json_path);
-    json_decref(j);
-}
-
-/* Per-token figures of the timed steps: lat, and comp (have of them at the
- * end found in the trace). */
-static void summarize(const double *lat, const double *comp, int n, int have, figures_t *f)
-{
-    double coord[MAX_STEPS] = {0}, total = 0, ctotal = 0;
-    const double *l = lat + (n - have), *c = comp + (n - have);
-    for (int k = 0; k < n; k++)
-        total += lat[k];
-    for (int k = 0; k < have; k++) {
-        coord[k] = l[k] - c[k];
-        ctotal += coord[k];
-    }
-    f->token_us = quantile(lat, n, 0.5);
-    f->token_p99_us = quantile(lat, n, 0.99);
-    f->tokens_per_s = total > 0 ? 1e6 * n / total : 0;
-    f->compute_us = have ? quantile(c, have, 0.5) : 0;
-    f->coord_us = have ? quantile(coord, have, 0.5) : 0;
-    double ltotal = 0;
-    for (int k = 0; k < have; k++)
-        ltotal += l[k];
-    f->coord_share = ltotal > 0 ? 100.0 * ctotal / ltotal : 0;
-    f->coord_pct = f->token_us > 0 ? 100.0 * f->coord_us / f->token_us : 0;
-    f->timed = have;
-}
-
-static void print_figures(const demo_dec_opts_t *o, const figures_t *f, int n)
-{
-    printf("per token (%d generated; median, p99): %.1f us, %.1f us; %.1f tokens/s\n", n,
-           f->token_us, f->token_p99_us, f->tokens_per_s);
-    printf("  compute      %.1f us (median): per step, the slowest worker's time in each of its "
-           "%lld compute calls (embed, %lld attention and %lld MLP partials, head), summed\n",
-           f->compute_us, (long long)(2 * o->layers + 2), (long long)o->layers,
-           (long long)o->layers);
-    printf("  coordination %.1f us (median; %.1f us a layer): the rest of the step: commands, "
-           "the %lld allreduces (waits for the slowest included), register frees, the logits' "
-           "copy out, a sync\n",
-           f->coord_us, f->coord_us / (double)o->layers, (long long)(2 * o->layers));
-    printf("  coordination is %.1f%% of a token's latency (medians; goal on CPU: under 10%%: "
-           "%s), %.1f%% of the generation time (sums over the %d tokens the trace holds, the "
-           "slow tail included)\n",
-           f->coord_pct, f->coord_pct < 10 ? "met" : "NOT met", f->coord_share, f->timed);
-    printf("logits against one process: max relative error %.2e (tolerance %.0e) %s; tokens "
-           "%s\n",
-           f->err, TOLERANCE, f->err <= TOLERANCE ? "OK" : "WRONG", f->match ? "match" : "DIFFER");
+    return form == DEMO_FORM_ONE_COMMAND ? step_one(r, tok, pos, logits)
+                                         : step_ctl(r, tok, pos, logits);
 }
 
 /* Bytes of heap (CPU) or of each device arena (dev) the model needs, with
@@ -326,6 +206,7 @@ static disco_status_t setup(dec_run_t *r, const demo_dec_opts_t *o, const char *
         (st = disco_session_get_func(s, "demo.dec_mlp", &r->f_mlp)) != DISCO_OK ||
         (st = disco_session_get_func(s, "demo.dec_head", &r->f_head)) != DISCO_OK ||
         (st = disco_session_get_func(s, "disco.allreduce", &r->f_allreduce)) != DISCO_OK ||
+        (st = disco_session_get_func(s, "demo.dec_step", &r->f_step)) != DISCO_OK ||
         (st = disco_session_call_by_name(s, "demo.dec_weights", wa, 4, &r->w)) != DISCO_OK)
         return st;
     wa[1] = disco_value_int(0);
@@ -342,11 +223,17 @@ static disco_status_t setup(dec_run_t *r, const demo_dec_opts_t *o, const char *
 
 static void teardown(dec_run_t *r)
 {
-    disco_dref_t regs[8] = {r->f_embed,     r->f_attn, r->f_mlp, r->f_head,
-                            r->f_allreduce, r->w,      r->h,     r->kv};
-    for (int i = 0; i < 8; i++)
+    disco_dref_t regs[9] = {r->f_embed, r->f_attn, r->f_mlp, r->f_head, r->f_allreduce,
+                            r->f_step,  r->w,      r->h,     r->kv};
+    for (int i = 0; i < 9; i++)
         if (regs[i] != 0)
             disco_session_free_reg(r->s, regs[i]);
+}
+
+/* The form of the figures at the top level of demo.json and of --hold. */
+static demo_form_t main_form(const demo_dec_opts_t *o)
+{
+    return o->controller_driven ? DEMO_FORM_CONTROLLER : DEMO_FORM_ONE_COMMAND;
 }
 
 static volatile sig_atomic_t hold_stop;
@@ -382,7 +269,8 @@ static disco_status_t hold(const dec_run_t *r, const demo_dec_opts_t *o, const i
     disco_status_t st = DISCO_OK;
     while (st == DISCO_OK && !hold_stop && disco_now_ns() < end) {
         for (int k = 0; k < steps && st == DISCO_OK; k++)
-            st = step(r, k < o->nprompt ? o->prompt[k] : toks[k - o->nprompt], k, &host);
+            st = step(r, main_form(o), k < o->nprompt ? o->prompt[k] : toks[k - o->nprompt], k,
+                      &host);
         rounds++;
     }
     sigaction(SIGTERM, &old_term, NULL);
@@ -404,6 +292,114 @@ static void write_trace(const disco_trace_t *t, const char *path)
         fclose(f);
 }
 
+/* One form's run: the prompt's steps and the generated tokens', back to
+ * back as a decoder's would run; every step's logits into logits (steps *
+ * vocab), the generated ids into toks, their steps' latencies (us) into
+ * lat. The KV cache entries of the positions are rewritten by each run. */
+static disco_status_t generate(const dec_run_t *r, const demo_dec_opts_t *o, demo_form_t form,
+                               float *logits, int64_t *toks, double *lat)
+{
+    int steps = o->nprompt + o->tokens - 1;
+    int64_t len = o->vocab;
+    DLTensor host = {.device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = &len};
+    for (int k = 0; k < steps; k++) {
+        int64_t tok = k < o->nprompt ? o->prompt[k] : toks[k - o->nprompt];
+        float *lk = logits + k * o->vocab;
+        host.data = lk;
+        int64_t t0 = disco_now_ns();
+        disco_status_t st = step(r, form, tok, k, &host);
+        if (st != DISCO_OK)
+            return st;
+        int g = k - (o->nprompt - 1); /* the generated token's index; < 0: prompt */
+        if (g >= 0) {
+            lat[g] = (double)(disco_now_ns() - t0) / 1e3;
+            toks[g] = argmax(lk, o->vocab);
+        }
+    }
+    return DISCO_OK;
+}
+
+/* The run's steps again in this process (model); its largest relative
+ * error of the logits into *err (max with what is there); whether every
+ * generated token is the reference's. ref: scratch of vocab floats. */
+static bool check_run(demo_dec_ref_t *model, const demo_dec_opts_t *o, const float *logits,
+                      const int64_t *toks, float *ref, double *err)
+{
+    bool match = true;
+    for (int k = 0; k < o->nprompt + o->tokens - 1; k++) {
+        int64_t tok = k < o->nprompt ? o->prompt[k] : toks[k - o->nprompt], g = k - o->nprompt + 1;
+        const float *lk = logits + k * o->vocab;
+        demo_dec_ref_step(model, tok, k, ref);
+        double dmax = 0, rmax = 0;
+        for (int64_t i = 0; i < o->vocab; i++) {
+            dmax = fmax(dmax, fabs((double)lk[i] - ref[i]));
+            rmax = fmax(rmax, fabs((double)ref[i]));
+        }
+        *err = fmax(*err, rmax > 0 ? dmax / rmax : dmax);
+        match = match && (g < 0 || toks[g] == argmax(ref, o->vocab));
+    }
+    return match;
+}
+
+/* demo.json: the main form's figures at the top level (the keys and units
+ * of the controller-driven demo before issue 34), each form's tokens/s and
+ * commands a token, and their ratio. f[0] main, f[1] the other. */
+static void write_json(const demo_dec_opts_t *o, const demo_dec_figures_t *f, double err,
+                       bool match, const int64_t *toks)
+{
+    json_t *gen = json_array(), *prompt = json_array();
+    for (int i = 0; i < o->tokens; i++)
+        json_array_append_new(gen, json_integer(toks[i]));
+    for (int i = 0; i < o->nprompt; i++)
+        json_array_append_new(prompt, json_integer(o->prompt[i]));
+    const demo_dec_figures_t *one = o->controller_driven ? &f[1] : &f[0],
+                             *ctl = o->controller_driven ? &f[0] : &f[1];
+    json_t *j = json_pack(
+        "{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+        "s:f, s:f, s:f, s:b, s:b}",
+        "device", demo_device_name(o->device), "workers", o->workers, "vocab", (json_int_t)o->vocab,
+        "d_model", (json_int_t)o->d_model, "layers", (json_int_t)o->layers, "heads",
+        (json_int_t)o->heads, "d_ff", (json_int_t)o->d_ff, "prompt", prompt, "tokens", gen,
+        "timed_tokens", f->timed, "token_us", f->token_us, "token_p99_us", f->token_p99_us,
+        "compute_us", f->compute_us, "coordination_us", f->coord_us, "coordination_pct",
+        f->coord_pct, "coordination_share_pct", f->coord_share, "coordination_per_layer_us",
+        f->coord_us / (double)o->layers, "tokens_per_s", f->tokens_per_s, "max_rel_err", err,
+        "tolerance", TOLERANCE, "tokens_match", match, "ok", match && err <= TOLERANCE);
+    json_t *more = json_pack(
+        "{s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "form", demo_form_name(main_form(o)),
+        "commands_per_token", f->commands_per_token, "ctx_allreduce_us", one->ctx_allreduce_us,
+        "one_command_tokens_per_s", one->tokens_per_s, "one_command_commands_per_token",
+        one->commands_per_token, "one_command_coordination_pct", one->coord_pct,
+        "controller_driven_tokens_per_s", ctl->tokens_per_s, "controller_driven_commands_per_token",
+        ctl->commands_per_token, "controller_driven_coordination_pct", ctl->coord_pct,
+        "one_command_speedup", ctl->tokens_per_s > 0 ? one->tokens_per_s / ctl->tokens_per_s : 0);
+    if (j != NULL && more != NULL)
+        json_object_update(j, more);
+    json_decref(more);
+    if (j == NULL || json_dump_file(j, o->json_path, JSON_INDENT(2)) != 0)
+        printf("  could not write the figures to %s\n", o->json_path);
+    json_decref(j);
+}
+
+/* The comparison's lines: the other form's latency and tokens/s, and the
+ * one-command form's against the controller-driven one's. */
+static void print_compare(const demo_dec_opts_t *o, const demo_dec_figures_t *f)
+{
+    const demo_dec_figures_t *one = o->controller_driven ? &f[1] : &f[0],
+                             *ctl = o->controller_driven ? &f[0] : &f[1];
+    demo_form_t other = o->controller_driven ? DEMO_FORM_ONE_COMMAND : DEMO_FORM_CONTROLLER;
+    printf("the %s form, in the same session for comparison (its logits and tokens checked "
+           "too): %.1f us a token (median), %.1f tokens/s, %.0f commands a token, coordination "
+           "%.1f us (%.1f%%)\n",
+           demo_form_name(other), f[1].token_us, f[1].tokens_per_s, f[1].commands_per_token,
+           f[1].coord_us, f[1].coord_pct);
+    printf("one command a token against the controller-driven form: %.1f against %.1f tokens/s: "
+           "%.2fx; %.0f against %.0f commands a token; coordination %.1f%% against %.1f%%\n",
+           one->tokens_per_s, ctl->tokens_per_s,
+           ctl->tokens_per_s > 0 ? one->tokens_per_s / ctl->tokens_per_s : 0,
+           one->commands_per_token, ctl->commands_per_token, one->coord_pct, ctl->coord_pct);
+}
+
 bool demo_decoder(const demo_dec_opts_t *o, const char *lib)
 {
     int n = o->workers, steps = o->nprompt + o->tokens - 1, timed = o->tokens;
@@ -412,20 +408,23 @@ bool demo_decoder(const demo_dec_opts_t *o, const char *lib)
     dec_run_t r = {
         .cfg = {shape.vocab, shape.d_model, shape.layers, shape.heads, shape.d_ff, shape.max_seq},
         .layers = o->layers};
+    demo_form_t forms[2] = {main_form(o), main_form(o) == DEMO_FORM_ONE_COMMAND
+                                              ? DEMO_FORM_CONTROLLER
+                                              : DEMO_FORM_ONE_COMMAND};
     bool ok = false, match = true;
-    double *lat = calloc(MAX_STEPS, sizeof *lat), *comp = calloc(MAX_STEPS, sizeof *comp), err = 0;
-    /* every step's logits, checked after the generation, so that the
-     * reference's work (milliseconds a step) does not sit between the
-     * timed steps, which run back to back as a decoder's would */
-    float *logits = malloc((size_t)(steps * o->vocab) * sizeof *logits),
+    double *lat = calloc(2 * MAX_STEPS, sizeof *lat), err = 0;
+    /* every step's logits of both runs, checked after the generation, so
+     * that the reference's work (milliseconds a step) does not sit between
+     * the timed steps, which run back to back as a decoder's would */
+    float *logits = malloc((size_t)(2 * steps * o->vocab) * sizeof *logits),
           *ref = malloc((size_t)o->vocab * sizeof *ref);
-    int64_t *toks = calloc((size_t)o->tokens + 1, sizeof *toks);
+    int64_t *toks = calloc(2 * ((size_t)o->tokens + 1), sizeof *toks);
     demo_dec_ref_t *model = NULL;
     demo_dec_src_t src = {.seed = o->seed, .full = NULL};
     float *full = NULL;
     disco_trace_t *t = NULL;
     disco_trace_summary_t *sum = NULL;
-    if (lat == NULL || comp == NULL || logits == NULL || ref == NULL || toks == NULL)
+    if (lat == NULL || logits == NULL || ref == NULL || toks == NULL)
         goto out;
     printf("== tensor-parallel decoder: vocab %lld, d_model %lld, %lld layers, %lld heads, "
            "d_ff %lld; heads and MLP columns split over %d workers; %d prompt tokens, %d "
@@ -434,11 +433,20 @@ bool demo_decoder(const demo_dec_opts_t *o, const char *lib)
            (long long)o->d_ff, n, o->nprompt, o->tokens);
     printf("   tensors: %s; LM head on worker 0 only (the residual stream is on every worker)\n",
            o->device == kDLExtDev
-               ? "on sim devices (a test device, no GPU figures), computed "
-                 "on host copies: no GPU compute kernels; the allreduces run as device kernels"
-           : o->device == kDLCUDA ? "on CUDA GPUs, computed on host copies: no GPU compute "
-                                    "kernels; the allreduces run as device kernels"
-                                  : "CPU (the shared heap)");
+               ? "on sim devices (a test device, no GPU figures): the one-command step runs "
+                 "each kernel as the sim's host implementation, the controller-driven functions "
+                 "computed on host copies; the allreduces run as device kernels"
+           : o->device == kDLCUDA
+               ? "on CUDA GPUs: the one-command step computes with the demo's CUDA kernels "
+                 "(tools/demo/demo_dec_cuda.cu), the controller-driven functions computed on "
+                 "host copies; the allreduces run as device kernels"
+               : "CPU (the shared heap)");
+    printf("   a step: %s (the %s form runs after it, in the same session, for comparison)\n",
+           forms[0] == DEMO_FORM_ONE_COMMAND
+               ? "one command, call_sync_all of demo.dec_step, which runs every layer and "
+                 "reduces inside the workers (disco_ctx_allreduce)"
+               : "a command per function call and per allreduce (--controller-driven)",
+           demo_form_name(forms[1]));
     if (o->save_path != NULL && !save_weights(o->save_path, &shape, o->seed))
         goto out;
     if (o->weights_path != NULL && !read_weights(o->weights_path, &shape, &full))
@@ -466,36 +474,13 @@ bool demo_decoder(const demo_dec_opts_t *o, const char *lib)
                (double)(disco_now_ns() - t0) / 1e6, (unsigned long long)o->seed);
     CHECK(demo_dec_ref_new(&shape, &src, &model));
 
-    int64_t len = o->vocab;
-    DLTensor host = {.data = logits,
-                     .device = {kDLCPU, 0},
-                     .ndim = 1,
-                     .dtype = {kDLFloat, 32, 1},
-                     .shape = &len};
-    for (int k = 0; k < steps; k++) {
-        int64_t tok = k < o->nprompt ? o->prompt[k] : toks[k - o->nprompt];
-        float *lk = logits + k * o->vocab;
-        host.data = lk;
-        t0 = disco_now_ns();
-        CHECK(step(&r, tok, k, &host));
-        int g = k - (o->nprompt - 1); /* the generated token's index; < 0: prompt */
-        if (g >= 0) {
-            lat[g] = (double)(disco_now_ns() - t0) / 1e3;
-            toks[g] = argmax(lk, o->vocab);
-        }
-    }
-    for (int k = 0; k < steps; k++) { /* the same steps in this process */
-        int64_t tok = k < o->nprompt ? o->prompt[k] : toks[k - o->nprompt], g = k - o->nprompt + 1;
-        const float *lk = logits + k * o->vocab;
-        demo_dec_ref_step(model, tok, k, ref);
-        double dmax = 0, rmax = 0;
-        for (int64_t i = 0; i < o->vocab; i++) {
-            dmax = fmax(dmax, fabs((double)lk[i] - ref[i]));
-            rmax = fmax(rmax, fabs((double)ref[i]));
-        }
-        err = fmax(err, rmax > 0 ? dmax / rmax : dmax);
-        match = match && (g < 0 || toks[g] == argmax(ref, o->vocab));
-    }
+    size_t per = (size_t)(steps * o->vocab);
+    for (int i = 0; i < 2; i++)
+        CHECK(generate(&r, o, forms[i], logits + i * per, toks + i * (o->tokens + 1),
+                       lat + i * MAX_STEPS));
+    for (int i = 0; i < 2; i++) /* the same steps in this process */
+        match =
+            check_run(model, o, logits + i * per, toks + i * (o->tokens + 1), ref, &err) && match;
     for (int w = 0; w < n; w++)
         CHECK(disco_session_sync(r.s, w));
     printf("generated:");
@@ -503,12 +488,17 @@ bool demo_decoder(const demo_dec_opts_t *o, const char *lib)
         printf(" %lld", (long long)toks[i]);
     printf("\n");
     CHECK(disco_session_trace(r.s, &t));
-    figures_t f = {.err = err, .match = match};
-    int have = step_compute(t, timed, comp);
-    summarize(lat, comp, timed, have, &f);
-    print_figures(o, &f, timed);
+    demo_dec_figures_t f[2];
+    for (int i = 0; i < 2; i++)
+        demo_dec_figures(t, forms[i], lat + i * MAX_STEPS, timed, &f[i]);
+    demo_dec_figures_print(o, forms[0], &f[0], timed);
+    /* err and match are over both forms' runs */
+    printf("logits against one process: max relative error %.2e (tolerance %.0e) %s; tokens "
+           "%s\n",
+           err, TOLERANCE, err <= TOLERANCE ? "OK" : "WRONG", match ? "match" : "DIFFER");
+    print_compare(o, f);
     if (o->json_path != NULL)
-        write_json(o, &f, toks);
+        write_json(o, f, err, match, toks);
     CHECK(disco_trace_summarize(t, &sum));
     disco_trace_summary_print(sum, stdout, false);
     if (o->trace_path != NULL)
@@ -525,7 +515,6 @@ out:
     disco_trace_free(t);
     disco_session_close(r.s);
     free(lat);
-    free(comp);
     free(logits);
     free(ref);
     free(toks);

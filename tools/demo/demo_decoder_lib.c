@@ -1,16 +1,23 @@
 /* demo_decoder_lib.c - the decoder's functions in the library disco-demo
- * loads into every worker (build/lib/libdisco_demo.so, with demo_lib.c).
+ * loads into every worker (build/lib/libdisco_demo.so, with demo_lib.c and
+ * demo_dec_kernels.c).
  *
  * Every function takes the model's shape as a shape value (cfg, see
  * demo_decoder.h) and works on tensors on the CPU (the session's heap) or on
- * a sim or CUDA device: there are no GPU compute kernels (the allreduces are
- * disco's device kernels), so a function copies
- * the parts of its device tensors that it reads to host memory
- * (disco_device_copy, then a stream sync), computes on the CPU and copies
- * what it writes back, synced before it returns. On the CPU it reads and
- * writes the tensors in place.
+ * a sim or CUDA device.
  *
- * One decode step, per worker, for token tok at position pos:
+ * The one-command form (issue 34): a decode step is one call on every
+ * worker, demo.dec_step(w, cfg, tok, pos, h, kv), which runs every layer
+ * and reduces inside with disco_ctx_allreduce; its model work runs where
+ * the tensors are (demo_dec_kernels.h: CUDA kernels, sim's host
+ * implementations, the CPU in place), so on a device nothing leaves it
+ * within a step.
+ *
+ * The controller-driven form (--controller-driven, and the comparison): a
+ * command per function call and per allreduce. Its functions copy the parts
+ * of device tensors they read to host memory (disco_device_copy, then a
+ * stream sync), compute on the CPU and copy what they write back, synced
+ * before they return; on the CPU they work in place:
  *   dec_embed(w, cfg, tok, h)                    h = E[tok]
  *   per layer l:
  *     a = dec_attn(w, cfg, l, pos, h, kv, m)     h += m (the last MLP sum;
@@ -20,7 +27,7 @@
  *     m = disco.allreduce(m, "sum")
  *   logits = dec_head(w, cfg, h, m)              h += m; worker 0 only
  * h (the residual stream, [d]) and kv (this worker's KV cache) are made once
- * by dec_state and kept in registers across steps. */
+ * by dec_state and kept in registers across steps, for both forms. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -30,9 +37,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "disco/comm.h"
 #include "disco/device.h"
 #include "disco/func.h"
 #include "disco/tensor.h"
+#include "tools/demo/demo_dec_kernels.h"
 #include "tools/demo/demo_decoder.h"
 
 static const DLDataType F32 = {kDLFloat, 32, 1};
@@ -127,72 +136,6 @@ static disco_status_t shape_of(disco_ctx_t *ctx, const disco_value_t *cfg, demo_
         return disco_ctx_fail(ctx, "decoder: no such model for %d workers",
                               disco_ctx_world_size(ctx));
     return DISCO_OK;
-}
-
-/* ---- the CPU kernels ---- */
-
-/* out[cols] = x[rows] W[rows, cols] (row-major). restrict: out overlaps
- * neither input, which lets the compiler vectorize the inner loop. */
-static void matvec(const float *restrict x, const float *restrict w, float *restrict out,
-                   int64_t rows, int64_t cols)
-{
-    for (int64_t j = 0; j < cols; j++)
-        out[j] = 0;
-    for (int64_t i = 0; i < rows; i++) {
-        float xi = x[i];
-        const float *row = w + i * cols;
-        for (int64_t j = 0; j < cols; j++)
-            out[j] += xi * row[j];
-    }
-}
-
-static void rmsnorm(const float *x, const float *gain, float *out, int64_t d)
-{
-    float ss = 0;
-    for (int64_t i = 0; i < d; i++)
-        ss += x[i] * x[i];
-    float inv = 1.0f / sqrtf(ss / (float)d + DEMO_DEC_EPS);
-    for (int64_t i = 0; i < d; i++)
-        out[i] = x[i] * inv * gain[i];
-}
-
-/* Rotates each pair (2p, 2p + 1) of each of nh heads of v by its angle. */
-static void rope(float *v, int64_t nh, int64_t hd, int64_t pos)
-{
-    for (int64_t p = 0; p < hd / 2; p++) {
-        double a = demo_dec_rope_angle(pos, p, hd);
-        float c = (float)cos(a), s = (float)sin(a);
-        for (int64_t h = 0; h < nh; h++) {
-            float *x = v + h * hd + 2 * p, x0 = x[0], x1 = x[1];
-            x[0] = x0 * c - x1 * s;
-            x[1] = x0 * s + x1 * c;
-        }
-    }
-}
-
-/* o[nh * hd] = causal attention of q over K, V [t <= pos][ld] for nh heads
- * (head h at column h * hd); p holds pos + 1 floats. */
-static void attend(const float *q, const float *k, const float *v, float *o, float *p, int64_t nh,
-                   int64_t hd, int64_t ld, int64_t pos)
-{
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int64_t h = 0; h < nh; h++) {
-        float most = -INFINITY, sum = 0;
-        for (int64_t t = 0; t <= pos; t++) {
-            float dot = 0;
-            for (int64_t i = 0; i < hd; i++)
-                dot += q[h * hd + i] * k[t * ld + h * hd + i];
-            p[t] = dot * scale;
-            most = fmaxf(most, p[t]);
-        }
-        for (int64_t t = 0; t <= pos; t++)
-            sum += p[t] = expf(p[t] - most);
-        for (int64_t i = 0; i < hd; i++)
-            o[h * hd + i] = 0;
-        for (int64_t t = 0; t <= pos; t++)
-            for (int64_t i = 0; i < hd; i++)
-                o[h * hd + i] += p[t] / sum * v[t * ld + h * hd + i];
-    }
 }
 
 /* ---- the functions ---- */
@@ -315,10 +258,64 @@ static disco_status_t residual(disco_ctx_t *ctx, DLTensor *h, const disco_value_
     return put(ctx, h, 0, hs, d);
 }
 
+/* This worker's heads' attention of rmsnorm(hs) (hs: the residual stream
+ * on the host) at pos for layer l, their K and V rows at pos written into
+ * kv, through their rows of Wo: its partial of the attention update, into
+ * ps (host, d floats). */
+static disco_status_t attn_partial(disco_ctx_t *ctx, const demo_dec_shape_t *s,
+                                   const demo_dec_layout_t *L, const DLTensor *w, DLTensor *kv,
+                                   int64_t l, int64_t pos, const float *hs, float *ps)
+{
+    int64_t d = s->d_model, hd = d / s->heads, dl = L->dl;
+    int64_t kb = (l * 2) * s->max_seq * dl, vb = (l * 2 + 1) * s->max_seq * dl;
+    float *lw, *ks, *vs, *x = disco_ctx_alloc(ctx, (size_t)(d + 4 * dl + pos + 1) * sizeof *x);
+    if (x == NULL)
+        return disco_ctx_fail(ctx, "dec_attn: out of memory");
+    float *q = x + d, *k = q + dl, *v = k + dl, *o = v + dl, *p = o + dl;
+    disco_status_t st = view(ctx, w, L->layer0 + l * L->layer_size, L->layer_size, &lw);
+    if (st != DISCO_OK)
+        return st;
+    demo_dec_rmsnorm(hs, lw + L->off[DEC_ATTN_NORM], x, d);
+    demo_dec_matvec(x, lw + L->off[DEC_WQ], q, d, dl);
+    demo_dec_matvec(x, lw + L->off[DEC_WK], k, d, dl);
+    demo_dec_matvec(x, lw + L->off[DEC_WV], v, d, dl);
+    demo_dec_rope(q, dl / hd, hd, pos);
+    demo_dec_rope(k, dl / hd, hd, pos);
+    if ((st = put(ctx, kv, kb + pos * dl, k, dl)) != DISCO_OK ||
+        (st = put(ctx, kv, vb + pos * dl, v, dl)) != DISCO_OK ||
+        (st = view(ctx, kv, kb, (pos + 1) * dl, &ks)) != DISCO_OK ||
+        (st = view(ctx, kv, vb, (pos + 1) * dl, &vs)) != DISCO_OK)
+        return st;
+    demo_dec_attend(q, ks, vs, o, p, dl / hd, hd, dl, pos);
+    demo_dec_matvec(o, lw + L->off[DEC_WO], ps, dl, d);
+    return DISCO_OK;
+}
+
+/* gelu(rmsnorm(hs) W1) W2 over this worker's columns of layer l: its
+ * partial of the MLP update, into ps (host, d floats). */
+static disco_status_t mlp_partial(disco_ctx_t *ctx, const demo_dec_shape_t *s,
+                                  const demo_dec_layout_t *L, const DLTensor *w, int64_t l,
+                                  const float *hs, float *ps)
+{
+    int64_t d = s->d_model;
+    float *lw, *x = disco_ctx_alloc(ctx, (size_t)(d + L->fl) * sizeof *x);
+    if (x == NULL)
+        return disco_ctx_fail(ctx, "dec_mlp: out of memory");
+    float *f = x + d;
+    disco_status_t st = view(ctx, w, L->layer0 + l * L->layer_size, L->layer_size, &lw);
+    if (st != DISCO_OK)
+        return st;
+    demo_dec_rmsnorm(hs, lw + L->off[DEC_MLP_NORM], x, d);
+    demo_dec_matvec(x, lw + L->off[DEC_W1], f, d, L->fl);
+    for (int64_t j = 0; j < L->fl; j++)
+        f[j] = demo_mlp_gelu(f[j]);
+    demo_dec_matvec(f, lw + L->off[DEC_W2], ps, L->fl, d);
+    return DISCO_OK;
+}
+
 /* demo.dec_attn(w, cfg, layer, pos, h, kv, m): h += m (m: the previous
- * layer's MLP sum, or null); then this worker's heads' attention of
- * rmsnorm(h) at pos (their K and V rows at pos written into kv) through
- * their rows of Wo: its partial of the attention update, [d]. */
+ * layer's MLP sum, or null); then this worker's partial of the attention
+ * update (attn_partial), [d]. */
 static disco_status_t dec_attn(disco_ctx_t *ctx, const disco_value_t *a, int nargs,
                                disco_value_t *ret)
 {
@@ -327,44 +324,24 @@ static disco_status_t dec_attn(disco_ctx_t *ctx, const disco_value_t *a, int nar
     disco_status_t st = shape_of(ctx, &a[1], &s);
     if (st != DISCO_OK)
         return st;
-    const DLTensor *w = a[0].v.tensor;
-    int64_t l = a[2].v.i, pos = a[3].v.i, d = s.d_model, hd = d / s.heads;
-    DLTensor *h = a[4].v.tensor, *kv = a[5].v.tensor, *out;
+    int64_t l = a[2].v.i, pos = a[3].v.i, d = s.d_model;
+    DLTensor *h = a[4].v.tensor, *out;
     demo_dec_layout_t L = demo_dec_layout(&s, disco_ctx_worker_id(ctx), disco_ctx_world_size(ctx));
     if (l < 0 || l >= s.layers || pos < 0 || pos >= s.max_seq)
         return disco_ctx_fail(ctx, "dec_attn: layer %lld or position %lld out of range",
                               (long long)l, (long long)pos);
-    int64_t dl = L.dl, kb = (l * 2) * s.max_seq * dl, vb = (l * 2 + 1) * s.max_seq * dl;
-    float *hs, *lw, *x = disco_ctx_alloc(ctx, (size_t)(d + 4 * dl + pos + 1) * sizeof *x), *ks, *vs,
-                    *ps;
-    if (x == NULL)
-        return disco_ctx_fail(ctx, "dec_attn: out of memory");
-    float *q = x + d, *k = q + dl, *v = k + dl, *o = v + dl, *p = o + dl;
+    float *hs, *ps;
     if ((st = residual(ctx, h, &a[6], d, &hs)) != DISCO_OK ||
-        (st = view(ctx, w, L.layer0 + l * L.layer_size, L.layer_size, &lw)) != DISCO_OK ||
-        (st = fresh(ctx, &d, 1, h->device.device_type, &out, &ps)) != DISCO_OK)
+        (st = fresh(ctx, &d, 1, h->device.device_type, &out, &ps)) != DISCO_OK ||
+        (st = attn_partial(ctx, &s, &L, a[0].v.tensor, a[5].v.tensor, l, pos, hs, ps)) != DISCO_OK)
         return st;
-    rmsnorm(hs, lw + L.off[DEC_ATTN_NORM], x, d);
-    matvec(x, lw + L.off[DEC_WQ], q, d, dl);
-    matvec(x, lw + L.off[DEC_WK], k, d, dl);
-    matvec(x, lw + L.off[DEC_WV], v, d, dl);
-    rope(q, dl / hd, hd, pos);
-    rope(k, dl / hd, hd, pos);
-    if ((st = put(ctx, kv, kb + pos * dl, k, dl)) != DISCO_OK ||
-        (st = put(ctx, kv, vb + pos * dl, v, dl)) != DISCO_OK ||
-        (st = view(ctx, kv, kb, (pos + 1) * dl, &ks)) != DISCO_OK ||
-        (st = view(ctx, kv, vb, (pos + 1) * dl, &vs)) != DISCO_OK)
-        return st;
-    attend(q, ks, vs, o, p, dl / hd, hd, dl, pos);
-    matvec(o, lw + L.off[DEC_WO], ps, dl, d);
     *ret = disco_value_tensor(out);
     return put(ctx, out, 0, ps, d);
 }
 DISCO_FUNC("demo.dec_attn", "TSiiTT?", dec_attn)
 
-/* demo.dec_mlp(w, cfg, layer, h, a): h += a (the attention sum); then
- * gelu(rmsnorm(h) W1) W2 over this worker's columns: its partial of the MLP
- * update, [d]. */
+/* demo.dec_mlp(w, cfg, layer, h, a): h += a (the attention sum); then this
+ * worker's partial of the MLP update (mlp_partial), [d]. */
 static disco_status_t dec_mlp(disco_ctx_t *ctx, const disco_value_t *a, int nargs,
                               disco_value_t *ret)
 {
@@ -378,24 +355,36 @@ static disco_status_t dec_mlp(disco_ctx_t *ctx, const disco_value_t *a, int narg
     demo_dec_layout_t L = demo_dec_layout(&s, disco_ctx_worker_id(ctx), disco_ctx_world_size(ctx));
     if (l < 0 || l >= s.layers)
         return disco_ctx_fail(ctx, "dec_mlp: layer %lld out of range", (long long)l);
-    float *hs, *lw, *x = disco_ctx_alloc(ctx, (size_t)(d + L.fl) * sizeof *x), *ps;
-    if (x == NULL)
-        return disco_ctx_fail(ctx, "dec_mlp: out of memory");
-    float *f = x + d;
+    float *hs, *ps;
     if ((st = residual(ctx, h, &a[4], d, &hs)) != DISCO_OK ||
-        (st = view(ctx, a[0].v.tensor, L.layer0 + l * L.layer_size, L.layer_size, &lw)) !=
-            DISCO_OK ||
-        (st = fresh(ctx, &d, 1, h->device.device_type, &out, &ps)) != DISCO_OK)
+        (st = fresh(ctx, &d, 1, h->device.device_type, &out, &ps)) != DISCO_OK ||
+        (st = mlp_partial(ctx, &s, &L, a[0].v.tensor, l, hs, ps)) != DISCO_OK)
         return st;
-    rmsnorm(hs, lw + L.off[DEC_MLP_NORM], x, d);
-    matvec(x, lw + L.off[DEC_W1], f, d, L.fl);
-    for (int64_t j = 0; j < L.fl; j++)
-        f[j] = demo_mlp_gelu(f[j]);
-    matvec(f, lw + L.off[DEC_W2], ps, L.fl, d);
     *ret = disco_value_tensor(out);
     return put(ctx, out, 0, ps, d);
 }
 DISCO_FUNC("demo.dec_mlp", "TSiTT", dec_mlp)
+
+/* The logits rmsnorm(hs) Wh (hs: the residual stream on the host) into a
+ * new [vocab] tensor on dev, *out_t (worker 0 only: it holds Wh). */
+static disco_status_t head_logits(disco_ctx_t *ctx, const demo_dec_shape_t *s, const DLTensor *w,
+                                  const float *hs, DLDeviceType dev, DLTensor **out_t)
+{
+    int64_t d = s->d_model, V = s->vocab;
+    demo_dec_layout_t L = demo_dec_layout(s, 0, disco_ctx_world_size(ctx));
+    float *tail, *ls, *x = disco_ctx_alloc(ctx, (size_t)d * sizeof *x);
+    DLTensor *out;
+    if (x == NULL)
+        return disco_ctx_fail(ctx, "dec_head: out of memory");
+    disco_status_t st;
+    if ((st = view(ctx, w, L.final_norm, L.total - L.final_norm, &tail)) != DISCO_OK ||
+        (st = fresh(ctx, &V, 1, dev, &out, &ls)) != DISCO_OK)
+        return st;
+    demo_dec_rmsnorm(hs, tail, x, d);
+    demo_dec_matvec(x, tail + (L.head - L.final_norm), ls, d, V);
+    *out_t = out;
+    return put(ctx, out, 0, ls, V);
+}
 
 /* demo.dec_head(w, cfg, h, m): h += m (the last MLP sum); on worker 0 the
  * logits rmsnorm(h) Wh, [vocab]; null on the others (they hold no Wh). */
@@ -407,20 +396,131 @@ static disco_status_t dec_head(disco_ctx_t *ctx, const disco_value_t *a, int nar
     disco_status_t st = shape_of(ctx, &a[1], &s);
     if (st != DISCO_OK)
         return st;
-    int64_t d = s.d_model, V = s.vocab;
-    DLTensor *h = a[2].v.tensor, *out;
-    demo_dec_layout_t L = demo_dec_layout(&s, 0, disco_ctx_world_size(ctx));
-    float *hs, *tail, *ls, *x = disco_ctx_alloc(ctx, (size_t)d * sizeof *x);
-    if (x == NULL)
-        return disco_ctx_fail(ctx, "dec_head: out of memory");
-    if ((st = residual(ctx, h, &a[3], d, &hs)) != DISCO_OK || disco_ctx_worker_id(ctx) != 0)
+    DLTensor *h = a[2].v.tensor, *out = NULL;
+    float *hs;
+    if ((st = residual(ctx, h, &a[3], s.d_model, &hs)) != DISCO_OK || disco_ctx_worker_id(ctx) != 0)
         return st;
-    if ((st = view(ctx, a[0].v.tensor, L.final_norm, L.total - L.final_norm, &tail)) != DISCO_OK ||
-        (st = fresh(ctx, &V, 1, h->device.device_type, &out, &ls)) != DISCO_OK)
-        return st;
-    rmsnorm(hs, tail, x, d);
-    matvec(x, tail + (L.head - L.final_norm), ls, d, V);
-    *ret = disco_value_tensor(out);
-    return put(ctx, out, 0, ls, V);
+    if ((st = head_logits(ctx, &s, a[0].v.tensor, hs, h->device.device_type, &out)) == DISCO_OK)
+        *ret = disco_value_tensor(out);
+    return st;
 }
 DISCO_FUNC("demo.dec_head", "TSTT", dec_head)
+
+/* The one-command step's buffers on the step's device: the normed
+ * stream x [d], q, k, v, o [dl], the MLP's f [fl], the partial part [d] (a
+ * tensor: the allreduce's) and, on worker 0, the logits [vocab]. */
+struct step_bufs {
+    float *x, *q, *k, *v, *o, *f, *p;
+    DLTensor *part, *logits;
+};
+
+static disco_status_t step_bufs(disco_ctx_t *ctx, const demo_dec_shape_t *s,
+                                const demo_dec_layout_t *L, DLDeviceType dev, struct step_bufs *b)
+{
+    int64_t n = s->d_model + 4 * L->dl + L->fl, d = s->d_model, V = s->vocab;
+    DLTensor *t;
+    float *unused;
+    disco_status_t st = fresh(ctx, &n, 1, dev, &t, &unused);
+    if (st != DISCO_OK || (st = fresh(ctx, &d, 1, dev, &b->part, &unused)) != DISCO_OK)
+        return st;
+    b->x = data_of(t);
+    b->q = b->x + d, b->k = b->q + L->dl, b->v = b->k + L->dl, b->o = b->v + L->dl;
+    b->f = b->o + L->dl;
+    b->p = data_of(b->part);
+    b->logits = NULL;
+    return disco_ctx_worker_id(ctx) == 0 ? fresh(ctx, &V, 1, dev, &b->logits, &unused) : DISCO_OK;
+}
+
+/* h += the sum over the members of their partials in b->part, reduced in
+ * place inside the workers (the kernels that wrote it waited for first). */
+static disco_status_t reduce_add(const demo_dk_t *k, struct step_bufs *b, float *h, int64_t d)
+{
+    disco_status_t st = demo_dk_sync(k);
+    if (st == DISCO_OK)
+        st = disco_ctx_allreduce(k->ctx, b->part, b->part, DISCO_REDUCE_SUM, false);
+    if (st != DISCO_OK)
+        return st; /* after a collective's failure the members no longer agree: return it */
+    return demo_dk_add(k, h, b->p, d);
+}
+
+/* One layer of the step on the device: attention, its reduction, the MLP,
+ * its reduction, into h; kv this worker's cache. */
+static disco_status_t step_layer(const demo_dk_t *k, const demo_dec_shape_t *s,
+                                 const demo_dec_layout_t *L, const float *w, float *kv, int64_t l,
+                                 int64_t pos, float *h, struct step_bufs *b)
+{
+    int64_t d = s->d_model, hd = d / s->heads, dl = L->dl, nh = dl / hd;
+    const float *lw = w + L->layer0 + l * L->layer_size;
+    const int64_t *o = L->off;
+    float *kc = kv + (l * 2) * s->max_seq * dl, *vc = kv + (l * 2 + 1) * s->max_seq * dl;
+    disco_status_t st;
+    if ((st = demo_dk_rmsnorm(k, h, lw + o[DEC_ATTN_NORM], b->x, d)) != DISCO_OK ||
+        (st = demo_dk_matvec(k, b->x, lw + o[DEC_WQ], b->q, d, dl)) != DISCO_OK ||
+        (st = demo_dk_matvec(k, b->x, lw + o[DEC_WK], b->k, d, dl)) != DISCO_OK ||
+        (st = demo_dk_matvec(k, b->x, lw + o[DEC_WV], b->v, d, dl)) != DISCO_OK ||
+        (st = demo_dk_rope(k, b->q, nh, hd, pos)) != DISCO_OK ||
+        (st = demo_dk_rope(k, b->k, nh, hd, pos)) != DISCO_OK ||
+        (st = demo_dk_copy(k, kc + pos * dl, b->k, dl)) != DISCO_OK ||
+        (st = demo_dk_copy(k, vc + pos * dl, b->v, dl)) != DISCO_OK ||
+        (st = demo_dk_attend(k, b->q, kc, vc, b->o, nh, hd, dl, pos)) != DISCO_OK ||
+        (st = demo_dk_matvec(k, b->o, lw + o[DEC_WO], b->p, dl, d)) != DISCO_OK ||
+        (st = reduce_add(k, b, h, d)) != DISCO_OK)
+        return st;
+    if ((st = demo_dk_rmsnorm(k, h, lw + o[DEC_MLP_NORM], b->x, d)) != DISCO_OK ||
+        (st = demo_dk_matvec(k, b->x, lw + o[DEC_W1], b->f, d, L->fl)) != DISCO_OK ||
+        (st = demo_dk_gelu(k, b->f, L->fl)) != DISCO_OK ||
+        (st = demo_dk_matvec(k, b->f, lw + o[DEC_W2], b->p, L->fl, d)) != DISCO_OK)
+        return st;
+    return reduce_add(k, b, h, d);
+}
+
+/* demo.dec_step(w, cfg, token, pos, h, kv): one whole decode step in one
+ * command (issue 34): h = E[token]; per layer, h += the allreduce (sum, in
+ * the workers: disco_ctx_allreduce) of the attention partials, then of the
+ * MLP partials (Megatron, as the controller-driven form of the functions
+ * above); then on worker 0 the logits, [vocab]; null on the others. Every
+ * worker runs it (call_sync_all), the same 2 * layers collectives in the
+ * same order. The work stays where the tensors are (demo_dec_kernels.h):
+ * on a device, activations, weights and the KV cache never leave it
+ * within the step (CUDA: the demo's kernels; sim: the sim's host
+ * implementation of each). h keeps the step's residual stream and kv this
+ * worker's KV cache, as the controller-driven form leaves them. */
+static disco_status_t dec_step(disco_ctx_t *ctx, const disco_value_t *a, int nargs,
+                               disco_value_t *ret)
+{
+    (void)nargs;
+    demo_dec_shape_t s;
+    disco_status_t st = shape_of(ctx, &a[1], &s);
+    if (st != DISCO_OK)
+        return st;
+    const DLTensor *wt = a[0].v.tensor;
+    DLTensor *ht = a[4].v.tensor, *kvt = a[5].v.tensor;
+    int64_t tok = a[2].v.i, pos = a[3].v.i, d = s.d_model;
+    demo_dec_layout_t L = demo_dec_layout(&s, disco_ctx_worker_id(ctx), disco_ctx_world_size(ctx));
+    if (tok < 0 || tok >= s.vocab || pos < 0 || pos >= s.max_seq)
+        return disco_ctx_fail(ctx, "dec_step: token %lld or position %lld out of range",
+                              (long long)tok, (long long)pos);
+    if (!holds(wt, L.total) || !holds(ht, d) || !holds(kvt, s.layers * 2 * s.max_seq * L.dl) ||
+        wt->device.device_type != ht->device.device_type ||
+        kvt->device.device_type != ht->device.device_type)
+        return disco_ctx_fail(ctx, "dec_step: the weights, h and kv must be float32 of the "
+                                   "model's sizes on one device type");
+    demo_dk_t k;
+    struct step_bufs b;
+    const float *w = data_of(wt);
+    float *h = data_of(ht), *kv = data_of(kvt);
+    if ((st = demo_dk_init(ctx, ht->device, &k)) != DISCO_OK ||
+        (st = step_bufs(ctx, &s, &L, ht->device.device_type, &b)) != DISCO_OK ||
+        (st = demo_dk_copy(&k, h, w + tok * d, d)) != DISCO_OK)
+        return st;
+    for (int64_t l = 0; l < s.layers && st == DISCO_OK; l++)
+        st = step_layer(&k, &s, &L, w, kv, l, pos, h, &b);
+    if (st == DISCO_OK && b.logits != NULL &&
+        (st = demo_dk_rmsnorm(&k, h, w + L.final_norm, b.x, d)) == DISCO_OK &&
+        (st = demo_dk_matvec(&k, b.x, w + L.head, data_of(b.logits), d, s.vocab)) == DISCO_OK)
+        *ret = disco_value_tensor(b.logits);
+    if (st == DISCO_OK)
+        st = demo_dk_sync(&k); /* the logits and h complete when the command ends */
+    return st;
+}
+DISCO_FUNC("demo.dec_step", "TSiiTT", dec_step)

@@ -237,14 +237,18 @@ static void usage(FILE *f)
             "usage: disco-demo [--workers N] [--device cpu|sim|cuda] [--seed X] [--trace PATH]\n"
             "                  [--json PATH] [--vocab V] [--d-model D] [--layers L] [--heads H]\n"
             "                  [--d-ff F] [--prompt IDS] [--tokens T] [--weights FILE]\n"
-            "                  [--save-weights FILE] [--decoder-only] [--workers-per-node W]\n"
+            "                  [--save-weights FILE] [--decoder-only] [--controller-driven]\n"
+            "                  [--workers-per-node W]\n"
             "                  [--mlp-only [--batch B] [--steps S]] [--hold SECONDS] [--help]\n"
             "The main job: a decoder-only transformer (RMSNorm, attention with rotary\n"
             "positions and a KV cache, an MLP, per layer) sharded Megatron style over N\n"
             "worker processes (heads and MLP columns split, an allreduce after the\n"
             "attention and one after the MLP of each layer) generates T tokens greedily\n"
-            "from a prompt; every step's logits and every token are checked against the\n"
-            "model run in this process. Prints per-token latency (compute and\n"
+            "from a prompt, a token one command: every worker runs a step function that\n"
+            "runs every layer and reduces inside (disco_ctx_allreduce); then the same\n"
+            "tokens again with the controller driving every call and allreduce, for\n"
+            "comparison. Every step's logits and every token of both are checked against\n"
+            "the model run in this process. Prints per-token latency (compute and\n"
             "coordination), tokens/s, the placement plan and the trace summary, and\n"
             "writes a Perfetto trace. Then the control plane (rings) and a session's\n"
             "error path, unless --decoder-only.\n"
@@ -262,6 +266,7 @@ static void usage(FILE *f)
             "  --trace PATH write the trace there (default disco-demo-trace.json)\n"
             "  --json PATH  write the figures there (token_us, compute_us,\n"
             "               coordination_us, coordination_pct, tokens_per_s,\n"
+            "               commands_per_token, ctx_allreduce_us, one_command_speedup,\n"
             "               max_rel_err, ok, tokens, ...)\n"
             "  --vocab V    vocabulary (default 512)\n"
             "  --d-model D  model width (default 256; MLP: width of x, default 256)\n"
@@ -270,6 +275,9 @@ static void usage(FILE *f)
             "  --d-ff F     MLP hidden width, at least N (default 1024)\n"
             "  --prompt IDS comma-separated token ids (default 1,2,3,4,5,6,7,8; at most %d)\n"
             "  --tokens T   tokens to generate (default 32, at most 256)\n"
+            "  --controller-driven  the controller-driven form's figures first and at\n"
+            "               the top of --json (and for --hold); the one-command form\n"
+            "               then runs for comparison\n"
             "  --workers-per-node W  across nodes: run as `mpirun -np NODES disco-demo\n"
             "               --workers-per-node W`; one process a node, NODES * W workers, the\n"
             "               decoder only, on the CPU; rank 0 prints (the others are their\n"
@@ -401,6 +409,8 @@ int main(int argc, char **argv)
             mlp_only = true;
         } else if (strcmp(a, "--decoder-only") == 0) {
             decoder_only = true;
+        } else if (strcmp(a, "--controller-driven") == 0) {
+            d.controller_driven = true;
         } else if (strcmp(a, "--workers-per-node") == 0) {
             d.workers_per_node = (int)opt_long(a, v, 1, BU_MAX_CHILDREN), i++;
         } else {

@@ -99,10 +99,9 @@ static inline uint64_t disco__trace_func(const disco_frame_hdr_t *h, const disco
     return disco__call_head_read(h->code, args, h->nargs, &hd) ? hd.func : 0u;
 }
 
-/** Appends one record (the ring's only writer). */
-static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, uint32_t code,
-                                    uint64_t func, uint64_t t_start, uint64_t t_end,
-                                    uint64_t park_ns)
+/** Appends one record with info word info (the ring's only writer). */
+static inline void disco__trace_put_info(struct disco__trace_ring *r, uint64_t seq, uint64_t info,
+                                         uint64_t t_start, uint64_t t_end)
 {
     /* Relaxed: only this worker writes head. */
     uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
@@ -111,11 +110,87 @@ static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, u
     struct disco__trace_rec *x = &r->rec[h % DISCO_TRACE_CAP];
     /* T0: release, each pairs with T3 in the reader. */
     atomic_store_explicit(&x->seq, seq, memory_order_release);
-    atomic_store_explicit(&x->info, disco__trace_info(code, func, park_ns), memory_order_release);
+    atomic_store_explicit(&x->info, info, memory_order_release);
     atomic_store_explicit(&x->t_start, t_start, memory_order_release);
     atomic_store_explicit(&x->t_end, t_end, memory_order_release);
     /* T1: release, pairs with T2 in the reader. */
     atomic_store_explicit(&r->head, h + 1, memory_order_release);
+}
+
+/** Appends one command record (the ring's only writer). */
+static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, uint32_t code,
+                                    uint64_t func, uint64_t t_start, uint64_t t_end,
+                                    uint64_t park_ns)
+{
+    disco__trace_put_info(r, seq, disco__trace_info(code, func, park_ns), t_start, t_end);
+}
+
+/*
+ * Nested records: the in-worker collectives (<disco/comm.h>) of a command.
+ * Each collective a worker function calls is stamped as a record of its
+ * own, nested in the command's slice: code DISCO__TRACE_NESTED (no command
+ * has it: protocol.h's codes are below DISCO_CMD_COUNT), seq the command's,
+ * the function bits its kind (8 bits) and its index among the command's
+ * collectives (16 bits: collective.h, Identity), the low 32 bits the group
+ * (16 bits: its index, or 0xffff for the whole world) and the members (16
+ * bits). Members of one collective share (seq, index, group): trace.c
+ * pairs them into flows.
+ *   - Writer: the worker's own thread, as the collective returns, straight
+ *     into the ring with T0/T1 (disco__trace_put_info): the thread running
+ *     the function is the thread of the worker loop, the ring's one
+ *     writer, so the protocol above is unchanged. A nested record lands
+ *     before its command's record (held until the command ends) and after
+ *     earlier commands' records, or before the previous command's held one:
+ *     readers take nested records apart by their code (trace.c copy_ring)
+ *     and look past them for the last command recorded (trace.c
+ *     last_recorded).
+ *   - Worker 0 (the controller's thread) has no ring for commands; its
+ *     nested records go to a ring of its own in the controller's memory
+ *     (struct disco__ctrace.w0_ring), written and read by that one thread.
+ *   - Clock reads: two a collective, beside the collective's own cache
+ *     misses on the meeting's lines (a microsecond or more): the overlap
+ *     rule is for the path of a command to its reply, which a worker
+ *     function's collectives are part of only as its compute is.
+ * tests/test_trace.c: test_nested_collectives.
+ */
+#define DISCO__TRACE_NESTED  0xffu
+#define DISCO__TRACE_NOGROUP 0xffffu /* a world collective */
+
+/* Kinds of nested records (their names: disco__trace_kind_name). */
+enum { DISCO__TK_ALLREDUCE = 1, DISCO__TK_ALLGATHER, DISCO__TK_BROADCAST, DISCO__TK_BARRIER };
+
+static inline const char *disco__trace_kind_name(uint32_t kind)
+{
+    static const char *const names[] = {"?", "allreduce", "allgather", "broadcast", "barrier"};
+    return kind < sizeof names / sizeof names[0] ? names[kind] : "?";
+}
+
+static inline uint64_t disco__trace_nested_info(uint32_t kind, uint32_t index, uint32_t group,
+                                                uint32_t members)
+{
+    return (uint64_t)DISCO__TRACE_NESTED << 56 | (uint64_t)(kind & 0xffu) << 48 |
+           (uint64_t)(index & 0xffffu) << 32 | (uint64_t)(group & 0xffffu) << 16 |
+           (members & 0xffffu);
+}
+
+static inline uint32_t disco__trace_nested_kind(uint64_t info)
+{
+    return (uint32_t)(info >> 48) & 0xffu;
+}
+
+static inline uint32_t disco__trace_nested_index(uint64_t info)
+{
+    return (uint32_t)(info >> 32) & 0xffffu;
+}
+
+static inline uint32_t disco__trace_nested_group(uint64_t info)
+{
+    return (uint32_t)(info >> 16) & 0xffffu;
+}
+
+static inline uint32_t disco__trace_nested_members(uint64_t info)
+{
+    return (uint32_t)info & 0xffffu;
 }
 
 /** A worker's side of tracing: its ring and the record of the command it

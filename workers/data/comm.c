@@ -77,14 +77,38 @@ static bool same_layout(const DLTensor *a, const DLTensor *b)
     return same;
 }
 
+/* The clock at a collective's start when the worker traces (0 when not),
+ * and the index the collective takes among the command's (coll_call.h). */
+static uint64_t stamp_begin(disco_ctx_t *ctx, uint32_t *index_out)
+{
+    *index_out = ctx->worker->cmd_coll;
+    return ctx->worker->trace != NULL ? disco__ticks() : 0;
+}
+
+/* Writes the collective's nested trace record (trace_ring.h, Nested
+ * records): kind, its index, its group as disco__coll_begin derives it,
+ * from t0 to now. Nothing when the worker does not trace. */
+static void stamp_end(disco_ctx_t *ctx, uint32_t kind, uint32_t index, bool in_group, uint64_t t0)
+{
+    disco_worker_t *w = ctx->worker;
+    if (w->trace == NULL)
+        return;
+    int groups = w->ngroups > 1 ? (int)w->ngroups : 1;
+    int size = in_group ? w->world / groups : w->world;
+    uint32_t group = in_group && groups > 1 ? (uint32_t)(w->id / size) : DISCO__TRACE_NOGROUP;
+    disco__trace_put_info(w->trace, w->seq,
+                          disco__trace_nested_info(kind, index, group, (uint32_t)size), t0,
+                          disco__ticks());
+}
+
 /* Whether t's device type is a device's (not host memory). */
 static bool on_device(const DLTensor *t)
 {
     return t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost;
 }
 
-disco_status_t disco_ctx_allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out,
-                                   disco_reduce_op_t op, bool in_group)
+static disco_status_t allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out,
+                                disco_reduce_op_t op, bool in_group)
 {
     disco_status_t st = disco__comm_worker(ctx, "disco_ctx_allreduce");
     if (st != DISCO_OK)
@@ -127,8 +151,7 @@ disco_status_t disco_ctx_allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTenso
     return st;
 }
 
-disco_status_t disco_ctx_allgather(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out,
-                                   bool in_group)
+static disco_status_t allgather(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out, bool in_group)
 {
     disco_status_t st = disco__comm_worker(ctx, "disco_ctx_allgather");
     if (st != DISCO_OK)
@@ -188,7 +211,7 @@ static disco_status_t broadcast_into(disco_ctx_t *ctx, bool in_group, disco_stat
     return disco__coll_end(&c, st);
 }
 
-disco_status_t disco_ctx_broadcast(disco_ctx_t *ctx, DLTensor *buf, int root, bool in_group)
+static disco_status_t broadcast(disco_ctx_t *ctx, DLTensor *buf, int root, bool in_group)
 {
     disco_status_t st = disco__comm_worker(ctx, "disco_ctx_broadcast");
     if (st != DISCO_OK)
@@ -201,7 +224,7 @@ disco_status_t disco_ctx_broadcast(disco_ctx_t *ctx, DLTensor *buf, int root, bo
     return st;
 }
 
-disco_status_t disco_ctx_barrier(disco_ctx_t *ctx, bool in_group)
+static disco_status_t barrier(disco_ctx_t *ctx, bool in_group)
 {
     disco_status_t st = disco__comm_worker(ctx, "disco_ctx_barrier");
     if (st != DISCO_OK)
@@ -221,4 +244,57 @@ disco_status_t disco_ctx_barrier(disco_ctx_t *ctx, bool in_group)
     struct disco__coll_call c;
     disco__coll_begin(ctx, in_group, "barrier", &c);
     return disco__coll_meet(&c);
+}
+
+/* The public calls: the bodies above, each stamped as a nested trace
+ * record once the worker is known to be a session's. */
+
+disco_status_t disco_ctx_allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out,
+                                   disco_reduce_op_t op, bool in_group)
+{
+    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_allreduce");
+    if (st != DISCO_OK)
+        return st;
+    uint32_t index;
+    uint64_t t0 = stamp_begin(ctx, &index);
+    st = allreduce(ctx, in, out, op, in_group);
+    stamp_end(ctx, DISCO__TK_ALLREDUCE, index, in_group, t0);
+    return st;
+}
+
+disco_status_t disco_ctx_allgather(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out,
+                                   bool in_group)
+{
+    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_allgather");
+    if (st != DISCO_OK)
+        return st;
+    uint32_t index;
+    uint64_t t0 = stamp_begin(ctx, &index);
+    st = allgather(ctx, in, out, in_group);
+    stamp_end(ctx, DISCO__TK_ALLGATHER, index, in_group, t0);
+    return st;
+}
+
+disco_status_t disco_ctx_broadcast(disco_ctx_t *ctx, DLTensor *buf, int root, bool in_group)
+{
+    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_broadcast");
+    if (st != DISCO_OK)
+        return st;
+    uint32_t index;
+    uint64_t t0 = stamp_begin(ctx, &index);
+    st = broadcast(ctx, buf, root, in_group);
+    stamp_end(ctx, DISCO__TK_BROADCAST, index, in_group, t0);
+    return st;
+}
+
+disco_status_t disco_ctx_barrier(disco_ctx_t *ctx, bool in_group)
+{
+    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_barrier");
+    if (st != DISCO_OK)
+        return st;
+    uint32_t index;
+    uint64_t t0 = stamp_begin(ctx, &index);
+    st = barrier(ctx, in_group);
+    stamp_end(ctx, DISCO__TK_BARRIER, index, in_group, t0);
+    return st;
 }
