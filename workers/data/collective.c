@@ -126,12 +126,13 @@ static bool gen_moved_or_gone(void *p)
  * early or called fewer collectives. */
 static void gone_why(const struct disco__coll_call *c, int id, char *out, size_t cap)
 {
-    const struct disco__errbox *b = c->w->errbox - c->w->id + id;
     snprintf(out, cap, "it returned early, or called fewer collectives");
+    if (c->w->errbox == NULL)
+        return;
+    const struct disco__errbox *b = c->w->errbox - c->w->id + id;
     /* Acquire: pairs with the member's release of full; its done mark,
      * read before with acquire, came after. */
-    if (c->w->errbox == NULL || !atomic_load_explicit(&b->full, memory_order_acquire) ||
-        b->seq != c->w->seq)
+    if (!atomic_load_explicit(&b->full, memory_order_acquire) || b->seq != c->w->seq)
         return;
     char msg[128];
     disco__text_safe(msg, sizeof msg, b->msg, sizeof b->msg);
