@@ -495,6 +495,38 @@ START_TEST(test_observer_checks_pids)
 }
 END_TEST
 
+/* A segment whose first global id leaves no room for its workers' ids in
+ * an int (2**32 - 2 narrowed would show workers -2, -1, 0; INT_MAX would
+ * overflow) is shown from 0: ids stay gid_base + i, never negative. */
+START_TEST(test_observer_bounds_gid_base)
+{
+    disco_session_config_t c = config(3);
+    disco_session_t *s = tu_open_with_testlib(&c);
+    CK_OK(disco_session_sync_all(s));
+    disco_observer_t *o;
+    CK_OK(disco_observer_open(getpid(), 0, NULL, &o));
+    const uint32_t lies[] = {UINT32_MAX - 1, (uint32_t)INT32_MAX, (uint32_t)INT32_MAX - 1};
+    for (int k = 0; k < 3; k++) {
+        s->ctl->gid_base = lies[k];
+        disco_session_view_t v;
+        CK_OK(disco_observer_read(o, &v));
+        ck_assert_msg(v.gid_base == 0, "gid_base %u shown as %d", lies[k], v.gid_base);
+        for (int w = 0; w < v.world; w++)
+            ck_assert_int_eq(v.workers[w].worker, w);
+        disco_view_free(&v);
+    }
+    s->ctl->gid_base = (uint32_t)INT32_MAX - 2; /* the last that fits: shown as is */
+    disco_session_view_t v;
+    CK_OK(disco_observer_read(o, &v));
+    ck_assert_int_eq(v.gid_base, INT32_MAX - 2);
+    ck_assert_int_eq(v.workers[2].worker, INT32_MAX);
+    disco_view_free(&v);
+    s->ctl->gid_base = 0;
+    disco_observer_close(o);
+    disco_session_close(s);
+}
+END_TEST
+
 Suite *suite_observe(void)
 {
     Suite *s = suite_create("observe");
@@ -511,6 +543,7 @@ Suite *suite_observe(void)
     tcase_add_test(tc, test_observer_survives_shrink);
     tcase_add_test(tc, test_observer_refuses_unsealed);
     tcase_add_test(tc, test_observer_checks_pids);
+    tcase_add_test(tc, test_observer_bounds_gid_base);
     tcase_add_test(tc, test_view_after_recover);
     suite_add_tcase(s, tc);
     return s;

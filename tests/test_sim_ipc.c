@@ -11,8 +11,10 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "disco/device.h"
@@ -257,6 +259,94 @@ START_TEST(test_proc_fallback)
     }
     tu_wait_ok(pid, "importer through /proc");
     CK_OK(disco_device_free(sim0, p));
+}
+END_TEST
+
+/* The head of a sim memory or event handle (struct sim_handle in sim.c,
+ * struct ev_handle in sim_event.c begin alike): magic, exporter pid, its
+ * fd, that fd's inode, then (memory only) the mapped length and device. */
+struct raw_handle {
+    char magic[8];
+    int32_t pid, fd;
+    uint64_t ino;
+    uint64_t bytes;
+    int32_t device_id;
+    uint32_t pad;
+};
+
+/* The fd named by an exported handle (a fd of this process). */
+static int handle_fd(const disco_ipc_handle_t *h)
+{
+    struct raw_handle r;
+    memcpy(&r, h->bytes, sizeof r);
+    ck_assert_int_eq(r.pid, (int32_t)getpid());
+    return r.fd;
+}
+
+/* Every sim memfd is sealed from its creation on: the exporter itself (or
+ * any process that takes the fd) cannot shrink or grow an allocation's or
+ * an event's memfd under an importer's mapping (EPERM), so no importer can
+ * be made to fault with SIGBUS. */
+START_TEST(test_sealed_memfds)
+{
+    char *p;
+    disco_ipc_handle_t mh, eh;
+    disco_event_t *ev;
+    CK_OK(disco_device_alloc(sim0, 4096, (void **)&p));
+    CK_OK(disco__sim_get_handle(NULL, p, &mh));
+    CK_OK(disco_device_event_create(sim0, &ev));
+    CK_OK(disco_device_event_export(ev, &eh));
+    int fds[2] = {handle_fd(&mh), handle_fd(&eh)};
+    for (int i = 0; i < 2; i++) {
+        errno = 0;
+        ck_assert_msg(ftruncate(fds[i], 0) != 0 && errno == EPERM,
+                      "ftruncate(%s memfd, 0): %s, want EPERM", i ? "event" : "memory",
+                      strerror(errno));
+        errno = 0;
+        ck_assert_msg(ftruncate(fds[i], 1 << 20) != 0 && errno == EPERM,
+                      "ftruncate(%s memfd, 1 MiB): %s, want EPERM", i ? "event" : "memory",
+                      strerror(errno));
+    }
+    disco_device_event_free(ev);
+    CK_OK(disco_device_free(sim0, p));
+}
+END_TEST
+
+/* An importer refuses a memfd without the seals before mapping it, for
+ * memory and for events, naming what is wrong: a hand-made handle names an
+ * unsealed memfd of another process (else a later shrink by that process
+ * would fault the importer's reads with SIGBUS). */
+START_TEST(test_import_refuses_unsealed)
+{
+    int fd = memfd_create("not-sealed", MFD_CLOEXEC);
+    ck_assert(fd >= 0 && ftruncate(fd, 4096) == 0);
+    struct stat sb;
+    ck_assert(fstat(fd, &sb) == 0);
+    /* An event's magic in place, so only the seals can refuse it. */
+    ck_assert(pwrite(fd, "DISCOSEV", 8, 0) == 8);
+    struct raw_handle m = {.magic = "DISCOSIM",
+                           .pid = (int32_t)getpid(),
+                           .fd = fd,
+                           .ino = (uint64_t)sb.st_ino,
+                           .bytes = 4096,
+                           .device_id = 0};
+    struct raw_handle e = {
+        .magic = "DISCOSEV", .pid = (int32_t)getpid(), .fd = fd, .ino = (uint64_t)sb.st_ino};
+    disco_ipc_handle_t mh = {0}, eh = {0};
+    memcpy(mh.bytes, &m, sizeof m);
+    memcpy(eh.bytes, &e, 24); /* magic, pid, fd, ino, then device 0 */
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        void *q = NULL;
+        disco_event_t *ev = NULL;
+        CH_STATUS(disco__sim_open_handle(NULL, &mh, &q), DISCO_E_INVAL);
+        CH_TRUE(strstr(disco_last_error(), "not sealed") != NULL);
+        CH_STATUS(disco_device_event_import(sim0, &eh, &ev), DISCO_E_SYS);
+        CH_TRUE(strstr(disco_last_error(), "not sealed") != NULL);
+        _exit(0);
+    }
+    tu_wait_ok(pid, "importer of an unsealed memfd");
+    close(fd);
 }
 END_TEST
 
@@ -506,6 +596,8 @@ Suite *suite_sim_ipc(void)
     tcase_add_test(tc, test_detach);
     tcase_add_test(tc, test_importer_death);
     tcase_add_test(tc, test_proc_fallback);
+    tcase_add_test(tc, test_sealed_memfds);
+    tcase_add_test(tc, test_import_refuses_unsealed);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("events");

@@ -407,6 +407,28 @@ START_TEST(test_data_movement)
 }
 END_TEST
 
+/* send_recv's src and dst are checked as the int64s they arrive as: 2**32
+ * (worker 0 once narrowed to int) and -2**32 + 1 are refused naming the
+ * value and the world size, not acted on as workers 0 and 1. */
+START_TEST(test_send_recv_ids_wide)
+{
+    disco_session_t *s = open_tensor_session(3, 1, 16u << 20);
+    disco_dref_t p = fill(s, 3, (DLDataType){kDLFloat, 32, 1}, 2), got;
+    const int64_t ids[][2] = {{INT64_C(1) << 32, 2}, {1, -(INT64_C(1) << 32) + 1}};
+    const char *const says[] = {"src 4294967296, dst 2 of 3 workers",
+                                "src 1, dst -4294967295 of 3 workers"};
+    for (int k = 0; k < 2; k++) {
+        disco_value_t sr[3] = {tu_dref(p), disco_value_int(ids[k][0]), disco_value_int(ids[k][1])};
+        CK_OK(disco_session_call_by_name(s, "disco.send_recv", sr, 3, &got));
+        CK_STATUS(disco_session_sync(s, 0), DISCO_E_INVAL);
+        CK_HAS(says[k]);
+        for (int w = 1; w < 3; w++)
+            (void)disco_session_sync(s, w);
+    }
+    disco_session_close(s);
+}
+END_TEST
+
 /* A tensor copied to worker 0 only, then broadcast: every worker gets it
  * (the other workers' register is null, which must not stop them from
  * joining the collective). */
@@ -570,6 +592,7 @@ Suite *suite_tensor(void)
     tcase_add_test(tc, test_copy_then_broadcast);
     tcase_add_loop_test(tc, test_data_movement, 0, 3);
     tcase_add_test(tc, test_mismatches);
+    tcase_add_test(tc, test_send_recv_ids_wide);
     tcase_add_test(tc, test_heap_exhaustion);
     tcase_add_test(tc, test_collective_dead_member);
     suite_add_tcase(s, tc);

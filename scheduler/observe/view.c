@@ -3,6 +3,7 @@
  * orders wstat.h gives, and checked before use. */
 #include "scheduler/observe/view.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,7 +131,7 @@ static void take_kernel(const struct disco__view_src *src, const struct disco__w
         disco_piece_view_t *p = &v->piece[b];
         p->state = state == DISCO_AR_PW_WAITING ? DISCO_PIECE_WAITING : DISCO_PIECE_PASSED;
         p->phase = (int)phase;
-        p->member = (int)src->ctl->gid_base + (int)(k.base + member);
+        p->member = src->gid_base + (int)(k.base + member);
         p->flag_set = state == DISCO_AR_PW_WAITING &&
                       flag_coll(k.coll, k.epoch, DISCO_AR_PW_SEEN(pw), &p->flag_coll);
     }
@@ -154,7 +155,7 @@ static void take_worker(const struct disco__view_src *src, int i, double ns_per_
     /* Relaxed, the rest: counters and states of a monitor (wstat.h). */
     /* S5: acquire, pairs with the release of a command's end. */
     uint32_t state = atomic_load_explicit(&w->state, memory_order_acquire);
-    *o = (disco_worker_view_t){.worker = (int)src->ctl->gid_base + i,
+    *o = (disco_worker_view_t){.worker = src->gid_base + i,
                                .pid = i == 0 ? src->ctl->controller_pid
                                              : atomic_load_explicit(&w->pid, memory_order_relaxed),
                                .state = state <= DISCO_WS_EXITED ? (disco_worker_state_t)state
@@ -186,9 +187,16 @@ static void take_worker(const struct disco__view_src *src, int i, double ns_per_
 disco_status_t disco__view_take(const struct disco__view_src *src, disco_session_view_t *out)
 {
     const struct disco__stat_hdr *h = src->stat;
+    /* Another process's word, read once for the whole snapshot and bounded
+     * before it narrows: one that leaves no room for world ids in an int
+     * (a lie: 2**32 - 2 would show workers -2, -1, 0) is shown as 0
+     * (test_observer_bounds_gid_base). */
+    uint32_t gb = src->ctl->gid_base;
+    struct disco__view_src s = *src;
+    s.gid_base = gb <= (uint32_t)(INT_MAX - (src->world - 1)) ? (int)gb : 0;
     disco_session_view_t v = {.pid = src->ctl->controller_pid,
                               .world = src->world,
-                              .gid_base = (int)src->ctl->gid_base,
+                              .gid_base = s.gid_base,
                               .tracing = src->tracing,
                               .wait_s = -1.0,
                               .watchdog_ms = h->watchdog_ms};
@@ -199,7 +207,6 @@ disco_status_t disco__view_take(const struct disco__view_src *src, disco_session
      * be the same kind, else times are unknown). */
     bool same_clock = (h->tick_tsc != 0) == disco__tick_tsc;
     v.tracing = v.tracing && same_clock;
-    struct disco__view_src s = *src;
     s.tracing = v.tracing;
     double scale = v.tracing ? disco__ns_per_tick(h->tick0, h->ns0) : 1.0;
     int64_t now = disco_now_ns();
@@ -228,8 +235,8 @@ disco_status_t disco__view_take(const struct disco__view_src *src, disco_session
         uint32_t what = atomic_load_explicit(&h->wait_what, memory_order_relaxed);
         v.wait = what == DISCO_CW_ROOM ? DISCO_VIEW_WAIT_ROOM : DISCO_VIEW_WAIT_REPLY;
         v.wait_seq = atomic_load_explicit(&h->wait_seq, memory_order_relaxed);
-        v.wait_worker =
-            atomic_load_explicit(&h->wait_worker, memory_order_relaxed) + (int)src->ctl->gid_base;
+        int32_t ww = atomic_load_explicit(&h->wait_worker, memory_order_relaxed);
+        v.wait_worker = ww >= 0 && ww < src->world ? ww + s.gid_base : -1; /* -1: a lie */
     } else if (w0_since != 0) {
         v.wait = DISCO_VIEW_WAIT_COLLECTIVE;
         since = w0_since;

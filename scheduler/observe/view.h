@@ -20,6 +20,7 @@ struct disco__view_src {
     const struct disco__stat_hdr *stat;
     int world;
     bool tracing;
+    int gid_base; /* disco__view_take: ctl's, read once and bounded */
 };
 
 /** Takes a snapshot of src into *out: allocates out->workers. cpu_s is

@@ -174,6 +174,12 @@ disco_status_t disco__session_deliver(struct disco_session *s, const disco_frame
                                       const disco_value_t *args, const void *frame, size_t len,
                                       const char *name, size_t *w0_len);
 
+/** The global worker id a decoded command frame asks a reply of (sync:
+ *  its first argument; debug get/set: its second), or -1: another command,
+ *  an argument that is not an int, or an id outside 0..INT_MAX (which no
+ *  worker has: the workers compare the int64 itself). Pure; thread-safe. */
+int disco__session_asks(const disco_frame_hdr_t *h, const disco_value_t *args);
+
 /** An agent's relay of one command frame of the controller's (node_agent.c):
  *  decodes it, broadcasts it to this node's workers as it is and runs it on
  *  worker 0. *asks_out is the global id of the worker the command asks for

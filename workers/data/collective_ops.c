@@ -1,6 +1,7 @@
 /* collective_ops.c - empty, allreduce, allgather, broadcast, scatter, gather
  * and send/recv over the shared heap (see collective.h), each one collective
  * call (coll_call.h). */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -515,16 +516,21 @@ static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n,
     /* src and dst are global ids; across nodes, node ks sends and node kd
      * receives (collective_net.c); on one node, ks = kd = 0. */
     int parts = c.across ? c.w->gworld : c.size, me = c.w->gid_base / c.w->world;
-    int src = n >= 3 && a[1].type == DISCO_T_INT ? (int)a[1].v.i : -1;
-    int dst = n >= 3 && a[2].type == DISCO_T_INT ? (int)a[2].v.i : -1;
-    bool ok = src >= 0 && src < parts && dst >= 0 && dst < parts;
+    /* Range-checked as int64, before narrowing: 2**32 is no worker, not
+     * worker 0 (test_send_recv_ids_wide). */
+    int64_t src64 = n >= 3 && a[1].type == DISCO_T_INT ? a[1].v.i : -1;
+    int64_t dst64 = n >= 3 && a[2].type == DISCO_T_INT ? a[2].v.i : -1;
+    bool ok = src64 >= 0 && src64 < parts && dst64 >= 0 && dst64 < parts;
+    int src = ok ? (int)src64 : -1, dst = ok ? (int)dst64 : -1;
     int ks = ok ? src / c.size : -1, kd = ok ? dst / c.size : -1;
     int ls = ok ? src % c.size : -1, ld = ok ? dst % c.size : -1;
     bool apart = ok && ks != kd; /* only across nodes */
     DLTensor *x = NULL;          /* the sender's, or the receiving leader's copy */
     if (!ok) {
-        disco_set_error(DISCO_E_INVAL, "send_recv(x, src, dst): src %d, dst %d of %d workers", src,
-                        dst, parts);
+        disco_set_error(DISCO_E_INVAL,
+                        "send_recv(x, src, dst): src %" PRId64 ", dst %" PRId64
+                        " of %d workers (ids 0..%d)",
+                        src64, dst64, parts, parts - 1);
         disco__coll_fail(&c, DISCO_E_INVAL, disco_last_error());
     } else if (me == ks && c.rank == ls) {
         x = lead_share(&c, a, n, "send_recv", true);

@@ -187,7 +187,7 @@ static disco_status_t api_alloc(int device_id, size_t nbytes, void **ptr_out)
     }
     char name[32];
     snprintf(name, sizeof name, "disco-sim:%d", device_id);
-    int fd = memfd_create(name, MFD_CLOEXEC);
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
         st = disco_set_error(DISCO_E_NOMEM, "sim:%d: memfd_create: %s", device_id, strerror(errno));
         goto out;
@@ -196,6 +196,13 @@ static disco_status_t api_alloc(int device_id, size_t nbytes, void **ptr_out)
     if (ftruncate(fd, (off_t)maplen) != 0 || fstat(fd, &sb) != 0) {
         st = disco_set_error(DISCO_E_NOMEM, "sim:%d: ftruncate of %zu bytes: %s", device_id, maplen,
                              strerror(errno));
+        close(fd);
+        goto out;
+    }
+    /* Sealed at its size before it is mapped or exported: an importer
+     * refuses an unsealed memfd (disco__sim_take_fd; test_sealed_memfds). */
+    st = disco__sim_seal(fd, "an allocation", device_id);
+    if (st != DISCO_OK) {
         close(fd);
         goto out;
     }

@@ -92,15 +92,26 @@ disco_status_t disco__sim_get_handle(void *ctx, void *base, disco_ipc_handle_t *
 disco_status_t disco__sim_open_handle(void *ctx, const disco_ipc_handle_t *handle, void **base_out);
 disco_status_t disco__sim_close_handle(void *ctx, void *base);
 
-/** A file descriptor of this process for fd of process pid, checked to be
- *  the file with inode ino: pidfd_open + pidfd_getfd, or open of
- *  /proc/<pid>/fd/<fd> when that is refused. what and device_id name the
- *  object in errors. Returns DISCO_OK, DISCO_E_INVAL (another file is there
- *  now), DISCO_E_SYS (neither way worked; the detail gives both errnos). */
 /* Tests only: when set, disco__sim_take_fd skips pidfd_getfd (as if
  * refused) and takes the /proc path. Set before any import. */
 extern bool disco__sim_no_pidfd_getfd;
 
+/* The seals every sim memfd (allocation, event) carries from its sizing on
+ * (F_SEAL_SHRINK | F_SEAL_GROW): no process that maps one can be made to
+ * fault by another truncating it. */
+#define DISCO_SIM_SEALS (0x0002 | 0x0004)
+
+/** Seals fd (a memfd made with MFD_ALLOW_SEALING, already sized) with
+ *  DISCO_SIM_SEALS. what and device_id name it in errors. Returns DISCO_OK
+ *  or DISCO_E_NOMEM (fcntl failed; the detail gives errno). */
+disco_status_t disco__sim_seal(int fd, const char *what, int device_id);
+
+/** A file descriptor of this process for fd of process pid, checked to be
+ *  the file with inode ino and sealed with DISCO_SIM_SEALS: pidfd_open +
+ *  pidfd_getfd, or open of /proc/<pid>/fd/<fd> when that is refused. what
+ *  and device_id name the object in errors. Returns DISCO_OK, DISCO_E_INVAL
+ *  (another file is there now, or it is not sealed), DISCO_E_SYS (neither
+ *  way worked; the detail gives both errnos). */
 disco_status_t disco__sim_take_fd(int32_t pid, int32_t fd, uint64_t ino, const char *what,
                                   int device_id, int *fd_out);
 

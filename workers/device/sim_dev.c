@@ -19,6 +19,8 @@
 
 #define SIM_DEFAULT_MB 4096
 
+_Static_assert(DISCO_SIM_SEALS == (F_SEAL_SHRINK | F_SEAL_GROW), "the seals' numbers");
+
 /* Configuration: -1 until read. S0: relaxed is enough, a count is a plain
  * value read once per process; racing first readers read the same
  * environment and store the same number (CAS keeps the first). */
@@ -214,7 +216,29 @@ disco_status_t disco__sim_take_fd(int32_t pid, int32_t fd, uint64_t ino, const c
                                "memfd (stale handle)",
                                device_id, what, (int)pid, (int)fd);
     }
+    /* Checked before the caller maps it: an unsealed file could be shrunk
+     * by its owner (or anyone holding it) under the mapping, and a read of
+     * it would then fault with SIGBUS (test_import_refuses_unsealed). */
+    int seals = fcntl(got, F_GET_SEALS);
+    if (seals < 0 || (seals & DISCO_SIM_SEALS) != DISCO_SIM_SEALS) {
+        close(got);
+        return disco_set_error(DISCO_E_INVAL,
+                               "sim:%d: import of %s of pid %d: fd %d is not sealed against "
+                               "shrinking and growing (seals %#x; the sim seals what it "
+                               "exports, and a mapping of an unsealed file could fault with "
+                               "SIGBUS)",
+                               device_id, what, (int)pid, (int)fd,
+                               seals < 0 ? 0u : (unsigned)seals);
+    }
     *fd_out = got;
+    return DISCO_OK;
+}
+
+disco_status_t disco__sim_seal(int fd, const char *what, int device_id)
+{
+    if (fcntl(fd, F_ADD_SEALS, DISCO_SIM_SEALS) != 0)
+        return disco_set_error(DISCO_E_NOMEM, "sim:%d: sealing %s: %s", device_id, what,
+                               strerror(errno));
     return DISCO_OK;
 }
 

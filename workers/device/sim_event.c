@@ -153,13 +153,20 @@ static disco_status_t ev_create(int dev, void **impl_out)
     if (st != DISCO_OK)
         return st;
     disco__sim_make_current(dev); /* as cuda.c's cudaSetDevice */
-    int fd = memfd_create("disco-sim-event", MFD_CLOEXEC);
+    int fd = memfd_create("disco-sim-event", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     struct stat sb;
     if (fd < 0 || ftruncate(fd, EVENT_BYTES) != 0 || fstat(fd, &sb) != 0) {
         st = disco_set_error(DISCO_E_NOMEM, "disco_device_event_create: sim:%d: memfd: %s", dev,
                              strerror(errno));
         if (fd >= 0)
             close(fd);
+        return st;
+    }
+    /* Sealed at its size before it is mapped or exported: an importer
+     * refuses an unsealed memfd (disco__sim_take_fd; test_sealed_memfds). */
+    st = disco__sim_seal(fd, "an event", dev);
+    if (st != DISCO_OK) {
+        close(fd);
         return st;
     }
     st = map_event(dev, fd, (uint64_t)sb.st_ino, impl_out);
