@@ -75,18 +75,12 @@ static void demo_start(demo_t *d)
     snprintf(bin, sizeof bin, "%s/disco-demo", DISCO_TEST_BIN);
     snprintf(trace, sizeof trace, "%s/t.json", d->dir);
     snprintf(out, sizeof out, "%s/demo.out", d->dir);
-    char *argv[] = {bin,         "--decoder-only",
-                    "--device",  "cpu",
-                    "--workers", "4",
-                    "--vocab",   "64",
-                    "--d-model", "32",
-                    "--layers",  "2",
-                    "--heads",   "4",
-                    "--d-ff",    "64",
-                    "--tokens",  "4",
-                    "--hold",    "60",
-                    "--trace",   trace,
-                    NULL};
+    char *argv[] = {bin, "--decoder-only", "--device", "cpu", "--workers", "4", "--vocab", "64",
+                    "--d-model", "32", "--layers", "2", "--heads", "4", "--d-ff", "64", "--tokens",
+                    "4", "--hold", "60",
+                    /* the form with a command per layer held: its functions'
+                     * rates are what test_top_json reads */
+                    "--controller-driven", "--trace", trace, NULL};
     d->pid = spawn(argv, out);
     int64_t t0 = disco_now_ns();
     while (!file_has(out, "holding:")) {
