@@ -112,6 +112,12 @@ static void *thread_main(void *arg)
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
     pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, NULL);
     t->os_tid = gettid();
+    /* Its name, as top -H, gdb and /proc/<pid>/task/<tid>/comm show it
+     * ("disco-w<id>"; at most 15 characters): tests/test_threaded.c counts
+     * the session's threads by it. */
+    char name[16];
+    snprintf(name, sizeof name, "disco-w%d", t->id);
+    (void)pthread_setname_np(pthread_self(), name);
     t->rc = -1; /* stays so if it is cancelled */
     pthread_setspecific(ended_key, t);
     t->keep.stop = &t->stop;
