@@ -235,6 +235,28 @@ static disco_status_t allgather_into(disco_ctx_t *ctx, const disco_value_t *a, i
     return disco_ctx_allgather(ctx, x, out, flag(a, n, 2));
 }
 
+/* The second half of broadcast_into and scatter_into, after this member's
+ * checks (st): worker 0 posts x (or every member posts its failure), the
+ * members meet, and each copies its part of worker 0's x into its out: all
+ * of it (broadcast), or the rank-th of size equal parts (split: scatter). */
+static disco_status_t from_worker0(struct disco__coll_call *c, const char *what, const DLTensor *x,
+                                   DLTensor *out, disco_status_t st, bool split)
+{
+    if (st == DISCO_OK && c->rank == 0)
+        disco__coll_post_tensor(c, x, false);
+    else if (st != DISCO_OK)
+        disco__coll_fail(c, st, disco_last_error());
+    if ((st = disco__coll_meet(c)) != DISCO_OK)
+        return st; /* same verdict, same barriers on every member */
+    const struct disco__coll_posted *l = &c->post[0];
+    size_t esz = disco_dtype_bytes(l->dtype);
+    uint64_t chunk = split ? l->nbytes / (uint64_t)c->size : l->nbytes;
+    st = check_out(what, out, l->dtype, l->dev_type, true, esz ? (int64_t)(chunk / esz) : 0);
+    if (st == DISCO_OK)
+        st = copy_part(c, 0, split ? chunk * (uint64_t)c->rank : 0, chunk, out);
+    return disco__coll_end(c, st); /* worker 0's x stays until every copy is done */
+}
+
 /* disco.broadcast_from_worker0_into(x, out, in_group): worker 0's x (each
  * group's first worker's) into every member's out (worker 0's out may be
  * x); x is read on worker 0 only. */
@@ -255,18 +277,7 @@ static disco_status_t broadcast_into(disco_ctx_t *ctx, const disco_value_t *a, i
         st = check_out(what, out, x->dtype, dev_of(x), true, disco_tensor_numel(x));
     if (st == DISCO_OK && c.rank == 0 && overlaps(x, out) && x->data != out->data)
         st = overlap_error(what);
-    if (st == DISCO_OK && c.rank == 0)
-        disco__coll_post_tensor(&c, x, false);
-    else if (st != DISCO_OK)
-        disco__coll_fail(&c, st, disco_last_error());
-    if ((st = disco__coll_meet(&c)) != DISCO_OK)
-        return st; /* same verdict, same barriers on every member */
-    const struct disco__coll_posted *l = &c.post[0];
-    size_t esz = disco_dtype_bytes(l->dtype);
-    st = check_out(what, out, l->dtype, l->dev_type, true, esz ? (int64_t)(l->nbytes / esz) : 0);
-    if (st == DISCO_OK)
-        st = copy_part(&c, 0, 0, l->nbytes, out);
-    return disco__coll_end(&c, st); /* worker 0's x stays until every copy is done */
+    return from_worker0(&c, what, x, out, st, false);
 }
 
 /* disco.scatter_from_worker0_into(x, out, in_group): member r gets the r-th
@@ -293,19 +304,7 @@ static disco_status_t scatter_into(disco_ctx_t *ctx, const disco_value_t *a, int
                              what, (long long)disco_tensor_numel(x), c.size);
     if (st == DISCO_OK && c.rank == 0 && overlaps(x, out))
         st = overlap_error(what);
-    if (st == DISCO_OK && c.rank == 0)
-        disco__coll_post_tensor(&c, x, false);
-    else if (st != DISCO_OK)
-        disco__coll_fail(&c, st, disco_last_error());
-    if ((st = disco__coll_meet(&c)) != DISCO_OK)
-        return st;
-    const struct disco__coll_posted *l = &c.post[0];
-    size_t esz = disco_dtype_bytes(l->dtype);
-    uint64_t chunk = l->nbytes / (uint64_t)c.size;
-    st = check_out(what, out, l->dtype, l->dev_type, true, esz ? (int64_t)(chunk / esz) : 0);
-    if (st == DISCO_OK)
-        st = copy_part(&c, 0, chunk * (uint64_t)c.rank, chunk, out);
-    return disco__coll_end(&c, st); /* worker 0's x stays until every copy is done */
+    return from_worker0(&c, what, x, out, st, true);
 }
 
 /* disco.gather_to_worker0_into(x, out, in_group): the members' x stacked
