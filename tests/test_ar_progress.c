@@ -20,27 +20,6 @@
 
 #define WORLD 3
 
-/* Sends this process's stderr to a fresh memfd; returns it. */
-static int capture_stderr(void)
-{
-    int fd = memfd_create("stderr", MFD_CLOEXEC);
-    ck_assert_int_ge(fd, 0);
-    fflush(stderr);
-    ck_assert_int_eq(dup2(fd, 2), 2);
-    return fd;
-}
-
-/* Everything written to fd so far (free it). */
-static char *read_all(int fd)
-{
-    fflush(stderr);
-    off_t n = lseek(fd, 0, SEEK_END);
-    char *buf = calloc(1, (size_t)n + 1);
-    ck_assert_ptr_nonnull(buf);
-    ck_assert_int_eq(pread(fd, buf, (size_t)n, 0), n);
-    return buf;
-}
-
 /* ---- a member stalled inside the kernel ---- */
 
 /* What the observer thread saw while the kernel hung. */
@@ -173,7 +152,7 @@ START_TEST(test_stalled_member_named)
     c.watchdog_ms = 300;
     disco_session_t *s;
     CK_OK(disco_session_open(&c, &s));
-    int err = capture_stderr();
+    int err = tu_capture_stderr();
     enum { N = 64 };
     disco_dref_t in = patterned(s, kDLExtDev, N);
     for (int k = 0; k < 2; k++) {
@@ -222,7 +201,7 @@ START_TEST(test_stalled_member_named)
              "worker 1 in allreduce #%llu (device kernel, %s):", (unsigned long long)x->coll, mode);
     ck_assert_msg(strstr(x->report, want1) != NULL, "no \"%s\" in:\n%s", want1, x->report);
     /* The watchdog's own report, written while worker 0 waited. */
-    char *text = read_all(err);
+    char *text = tu_read_all(err);
     const char *rep = strstr(text, "disco watchdog:");
     ck_assert_msg(rep != NULL, "no watchdog report:\n%s", text);
     ck_assert_msg(strstr(rep, want0) != NULL, "the watchdog did not say \"%s\":\n%s", want0, text);

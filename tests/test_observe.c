@@ -20,28 +20,6 @@
 
 #define MS 1000000LL
 
-/* Sends this process's stderr to a fresh memfd; returns it (read it with
- * read_all). */
-static int capture_stderr(void)
-{
-    int fd = memfd_create("stderr", MFD_CLOEXEC);
-    ck_assert_int_ge(fd, 0);
-    fflush(stderr);
-    ck_assert_int_eq(dup2(fd, 2), 2);
-    return fd;
-}
-
-/* Everything written to fd so far, as a string (free it). */
-static char *read_all(int fd)
-{
-    fflush(stderr);
-    off_t n = lseek(fd, 0, SEEK_END);
-    char *buf = calloc(1, (size_t)n + 1);
-    ck_assert_ptr_nonnull(buf);
-    ck_assert_int_eq(pread(fd, buf, (size_t)n, 0), n);
-    return buf;
-}
-
 static disco_session_config_t config(int n)
 {
     disco_session_config_t c = disco_session_config_default(n);
@@ -186,7 +164,7 @@ START_TEST(test_watchdog_names_hung_worker)
     c.call_timeout_ms = 3000;
     c.watchdog_ms = 300;
     disco_session_t *s = tu_open_with_testlib(&c);
-    int err = capture_stderr();
+    int err = tu_capture_stderr();
     disco_value_t a = disco_value_int(2);
     disco_dref_t r;
     CK_OK(disco_session_call_by_name(s, "test.hang", &a, 1, &r));
@@ -197,7 +175,7 @@ START_TEST(test_watchdog_names_hung_worker)
     int64_t t0 = disco_now_ns();
     CK_STATUS(disco_session_sync(s, 2), DISCO_E_TIMEOUT);
     ck_assert_msg(disco_now_ns() - t0 < 5000 * MS, "the deadline did not end the wait");
-    char *text = read_all(err);
+    char *text = tu_read_all(err);
     char want[160];
     snprintf(want, sizeof want, "worker 2 is ");
     ck_assert_msg(strstr(text, want) != NULL, "no report naming worker 2:\n%s", text);
@@ -235,7 +213,7 @@ START_TEST(test_watchdog_collective_not_arrived)
     disco_session_config_t c = config(4);
     c.watchdog_ms = 200;
     disco_session_t *s = tu_open_with_testlib(&c);
-    int err = capture_stderr();
+    int err = tu_capture_stderr();
     int64_t shape[1] = {256};
     disco_value_t a[3] = {disco_value_shape(shape, 1),
                           disco_value_dtype((DLDataType){kDLFloat, 32, 1}), disco_value_int(1)};
@@ -246,7 +224,7 @@ START_TEST(test_watchdog_collective_not_arrived)
     CK_OK(disco_session_call_by_name(s, "disco.allreduce", b, 3, &y));
     for (int w = 0; w < 4; w++)
         CK_OK(disco_session_sync(s, w));
-    char *text = read_all(err);
+    char *text = tu_read_all(err);
     ck_assert_msg(strstr(text, "worker 0 has waited") != NULL &&
                       strstr(text, "in disco.allreduce") != NULL,
                   "worker 0's wait in the collective is not named:\n%s", text);

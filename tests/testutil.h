@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -46,6 +47,28 @@ static inline int tu_run(const char *cmd, char *out, size_t cap)
     out[n] = '\0';
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Sends this process's stderr to a fresh memfd; returns it (read it with
+ * tu_read_all). */
+static inline int tu_capture_stderr(void)
+{
+    int fd = memfd_create("stderr", MFD_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    ck_assert_int_eq(dup2(fd, 2), 2);
+    return fd;
+}
+
+/* Everything written to fd so far, as a string (free it). */
+static inline char *tu_read_all(int fd)
+{
+    fflush(stderr);
+    off_t n = lseek(fd, 0, SEEK_END);
+    char *buf = calloc(1, (size_t)n + 1);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_int_eq(pread(fd, buf, (size_t)n, 0), n);
+    return buf;
 }
 
 static inline double tu_ms_since(int64_t start_ns)
