@@ -21,6 +21,7 @@ import torch
 
 import disco
 from conftest import CALL_TIMEOUT_MS
+from safety_util import FakeProducer
 
 DEVICE = os.environ.get("DISCO_TEST_DEVICE", "sim")
 if DEVICE not in ("sim", "cuda"):
@@ -209,52 +210,11 @@ def fill(sess, x, shape, dtype="float32"):
 # ---- a DLPack producer of a tensor on any device (never to be read) ----
 
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    pass
-
-
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
-_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                             ("deleter", _DELETER)]
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-
-
-@_DELETER
-def _no_delete(_m):
-    pass
-
-
-class FakeDeviceTensor:
+class FakeDeviceTensor(FakeProducer):
     """A float32 tensor of shape on device (type, id) at address data, as a
-    DLPack producer: a consumer that dereferences data as host memory
-    crashes (0x1000 is never mapped), as it would with a GPU pointer."""
+    DLPack producer (safety_util's): a consumer that dereferences data as
+    host memory crashes (0x1000 is never mapped), as it would with a GPU
+    pointer."""
 
     def __init__(self, device, shape, data=0x1000):
-        self.device = tuple(device)
-        self._shape = (ctypes.c_int64 * len(shape))(*shape)
-        self._m = _DLManagedTensor()
-        self._m.dl_tensor = _DLTensor(data, _DLDevice(*device), len(shape), _DLDataType(2, 32, 1),
-                                      self._shape, None, 0)
-        self._m.deleter = _no_delete
-
-    def __dlpack_device__(self):
-        return self.device
-
-    def __dlpack__(self, **_kw):
-        return _capsule_new(ctypes.addressof(self._m), b"dltensor", None)
+        super().__init__(device, data=data, shape=shape)
