@@ -196,6 +196,53 @@ START_TEST(test_comm_mismatch)
 }
 END_TEST
 
+/* Small allreduces meet inline (collective.h, Inline: no end barrier;
+ * a member's slot is rewritten two collectives later) mixed with ones that
+ * do not, in place and not, with members skewed: every result exact, over
+ * the world and over groups, fork and spawn. */
+START_TEST(test_comm_inline_reuse)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(2 * _i, &dev, 60000);
+    for (int g = 0; g < 2; g++) {
+        disco_value_t a[3] = {disco_value_int(3000), disco_value_bool(g == 1),
+                              disco_value_int(WORLD / GROUPS)};
+        disco_status_t st = step(s, "comm.inline_stress", a, 3);
+        ck_assert_msg(st == DISCO_OK, "%s: %s", disco_strerror(st), disco_last_error());
+    }
+    disco_session_close(s);
+}
+END_TEST
+
+/* Meetings where some members go inline and others cannot (F3 in
+ * collective.h): an input too big to go inline, another op, a member whose
+ * call failed before the meeting. Each fails at once on every member with
+ * the error that names it, nothing is written, and the session stays
+ * usable. */
+START_TEST(test_comm_inline_mixed)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(0, &dev, 60000);
+    int64_t ns;
+    disco_status_t st = fault(s, 8, 1, &ns);
+    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
+    CK_HAS("worker 1 has a float32 tensor of shape [4096]");
+    ck_assert_msg(ns < 20000000000LL, "took %lld ms", (long long)(ns / 1000000));
+    st = fault(s, 9, 3, &ns);
+    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
+    CK_HAS("gave op 3");
+    st = fault(s, 10, 2, &ns);
+    ck_assert_msg(st == DISCO_E_INVAL, "%s: %s", disco_strerror(st), disco_last_error());
+    CK_HAS("worker 2: disco_ctx_allreduce: op 9 is none");
+    ck_assert_msg(ns < 20000000000LL, "took %lld ms", (long long)(ns / 1000000));
+    disco_value_t a[6] = {disco_value_int(0), disco_value_int(kDLCPU),
+                          disco_value_int(0), disco_value_bool(false),
+                          disco_value_int(2), disco_value_bool(false)};
+    ck_assert_int_eq(step(s, "comm.check", a, 6), DISCO_OK);
+    disco_session_close(s);
+}
+END_TEST
+
 /* A send whose receiver returns without receiving fails on the sender
  * with DISCO_E_MISMATCH naming the receiver, at once. */
 START_TEST(test_comm_send_without_recv)
@@ -247,6 +294,8 @@ Suite *suite_comm(void)
     tcase_add_test(tc, test_comm_failed_first_named);
     tcase_add_loop_test(tc, test_comm_kill_named, 0, 2);
     tcase_add_test(tc, test_comm_mismatch);
+    tcase_add_loop_test(tc, test_comm_inline_reuse, 0, 2);
+    tcase_add_test(tc, test_comm_inline_mixed);
     tcase_add_loop_test(tc, test_comm_send_without_recv, 0, 2);
     tcase_add_test(tc, test_comm_fewer_named);
     tcase_add_test(tc, test_comm_outside);

@@ -65,7 +65,8 @@ static void *liar_main(void *p)
  * hangs in test.hang while the test posts for it): heap offsets far outside
  * the heap, offsets that overflow, an output block that runs past the
  * heap's end, a send_recv from a bogus block, an absurd dimension count, a
- * status that is no status with an unterminated message. Worker 0 (the
+ * status that is no status with an unterminated message, inline bytes
+ * past the slot's (collective.h, Inline). Worker 0 (the
  * controller) fails the collective with an error naming worker 1 and never
  * reads or writes outside the heap (offsets dereferenced as posted would
  * segfault here, or be an ASan report under make test SANITIZE=address);
@@ -114,12 +115,21 @@ START_TEST(test_posted_offsets_checked)
         m->ndim = 1000;
         want = "malformed tensor";
         break;
-    default:
+    case 5:
         m->status = 12345;
         memset(m->msg, 'A', sizeof m->msg);
         want = "AAAA";
+        break;
+    default: /* inline bytes it cannot have: 1 MiB of float32 */
+        m->inl = 1;
+        m->inl_bytes = UINT32_MAX;
+        m->shape[0] = 1 << 18;
+        want = "bytes inline";
     }
-    struct liar liar = {a, send ? 2 : 1};
+    /* Its arrive word, as disco__coll_meet stores it; an inline member
+     * (case 6) never arrives at the barrier. */
+    atomic_store(&m->arrive, DISCO__COLL_ARRIVE(DISCO__COLL_TAG(m->seq, 0), m->inl));
+    struct liar liar = {a, m->inl ? 0 : send ? 2 : 1};
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, liar_main, &liar), 0);
     disco_value_t args[3] = {dref(x), send ? disco_value_int(1) : disco_value_str("sum"),
@@ -375,7 +385,7 @@ Suite *suite_shm_lies(void)
     Suite *s = suite_create("shm_lies");
     TCase *tc = tcase_create("shm_lies");
     tcase_set_timeout(tc, 150);
-    tcase_add_loop_test(tc, test_posted_offsets_checked, 0, 6);
+    tcase_add_loop_test(tc, test_posted_offsets_checked, 0, 7);
     tcase_add_test(tc, test_rpc_span_checked);
     tcase_add_test(tc, test_coll_header_ignored);
     tcase_add_test(tc, test_ring_attach_reads_once);

@@ -192,7 +192,11 @@ DISCO_FUNC("comm.check", "iiibib", check)
  * (kind 3) calls allgather instead, (kind 4: worker 0 sends to the victim,
  * which returns without receiving; the others do nothing), (kind 5) two
  * allreduces where the victim calls one, (kind 6) as 1 in its group's
- * allreduce (in_group), (kind 7) fails before calling it. Returns the number of output
+ * allreduce (in_group), (kind 7) fails before calling it, (kind 8) passes
+ * 4096 elements (too many to go inline while the others' 64 do: the
+ * meeting is mixed), (kind 9) reduces with max while the others sum,
+ * (kind 10) passes op 9, which is none (its call fails before the meeting
+ * while the others' inline meeting waits). Returns the number of output
  * elements that are no longer -1 (0: nothing was written). */
 /* Fault injection, not synchronization: the victim dies 100 ms into its
  * wait; worker 0 arrives a second later, so the others wait for it inside
@@ -210,7 +214,10 @@ static disco_status_t fault(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
 {
     (void)n;
     int kind = (int)a[0].v.i, victim = (int)a[1].v.i, me = disco_ctx_worker_id(ctx);
-    int64_t len = me == victim && kind == 2 ? 65 : 64;
+    int64_t len = me == victim && kind == 2 ? 65 : me == victim && kind == 8 ? 4096 : 64;
+    disco_reduce_op_t op = me == victim && kind == 9    ? DISCO_REDUCE_MAX
+                           : me == victim && kind == 10 ? (disco_reduce_op_t)9
+                                                        : DISCO_REDUCE_SUM;
     DLTensor *x, *y;
     DLDataType f32 = {kDLFloat, 32, 1};
     disco_status_t st = disco_ctx_empty(ctx, &len, 1, f32, &x);
@@ -240,7 +247,7 @@ static disco_status_t fault(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
         if ((st = disco_ctx_empty(ctx, &l2, 1, f32, &z)) == DISCO_OK)
             st = disco_ctx_allgather(ctx, x, z, false);
     } else {
-        st = disco_ctx_allreduce(ctx, x, y, DISCO_REDUCE_SUM, kind == 6);
+        st = disco_ctx_allreduce(ctx, x, y, op, kind == 6);
         if (st == DISCO_OK && kind == 5 && me != victim)
             st = disco_ctx_allreduce(ctx, x, y, DISCO_REDUCE_SUM, false);
     }
@@ -253,6 +260,57 @@ static disco_status_t fault(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
     return DISCO_OK;
 }
 DISCO_FUNC("comm.fault", "ii", fault)
+
+/* comm.inline_stress(iters, in_group, group_size): iters allreduces (sum, float32) on
+ * every member, alternating inputs small enough to go inline (collective.h,
+ * Inline) with some that are not, some in place; member r's input in
+ * iteration i is (i + 1) * (r + 1) + element index, rewritten before each
+ * call, and each member spins a different, varying while before each call,
+ * so that members run ahead of each other into the slot set the others may
+ * still read. Every element of every result is checked exactly. Returns
+ * the number of calls. */
+static disco_status_t inline_stress(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                    disco_value_t *ret)
+{
+    (void)n;
+    int me = disco_ctx_worker_id(ctx), world = disco_ctx_world_size(ctx);
+    bool in_group = a[1].v.b;
+    int size = in_group ? (int)a[2].v.i : world;
+    int base = in_group ? me / size * size : 0;
+    int64_t big = 2048, small[3] = {1, 64, 1024}; /* 8 KiB: not inline; 4 KiB: inline */
+    DLDataType f32 = {kDLFloat, 32, 1};
+    DLTensor *x, *y;
+    disco_status_t st = disco_ctx_empty(ctx, &big, 1, f32, &x);
+    if (st == DISCO_OK)
+        st = disco_ctx_empty(ctx, &big, 1, f32, &y);
+    for (int64_t i = 0; st == DISCO_OK && i < a[0].v.i; i++) {
+        int64_t len = i % 7 == 6 ? big : small[i % 3];
+        bool in_place = i % 5 == 1;
+        DLTensor xs = *x, ys = *y;
+        xs.shape = ys.shape = &len;
+        for (int64_t k = 0; k < len; k++)
+            ((float *)x->data)[k] = (float)((i + 1) * (me + 1) + k);
+        /* Skew, not synchronization: members arrive in varying orders. */
+        for (volatile int64_t spin = (i * 7 + me * 13) % 64 * 50; spin > 0; spin--)
+            ;
+        st = disco_ctx_allreduce(ctx, &xs, in_place ? &xs : &ys, DISCO_REDUCE_SUM, in_group);
+        const float *got = (const float *)(in_place ? x->data : y->data);
+        int64_t members = 0;
+        for (int r = base; r < base + size; r++)
+            members += r + 1;
+        for (int64_t k = 0; st == DISCO_OK && k < len; k++) {
+            float want = (float)((i + 1) * members + (int64_t)size * k);
+            if (got[k] != want)
+                st = disco_ctx_fail(ctx, "call %lld (%lld elements%s): element %lld is %g, not %g",
+                                    (long long)i, (long long)len, in_place ? ", in place" : "",
+                                    (long long)k, (double)got[k], (double)want);
+        }
+    }
+    if (st == DISCO_OK)
+        *ret = disco_value_int(a[0].v.i);
+    return st;
+}
+DISCO_FUNC("comm.inline_stress", "ibi", inline_stress)
 
 /* comm.allreduce_loop(bytes, iters, in_group): iters in-worker allreduces
  * (sum, float32) of a heap tensor of bytes bytes, in place; the bench's

@@ -39,6 +39,7 @@ struct disco__coll_posted {
     int64_t shape[DISCO_MAX_NDIM];
     uint64_t nbytes;   /* of ndim, shape and dtype: checked not to overflow */
     uint32_t dev_type; /* 0: heap tensors; else device tensors of this type */
+    bool inl;          /* the input's bytes are in the member's slot (collective.h, Inline) */
 };
 
 struct disco__coll_call {
@@ -138,6 +139,11 @@ disco_status_t disco__coll_span_check(struct disco__coll_call *c, int r, bool ou
  *  here), or the import's error. */
 disco_status_t disco__coll_dev_span(struct disco__coll_call *c, int r, bool out, uint64_t off,
                                     uint64_t len, char **p_out, DLDevice *dev_out);
+
+/** Member rank's inline input (collective.h, Inline): its slot's copy of
+ *  post[rank].nbytes bytes, checked at the meeting to fit. Only after a
+ *  meeting where post[rank].inl is set. */
+const void *disco__coll_inline(struct disco__coll_call *c, int rank);
 
 /** Checks that every member's input has this member's dtype and shape
  *  (shape[0] too unless any_dim0). Returns DISCO_OK or DISCO_E_MISMATCH. */

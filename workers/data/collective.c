@@ -3,6 +3,7 @@
  * collectives themselves are in collective_ops.c. */
 #include "workers/data/collective.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -139,6 +140,18 @@ static void gone_why(const struct disco__coll_call *c, int id, char *out, size_t
     snprintf(out, cap, "it failed first: %s", msg);
 }
 
+/* The error of a call that member id left without calling it. */
+static disco_status_t gone_error(const struct disco__coll_call *c, int id)
+{
+    char why[192];
+    gone_why(c, id, why, sizeof why);
+    return disco_set_error(DISCO_E_MISMATCH,
+                           "%s (collective %u of command %llu): worker %d ended the command "
+                           "without calling it (%s)",
+                           c->what, c->index, (unsigned long long)c->w->seq, id + c->w->gid_base,
+                           why);
+}
+
 /* Arrives and waits for the others (see collective.h). On a failed wait,
  * withdraws the arrival (A1) and returns the wait's status; returns
  * DISCO_OK if the barrier was passed, even as the wait gave up. With c, a
@@ -165,15 +178,8 @@ static disco_status_t barrier_wait(struct disco__barrier *b, uint32_t n, const d
         return DISCO_OK;
     if (st == DISCO_OK && gen_moved(&a))
         return DISCO_OK; /* passed: the member left after the barrier */
-    if (st == DISCO_OK) {
-        char why[192];
-        gone_why(c, a.gone, why, sizeof why);
-        st = disco_set_error(DISCO_E_MISMATCH,
-                             "%s (collective %u of command %llu): worker %d ended the command "
-                             "without calling it (%s)",
-                             c->what, c->index, (unsigned long long)c->w->seq,
-                             a.gone + c->w->gid_base, why);
-    }
+    if (st == DISCO_OK)
+        st = gone_error(c, a.gone);
     /* A1. Acquire (load and failed swaps): if the generation moved, we
      * passed and need the others' writes, as gen_moved does. acq_rel on
      * success: a withdrawal is an arrival undone, ordered like one. */
@@ -230,7 +236,13 @@ void disco__coll_begin(disco_ctx_t *ctx, bool in_group, const char *what,
     c->parity = (uint32_t)(w->ncoll++ & 1);
     c->me =
         disco__coll_slot(c->a, (uint32_t)w->world, (uint32_t)groups, c->parity, (uint32_t)w->id);
-    memset(c->me, 0, sizeof *c->me);
+    /* Not arrive (it keeps an older call's tag until disco__coll_meet
+     * stores this one's), nor msg (read only after a failed status or go),
+     * nor data (read only when inline is set): the fewer lines written,
+     * the fewer a peer must fetch at the meeting. */
+    memset(&c->me->seq, 0,
+           offsetof(struct disco__coll_slot, msg) - offsetof(struct disco__coll_slot, seq));
+    c->me->msg[0] = '\0';
     c->me->seq = w->seq;
     c->index = w->cmd_coll++;
     c->me->index = c->index;
@@ -286,23 +298,55 @@ void disco__coll_post_tensor(struct disco__coll_call *c, const DLTensor *t, bool
  * (every other member, with everyone: device work, where marks do not tell
  * who still touches this member's bytes), handed to the worker's abandon
  * hook before anything of the call is freed; the call is given up. */
-static disco_status_t abandon(struct disco__coll_call *c, disco_status_t st, bool everyone)
+static uint64_t call_tag(const struct disco__coll_call *c)
+{
+    return DISCO__COLL_TAG(c->w->seq, c->index);
+}
+
+/* Whether member r stored this call's arrive word (either flag). */
+static bool has_arrived(struct disco__coll_call *c, int r, uint64_t *word_out)
+{
+    /* Acquire: pairs with the member's release store in disco__coll_meet,
+     * after its post (and inline bytes). */
+    uint64_t v = atomic_load_explicit(&member(c, r)->arrive, memory_order_acquire);
+    *word_out = v;
+    return v >> 1 == call_tag(c);
+}
+
+/* The late, by how the call is given up: everyone (device work), the
+ * members not yet arrived at an inline meeting (arrived), or those whose
+ * marks are older than this barrier's. */
+enum late_by { LATE_MARKS, LATE_EVERYONE, LATE_ARRIVED };
+
+static bool is_late(struct disco__coll_call *c, int r, enum late_by by)
+{
+    uint64_t v;
+    if (by == LATE_EVERYONE)
+        return true;
+    if (by == LATE_ARRIVED)
+        return !has_arrived(c, r, &v);
+    /* Acquire: pairs with the member's release of its mark. */
+    return atomic_load_explicit(&disco__coll_mark(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups,
+                                                  (uint32_t)(c->base + r))
+                                     ->at,
+                                memory_order_acquire) <
+           DISCO__COLL_MARK(c->w->seq, c->w->cmd_phase);
+}
+
+static disco_status_t abandon_by(struct disco__coll_call *c, disco_status_t st, enum late_by by)
 {
     int late[DISCO_MAX_WORKERS], nlate = 0;
-    uint64_t want = DISCO__COLL_MARK(c->w->seq, c->w->cmd_phase);
-    for (int r = 0; r < c->size; r++) {
-        int id = c->base + r;
-        /* Acquire: pairs with the member's release of its mark. */
-        if (id != c->w->id &&
-            (everyone || atomic_load_explicit(&disco__coll_mark(c->a, (uint32_t)c->w->world,
-                                                                (uint32_t)c->ngroups, (uint32_t)id)
-                                                   ->at,
-                                              memory_order_acquire) < want))
-            late[nlate++] = id;
-    }
+    for (int r = 0; r < c->size; r++)
+        if (c->base + r != c->w->id && is_late(c, r, by))
+            late[nlate++] = c->base + r;
     c->gave_up =
         c->w->abandon == NULL ? st : c->w->abandon(c->w->abandon_ctx, st, late, nlate, c->what);
     return c->gave_up;
+}
+
+static disco_status_t abandon(struct disco__coll_call *c, disco_status_t st, bool everyone)
+{
+    return abandon_by(c, st, everyone ? LATE_EVERYONE : LATE_MARKS);
 }
 
 /* Device ordering (coll_call.h): this member's stream waits for the last
@@ -468,14 +512,107 @@ static disco_status_t take_post(struct disco__coll_call *c, int r)
                                "overflows)",
                                c->what, c->base + r, (int)p->ndim);
     p->nbytes = n;
+    p->inl = m->inl != 0;
+    if (p->inl && n > DISCO__COLL_INLINE_MAX)
+        return disco_set_error(DISCO_E_PROTOCOL,
+                               "%s: worker %d posted %llu bytes inline (at most %u)", c->what,
+                               c->base + r, (unsigned long long)n, DISCO__COLL_INLINE_MAX);
+    return DISCO_OK;
+}
+
+const void *disco__coll_inline(struct disco__coll_call *c, int rank)
+{
+    return member(c, rank)->data;
+}
+
+/* ---- the inline meeting (collective.h, Inline: F1-F3) ---- */
+
+struct arrive_arg {
+    struct disco__coll_call *c;
+    bool all_inline;     /* every member arrived inline (valid once the wait ends) */
+    int gone;            /* a member that ended the command without arriving, or -1 */
+    size_t inline_bytes; /* this member's: the others' are the same, or the checks fail */
+};
+
+static bool all_arrived(void *p)
+{
+    struct arrive_arg *a = p;
+    struct disco__coll_call *c = a->c;
+    a->all_inline = true;
+    for (int r = 0; r < c->size; r++) {
+        uint64_t v;
+        if (r == c->rank)
+            continue;
+        if (!has_arrived(c, r, &v)) {
+            /* Acquire: pairs with disco__coll_done's release. Its arrive
+             * word is read again after it, so a member that arrived and
+             * then left is not taken for one that never came. */
+            uint64_t done = DISCO__COLL_MARK(c->w->seq, DISCO__COLL_DONE);
+            if (atomic_load_explicit(&disco__coll_mark(c->a, (uint32_t)c->w->world,
+                                                       (uint32_t)c->ngroups,
+                                                       (uint32_t)(c->base + r))
+                                          ->at,
+                                     memory_order_acquire) >= done &&
+                !has_arrived(c, r, &v)) {
+                a->gone = c->base + r;
+                return true;
+            }
+            return false;
+        }
+        if ((v & 1) == 0)
+            a->all_inline = false;
+    }
+    /* Every word is there: fetch every post and inline copy at once (the
+     * meeting's reads of them then hit), instead of a miss after a miss. */
+    for (int r = 0; r < c->size; r++) {
+        const char *m = (const char *)member(c, r);
+        if (r == c->rank)
+            continue;
+        for (size_t off = 64; off < offsetof(struct disco__coll_slot, msg); off += 64)
+            __builtin_prefetch(m + off);
+        for (size_t off = 0; a->all_inline && off < a->inline_bytes; off += 64)
+            __builtin_prefetch(m + offsetof(struct disco__coll_slot, data) + off);
+    }
+    return true;
+}
+
+/* F1: waits for every member's arrive word. Returns DISCO_OK with
+ * *all_inline (F2 or F3), or the status the call is given up with. */
+static disco_status_t inline_wait(struct disco__coll_call *c, bool *all_inline)
+{
+    struct arrive_arg a = {c, true, -1, c->me->inl_bytes};
+    disco_status_t st = disco_wait_until(&c->bar->q, all_arrived, &a, c->w->wait);
+    if (st == DISCO_OK && a.gone >= 0)
+        st = gone_error(c, a.gone);
+    if (st != DISCO_OK)
+        return abandon_by(c, st, LATE_ARRIVED);
+    *all_inline = a.all_inline;
     return DISCO_OK;
 }
 
 /* Posts, meets the group, and returns the first member's failure (the same
- * verdict on every member: each reads the same slots after the barrier). */
+ * verdict on every member: each reads the same slots after the meeting). */
 disco_status_t disco__coll_meet(struct disco__coll_call *c)
 {
-    disco_status_t st = disco__coll_barrier(c);
+    bool inl = c->me->inl != 0, all_inline = false;
+    /* Release: the post (and inline bytes) before the word that says it
+     * is complete; pairs with has_arrived's acquire. */
+    atomic_store_explicit(&c->me->arrive, DISCO__COLL_ARRIVE(call_tag(c), inl),
+                          memory_order_release);
+    disco_status_t st = DISCO_OK;
+    if (inl) {
+        st = inline_wait(c, &all_inline);
+        /* Then wake the members parked on the barrier's queue for arrive
+         * words (K0-K3 of wait.h: the store above is K0). Not before the
+         * wait: the wake's fence would hold this member until its post's
+         * stores drained, while the wait overlaps them. A member parked
+         * for this one's word is not kept waiting by it: whoever arrives
+         * last finds every word stored, ends its wait at once and wakes
+         * the queue, and a member whose wait failed wakes it too. */
+        disco_waitq_wake(&c->bar->q);
+    }
+    if (st == DISCO_OK && !all_inline) /* F3, or a member that posted no inline bytes */
+        st = disco__coll_barrier(c);
     if (st != DISCO_OK)
         return st;
     for (int r = 0; r < c->size; r++) {
@@ -492,8 +629,9 @@ disco_status_t disco__coll_meet(struct disco__coll_call *c)
                                    c->w->id + c->w->gid_base, kind_name(c->me->kind), c->index);
         int32_t arg = m->arg;
         if (arg != c->me->arg)
-            return disco_set_error(DISCO_E_MISMATCH, "%s: worker %d gave root %d, worker %d %d",
-                                   c->what, c->base + r + c->w->gid_base, (int)arg,
+            return disco_set_error(DISCO_E_MISMATCH, "%s: worker %d gave %s %d, worker %d %d",
+                                   c->what, c->base + r + c->w->gid_base,
+                                   c->me->kind == DISCO__K_ALLREDUCE ? "op" : "root", (int)arg,
                                    c->w->id + c->w->gid_base, (int)c->me->arg);
         int32_t mst = m->status;
         if (mst != DISCO_OK) { /* another process's words: bounded, escaped */

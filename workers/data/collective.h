@@ -74,6 +74,32 @@
  * receiver returned (or a receive whose sender did) fails naming it.
  * Test: comm_send_without_recv.
  *
+ * Inline (small host allreduces; collective_ops.c). A member whose input
+ * is at most DISCO__COLL_INLINE_MAX bytes of host memory (within one node)
+ * copies it into its own slot (data, inline set) before the meeting.
+ * Every member, inline or not, stores its slot's arrive word (tag of the
+ * call, inline flag; release) once its post is complete, before it does
+ * anything else at the meeting:
+ *   F1 a member that posted inline does not arrive at the barrier: it
+ *      waits (acquire) until every other member's arrive word carries the
+ *      call's tag, watching departures as a barrier wait does;
+ *   F2 if every one of them is inline, the meeting is over (the checks
+ *      follow, on the slots, as after a barrier); each member folds every
+ *      member's slot copy, in rank order, into its own output and returns:
+ *      no data phase, no end barrier, no member writes another's memory;
+ *   F3 if any is not, it arrives at the barrier as the others do, and the
+ *      call goes on as a barrier meeting (the checks then name what
+ *      differs: a shape, a failure). Whether any member is not inline is
+ *      one fact about the slots, so every inline member takes the same
+ *      branch; the others never wait for anything but the barrier.
+ * Reuse is safe without an end barrier because a member writes its slot
+ * of set p again only in the collective after next, which it begins after
+ * its meeting of the next one, where no member arrives before it finished
+ * reading this one. A member that gives up an inline meeting has nothing
+ * to withdraw: the others only read its slot, which stays as it is while
+ * the session breaks (A3: the late are the members not yet arrived).
+ * Tests: comm_inline_reuse, comm_inline_mixed (tests/test_comm.c).
+ *
  * Trust: worker 0 is the controller, and the members' slots are written by
  * other processes. Every heap offset and length read from a slot is checked
  * against the heap's blocks before it is used, and every number (rank
@@ -136,12 +162,21 @@ struct disco__p2p {
 #define DISCO__P2P_CLAIMED   2u
 #define DISCO__P2P_WITHDRAWN 3u
 
+/* Input bytes a member may carry in its slot (Inline, above). */
+#define DISCO__COLL_INLINE_MAX            4096u
+/* A call's tag: unique in the session (command seq, index in it), never 0. */
+#define DISCO__COLL_TAG(seq, index)       (((uint64_t)(seq) << 24 | (uint64_t)(index)) + 1)
+#define DISCO__COLL_ARRIVE(tag, inl_flag) ((uint64_t)(tag) << 1 | ((inl_flag) ? 1u : 0u))
+
 struct disco__coll_slot {
-    _Alignas(64) uint64_t seq; /* the command this post belongs to */
-    uint32_t index;            /* which of the command's collectives (0, 1, ...) */
-    uint32_t kind;             /* enum disco__coll_kind */
-    int32_t arg;               /* the kind's argument every member must agree on (root) */
-    int32_t status;            /* this member's own verdict before the exchange */
+    /* DISCO__COLL_ARRIVE(the call's tag, inline), stored (release) after
+     * the post: the member is at the meeting (Inline, above). */
+    _Alignas(64) _Atomic uint64_t arrive; /* alone on its line: the peers poll it */
+    _Alignas(64) uint64_t seq;            /* the command this post belongs to */
+    uint32_t index;                       /* which of the command's collectives (0, 1, ...) */
+    uint32_t kind;                        /* enum disco__coll_kind */
+    int32_t arg;    /* the kind's argument every member must agree on (root) */
+    int32_t status; /* this member's own verdict before the exchange */
     int32_t ndim;
     DLDataType dtype;
     uint32_t dev_type;           /* 0: heap tensors; else their device type (arena.h) */
@@ -154,7 +189,13 @@ struct disco__coll_slot {
      * one reads there. */
     int32_t go;
     uint32_t choice;
-    char msg[160];
+    /* inline != 0: this member's input bytes (nbytes of its dtype and
+     * shape, at most DISCO__COLL_INLINE_MAX) are in data, copied before it
+     * arrived at the meeting (Inline, above). */
+    uint32_t inl;
+    uint32_t inl_bytes; /* the bytes in data (inline set) */
+    char msg[160];      /* disco__coll_begin clears the fields before msg only */
+    _Alignas(64) unsigned char data[DISCO__COLL_INLINE_MAX];
 };
 
 /* The area: one barrier for the whole world and one per group, then two
