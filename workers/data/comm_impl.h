@@ -16,15 +16,25 @@
  *  DISCO_OK or DISCO_E_INVAL naming what. */
 disco_status_t disco__comm_worker(disco_ctx_t *ctx, const char *what);
 
-/** t itself when a collective can post it (ours: heap or device arena),
- *  else a new heap tensor of its dtype and shape owned by the call, with
- *  t's bytes when copy_in (t: compact host memory). Returns DISCO_OK;
- *  DISCO_E_INVAL (NULL, not compact); DISCO_E_MISMATCH (device memory not
- *  ours); DISCO_E_BAD_TYPE; disco_ctx_empty's errors. */
+/** t itself when a collective can post it (ours: heap or device arena);
+ *  else a new tensor of its dtype and shape owned by the call (until the
+ *  function returns), with t's bytes when copy_in: for compact host
+ *  memory a heap tensor; for device memory disco did not allocate (t on
+ *  this worker's own device: the arena's device type and id) an arena
+ *  tensor, the device's default stream synced first and the copy synced
+ *  on the arena's stream. Returns DISCO_OK; DISCO_E_INVAL (NULL, not
+ *  compact); DISCO_E_MISMATCH (a device tensor on another device id, or of
+ *  another device type than the worker's arena); DISCO_E_BAD_TYPE;
+ *  disco_ctx_empty's and disco_ctx_empty_device's errors (DISCO_E_NO_DEVICE
+ *  for a device type without an arena); the copy's errors. Tested by
+ *  tests/test_comm.c test_comm_staged_device and test_comm_stage_errors. */
 disco_status_t disco__comm_stage(disco_ctx_t *ctx, const DLTensor *t, bool copy_in,
                                  const char *what, DLTensor **out);
 
-/** Copies a staged h's bytes back into t (nothing when h is t). */
-void disco__comm_unstage(const DLTensor *h, DLTensor *t);
+/** Copies a staged h's bytes back into t (nothing when h is t): memcpy
+ *  from the heap; from an arena tensor on its arena's stream, after the
+ *  collective's device work queued there, synced before it returns.
+ *  Returns DISCO_OK or the copy's error. */
+disco_status_t disco__comm_unstage(const DLTensor *h, DLTensor *t);
 
 #endif

@@ -233,7 +233,7 @@ disco_status_t disco_ctx_recv(disco_ctx_t *ctx, DLTensor *t, int from_worker)
                           memory_order_release);
     disco_waitq_wake(&p->q);
     if (st == DISCO_OK)
-        disco__comm_unstage(x, t);
+        st = disco__comm_unstage(x, t);
     return st;
 }
 
