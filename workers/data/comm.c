@@ -155,6 +155,22 @@ static void stamp_end(disco_ctx_t *ctx, uint32_t kind, uint32_t index, bool in_g
                           disco__ticks());
 }
 
+uint64_t disco__comm_clock(disco_ctx_t *ctx)
+{
+    return ctx->worker->trace != NULL ? disco__ticks() : 0;
+}
+
+void disco__comm_stamp_p2p(disco_ctx_t *ctx, uint32_t kind, int peer, uint64_t ticket, uint64_t t0)
+{
+    disco_worker_t *w = ctx->worker;
+    if (w->trace == NULL || peer < 0)
+        return;
+    disco__trace_put_info(
+        w->trace, w->seq,
+        disco__trace_nested_info(kind, disco__trace_p2p_index(ticket), (uint32_t)peer, 2), t0,
+        disco__ticks());
+}
+
 /* Whether t's device type is a device's (not host memory). */
 static bool on_device(const DLTensor *t)
 {

@@ -8,6 +8,7 @@
 #define DISCO_WORKERS_COMM_IMPL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "disco/func.h"
 #include "disco/tensor.h"
@@ -36,5 +37,16 @@ disco_status_t disco__comm_stage(disco_ctx_t *ctx, const DLTensor *t, bool copy_
  *  collective's device work queued there, synced before it returns.
  *  Returns DISCO_OK or the copy's error. */
 disco_status_t disco__comm_unstage(const DLTensor *h, DLTensor *t);
+
+/** The clock for a send's or receive's trace record: now when the
+ *  worker traces, else 0. ctx: a session worker's. */
+uint64_t disco__comm_clock(disco_ctx_t *ctx);
+
+/** Writes the nested trace record of a send or receive (kind
+ *  DISCO__TK_SEND or DISCO__TK_RECV; trace_ring.h, Nested records) from t0
+ *  to now: peer the other worker's id in the session (nothing when < 0:
+ *  the call failed before it knew one), ticket the post sent or claimed
+ *  (0: none). Nothing when the worker does not trace. */
+void disco__comm_stamp_p2p(disco_ctx_t *ctx, uint32_t kind, int peer, uint64_t ticket, uint64_t t0);
 
 #endif
