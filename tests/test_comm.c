@@ -95,6 +95,66 @@ START_TEST(test_comm_staged)
 }
 END_TEST
 
+/* Device memory the session did not allocate (disco_device_alloc on each
+ * worker's own sim device, filled by a copy left queued on the device's
+ * default stream) is staged through the worker's arena: every operation
+ * (allreduce, in place too, allgather, broadcast, barrier, send/recv,
+ * send_to_next_group/recv_from_prev_group, five in one command) gives the
+ * right values in the caller's memory, fork and spawn. */
+START_TEST(test_comm_staged_device)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(2 * _i + 1, &dev, 120000);
+    ck_assert_int_eq(dev, kDLExtDev);
+    for (int op = 0; op < 8; op++)
+        for (int dt = 0; dt < 2; dt++) {
+            disco_value_t a[6] = {disco_value_int(op),
+                                  disco_value_int(dev),
+                                  disco_value_int(dt),
+                                  disco_value_bool(op == 6),
+                                  disco_value_int(WORLD / GROUPS),
+                                  disco_value_bool(true)};
+            disco_status_t st = step(s, "comm.check", a, 6);
+            ck_assert_msg(st == DISCO_OK, "op %d dtype %d: %s (%s)", op, dt, disco_strerror(st),
+                          disco_last_error());
+        }
+    disco_session_close(s);
+}
+END_TEST
+
+/* Runs comm.stage_error(kind, sim). */
+static disco_status_t stage_error(disco_session_t *s, int kind)
+{
+    disco_value_t a[2] = {disco_value_int(kind), disco_value_int(kDLExtDev)};
+    return step(s, "comm.stage_error", a, 2);
+}
+
+/* Device memory that cannot be staged is refused with a message that says
+ * why: on another sim device than the worker's (DISCO_E_MISMATCH), not
+ * compact (DISCO_E_INVAL), of another device type than the worker's arena
+ * (DISCO_E_MISMATCH); the session stays usable after each (the members
+ * fail alike at the meeting); a send of such memory fails on the sender. */
+START_TEST(test_comm_stage_errors)
+{
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(1, &dev, 60000);
+    CK_STATUS(stage_error(s, 0), DISCO_E_MISMATCH);
+    CK_HAS("disco_ctx_allreduce: a tensor on sim:1, and worker 0's device is sim:0");
+    CK_STATUS(stage_error(s, 1), DISCO_E_INVAL);
+    CK_HAS("a tensor on sim:0 that disco did not allocate must be compact");
+    CK_STATUS(stage_error(s, 2), DISCO_E_MISMATCH);
+    CK_HAS("staging a tensor on cuda:0: worker 0: its device arena is on sim:0");
+    disco_value_t a[6] = {disco_value_int(0),      disco_value_int(dev), disco_value_int(0),
+                          disco_value_bool(false), disco_value_int(2),   disco_value_bool(true)};
+    disco_status_t st = step(s, "comm.check", a, 6);
+    ck_assert_msg(st == DISCO_OK, "after the refusals: %s (%s)", disco_strerror(st),
+                  disco_last_error());
+    CK_STATUS(stage_error(s, 3), DISCO_E_MISMATCH);
+    CK_HAS("disco_ctx_send: a tensor on sim:1, and worker 0's device is sim:0");
+    disco_session_close(s);
+}
+END_TEST
+
 /* Runs comm.fault(kind, victim) with the call timeout timeout_ms; returns
  * its status with the detail in disco_last_error() and the time it took. */
 static disco_status_t fault(disco_session_t *s, int kind, int victim, int64_t *ns_out)
@@ -289,6 +349,8 @@ Suite *suite_comm(void)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_comm_matrix, 0, 5);
     tcase_add_loop_test(tc, test_comm_staged, 0, 2);
+    tcase_add_loop_test(tc, test_comm_staged_device, 0, 2);
+    tcase_add_test(tc, test_comm_stage_errors);
     tcase_add_loop_test(tc, test_comm_skip_named, 0, 2);
     tcase_add_loop_test(tc, test_comm_skip_group_named, 0, 2);
     tcase_add_test(tc, test_comm_failed_first_named);

@@ -377,6 +377,7 @@ START_TEST(test_nested_collectives)
         ck_assert_str_eq(c->name, "allreduce");
         ck_assert_int_eq(c->members, WORLD);
         ck_assert_int_eq(c->group, -1);
+        ck_assert_int_eq(c->peer, -1); /* a collective, not a send */
         ck_assert(c->worker >= 0 && c->worker < WORLD && c->index < NCOLL);
         per[c->worker]++;
         const disco_trace_slice_t *sl = slice_of(t, c->worker, c->seq);
@@ -552,6 +553,8 @@ START_TEST(test_load_errors)
 }
 END_TEST
 
+void trace_p2p_tests(TCase *tc); /* tests/test_trace_p2p.c */
+
 Suite *suite_trace(void)
 {
     Suite *s = suite_create("trace");
@@ -569,6 +572,7 @@ Suite *suite_trace(void)
     tcase_add_test(tc, test_nested_collectives);
     tcase_add_test(tc, test_nested_settle);
     tcase_add_test(tc, test_nested_wrap_around);
+    trace_p2p_tests(tc);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -25,10 +26,32 @@ struct env {
     disco_ctx_t *ctx;
     DLDeviceType dev; /* kDLCPU: heap (or, with foreign, malloc'd) tensors */
     DLDataType dt;    /* float32 or int32 */
-    bool foreign;     /* host tensors of the worker's own (staged) */
+    bool foreign;     /* tensors of the worker's own (staged): malloc'd, or device memory */
     void *mallocs[16];
     int nm;
+    void *devmem[16]; /* foreign device memory (disco_device_alloc), on ddev */
+    int nd;
+    DLDevice ddev;
 };
+
+/* Device memory of the worker's own (not the session's arena): nb bytes on
+ * e->ddev, filled from host by a copy left queued on the device's default
+ * stream (disco_ctx_* sync that stream before they read: comm.h). */
+static disco_status_t foreign_device(struct env *e, const void *host, size_t nb, void **out)
+{
+    void *p;
+    disco_status_t st = disco_device_alloc(e->ddev, nb, &p);
+    if (st != DISCO_OK)
+        return st;
+    e->devmem[e->nd++] = p;
+    DLDevice cpu = {kDLCPU, 0};
+    st = disco_device_copy(p, e->ddev, host, cpu, nb, NULL);
+    if (st == DISCO_OK && e->ddev.device_type == kDLCUDA) /* the host side goes away below */
+        st = disco_device_stream_sync(e->ddev, NULL);
+    if (st == DISCO_OK)
+        *out = p;
+    return st;
+}
 
 static DLDataType dtype_of(int code)
 {
@@ -53,14 +76,24 @@ static disco_status_t make(struct env *e, int64_t n, double (*f)(int, int64_t), 
             ((int32_t *)host)[i] = f != NULL ? (int32_t)f(w, i) : -1;
     }
     disco_status_t st;
-    if (e->foreign && e->nm < 16) { /* the worker's own memory, not the heap */
+    if (e->foreign && e->nm < 15 && e->nd < 16) { /* the worker's own memory, not disco's */
+        DLDevice where = {kDLCPU, 0};
+        void *data = host;
+        st = DISCO_OK;
+        if (e->dev != kDLCPU) { /* host stays till the end: sim's queued copy reads it late */
+            where = e->ddev;
+            st = foreign_device(e, host, nb, &data);
+        }
+        e->mallocs[e->nm++] = host;
         t = calloc(1, sizeof *t + sizeof shape);
+        if (st != DISCO_OK || t == NULL) {
+            free(t);
+            return st != DISCO_OK ? st : disco_ctx_fail(e->ctx, "no memory");
+        }
         int64_t *sh = (int64_t *)(t + 1);
         memcpy(sh, shape, sizeof shape);
-        *t =
-            (DLTensor){.data = host, .device = {kDLCPU, 0}, .ndim = 2, .dtype = e->dt, .shape = sh};
+        *t = (DLTensor){.data = data, .device = where, .ndim = 2, .dtype = e->dt, .shape = sh};
         e->mallocs[e->nm++] = t;
-        e->mallocs[e->nm++] = host;
         *out = t;
         return DISCO_OK;
     }
@@ -101,11 +134,18 @@ static disco_status_t get_all(struct env *e, const DLTensor *t, double *out)
  * op: 0 allreduce sum, 1 allreduce max in place, 2 allgather, 3 broadcast
  * from the last member, 4 barrier, 5 send/recv between pairs, 6 send to the
  * next group / receive from the previous, 7 allreduce, allgather,
- * broadcast, barrier, allreduce in one command. Returns 0. */
+ * broadcast, barrier, allreduce in one command. foreign: the tensors are
+ * the worker's own memory (malloc'd, or with a device type memory from
+ * disco_device_alloc on its device), staged by comm.h. Returns 0. */
 static disco_status_t check(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)n;
-    struct env e = {ctx, (DLDeviceType)a[1].v.i, dtype_of((int)a[2].v.i), a[5].v.b, {0}, 0};
+    struct env e = {
+        ctx,        (DLDeviceType)a[1].v.i, dtype_of((int)a[2].v.i), a[5].v.b, {0}, 0, {0}, 0,
+        {kDLCPU, 0}};
+    if (e.dev != kDLCPU &&
+        disco_device_of_worker(e.dev, disco_ctx_worker_id(ctx), &e.ddev) != DISCO_OK)
+        return disco_ctx_fail(ctx, "no device of type %d", (int)e.dev);
     int op = (int)a[0].v.i, me = disco_ctx_worker_id(ctx), world = disco_ctx_world_size(ctx);
     bool in_group = a[3].v.b;
     int gsize = in_group ? (int)a[4].v.i : world, base = me / gsize * gsize;
@@ -177,6 +217,8 @@ static disco_status_t check(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
                                               got[i]);
         }
     }
+    for (int i = 0; i < e.nd; i++) /* runs the device's queued work first (device.h) */
+        (void)disco_device_free(e.ddev, e.devmem[i]);
     for (int i = 0; i < e.nm; i++)
         free(e.mallocs[i]);
     if (st == DISCO_OK)
@@ -184,6 +226,64 @@ static disco_status_t check(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
     return st;
 }
 DISCO_FUNC("comm.check", "iiibib", check)
+
+/* comm.stage_error(kind, device_type): every worker allreduces in place a
+ * device tensor of its own that comm.h must refuse: (kind 0) memory from
+ * disco_device_alloc on another device than the worker's (device id + 1),
+ * (1) on its own device but not compact (strides of a transposed view),
+ * (2) of another device type (kDLCUDA, never read) once the worker's arena
+ * is on device_type; (3) worker 0 sends kind 0's tensor to worker 1, which
+ * receives into a heap tensor. Returns the allreduce's (the send's)
+ * status, with its message. */
+static disco_status_t stage_error(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                  disco_value_t *ret)
+{
+    (void)n;
+    int kind = (int)a[0].v.i, me = disco_ctx_worker_id(ctx), count;
+    DLDeviceType type = (DLDeviceType)a[1].v.i;
+    DLDevice own;
+    disco_status_t st = disco_device_count(type, &count);
+    if (st == DISCO_OK)
+        st = disco_device_of_worker(type, me, &own);
+    if (st != DISCO_OK)
+        return st;
+    DLDevice other = {type, (own.device_id + 1) % count};
+    int64_t shape[2] = {4, 4}, strides[2] = {1, 4};
+    DLDataType f32 = {kDLFloat, 32, 1};
+    DLTensor *arena;
+    if ((st = disco_ctx_empty_device(ctx, shape, 2, f32, type, &arena)) != DISCO_OK)
+        return st;
+    void *p = NULL;
+    DLTensor t = {.data = NULL, .device = own, .ndim = 2, .dtype = f32, .shape = shape};
+    if (kind == 0 || kind == 3) {
+        t.device = other;
+        st = disco_device_alloc(other, 64, &p);
+    } else if (kind == 1) {
+        t.strides = strides;
+        st = disco_device_alloc(own, 64, &p);
+    } else {
+        t.device = (DLDevice){kDLCUDA, 0};
+        p = (void *)(uintptr_t)0x1000; /* never read: refused first */
+    }
+    if (st != DISCO_OK)
+        return st;
+    t.data = p;
+    if (kind == 3) {
+        DLTensor *h;
+        if ((st = disco_ctx_empty(ctx, shape, 2, f32, &h)) == DISCO_OK && me == 0)
+            st = disco_ctx_send(ctx, &t, 1);
+        else if (st == DISCO_OK && me == 1)
+            st = disco_ctx_recv(ctx, h, 0);
+    } else {
+        st = disco_ctx_allreduce(ctx, &t, &t, DISCO_REDUCE_SUM, false);
+    }
+    if (kind != 2)
+        (void)disco_device_free(t.device, p);
+    if (st == DISCO_OK)
+        *ret = disco_value_int(0);
+    return st;
+}
+DISCO_FUNC("comm.stage_error", "ii", stage_error)
 
 /* comm.fault(kind, victim, timeout_probe): every worker calls
  * disco_ctx_allreduce on a heap tensor filled with -1 for its output,

@@ -19,7 +19,17 @@
  * from disco_ctx_empty / disco_ctx_empty_device, or a view disco made of
  * one. Any other compact host tensor (the worker's malloc'd memory, a NumPy
  * array) is staged through the shared heap: copied in, and the result
- * copied out. Device memory that disco did not allocate is refused.
+ * copied out. Device memory that disco did not allocate (a torch CUDA
+ * tensor, memory from disco_device_alloc) is staged the same way through
+ * the worker's device arena, by device copies, when it is compact and on
+ * the worker's own device (the device type of its arena, the id
+ * disco_device_of_worker gives): the caller's work on it must be done or
+ * queued on the device's default stream, which disco syncs before it
+ * reads; the result is copied back and synced before the call returns.
+ * A device tensor on another device id, of another device type than the
+ * worker's arena, or not compact, is refused (DISCO_E_MISMATCH,
+ * DISCO_E_INVAL) on that member. docs/worker-comm.md, "Device tensors
+ * disco did not allocate".
  *
  * Failure. Every error is the collective's on every member that takes part
  * in its meeting: mismatched dtype, shape, root or collective gives

@@ -26,7 +26,9 @@
  * each watchdog report as an instant event on the controller's track. The collectives a
  * worker function calls inside a command (disco/comm.h) are stamped too, as slices nested in
  * the command's slice (disco_trace_coll_t; category "comm" in the JSON, with a flow from the
- * member that arrived last to each other member). The summary gives,
+ * member that arrived last to each other member); so are sends and receives
+ * (disco_ctx_send, disco_ctx_recv: "ctx_send" and "ctx_recv" slices naming
+ * their peer, with a flow from each send to the receive that took it). The summary gives,
  * per worker, busy % and queue delay (enqueue to start) p50/p99; per
  * function, count and time; and per step (the commands between two syncs),
  * the slowest worker: the straggler that holds the sync back.
@@ -80,16 +82,22 @@ typedef struct disco_trace_wait {
 
 /* One in-worker collective (<disco/comm.h>) on one worker: a slice nested
  * in the slice of the command whose function called it. The members of one
- * collective share seq, index and group. Times in microseconds since the
- * session opened. */
+ * collective share seq, index and group. A send or a receive is one too,
+ * on each of its two workers: name "send" or "recv", peer the other
+ * worker, group -1, members 2, and index the post it sent or took (1 to
+ * 65535, wrapping; 0: the call failed before one): a send and the receive
+ * that took it share seq and index, each the other's peer. Times in
+ * microseconds since the session opened. */
 typedef struct disco_trace_coll {
     uint64_t seq;                    /* the command it ran in */
     int worker;                      /* global id */
     uint32_t index;                  /* which of the command's collectives: 0, 1, ... (mod 65536) */
     int group;                       /* the group's index; -1: every worker */
     int members;                     /* workers taking part */
-    char name[DISCO_TRACE_NAME_MAX]; /* "allreduce", "allgather", "broadcast", "barrier" */
+    char name[DISCO_TRACE_NAME_MAX]; /* "allreduce", "allgather", "broadcast", "barrier",
+                                        "send", "recv" */
     double start_us, end_us;         /* called, returned */
+    int peer;                        /* send, recv: the other worker; -1: a collective */
 } disco_trace_coll_t;
 
 /* A moment the session marked: a watchdog report (its text). */

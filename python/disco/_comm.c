@@ -7,8 +7,14 @@
  *  - a disco Tensor that is one of the call's arguments: its DLTensor is
  *    used as it is (in place: the shared heap or the device arena);
  *  - anything else with __dlpack__ or the buffer protocol (NumPy, torch
- *    CPU): held as a Py_buffer or DLPack capsule (dp_host_get) for the
- *    whole call, and staged through the shared heap by comm.h.
+ *    CPU, torch CUDA, any DLPack producer on a device): held as a
+ *    Py_buffer or DLPack capsule (dp_host_get, without DP_HOST_CPU_ONLY:
+ *    a device pointer is passed on, never read here) for the whole call,
+ *    and staged by comm.h: host memory through the shared heap, device
+ *    memory on the worker's own device through its device arena (a CUDA
+ *    producer's work is ordered first: dp_host_get exports it with our
+ *    copy stream and syncs that stream). test_device_comm.py runs it on
+ *    sim and, with DISCO_TEST_DEVICE=cuda, on torch CUDA tensors.
  * The collective runs with the GIL released: the objects stay referenced
  * by the argument tuple and their exports by the dp_host_t held here, so
  * nothing they borrow goes away meanwhile (STYLE.md 17).
@@ -23,7 +29,8 @@
 
 __thread disco_ctx_t *dp_comm_ctx;
 
-/* A tensor argument: either a borrowed Tensor's DLTensor or a host export. */
+/* A tensor argument: either a borrowed Tensor's DLTensor or an export
+ * (host or device memory). */
 typedef struct {
     DLTensor *t;
     dp_host_t h;

@@ -18,7 +18,12 @@ Every member of a collective calls the same functions in the same order
 disco Tensors (a worker function's arguments: used in place, in the shared
 heap or on the device) or anything with ``__dlpack__`` or the buffer
 protocol on the host (NumPy arrays, torch CPU tensors: staged through the
-shared heap and copied back). Errors are disco's exception classes
+shared heap and copied back), or a DLPack producer on the worker's own
+device (a torch CUDA tensor on the worker's GPU; sim memory on sim: staged
+through the worker's device arena by device copies and copied back; a
+CUDA producer's work is ordered before disco reads, through the DLPack
+stream argument). Device arrays must be compact and on the worker's own
+device (worker i uses device i mod the number of devices). Errors are disco's exception classes
 (:mod:`disco.errors`): members that disagree get ``MismatchError``
 (``DISCO_E_MISMATCH``), a member that dies or never arrives breaks the
 session (``WorkerDiedError``, ``BrokenError``, ``DeadlineError``).
@@ -57,13 +62,19 @@ def allreduce(src, dst=None, op="sum", in_group=True):
 
 
 def _like(src, rows):
-    """A new host array like src with dimension 0 times rows."""
+    """A new array like src with dimension 0 times rows: torch for torch (on
+    src's device), else NumPy on the host; another device producer needs
+    its dst given."""
     try:
         import torch  # noqa: F401 - only when src is a torch tensor
         if isinstance(src, torch.Tensor):
-            return torch.empty((src.shape[0] * rows,) + tuple(src.shape[1:]), dtype=src.dtype)
+            return torch.empty((src.shape[0] * rows,) + tuple(src.shape[1:]), dtype=src.dtype,
+                               device=src.device)
     except ImportError:
         pass
+    if hasattr(src, "__dlpack_device__") and int(src.__dlpack_device__()[0]) != 1:  # not kDLCPU
+        raise ValueError("disco.comm.allgather: src is on device %r: pass dst, an array on "
+                         "the same device" % (tuple(src.__dlpack_device__()),))
     import numpy
     a = numpy.from_dlpack(src) if hasattr(src, "__dlpack__") else numpy.asarray(src)
     return numpy.empty((a.shape[0] * rows,) + a.shape[1:], dtype=a.dtype)
@@ -71,7 +82,8 @@ def _like(src, rows):
 
 def allgather(src, dst=None, in_group=True, group_size=None):
     """Every member gets the members' ``src`` stacked along dimension 0, in
-    ``dst`` (or a new array of src's kind: NumPy, or torch for torch; then
+    ``dst`` (or a new array of src's kind: NumPy, or torch for torch, on
+    src's device; another device producer needs ``dst``; then
     ``group_size``, the members, is needed with ``in_group`` unless the
     session has one group). Returns the tensor that holds the result."""
     if dst is None:

@@ -87,18 +87,21 @@ struct ring_out {
     size_t ncolls;
 };
 
-/* A nested record (trace_ring.h) of worker w as a collective. */
+/* A nested record (trace_ring.h) of worker w as a collective (or a send
+ * or receive). */
 static void nested(const struct disco__ctrace *t, double scale, int w, uint64_t seq, uint64_t info,
                    uint64_t a, uint64_t b, disco_trace_coll_t *c)
 {
     uint32_t group = disco__trace_nested_group(info);
+    bool p2p = disco__trace_kind_p2p(disco__trace_nested_kind(info)); /* group: the peer */
     *c = (disco_trace_coll_t){.seq = seq,
                               .worker = w,
                               .index = disco__trace_nested_index(info),
-                              .group = group == DISCO__TRACE_NOGROUP ? -1 : (int)group,
+                              .group = group == DISCO__TRACE_NOGROUP || p2p ? -1 : (int)group,
                               .members = (int)disco__trace_nested_members(info),
                               .start_us = to_us(t, scale, a),
-                              .end_us = to_us(t, scale, b)};
+                              .end_us = to_us(t, scale, b),
+                              .peer = p2p ? (int)group : -1};
     snprintf(c->name, sizeof c->name, "%s", disco__trace_kind_name(disco__trace_nested_kind(info)));
 }
 

@@ -18,8 +18,14 @@
  * one collective: from the member that arrived last (the one the others
  * waited for) at its start, to each other member at its start ("s" and
  * "f" with "bp": "e", ids above COLL_FLOW_BASE, apart from the enqueue
- * flows' seq * 1024 + worker). Everything the summary needs is in those
- * args, so a file read back gives the same summary. */
+ * flows' seq * 1024 + worker). A send or receive is a "ctx_send" or
+ * "ctx_recv" slice of the same category, its args also naming the peer
+ * ({seq, index, group: -1, members: 2, peer}); a flow named "sent" goes
+ * from each send at its start to the receive that took it (same seq and
+ * index, each the other's peer) at the later of the two starts (inside
+ * the receive: it cannot end before the send began). Everything the
+ * summary needs is in those args, so a file read back gives the same
+ * summary. */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -43,10 +49,41 @@ static int meta(json_t *arr, int tid, const char *name)
                               "pid", 1, "tid", tid, "args", "name", name));
 }
 
-/* Whether a and b are members of one collective. */
+/* Whether a and b are members of one collective (sends and receives are
+ * none: they pair by p2p_pair). */
 static bool same_coll(const disco_trace_coll_t *a, const disco_trace_coll_t *b)
 {
-    return a->seq == b->seq && a->index == b->index && a->group == b->group;
+    return a->peer < 0 && b->peer < 0 && a->seq == b->seq && a->index == b->index &&
+           a->group == b->group;
+}
+
+/* Whether r is the receive that took send s (trace_ring.h, Nested
+ * records): index 0 is a call that failed before a post was made or taken. */
+static bool p2p_pair(const disco_trace_coll_t *s, const disco_trace_coll_t *r)
+{
+    return s->peer >= 0 && r->peer == s->worker && s->peer == r->worker && s->seq == r->seq &&
+           s->index != 0 && s->index == r->index && strcmp(s->name, "send") == 0 &&
+           strcmp(r->name, "recv") == 0;
+}
+
+/* The flow from send c to the receive that took it, if it is in t. */
+static int p2p_flow(const disco_trace_t *t, const disco_trace_coll_t *c, json_int_t *flow,
+                    json_t *arr)
+{
+    for (size_t j = 0; j < t->ncolls; j++) {
+        const disco_trace_coll_t *o = &t->colls[j];
+        if (!p2p_pair(c, o))
+            continue;
+        double at = o->start_us > c->start_us ? o->start_us : c->start_us;
+        ++*flow;
+        int rc = add(arr, json_pack("{s:s, s:s, s:s, s:I, s:f, s:i, s:i}", "name", "sent", "cat",
+                                    CAT_COMM, "ph", "s", "id", *flow, "ts", c->start_us, "pid", 1,
+                                    "tid", c->worker + 1));
+        return rc | add(arr, json_pack("{s:s, s:s, s:s, s:s, s:I, s:f, s:i, s:i}", "name", "sent",
+                                       "cat", CAT_COMM, "ph", "f", "bp", "e", "id", *flow, "ts", at,
+                                       "pid", 1, "tid", o->worker + 1));
+    }
+    return 0;
 }
 
 /* The in-worker collectives: a slice each, and the flows from the last
@@ -61,11 +98,18 @@ static int write_colls(const disco_trace_t *t, json_t *arr)
         const disco_trace_coll_t *c = &t->colls[i];
         char name[DISCO_TRACE_NAME_MAX + 8];
         snprintf(name, sizeof name, "ctx_%s", c->name);
-        rc |= add(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:{s:I, s:i, s:i, s:i}}",
-                                 "name", name, "cat", CAT_COMM, "ph", "X", "ts", c->start_us, "dur",
-                                 c->end_us - c->start_us, "pid", 1, "tid", c->worker + 1, "args",
-                                 "seq", (json_int_t)c->seq, "index", (int)c->index, "group",
-                                 c->group, "members", c->members));
+        json_t *args = json_pack("{s:I, s:i, s:i, s:i}", "seq", (json_int_t)c->seq, "index",
+                                 (int)c->index, "group", c->group, "members", c->members);
+        if (args != NULL && c->peer >= 0)
+            rc |= json_object_set_new(args, "peer", json_integer(c->peer));
+        rc |= add(arr,
+                  json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:o}", "name", name, "cat",
+                            CAT_COMM, "ph", "X", "ts", c->start_us, "dur", c->end_us - c->start_us,
+                            "pid", 1, "tid", c->worker + 1, "args", args));
+        if (c->peer >= 0) {
+            rc |= p2p_flow(t, c, &flow, arr);
+            continue;
+        }
         /* c is the latest arrival of its collective: the first such member in
          * the list where starts tie */
         bool last = true;
@@ -195,12 +239,12 @@ static disco_status_t read_coll(const char *path, size_t i, const char *name, in
                                 double dur, json_t *args, disco_trace_t *t)
 {
     json_int_t seq = 0;
-    int index = 0, group = 0, members = 0;
+    int index = 0, group = 0, members = 0, peer = -1;
     if (name == NULL || strncmp(name, "ctx_", 4) != 0 || tid < 1 || tid > t->world ||
         args == NULL ||
-        json_unpack(args, "{s:I, s:i, s:i, s:i}", "seq", &seq, "index", &index, "group", &group,
-                    "members", &members) != 0 ||
-        seq < 0 || index < 0)
+        json_unpack(args, "{s:I, s:i, s:i, s:i, s?i}", "seq", &seq, "index", &index, "group",
+                    &group, "members", &members, "peer", &peer) != 0 ||
+        seq < 0 || index < 0 || peer < -1 || peer >= t->world)
         return bad(path, i, "a collective without ctx_ name, worker, seq, index, group or members");
     disco_trace_coll_t *c = &t->colls[t->ncolls++];
     *c = (disco_trace_coll_t){.seq = (uint64_t)seq,
@@ -209,7 +253,8 @@ static disco_status_t read_coll(const char *path, size_t i, const char *name, in
                               .group = group,
                               .members = members,
                               .start_us = ts,
-                              .end_us = ts + dur};
+                              .end_us = ts + dur,
+                              .peer = peer};
     snprintf(c->name, sizeof c->name, "%s", name + 4);
     return DISCO_OK;
 }

@@ -134,7 +134,15 @@ static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, u
  * collectives (16 bits: collective.h, Identity), the low 32 bits the group
  * (16 bits: its index, or 0xffff for the whole world) and the members (16
  * bits). Members of one collective share (seq, index, group): trace.c
- * pairs them into flows.
+ * pairs them into flows. A send or a receive (disco_ctx_send,
+ * disco_ctx_recv; kinds SEND and RECV) is a record of the same shape on
+ * each of its two workers: the group bits hold the peer (the other
+ * worker's id in the session), the members 2, and the index the sender's
+ * post ticket that the receive claimed (collective.h, S1/R1), as
+ * (ticket - 1) % 65535 + 1, or 0 when the call failed before a post was
+ * made or claimed: a send and its receive share (seq, index) with each
+ * other's worker as peer, so the exporter pairs them into a flow
+ * (tests/test_trace_p2p.c).
  *   - Writer: the worker's own thread, as the collective returns, straight
  *     into the ring with T0/T1 (disco__trace_put_info): the thread running
  *     the function is the thread of the worker loop, the ring's one
@@ -157,11 +165,19 @@ static inline void disco__trace_put(struct disco__trace_ring *r, uint64_t seq, u
 #define DISCO__TRACE_NOGROUP 0xffffu /* a world collective */
 
 /* Kinds of nested records (their names: disco__trace_kind_name). */
-enum { DISCO__TK_ALLREDUCE = 1, DISCO__TK_ALLGATHER, DISCO__TK_BROADCAST, DISCO__TK_BARRIER };
+enum {
+    DISCO__TK_ALLREDUCE = 1,
+    DISCO__TK_ALLGATHER,
+    DISCO__TK_BROADCAST,
+    DISCO__TK_BARRIER,
+    DISCO__TK_SEND, /* point-to-point: the group bits are the peer */
+    DISCO__TK_RECV
+};
 
 static inline const char *disco__trace_kind_name(uint32_t kind)
 {
-    static const char *const names[] = {"?", "allreduce", "allgather", "broadcast", "barrier"};
+    static const char *const names[] = {"?",       "allreduce", "allgather", "broadcast",
+                                        "barrier", "send",      "recv"};
     return kind < sizeof names / sizeof names[0] ? names[kind] : "?";
 }
 
@@ -171,6 +187,18 @@ static inline uint64_t disco__trace_nested_info(uint32_t kind, uint32_t index, u
     return (uint64_t)DISCO__TRACE_NESTED << 56 | (uint64_t)(kind & 0xffu) << 48 |
            (uint64_t)(index & 0xffffu) << 32 | (uint64_t)(group & 0xffffu) << 16 |
            (members & 0xffffu);
+}
+
+/* Whether kind is a send's or a receive's (its group bits are the peer). */
+static inline bool disco__trace_kind_p2p(uint32_t kind)
+{
+    return kind == DISCO__TK_SEND || kind == DISCO__TK_RECV;
+}
+
+/* A post ticket (>= 1) as a point-to-point record's index: 1..65535. */
+static inline uint32_t disco__trace_p2p_index(uint64_t ticket)
+{
+    return ticket == 0 ? 0u : (uint32_t)((ticket - 1) % 65535u) + 1u;
 }
 
 static inline uint32_t disco__trace_nested_kind(uint64_t info)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "disco/device.h"
 #include "disco/tensor.h"
 #include "workers/core/ctx.h"
 #include "workers/core/worker.h"
@@ -34,6 +35,58 @@ static bool postable(const DLTensor *t)
            (t->device.device_type == kDLCPU || disco__tensor_is_device(t));
 }
 
+/* A device tensor the session did not allocate (a torch CUDA tensor, sim
+ * memory from disco_device_alloc): on this worker's own device, staged
+ * through a new arena tensor. The caller's work on t must be done or on
+ * the device's default stream: that stream is synced first (DLPack's
+ * convention for a consumer that passes no stream; Python's disco.comm
+ * also has the producer order its work before it exports). The copy in
+ * runs on the arena's stream and is synced before this returns, so the
+ * collective's device work, queued on that stream after it, reads the
+ * staged bytes (coll_call.h, Device ordering). */
+/* A device type's name ("sim", "cuda"), or its number. */
+static const char *type_name(DLDeviceType type, char *buf, size_t len)
+{
+    const disco_device_api_t *api;
+    if (disco_device_api_get(type, &api) == DISCO_OK)
+        return api->name;
+    snprintf(buf, len, "device type %d", (int)type);
+    return buf;
+}
+
+static disco_status_t stage_device(disco_ctx_t *ctx, const DLTensor *t, bool copy_in,
+                                   const char *what, DLTensor **out)
+{
+    char buf[32];
+    const char *type = type_name(t->device.device_type, buf, sizeof buf);
+    int id = (int)t->device.device_id;
+    if (!disco_tensor_is_compact(t) || (t->data == NULL && disco_tensor_numel(t) != 0))
+        return disco_set_error(DISCO_E_INVAL,
+                               "%s: a tensor on %s:%d that disco did not allocate must be compact "
+                               "to be staged",
+                               what, type, id);
+    DLTensor *d;
+    disco_status_t st =
+        disco_ctx_empty_device(ctx, t->shape, t->ndim, t->dtype, t->device.device_type, &d);
+    if (st != DISCO_OK)
+        return disco_set_error(st, "%s: staging a tensor on %s:%d: %s", what, type, id,
+                               disco_last_error());
+    if (d->device.device_id != id)
+        return disco_set_error(DISCO_E_MISMATCH,
+                               "%s: a tensor on %s:%d, and worker %d's device is %s:%d (disco "
+                               "stages only the worker's own device: copy it there first)",
+                               what, type, id, disco__worker_gid(ctx->worker), type,
+                               (int)d->device.device_id);
+    if ((st = disco_device_stream_sync(t->device, NULL)) == DISCO_OK && copy_in &&
+        disco_tensor_nbytes(t) != 0)
+        st = disco__tensor_copy_in(d, t);
+    if (st != DISCO_OK)
+        return disco_set_error(st, "%s: staging a tensor on %s:%d: %s", what, type, id,
+                               disco_last_error());
+    *out = d;
+    return DISCO_OK;
+}
+
 disco_status_t disco__comm_stage(disco_ctx_t *ctx, const DLTensor *t, bool copy_in,
                                  const char *what, DLTensor **out)
 {
@@ -47,10 +100,7 @@ disco_status_t disco__comm_stage(disco_ctx_t *ctx, const DLTensor *t, bool copy_
         return DISCO_OK;
     }
     if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost)
-        return disco_set_error(DISCO_E_MISMATCH,
-                               "%s: a tensor on device type %d that this session did not "
-                               "allocate (use disco_ctx_empty_device)",
-                               what, (int)t->device.device_type);
+        return stage_device(ctx, t, copy_in, what, out);
     if (!disco_tensor_is_compact(t) || (t->data == NULL && disco_tensor_numel(t) != 0))
         return disco_set_error(DISCO_E_INVAL, "%s: a host tensor to stage must be compact", what);
     DLTensor *h;
@@ -62,10 +112,14 @@ disco_status_t disco__comm_stage(disco_ctx_t *ctx, const DLTensor *t, bool copy_
     return DISCO_OK;
 }
 
-void disco__comm_unstage(const DLTensor *h, DLTensor *t)
+disco_status_t disco__comm_unstage(const DLTensor *h, DLTensor *t)
 {
-    if (h != t && disco_tensor_nbytes(t) != 0)
-        memcpy((char *)t->data + t->byte_offset, h->data, disco_tensor_nbytes(t));
+    if (h == t || disco_tensor_nbytes(t) == 0)
+        return DISCO_OK;
+    if (disco__tensor_is_device(h)) /* on h's arena stream, after the collective's work */
+        return disco__tensor_copy_out(h, t);
+    memcpy((char *)t->data + t->byte_offset, h->data, disco_tensor_nbytes(t));
+    return DISCO_OK;
 }
 
 static bool same_layout(const DLTensor *a, const DLTensor *b)
@@ -99,6 +153,22 @@ static void stamp_end(disco_ctx_t *ctx, uint32_t kind, uint32_t index, bool in_g
     disco__trace_put_info(w->trace, w->seq,
                           disco__trace_nested_info(kind, index, group, (uint32_t)size), t0,
                           disco__ticks());
+}
+
+uint64_t disco__comm_clock(disco_ctx_t *ctx)
+{
+    return ctx->worker->trace != NULL ? disco__ticks() : 0;
+}
+
+void disco__comm_stamp_p2p(disco_ctx_t *ctx, uint32_t kind, int peer, uint64_t ticket, uint64_t t0)
+{
+    disco_worker_t *w = ctx->worker;
+    if (w->trace == NULL || peer < 0)
+        return;
+    disco__trace_put_info(
+        w->trace, w->seq,
+        disco__trace_nested_info(kind, disco__trace_p2p_index(ticket), (uint32_t)peer, 2), t0,
+        disco__ticks());
 }
 
 /* Whether t's device type is a device's (not host memory). */
@@ -147,7 +217,7 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTensor *
     if (st == DISCO_OK && tmp != NULL)
         st = disco__tensor_copy_out(tmp, y);
     if (st == DISCO_OK)
-        disco__comm_unstage(y, out);
+        st = disco__comm_unstage(y, out);
     return st;
 }
 
@@ -171,7 +241,7 @@ static disco_status_t allgather(disco_ctx_t *ctx, const DLTensor *in, DLTensor *
         x = y = NULL;
     st = disco__coll_allgather_into(ctx, in_group, st, x, y);
     if (st == DISCO_OK)
-        disco__comm_unstage(y, out);
+        st = disco__comm_unstage(y, out);
     return st;
 }
 
@@ -220,7 +290,7 @@ static disco_status_t broadcast(disco_ctx_t *ctx, DLTensor *buf, int root, bool 
     st = disco__comm_stage(ctx, buf, true, "disco_ctx_broadcast", &b);
     st = broadcast_into(ctx, in_group, st, b, root);
     if (st == DISCO_OK)
-        disco__comm_unstage(b, buf);
+        st = disco__comm_unstage(b, buf);
     return st;
 }
 

@@ -8,6 +8,7 @@
 #define DISCO_WORKERS_COMM_IMPL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "disco/func.h"
 #include "disco/tensor.h"
@@ -16,15 +17,36 @@
  *  DISCO_OK or DISCO_E_INVAL naming what. */
 disco_status_t disco__comm_worker(disco_ctx_t *ctx, const char *what);
 
-/** t itself when a collective can post it (ours: heap or device arena),
- *  else a new heap tensor of its dtype and shape owned by the call, with
- *  t's bytes when copy_in (t: compact host memory). Returns DISCO_OK;
- *  DISCO_E_INVAL (NULL, not compact); DISCO_E_MISMATCH (device memory not
- *  ours); DISCO_E_BAD_TYPE; disco_ctx_empty's errors. */
+/** t itself when a collective can post it (ours: heap or device arena);
+ *  else a new tensor of its dtype and shape owned by the call (until the
+ *  function returns), with t's bytes when copy_in: for compact host
+ *  memory a heap tensor; for device memory disco did not allocate (t on
+ *  this worker's own device: the arena's device type and id) an arena
+ *  tensor, the device's default stream synced first and the copy synced
+ *  on the arena's stream. Returns DISCO_OK; DISCO_E_INVAL (NULL, not
+ *  compact); DISCO_E_MISMATCH (a device tensor on another device id, or of
+ *  another device type than the worker's arena); DISCO_E_BAD_TYPE;
+ *  disco_ctx_empty's and disco_ctx_empty_device's errors (DISCO_E_NO_DEVICE
+ *  for a device type without an arena); the copy's errors. Tested by
+ *  tests/test_comm.c test_comm_staged_device and test_comm_stage_errors. */
 disco_status_t disco__comm_stage(disco_ctx_t *ctx, const DLTensor *t, bool copy_in,
                                  const char *what, DLTensor **out);
 
-/** Copies a staged h's bytes back into t (nothing when h is t). */
-void disco__comm_unstage(const DLTensor *h, DLTensor *t);
+/** Copies a staged h's bytes back into t (nothing when h is t): memcpy
+ *  from the heap; from an arena tensor on its arena's stream, after the
+ *  collective's device work queued there, synced before it returns.
+ *  Returns DISCO_OK or the copy's error. */
+disco_status_t disco__comm_unstage(const DLTensor *h, DLTensor *t);
+
+/** The clock for a send's or receive's trace record: now when the
+ *  worker traces, else 0. ctx: a session worker's. */
+uint64_t disco__comm_clock(disco_ctx_t *ctx);
+
+/** Writes the nested trace record of a send or receive (kind
+ *  DISCO__TK_SEND or DISCO__TK_RECV; trace_ring.h, Nested records) from t0
+ *  to now: peer the other worker's id in the session (nothing when < 0:
+ *  the call failed before it knew one), ticket the post sent or claimed
+ *  (0: none). Nothing when the worker does not trace. */
+void disco__comm_stamp_p2p(disco_ctx_t *ctx, uint32_t kind, int peer, uint64_t ticket, uint64_t t0);
 
 #endif

@@ -68,13 +68,21 @@ static bool acked(void *v)
     return a->departed;
 }
 
-disco_status_t disco_ctx_send(disco_ctx_t *ctx, const DLTensor *t, int to_worker)
+/* What a send's or receive's trace record names (comm_impl.h): the peer
+ * once known, the ticket once posted or claimed. */
+struct stamp {
+    int peer;
+    uint64_t ticket;
+};
+
+static disco_status_t send(disco_ctx_t *ctx, const DLTensor *t, int to_worker, struct stamp *sp)
 {
     disco_status_t st = disco__comm_worker(ctx, "disco_ctx_send");
     int to = -1;
     DLTensor *x = NULL;
     if (st == DISCO_OK)
         st = peer_arg(ctx, to_worker, "disco_ctx_send", &to);
+    sp->peer = to;
     if (st == DISCO_OK)
         st = disco__comm_stage(ctx, t, true, "disco_ctx_send", &x);
     disco_worker_t *w = st == DISCO_OK ? ctx->worker : NULL;
@@ -87,6 +95,7 @@ disco_status_t disco_ctx_send(disco_ctx_t *ctx, const DLTensor *t, int to_worker
     /* Relaxed: only this worker moves its post out of IDLE/CLAIMED into a
      * new ticket; the receiver's CLAIMED keeps the ticket bits. */
     uint64_t ticket = (atomic_load_explicit(&p->state, memory_order_relaxed) >> 2) + 1;
+    sp->ticket = ticket;
     p->seq = w->seq; /* S1: the fields, then the state */
     p->to = to;
     p->ndim = x->ndim;
@@ -196,13 +205,14 @@ static disco_status_t take(disco_worker_t *w, struct disco__p2p *p, int from, DL
     return st;
 }
 
-disco_status_t disco_ctx_recv(disco_ctx_t *ctx, DLTensor *t, int from_worker)
+static disco_status_t recv(disco_ctx_t *ctx, DLTensor *t, int from_worker, struct stamp *sp)
 {
     disco_status_t st = disco__comm_worker(ctx, "disco_ctx_recv");
     int from = -1;
     DLTensor *x = NULL;
     if (st == DISCO_OK)
         st = peer_arg(ctx, from_worker, "disco_ctx_recv", &from);
+    sp->peer = from;
     if (st == DISCO_OK)
         st = disco__comm_stage(ctx, t, false, "disco_ctx_recv", &x);
     if (st != DISCO_OK)
@@ -227,13 +237,41 @@ disco_status_t disco_ctx_recv(disco_ctx_t *ctx, DLTensor *t, int from_worker)
     }
     /* Claimed: the post's fields stay as they are until the ack. */
     uint64_t ticket = p->state >> 2;
+    sp->ticket = ticket;
     st = take(w, p, from, x);
     /* Release: the copy before the sender sees its ack (S2). */
     atomic_store_explicit(&p->ack, (uint64_t)(uint32_t)ticket << 32 | (uint32_t)(int32_t)st,
                           memory_order_release);
     disco_waitq_wake(&p->q);
     if (st == DISCO_OK)
-        disco__comm_unstage(x, t);
+        st = disco__comm_unstage(x, t);
+    return st;
+}
+
+/* The public calls: the bodies above, each stamped as a nested trace
+ * record once the worker is known to be a session's. */
+
+disco_status_t disco_ctx_send(disco_ctx_t *ctx, const DLTensor *t, int to_worker)
+{
+    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_send");
+    if (st != DISCO_OK)
+        return st;
+    struct stamp sp = {-1, 0};
+    uint64_t t0 = disco__comm_clock(ctx);
+    st = send(ctx, t, to_worker, &sp);
+    disco__comm_stamp_p2p(ctx, DISCO__TK_SEND, sp.peer, sp.ticket, t0);
+    return st;
+}
+
+disco_status_t disco_ctx_recv(disco_ctx_t *ctx, DLTensor *t, int from_worker)
+{
+    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_recv");
+    if (st != DISCO_OK)
+        return st;
+    struct stamp sp = {-1, 0};
+    uint64_t t0 = disco__comm_clock(ctx);
+    st = recv(ctx, t, from_worker, &sp);
+    disco__comm_stamp_p2p(ctx, DISCO__TK_RECV, sp.peer, sp.ticket, t0);
     return st;
 }
 
