@@ -62,7 +62,7 @@ static disco_status_t check(disco_ctx_t *ctx, const char *what, const DLTensor *
 static disco_status_t bcast_from(disco_ctx_t *ctx, bool dev, int root)
 {
     int g = disco_ctx_worker_id(ctx);
-    DLTensor *b;
+    DLTensor *b = NULL;
     disco_status_t st = make(ctx, dev, LEN, g * 1000, &b);
     if (st == DISCO_OK && (st = disco_ctx_broadcast(ctx, b, root, false)) == DISCO_OK)
         st = check(ctx, "broadcast", b, root * 1000, 0);
@@ -77,7 +77,7 @@ static disco_status_t leaders_ring(disco_ctx_t *ctx, bool dev, int wpn, int64_t 
 {
     int g = disco_ctx_worker_id(ctx), world = disco_ctx_world_size(ctx), nodes = world / wpn;
     int k = g / wpn, prev = (k + nodes - 1) % nodes * wpn, next = (k + 1) % nodes * wpn;
-    DLTensor *out, *in;
+    DLTensor *out = NULL, *in = NULL;
     disco_status_t st = make(ctx, dev, n, g * 1000 + 7, &out);
     if (st == DISCO_OK)
         st = make(ctx, dev, n, -1, &in);
@@ -104,7 +104,7 @@ static disco_status_t ctx_more(disco_ctx_t *ctx, const disco_value_t *a, int n, 
     bool dev = a[1].v.b;
     int g = disco_ctx_worker_id(ctx), world = disco_ctx_world_size(ctx);
     int64_t all = (int64_t)LEN * world;
-    DLTensor *x, *z, *t;
+    DLTensor *x = NULL, *z = NULL, *t = NULL;
     disco_status_t st = bcast_from(ctx, dev, world - 1);
     if (st == DISCO_OK)
         st = bcast_from(ctx, dev, 1);
@@ -147,7 +147,7 @@ static disco_status_t ctx_badroot(disco_ctx_t *ctx, const disco_value_t *a, int 
     (void)n;
     static char verdict[512]; /* this process's: one worker runs here at a time */
     int g = disco_ctx_worker_id(ctx), wpn = (int)a[0].v.i;
-    DLTensor *b;
+    DLTensor *b = NULL;
     disco_status_t st = make(ctx, false, LEN, g * 1000, &b);
     if (st != DISCO_OK)
         return st;
