@@ -172,10 +172,26 @@ static disco_status_t ctx_badroot(disco_ctx_t *ctx, const disco_value_t *a, int 
     return DISCO_OK;
 }
 
+/* nt.ctx_nopeer(wpn): leader 0 sends to leader 1, which never receives
+ * (it returns at once). Leader 0's send must fail within the call
+ * timeout, naming the peer and its node; the result is leader 0's error. */
+static disco_status_t ctx_nopeer(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                 disco_value_t *ret)
+{
+    (void)n, (void)ret;
+    int wpn = (int)a[0].v.i;
+    if (disco_ctx_worker_id(ctx) != 0)
+        return DISCO_OK;
+    DLTensor *t = NULL;
+    disco_status_t st = make(ctx, false, LEN, 0, &t);
+    return st != DISCO_OK ? st : disco_ctx_send(ctx, t, wpn);
+}
+
 void node_comm_register(void)
 {
     disco_register_func("nt.ctx_more", "ib", ctx_more);
     disco_register_func("nt.ctx_badroot", "i", ctx_badroot);
+    disco_register_func("nt.ctx_nopeer", "i", ctx_nopeer);
 }
 
 #define CHECK(x)                                                                                   \
@@ -235,8 +251,30 @@ static int more(disco_session_t *s, int wpn, bool dev)
     return (alike || !across) && strncmp(first, "DISCO_E_MISMATCH", 16) == 0 ? 0 : 1;
 }
 
+/* nt.ctx_nopeer: the send fails, naming its peer, within the call
+ * timeout (and not at once: it waited for the acknowledgement). */
+static int nopeer(disco_session_t *s, int wpn)
+{
+    disco_dref_t f, r;
+    disco_value_t a[1] = {disco_value_int(wpn)};
+    CHECK(disco_session_get_func(s, "nt.ctx_nopeer", &f));
+    int64_t t0 = disco_now_ns();
+    disco_status_t st = disco_session_call_sync_all(s, f, a, 1, &r);
+    long long ms = (long long)((disco_now_ns() - t0) / 1000000);
+    printf("nopeer: %s: %s\n", disco_err_name(st), disco_last_error());
+    printf("nopeer took %lld ms\n", ms);
+    char want[96];
+    snprintf(want, sizeof want, "worker %d (the leader of node 1)", wpn);
+    return st != DISCO_OK && strstr(disco_last_error(), "no answer within") != NULL &&
+                   strstr(disco_last_error(), want) != NULL && ms < 20000
+               ? 0
+               : 1;
+}
+
 int node_comm_scenario(disco_session_t *s, const char *sc, int wpn)
 {
+    if (strcmp(sc, "ctx-nopeer") == 0)
+        return nopeer(s, wpn);
     if (strcmp(sc, "ctx-more") == 0)
         return more(s, wpn, false);
     if (strcmp(sc, "ctx-more-sim") == 0)

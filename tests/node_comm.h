@@ -10,6 +10,8 @@
  *                 300 elements from leader 0 to leader 1, which receives
  *                 301: DISCO_E_MISMATCH on both ends
  *   ctx-more-sim  the first part with sim device tensors (DISCO_SIM_GPUS)
+ *   ctx-nopeer    leader 0 sends to leader 1, which never receives: the
+ *                 send fails within the call timeout, naming its peer
  */
 #ifndef DISCO_TESTS_NODE_COMM_H
 #define DISCO_TESTS_NODE_COMM_H

@@ -240,6 +240,22 @@ START_TEST(test_ctx_more_across_nodes)
 }
 END_TEST
 
+/* A send between the leaders of two nodes whose receiver never receives
+ * (ctx-nopeer): the sender fails within the call timeout (10 s), naming
+ * the peer and its node, instead of waiting on; the session then closes. */
+START_TEST(test_ctx_send_no_receiver)
+{
+    if (!can_run())
+        return;
+    char out[8192];
+    int rc = on_nodes(2, "ctx-nopeer", 2, true, out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "ctx-nopeer");
+    ck_assert_msg(strstr(out, "worker 2 (the leader of node 1)") != NULL, "%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
 /* The same with sim device tensors (ctx-more-sim): broadcast, allgather
  * and the leaders' sends staged through the heap between the nodes. */
 START_TEST(test_ctx_more_sim_across_nodes)
@@ -599,6 +615,7 @@ Suite *suite_node(void)
     tcase_add_loop_test(tc, test_ctx_coll_across_nodes, 0, 4);
     tcase_add_loop_test(tc, test_ctx_more_across_nodes, 0, 4);
     tcase_add_test(tc, test_ctx_more_sim_across_nodes);
+    tcase_add_test(tc, test_ctx_send_no_receiver);
     tcase_add_test(tc, test_debug_set_get);
     tcase_add_test(tc, test_remote_error);
     tcase_add_test(tc, test_stream);
