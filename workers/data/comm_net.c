@@ -34,15 +34,28 @@
  * Other workers are refused with DISCO_E_UNSUPPORTED at once, on both ends
  * (each end sees the other's id, so neither waits). Their bytes would
  * have to be forwarded by the leaders, which are busy in their own worker
- * function when the send happens. A forwarding thread in each leader's
- * process is feasible (MPI allows it; the heap is mapped there) but needs:
- * a request queue in the collective area that a worker posts to and the
- * thread serves; the thread's own heap staging on both nodes (the
- * receiver's buffer is not known when the bytes arrive); a way to cancel
- * a receive posted for a worker that gave up (MPI_Cancel on receives)
- * and to keep a send's bytes alive after its sender gave up (a copy); and
- * the death of a node while the thread holds requests. Not done: see
- * docs/worker-comm.md.
+ * function when the send happens, so the leader's own thread cannot serve
+ * them (it may itself wait on a forwarded send: a deadlock). A forwarding
+ * thread in each leader's process (started with the node link; MPI allows
+ * it; the heap is mapped there) could serve them on the existing post
+ * protocol (collective.h, S1-S2 and R1-R2): on the sending node it plays
+ * the receiver (claims a post addressed to a remote worker, R1), on the
+ * receiving node the sender, for a receive request the receiving worker
+ * puts in its own post (idle while it receives). What that needs, and why
+ * it is not built here:
+ *   - the post protocol in collective.h and comm_p2p.c extended (a remote
+ *     address, a receive-request state), which other work edits now;
+ *   - a nonblocking table of requests in the thread: served one at a time,
+ *     two workers sending to each other across the same two nodes would
+ *     deadlock the two threads;
+ *   - a send's bytes copied before the sender is released after a
+ *     timeout (a send MPI may still read cannot be cancelled reliably),
+ *     and a receive into a worker's tensor cancelled (MPI_Cancel, then
+ *     waited) before that worker's withdrawal completes;
+ *   - tags per pair of workers, the thread stopped before MPI_Finalize,
+ *     and a node's death while the thread holds requests (the heartbeat
+ *     thread watches only the controller from an agent).
+ * See docs/worker-comm.md (Across nodes).
  */
 #include <stdio.h>
 #include <string.h>
