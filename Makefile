@@ -154,12 +154,13 @@ $(TEST_BIN): $(TEST_OBJ) $(SOAK_OBJ) $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(SOAK_OBJ) $(WHOLE_LIB) $(CHECK_LIBS) $(PKG_LIBS) $(LDLIBS)
 
-# The multi-node tests' program (tests/node_prog.c), run under mpirun by
+# The multi-node tests' program (tests/node_prog.c, its in-worker
+# communication scenarios in tests/node_comm.c), run under mpirun by
 # tests/test_node.c.
 NODE_PROG := $(BUILD)/bin/node_prog
-$(NODE_PROG): $(BUILD)/obj/tests/node_prog.o $(BUILD)/libdisco.a
+$(NODE_PROG): $(BUILD)/obj/tests/node_prog.o $(BUILD)/obj/tests/node_comm.o $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $< $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
 
 # The figures across nodes (tools/bench/node_bench.c), run under mpirun by
 # disco-bench; linked as node_prog is.
@@ -549,5 +550,5 @@ $(BUILD)/.cuda-$(CUDA_MODE):
 	@mkdir -p $(@D) && rm -f $(BUILD)/.cuda-* && touch $@
 
 -include $(LIB_OBJ:.o=.d) $(PY_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(DEMOLIB_SRC:%.c=$(BUILD)/obj/%.d) \
-    $(BUILD)/obj/tests/node_prog.d $(BUILD)/obj/tools/bench/node_bench.d $(BUILD)/obj/testlib/testlib.d \
+    $(BUILD)/obj/tests/node_prog.d $(BUILD)/obj/tests/node_comm.d $(BUILD)/obj/tools/bench/node_bench.d $(BUILD)/obj/testlib/testlib.d \
     $(BUILD)/obj/testlib/testlib_comm.d

@@ -19,6 +19,7 @@
  *   stream    20000 asynchronous calls, then a sync of every worker
  *   refuse    allreduce avg across nodes: DISCO_E_UNSUPPORTED
  *   ctx       in-worker collectives (comm.h) across the nodes, two steps
+ *   ctx-more, ctx-more-sim  more of them: tests/node_comm.h
  *   kill-worker  a forked worker of the last node is killed
  *   kill-node    the last node's process is killed
  *   kill-ctl     the controller kills itself after the open
@@ -36,6 +37,7 @@
 #include "disco/disco.h"
 #include "scheduler/node/node.h"
 #include "scheduler/session/session_impl.h"
+#include "tests/node_comm.h"
 #include "workers/core/ctx.h"
 #include "workers/core/net.h"
 #include "workers/core/protocol.h"
@@ -487,6 +489,7 @@ int main(int argc, char **argv)
     disco_register_func("nt.ctx", "", ctx_coll);
     disco_register_func("nt.spoof", "ii", spoof);
     disco_register_func("nt.drain", "ii", drain);
+    node_comm_register();
     disco_session_config_t cfg = disco_session_config_default(0);
     cfg.call_timeout_ms = 10000;
     if (argc >= 5 && strcmp(argv[3], "--local") == 0) {
@@ -504,8 +507,10 @@ int main(int argc, char **argv)
         printf("open: %s: %s\n", disco_err_name(st), disco_last_error());
         return strcmp(sc, "open-fails") == 0 ? 0 : 1;
     }
-    int rc;
-    if (strcmp(sc, "ids") == 0)
+    int rc = node_comm_scenario(s, sc, wpn);
+    if (rc >= 0)
+        ; /* one of tests/node_comm.c's */
+    else if (strcmp(sc, "ids") == 0)
         rc = ids(s);
     else if (strcmp(sc, "coll") == 0)
         rc = coll(s);

@@ -205,6 +205,81 @@ START_TEST(test_ctx_coll_across_nodes)
 }
 END_TEST
 
+/* More in-worker communication across nodes (tests/node_comm.h, ctx-more):
+ * broadcast from the last worker and from worker 1 (roots on a node other
+ * than 0, and not their node's leader when wpn is 2), allgather, the
+ * leaders' ring of sends (300 and 300000 elements), send_to_next_group
+ * along the groups' first workers, each checked element by element in
+ * the workers; a send between workers that are not leaders refused
+ * (DISCO_E_UNSUPPORTED); a root that differs between nodes failing every
+ * worker with DISCO_E_MISMATCH in the same words, naming the node; a
+ * send whose receiver's shape differs failing both ends alike. The same
+ * program on one node of as many workers goes as well. */
+START_TEST(test_ctx_more_across_nodes)
+{
+    if (!can_run())
+        return;
+    static char multi[16384], one[16384];
+    int np = shapes[_i].np, wpn = shapes[_i].wpn;
+    int rc = on_nodes(np, "ctx-more", wpn, true, multi, sizeof multi, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, multi);
+    assert_ok(multi, "ctx-more");
+    ck_assert_msg(strstr(multi, "badroot: DISCO_E_MISMATCH on every worker, alike\n") != NULL, "%s",
+                  multi);
+    ck_assert_msg(strstr(multi, "node 1's workers gave root 1") != NULL, "%s", multi);
+    char want[96];
+    snprintf(want, sizeof want, "p2p mismatch worker %d: disco_ctx_recv: worker 0 sends", wpn);
+    ck_assert_msg(strstr(multi, want) != NULL, "%s", multi);
+    ck_assert_msg(strstr(multi, "p2p mismatch worker 0: disco_ctx_send: worker") != NULL, "%s",
+                  multi);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "DISCO_QUIET=1 %s ctx-more %d --local %d 2>/dev/null", PROG, wpn, np);
+    ck_assert_int_eq(run(cmd, one, sizeof one), 0);
+    assert_ok(one, "ctx-more");
+    assert_nothing_left();
+}
+END_TEST
+
+/* A send between the leaders of two nodes whose receiver never receives
+ * (ctx-nopeer): the sender fails within the call timeout (10 s), naming
+ * the peer and its node, instead of waiting on; the session then closes. */
+START_TEST(test_ctx_send_no_receiver)
+{
+    if (!can_run())
+        return;
+    char out[8192];
+    int rc = on_nodes(2, "ctx-nopeer", 2, true, out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "ctx-nopeer");
+    ck_assert_msg(strstr(out, "worker 2 (the leader of node 1)") != NULL, "%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* The same with sim device tensors (ctx-more-sim): broadcast, allgather
+ * and the leaders' sends staged through the heap between the nodes. */
+START_TEST(test_ctx_more_sim_across_nodes)
+{
+    if (!can_run())
+        return;
+    static char multi[8192], one[8192];
+    char cmd[1024];
+    snprintf(
+        cmd, sizeof cmd,
+        "DISCO_QUIET=1 DISCO_SIM_GPUS=2 timeout -s KILL 90 %s -x DISCO_QUIET -x DISCO_SIM_GPUS "
+        "-np 2 %s ctx-more-sim 2 2>&1",
+        mpirun(), PROG);
+    int rc = run(cmd, multi, sizeof multi);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, multi);
+    assert_ok(multi, "ctx-more-sim");
+    snprintf(cmd, sizeof cmd, "DISCO_QUIET=1 DISCO_SIM_GPUS=4 %s ctx-more-sim 2 --local 2 2>&1",
+             PROG);
+    ck_assert_int_eq(run(cmd, one, sizeof one), 0);
+    ck_assert_msg(strcmp(multi, one) == 0, "2 nodes:\n%s\none node:\n%s", multi, one);
+    assert_nothing_left();
+}
+END_TEST
+
 /* Device tensors (sim) across nodes: allreduce, allgather and gather
  * staged through the host between the nodes, the same results as one
  * node's kernels and device copies. */
@@ -538,6 +613,9 @@ Suite *suite_node(void)
     tcase_add_loop_test(tc, test_coll_matches_one_node, 0, 4);
     tcase_add_test(tc, test_sim_allreduce_matches_one_node);
     tcase_add_loop_test(tc, test_ctx_coll_across_nodes, 0, 4);
+    tcase_add_loop_test(tc, test_ctx_more_across_nodes, 0, 4);
+    tcase_add_test(tc, test_ctx_more_sim_across_nodes);
+    tcase_add_test(tc, test_ctx_send_no_receiver);
     tcase_add_test(tc, test_debug_set_get);
     tcase_add_test(tc, test_remote_error);
     tcase_add_test(tc, test_stream);

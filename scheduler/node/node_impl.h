@@ -16,6 +16,7 @@
 #define NODE_TAG_UP   2 /* agent -> controller: enum disco__node_up */
 #define NODE_TAG_BEAT 3 /* both ways, on the heartbeat communicator: empty */
 #define NODE_TAG_DATA 4 /* leaders' point-to-point collective bytes */
+#define NODE_TAG_P2P  5 /* comm.h's send/recv between leaders: chan 0, 1 at 5, 6 */
 
 #define NODE_BATCH_BYTES  (64u * 1024u) /* a batch is sent once it holds this much */
 #define NODE_BATCH_FRAMES 64u           /* or this many frames */

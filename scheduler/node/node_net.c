@@ -49,7 +49,8 @@ static disco_status_t drain_scratch(struct disco__node *n, int peer, void *buf, 
     return DISCO_OK;
 }
 
-static disco_status_t net_p2p(struct disco__net *net, int peer, void *buf, size_t bytes, bool send)
+static disco_status_t net_p2p(struct disco__net *net, int peer, void *buf, size_t bytes, bool send,
+                              int tag)
 {
     struct disco__node *n = of(net);
     int64_t deadline = coll_deadline(n);
@@ -61,8 +62,8 @@ static disco_status_t net_p2p(struct disco__net *net, int peer, void *buf, size_
         size_t m = bytes - at < PIECE_MAX ? bytes - at : PIECE_MAX;
         char *p = buf != NULL ? (char *)buf + at : scratch;
         MPI_Request r;
-        int rc = send ? MPI_Isend(p, (int)m, MPI_BYTE, peer, NODE_TAG_DATA, n->data, &r)
-                      : MPI_Irecv(p, (int)m, MPI_BYTE, peer, NODE_TAG_DATA, n->data, &r);
+        int rc = send ? MPI_Isend(p, (int)m, MPI_BYTE, peer, tag, n->data, &r)
+                      : MPI_Irecv(p, (int)m, MPI_BYTE, peer, tag, n->data, &r);
         if (rc != MPI_SUCCESS) {
             st = disco__node_mpi_fail(rc, send ? "collective: send" : "collective: receive");
             break;
@@ -78,12 +79,26 @@ static disco_status_t net_p2p(struct disco__net *net, int peer, void *buf, size_
 
 static disco_status_t net_recv(struct disco__net *net, int from, void *buf, size_t bytes)
 {
-    return net_p2p(net, from, buf, bytes, false);
+    return net_p2p(net, from, buf, bytes, false, NODE_TAG_DATA);
 }
 
 static disco_status_t net_send(struct disco__net *net, int to, const void *buf, size_t bytes)
 {
-    return net_p2p(net, to, (void *)buf, bytes, true);
+    return net_p2p(net, to, (void *)buf, bytes, true, NODE_TAG_DATA);
+}
+
+/* comm.h's send and receive between leaders: tags of their own, so that
+ * neither a collective's bytes nor the other channel's are ever matched. */
+static disco_status_t net_p2p_send(struct disco__net *net, int to, int chan, const void *buf,
+                                   size_t bytes)
+{
+    return net_p2p(net, to, (void *)buf, bytes, true, NODE_TAG_P2P + (chan != 0));
+}
+
+static disco_status_t net_p2p_recv(struct disco__net *net, int from, int chan, void *buf,
+                                   size_t bytes)
+{
+    return net_p2p(net, from, buf, bytes, false, NODE_TAG_P2P + (chan != 0));
 }
 
 static disco_status_t net_bcast(struct disco__net *net, int root, void *buf, size_t bytes)
@@ -184,5 +199,7 @@ void disco__node_net_init(struct disco__node *n)
                                  .allgather = net_allgather,
                                  .gather = net_gather,
                                  .scatter = net_scatter,
+                                 .p2p_send = net_p2p_send,
+                                 .p2p_recv = net_p2p_recv,
                                  .impl = n};
 }

@@ -212,10 +212,10 @@ struct bcast_head {
     char msg[160];
 };
 
-/* Moves bytes of a broadcast from node 0 in pieces; dst NULL: received
+/* Moves bytes of a broadcast from node root in pieces; dst NULL: received
  * into scratch and dropped (a node that could not make the tensor still
  * takes part, or the others would wait for it). */
-static disco_status_t bcast_bytes(struct disco__net *net, char *dst, size_t bytes)
+static disco_status_t bcast_bytes(struct disco__net *net, int root, char *dst, size_t bytes)
 {
     char *scratch = NULL;
     if (dst == NULL && bytes > 0 &&
@@ -224,7 +224,7 @@ static disco_status_t bcast_bytes(struct disco__net *net, char *dst, size_t byte
     disco_status_t st = DISCO_OK;
     for (size_t at = 0; at < bytes && st == DISCO_OK; at += BCAST_PIECE) {
         size_t m = bytes - at < BCAST_PIECE ? bytes - at : BCAST_PIECE;
-        st = net->bcast(net, 0, dst != NULL ? dst + at : scratch, m);
+        st = net->bcast(net, root, dst != NULL ? dst + at : scratch, m);
     }
     free(scratch);
     return st;
@@ -317,7 +317,7 @@ DLTensor *disco__coll_net_share_lead(disco_ctx_t *ctx, struct disco__coll_call *
     }
     st = scatter ? scatter_bytes(net, root, t != NULL ? t->data : NULL,
                                  (size_t)h.nbytes / (size_t)nodes)
-                 : bcast_bytes(net, t != NULL ? t->data : NULL, (size_t)h.nbytes);
+                 : bcast_bytes(net, 0, t != NULL ? t->data : NULL, (size_t)h.nbytes);
     if (st != DISCO_OK)
         disco__coll_fail(c, st, disco_last_error());
     if (!root && t != NULL)
@@ -383,4 +383,122 @@ disco_status_t disco__coll_net_send_lead(struct disco__coll_call *c, int to, dis
     if (st == DISCO_OK && h.status == DISCO_OK)
         st = net->send(net, to, p, (size_t)h.nbytes);
     return h.status != DISCO_OK ? (disco_status_t)h.status : st;
+}
+
+/* ---- comm.h's broadcast from any root across nodes ---- */
+
+/* What each node's leader tells the others of its node before the bytes
+ * of an in-worker broadcast: its members' verdict so far, or their root,
+ * dtype and shape (which its meeting found the same on every member). */
+struct root_desc {
+    int32_t status; /* DISCO_OK, or the node's failure (then msg) */
+    int32_t root, ndim;
+    DLDataType dtype;
+    int64_t shape[DISCO_MAX_NDIM];
+    char msg[160];
+};
+
+/* Whether two nodes' descriptions agree on root, dtype and shape. */
+static bool same_desc(const struct root_desc *a, const struct root_desc *b)
+{
+    bool same = a->root == b->root && a->ndim == b->ndim && a->dtype.code == b->dtype.code &&
+                a->dtype.bits == b->dtype.bits && a->dtype.lanes == b->dtype.lanes;
+    for (int d = 0; same && d < a->ndim && d < DISCO_MAX_NDIM; d++)
+        same = a->shape[d] == b->shape[d];
+    return same;
+}
+
+/* The leaders' verdict, from every node's description (all): the first
+ * failing node's failure, else DISCO_E_MISMATCH naming the first node
+ * that differs from node 0, else DISCO_OK. Made of all only, so every
+ * leader reaches the same, word for word. */
+static disco_status_t root_verdict(const struct disco__coll_call *c, struct root_desc *all,
+                                   int nodes)
+{
+    for (int j = 0; j < nodes; j++)
+        if (all[j].status != DISCO_OK) {
+            char msg[sizeof all[j].msg];
+            disco__text_safe(msg, sizeof msg, all[j].msg, sizeof all[j].msg);
+            return disco_set_error(disco__status_is_error(all[j].status)
+                                       ? (disco_status_t)all[j].status
+                                       : DISCO_E_PROTOCOL,
+                                   "%s across nodes: node %d: %s", c->what, j, msg);
+        }
+    for (int j = 1; j < nodes; j++)
+        if (!same_desc(&all[j], &all[0])) {
+            char a[32], b[32];
+            return disco_set_error(
+                DISCO_E_MISMATCH,
+                "%s across nodes: node %d's workers gave root %d and %s "
+                "tensors of %d dims (dimension 0: %lld); node 0's root %d and "
+                "%s of %d dims (dimension 0: %lld)",
+                c->what, j, (int)all[j].root, disco_dtype_str(all[j].dtype, a, sizeof a),
+                (int)all[j].ndim, all[j].ndim > 0 ? (long long)all[j].shape[0] : 0LL,
+                (int)all[0].root, disco_dtype_str(all[0].dtype, b, sizeof b), (int)all[0].ndim,
+                all[0].ndim > 0 ? (long long)all[0].shape[0] : 0LL);
+        }
+    if (all[0].root < 0 || all[0].root >= c->w->gworld) /* each node checked it: a protocol slip */
+        return disco_set_error(DISCO_E_PROTOCOL, "%s across nodes: root %d", c->what,
+                               (int)all[0].root);
+    return DISCO_OK;
+}
+
+/* The leader's step: the descriptions exchanged, the verdict taken, and
+ * on success root's bytes broadcast from its node's leader (src: root's
+ * posted bytes there, its own buf elsewhere). Returns the leader's
+ * outcome for the go barrier. */
+static disco_status_t root_lead(struct disco__coll_call *c, disco_status_t st, int root,
+                                DLTensor *buf)
+{
+    int k = node_of(c), nodes = nodes_of(c), size = c->w->world;
+    size_t nbytes = buf != NULL ? disco_tensor_nbytes(buf) : 0;
+    char *src = NULL;
+    struct disco__net *net = NULL;
+    disco_status_t lst = link_of(c, &net);
+    if (lst != DISCO_OK)
+        return lst;
+    /* Root's bytes are checked before the exchange, so that a failure
+     * there is every node's verdict, not a broadcast of nothing. */
+    if (st == DISCO_OK && root / size == k)
+        st = disco__coll_span_check(c, root % size, false, 0, nbytes, &src);
+    else if (st == DISCO_OK)
+        src = buf->data;
+    struct root_desc *all = calloc((size_t)nodes, sizeof *all);
+    if (all == NULL)
+        return disco_set_error(DISCO_E_NOMEM, "%s across nodes: descriptions", c->what);
+    struct root_desc *me = &all[k];
+    me->status = st;
+    if (st != DISCO_OK) {
+        snprintf(me->msg, sizeof me->msg, "%s", disco_last_error());
+    } else {
+        me->root = root;
+        me->ndim = buf->ndim;
+        me->dtype = buf->dtype;
+        memcpy(me->shape, buf->shape, (size_t)buf->ndim * sizeof *buf->shape);
+    }
+    lst = net->allgather(net, all, sizeof *all);
+    if (lst == DISCO_OK)
+        lst = root_verdict(c, all, nodes);
+    free(all);
+    if (lst == DISCO_OK) /* every node's leader is here, with the same root */
+        lst = bcast_bytes(net, root / size, src, nbytes);
+    return lst;
+}
+
+disco_status_t disco__coll_net_broadcast(struct disco__coll_call *c, disco_status_t st, int root,
+                                         DLTensor *buf)
+{
+    uint32_t choice;
+    disco_status_t mine = c->rank == 0 ? root_lead(c, st, root, buf) : DISCO_OK;
+    disco_status_t verdict = disco__coll_go(c, mine, 0, &choice);
+    if (verdict != DISCO_OK)
+        return verdict; /* the same on every member of every node (or the link's failure) */
+    /* Each member copies from its node's source: root itself on root's
+     * node, else the leader's buf, which the link filled. */
+    int size = c->w->world, src = root / size == node_of(c) ? root % size : 0;
+    char *p;
+    if (c->rank != src &&
+        (st = disco__coll_span_check(c, src, false, 0, disco_tensor_nbytes(buf), &p)) == DISCO_OK)
+        memcpy(buf->data, p, disco_tensor_nbytes(buf));
+    return disco__coll_end(c, st);
 }

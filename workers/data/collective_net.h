@@ -51,6 +51,21 @@ disco_status_t disco__coll_net_gather(struct disco__coll_call *c, const void *x,
 DLTensor *disco__coll_net_share_lead(disco_ctx_t *ctx, struct disco__coll_call *c, DLTensor *x,
                                      bool scatter);
 
+/** comm.h's broadcast from member root (a global worker id) across nodes,
+ *  after its node's meeting, by every member of every node: st is the
+ *  node's verdict (the meeting's, with the same inputs checked; the same
+ *  on every member of the node; the meeting's barrier passed), buf the
+ *  member's own heap tensor (NULL after a failure). The leaders exchange
+ *  their nodes' verdicts, roots, dtypes and shapes (one allgather), so
+ *  every member of every node takes the same verdict: the first failing
+ *  node's, else DISCO_E_MISMATCH naming the first node that differs from
+ *  node 0; then root's node's leader broadcasts root's bytes into the
+ *  other leaders' bufs, and each member copies its node's source (root,
+ *  or its leader) into its buf. Returns DISCO_OK, that verdict, or the
+ *  link's failure naming the node. */
+disco_status_t disco__coll_net_broadcast(struct disco__coll_call *c, disco_status_t st, int root,
+                                         DLTensor *buf);
+
 /** send_recv across nodes, on the receiving node's leader before its
  *  node's meeting: receives the description and bytes the sending node's
  *  leader sends (from: its node) into a new heap tensor and posts it as

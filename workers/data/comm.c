@@ -16,6 +16,7 @@
 #include "workers/core/worker.h"
 #include "workers/data/coll_call.h"
 #include "workers/data/collective.h"
+#include "workers/data/collective_net.h"
 #include "workers/data/comm_impl.h"
 #include "workers/data/tensor_impl.h"
 
@@ -234,12 +235,23 @@ static disco_status_t allgather(disco_ctx_t *ctx, const DLTensor *in, DLTensor *
         st = disco__comm_stage(ctx, in, true, "disco_ctx_allgather", &x);
     if (st == DISCO_OK)
         st = disco__comm_stage(ctx, out, false, "disco_ctx_allgather", &y);
-    if (st == DISCO_OK && disco__worker_crosses(ctx->worker, in_group) && on_device(x))
-        st = disco_set_error(DISCO_E_UNSUPPORTED,
-                             "disco_ctx_allgather: device tensors across nodes (not yet)");
+    /* Device tensors across nodes go through the heap, as allreduce's:
+     * the whole world's bytes land in a heap output, then on the device. */
+    DLTensor *dev_y = NULL;
+    if (st == DISCO_OK && disco__worker_crosses(ctx->worker, in_group) && on_device(x)) {
+        DLTensor *hx;
+        if ((st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &hx)) == DISCO_OK &&
+            (st = disco__tensor_copy_out(x, hx)) == DISCO_OK &&
+            (st = disco_ctx_empty(ctx, y->shape, y->ndim, y->dtype, &dev_y)) == DISCO_OK) {
+            DLTensor *t = y;
+            x = hx, y = dev_y, dev_y = t;
+        }
+    }
     if (st != DISCO_OK)
         x = y = NULL;
     st = disco__coll_allgather_into(ctx, in_group, st, x, y);
+    if (st == DISCO_OK && dev_y != NULL)
+        st = disco__tensor_copy_out(y, dev_y), y = dev_y;
     if (st == DISCO_OK)
         st = disco__comm_unstage(y, out);
     return st;
@@ -249,7 +261,10 @@ static disco_status_t allgather(disco_ctx_t *ctx, const DLTensor *in, DLTensor *
  * and root (checked alike at the meeting: Identity, collective.h); the
  * others copy root's bytes into theirs (heap: memcpy; device: on their
  * streams), then every member passes the end barrier, so that root's bytes
- * stay as they are until every copy is done. */
+ * stay as they are until every copy is done. Across nodes (root: a global
+ * worker id; heap tensors only, broadcast() stages device ones) each node
+ * meets, then its leader takes the nodes' verdict and root's bytes over
+ * the link (disco__coll_net_broadcast). */
 static disco_status_t broadcast_into(disco_ctx_t *ctx, bool in_group, disco_status_t pre,
                                      DLTensor *buf, int root)
 {
@@ -257,18 +272,21 @@ static disco_status_t broadcast_into(disco_ctx_t *ctx, bool in_group, disco_stat
     disco__coll_begin(ctx, in_group, "broadcast", &c);
     c.me->arg = root;
     disco_status_t st = pre;
-    if (st == DISCO_OK && c.across)
-        st = disco_set_error(DISCO_E_UNSUPPORTED,
-                             "disco_ctx_broadcast: across nodes (not yet; use allreduce)");
-    if (st == DISCO_OK && (root < 0 || root >= c.size))
+    int members = c.across ? c.w->gworld : c.size;
+    if (st == DISCO_OK && (root < 0 || root >= members))
         st = disco_set_error(DISCO_E_INVAL, "disco_ctx_broadcast: root %d of %d members", root,
-                             c.size);
+                             members);
     if (st == DISCO_OK)
         disco__coll_post_tensor(&c, buf, false);
     else
         disco__coll_fail(&c, st, disco_last_error());
-    if ((st = disco__coll_meet(&c)) != DISCO_OK ||
-        (st = disco__coll_same_inputs(&c, false)) != DISCO_OK)
+    if ((st = disco__coll_meet(&c)) == DISCO_OK)
+        st = disco__coll_same_inputs(&c, false);
+    /* Across nodes a node's verdict goes to the others (unless its
+     * barrier broke: the session's failure); they all take the same. */
+    if (c.across && c.gave_up == DISCO_OK)
+        return disco__coll_net_broadcast(&c, st, root, st == DISCO_OK ? buf : NULL);
+    if (st != DISCO_OK)
         return st; /* same verdict, same barriers on every member */
     if (c.rank != root && c.post[root].dev_type != 0) {
         st = disco__coll_dev_copy_into(&c, root, buf);
@@ -286,9 +304,20 @@ static disco_status_t broadcast(disco_ctx_t *ctx, DLTensor *buf, int root, bool 
     disco_status_t st = disco__comm_worker(ctx, "disco_ctx_broadcast");
     if (st != DISCO_OK)
         return st;
-    DLTensor *b = NULL;
+    DLTensor *b = NULL, *dev = NULL;
     st = disco__comm_stage(ctx, buf, true, "disco_ctx_broadcast", &b);
-    st = broadcast_into(ctx, in_group, st, b, root);
+    /* A device tensor across nodes goes through the heap (root's bytes
+     * copied in), as allreduce's. */
+    if (st == DISCO_OK && disco__worker_crosses(ctx->worker, in_group) && on_device(b)) {
+        DLTensor *h;
+        if ((st = disco_ctx_empty(ctx, b->shape, b->ndim, b->dtype, &h)) == DISCO_OK &&
+            (disco__worker_gid(ctx->worker) != root ||
+             (st = disco__tensor_copy_out(b, h)) == DISCO_OK))
+            dev = b, b = h;
+    }
+    st = broadcast_into(ctx, in_group, st, st == DISCO_OK ? b : NULL, root);
+    if (st == DISCO_OK && dev != NULL)
+        st = disco__tensor_copy_out(b, dev), b = dev;
     if (st == DISCO_OK)
         st = disco__comm_unstage(b, buf);
     return st;

@@ -13,6 +13,7 @@
 #include "workers/data/arena.h"
 #include "workers/data/collective.h"
 #include "workers/data/comm_impl.h"
+#include "workers/data/comm_net.h"
 #include "workers/data/tensor_impl.h"
 
 static struct disco__p2p *post_of(disco_worker_t *w, int id)
@@ -31,20 +32,29 @@ static bool gone(disco_worker_t *w, int id)
                memory_order_acquire) >= DISCO__COLL_MARK(w->seq, DISCO__COLL_DONE);
 }
 
-/* A peer given as a global worker id: on this node, not this worker. */
-static disco_status_t peer_arg(disco_ctx_t *ctx, int peer, const char *what, int *local_out)
+/* A peer given as a global worker id, not this worker: on this node
+ * (*local_out its id there, *across_out false), or on another node and
+ * both ends their nodes' leaders (*across_out true: comm_net.c). Other
+ * pairs across nodes are refused on both ends alike (comm_net.c, Design). */
+static disco_status_t peer_arg(disco_ctx_t *ctx, int peer, const char *what, int *local_out,
+                               bool *across_out)
 {
     disco_worker_t *w = ctx->worker;
     int local = peer - w->gid_base;
     if (peer < 0 || peer >= w->gworld || peer == disco__worker_gid(w))
         return disco_set_error(DISCO_E_INVAL, "%s: worker %d of %d (this is worker %d)", what, peer,
                                w->gworld, disco__worker_gid(w));
-    if (local < 0 || local >= w->world)
+    bool across = local < 0 || local >= w->world;
+    if (across && (w->id != 0 || peer % w->world != 0))
         return disco_set_error(DISCO_E_UNSUPPORTED,
-                               "%s: worker %d is on another node (not yet: send and receive "
-                               "stay on one node)",
-                               what, peer);
+                               "%s: worker %d is on node %d, worker %d on node %d: across nodes "
+                               "only the nodes' leaders (worker 0 of each node: ids that are "
+                               "multiples of %d) send and receive; forwarding for the other "
+                               "workers is not implemented (docs/worker-comm.md)",
+                               what, peer, peer / w->world, disco__worker_gid(w),
+                               w->gid_base / w->world, w->world);
     *local_out = local;
+    *across_out = across; /* set only here: a refused peer is no one's to tell */
     return DISCO_OK;
 }
 
@@ -79,12 +89,15 @@ static disco_status_t send(disco_ctx_t *ctx, const DLTensor *t, int to_worker, s
 {
     disco_status_t st = disco__comm_worker(ctx, "disco_ctx_send");
     int to = -1;
+    bool across = false;
     DLTensor *x = NULL;
     if (st == DISCO_OK)
-        st = peer_arg(ctx, to_worker, "disco_ctx_send", &to);
-    sp->peer = to;
+        st = peer_arg(ctx, to_worker, "disco_ctx_send", &to, &across);
+    sp->peer = across ? -1 : to; /* across nodes: not traced (no shared ticket) */
     if (st == DISCO_OK)
         st = disco__comm_stage(ctx, t, true, "disco_ctx_send", &x);
+    if (across) /* to another node's leader: over the link (its own failure sent too) */
+        return disco__coll_net_send(ctx, st, st == DISCO_OK ? x : NULL, to_worker);
     disco_worker_t *w = st == DISCO_OK ? ctx->worker : NULL;
     bool dev = x != NULL && x->device.device_type != kDLCPU;
     if (st == DISCO_OK && dev) /* the receiver's stream waits for this record */
@@ -209,12 +222,19 @@ static disco_status_t recv(disco_ctx_t *ctx, DLTensor *t, int from_worker, struc
 {
     disco_status_t st = disco__comm_worker(ctx, "disco_ctx_recv");
     int from = -1;
+    bool across = false;
     DLTensor *x = NULL;
     if (st == DISCO_OK)
-        st = peer_arg(ctx, from_worker, "disco_ctx_recv", &from);
-    sp->peer = from;
+        st = peer_arg(ctx, from_worker, "disco_ctx_recv", &from, &across);
+    sp->peer = across ? -1 : from;
     if (st == DISCO_OK)
         st = disco__comm_stage(ctx, t, false, "disco_ctx_recv", &x);
+    if (across) { /* from another node's leader: over the link */
+        st = disco__coll_net_recv(ctx, st, st == DISCO_OK ? x : NULL, from_worker);
+        if (st == DISCO_OK)
+            st = disco__comm_unstage(x, t);
+        return st;
+    }
     if (st != DISCO_OK)
         return st;
     disco_worker_t *w = ctx->worker;
@@ -275,20 +295,22 @@ disco_status_t disco_ctx_recv(disco_ctx_t *ctx, DLTensor *t, int from_worker)
     return st;
 }
 
-/* The worker of this one's rank in the group step groups away, or -1. */
+/* The global id of the worker of this one's rank in the group step groups
+ * away (on another node when this is its node's last or first group), or
+ * -1. */
 static int group_peer(disco_ctx_t *ctx, int step, const char *what, disco_status_t *st)
 {
     if ((*st = disco__comm_worker(ctx, what)) != DISCO_OK)
         return -1;
     disco_worker_t *w = ctx->worker;
     int groups = w->ngroups > 0 ? (int)w->ngroups : 1;
-    int size = w->world / groups, peer = w->id + step * size;
-    if (peer < 0 || peer >= w->world) {
+    int size = w->world / groups, peer = disco__worker_gid(w) + step * size;
+    if (peer < 0 || peer >= w->gworld) {
         *st = disco_set_error(DISCO_E_INVAL, "%s: worker %d is in the %s group", what,
                               disco__worker_gid(w), step > 0 ? "last" : "first");
         return -1;
     }
-    return peer + w->gid_base;
+    return peer;
 }
 
 disco_status_t disco_ctx_send_to_next_group(disco_ctx_t *ctx, const DLTensor *t)
