@@ -110,7 +110,8 @@ static bool compute_one_step(const disco_trace_t *t, uint64_t seq, double *out)
 {
     int world = t->world, k = 0;
     for (size_t i = 0; i < t->ncolls; i++)
-        if (t->colls[i].seq == seq && t->colls[i].worker == 0 && (int)t->colls[i].index + 1 > k)
+        if (t->colls[i].seq == seq && t->colls[i].worker == 0 && t->colls[i].peer < 0 &&
+            (int)t->colls[i].index + 1 > k) /* collectives only: a send's index is its ticket */
             k = (int)t->colls[i].index + 1;
     double *b = malloc((size_t)world * (size_t)(k + 1) * 2 * sizeof *b); /* phase begin, end */
     if (b == NULL)
@@ -126,7 +127,8 @@ static bool compute_one_step(const disco_trace_t *t, uint64_t seq, double *out)
     }
     for (size_t i = 0; i < t->ncolls; i++) { /* collective j ends phase j, begins phase j + 1 */
         const disco_trace_coll_t *c = &t->colls[i];
-        if (c->seq != seq || c->worker < 0 || c->worker >= world || (int)c->index >= k)
+        if (c->seq != seq || c->peer >= 0 || c->worker < 0 || c->worker >= world ||
+            (int)c->index >= k)
             continue;
         b[(c->worker * (k + 1) + (int)c->index) * 2 + 1] = c->start_us;
         b[(c->worker * (k + 1) + (int)c->index + 1) * 2] = c->end_us;
