@@ -117,14 +117,10 @@ _state = {}
 
 
 def _allreduce(x):
-    """comm.allreduce of a torch tensor, in place. A CPU tensor is staged
-    through disco's shared heap by disco.comm; a CUDA one is copied to the host
-    and back here (disco.comm does not take torch CUDA tensors yet:
-    docs/worker-comm.md, "Not yet")."""
-    if x.is_cuda:
-        h = x.cpu()
-        comm.allreduce(h)
-        return x.copy_(h)
+    """comm.allreduce of a torch tensor, in place. disco.comm stages a CPU
+    tensor through disco's shared heap and a CUDA one through the worker's
+    device arena (docs/worker-comm.md: device tensors disco did not
+    allocate), ordered after torch's work on the tensor's stream."""
     return comm.allreduce(x.contiguous())
 
 
