@@ -1,6 +1,7 @@
 /*
  * coll_call.h - one collective call, as each member runs it (internal; the
- * protocol is in collective.h). collective.c implements the meeting; the
+ * protocol is in collective.h). collective.c (barriers, giving up) and
+ * collective_meet.c (the meeting, the checks) implement it; the
  * collectives of collective_ops.c are each a sequence of these steps:
  *   disco__coll_begin, then disco__coll_post_tensor for what it shares (or
  *   disco__coll_fail), disco__coll_meet (the first barrier: every member's
