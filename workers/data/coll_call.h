@@ -59,15 +59,18 @@ struct disco__coll_call {
     bool owe_waits;         /* device call: this member had no arena at its last barrier */
     bool by_flags;          /* device call ordered by a kernel's flags: no events at barriers */
     disco_status_t gave_up; /* the call was given up (A3) with it: no barrier after */
+    struct disco__coll_slot *set; /* slot of worker 0 in the call's set (parity): the
+                                     set's slots follow it, one a worker */
     struct disco__coll_slot *me;
     disco_status_t local;                              /* this member's verdict so far */
     struct disco__coll_posted post[DISCO_MAX_WORKERS]; /* by rank, after a successful meeting */
 };
 
-/** Starts a collective call named what on ctx's worker, over its group
- *  (in_group) or the whole world: fills c and clears this member's slot of
- *  the slot set the call uses. */
-void disco__coll_begin(disco_ctx_t *ctx, bool in_group, const char *what,
+/** Starts a collective call of kind (its name, for messages, is the
+ *  kind's: "allreduce", ...) on ctx's worker, over its group (in_group) or
+ *  the whole world: fills c and clears this member's slot of the slot set
+ *  the call uses. */
+void disco__coll_begin(disco_ctx_t *ctx, bool in_group, enum disco__coll_kind kind,
                        struct disco__coll_call *c);
 
 /** Records this member's failure (the first one only) in its slot, for

@@ -18,11 +18,12 @@
 #include "workers/data/coll_call.h"
 #include "workers/data/collective.h"
 
-/* Member rank's slot of the call's slot set. */
+/* Member rank's slot of the call's slot set (disco__coll_slot's, from the
+ * set's start that disco__coll_begin found: the slots of a set are one
+ * array, collective.h). */
 static inline struct disco__coll_slot *disco__coll_member(struct disco__coll_call *c, int rank)
 {
-    return disco__coll_slot(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups, c->parity,
-                            (uint32_t)(c->base + rank));
+    return &c->set[c->base + rank];
 }
 
 /* The call's tag (collective.h, DISCO__COLL_TAG). */

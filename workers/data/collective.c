@@ -203,26 +203,18 @@ static const char *const kind_names[DISCO__K_COUNT] = {
     [DISCO__K_BCAST_ROOT] = "broadcast",
 };
 
-static uint32_t kind_of(const char *what)
-{
-    for (uint32_t k = 1; k < DISCO__K_COUNT; k++)
-        if (strcmp(kind_names[k], what) == 0)
-            return k;
-    return DISCO__K_OTHER;
-}
-
 /* A kind read from another process's slot: bounded before use. */
 const char *disco__coll_kind_name(uint32_t k)
 {
     return k < DISCO__K_COUNT ? kind_names[k] : "an unknown collective";
 }
 
-void disco__coll_begin(disco_ctx_t *ctx, bool in_group, const char *what,
+void disco__coll_begin(disco_ctx_t *ctx, bool in_group, enum disco__coll_kind kind,
                        struct disco__coll_call *c)
 {
     disco_worker_t *w = ctx->worker;
     c->w = w;
-    c->what = what;
+    c->what = disco__coll_kind_name((uint32_t)kind);
     c->a = w->coll;
     /* The geometry is this process's own copy: the area's header is shared
      * memory that any member could overwrite. */
@@ -236,8 +228,8 @@ void disco__coll_begin(disco_ctx_t *ctx, bool in_group, const char *what,
      * parity agrees across members. Alternating slot sets lets a member that
      * finished start the next collective while others still read its slot. */
     c->parity = (uint32_t)(w->ncoll++ & 1);
-    c->me =
-        disco__coll_slot(c->a, (uint32_t)w->world, (uint32_t)groups, c->parity, (uint32_t)w->id);
+    c->set = disco__coll_slot(c->a, (uint32_t)w->world, (uint32_t)groups, c->parity, 0);
+    c->me = &c->set[w->id];
     /* Not arrive (it keeps an older call's tag until disco__coll_meet
      * stores this one's), nor msg (read only after a failed status or go),
      * nor data (read only when inline is set): the fewer lines written,
@@ -248,7 +240,7 @@ void disco__coll_begin(disco_ctx_t *ctx, bool in_group, const char *what,
     c->me->seq = w->seq;
     c->index = w->cmd_coll++;
     c->me->index = c->index;
-    c->me->kind = kind_of(what);
+    c->me->kind = (uint32_t)kind;
     c->me->arg = 0;
     c->local = DISCO_OK;
     c->met = false;

@@ -134,8 +134,10 @@ disco_status_t disco__coll_meet(struct disco__coll_call *c)
          * stores drained, while the wait overlaps them. A member parked
          * for this one's word is not kept waiting by it: whoever arrives
          * last finds every word stored, ends its wait at once and wakes
-         * the queue, and a member whose wait failed wakes it too. */
-        disco_waitq_wake(&c->bar->q);
+         * the queue, and a member whose wait failed wakes it too. A call
+         * of one member has no one to wake (only members park on it). */
+        if (c->size > 1)
+            disco_waitq_wake(&c->bar->q);
     }
     if (st == DISCO_OK && !all_inline) /* F3, or a member that posted no inline bytes */
         st = disco__coll_barrier(c);
