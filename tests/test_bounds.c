@@ -7,6 +7,7 @@
  * shape (white-box). */
 #include <check.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stddef.h>
@@ -25,6 +26,7 @@
 #include "disco/session.h"
 #include "disco/tensor.h"
 #include "disco/transport.h"
+#include "tests/heap_util.h"
 #include "tests/session_util.h"
 
 extern char **environ;
@@ -548,6 +550,56 @@ START_TEST(test_dev_alloc_sizes_agree)
 }
 END_TEST
 
+struct release_arg {
+    DLTensor *t;
+};
+
+static void *release_there(void *p)
+{
+    disco__tensor_release(((struct release_arg *)p)->t);
+    return NULL;
+}
+
+/* A tensor disco freed is no longer ours, though this thread asked about
+ * it (and cached the answer: tensor.c, L1-L2) before the free, whether
+ * the free was this thread's or another's: a caller's own DLTensor at the
+ * freed struct's address is foreign. A caller's stack DLTensor never is
+ * ours; a tensor still held stays ours across the others' frees. */
+START_TEST(test_is_ours_after_free)
+{
+    disco_segment_t seg;
+    disco_heap_t h;
+    make_heap(64 * KiB, &seg, &h);
+    int64_t n = 4;
+    DLDataType f32 = {kDLFloat, 32, 1};
+    DLTensor *t, *u, *v;
+    CK_OK(disco__tensor_new(&h, 0, &n, 1, f32, &t));
+    CK_OK(disco__tensor_new(&h, 0, &n, 1, f32, &u));
+    CK_OK(disco__tensor_new(&h, 0, &n, 1, f32, &v));
+    for (int i = 0; i < 2; i++) /* the second answer from the cache */
+        ck_assert_msg(disco__tensor_is_ours(t) && disco__tensor_is_ours(u) &&
+                          disco__tensor_is_ours(v),
+                      "disco__tensor_is_ours: a tensor just made is not ours");
+    DLTensor mine = *u;
+    ck_assert_msg(!disco__tensor_is_ours(&mine), "a caller's DLTensor taken for ours");
+    uintptr_t at = (uintptr_t)t; /* compared, never read, after the free */
+    disco__tensor_release(t);
+    ck_assert_msg(!disco__tensor_is_ours((const DLTensor *)at),
+                  "disco__tensor_is_ours: a tensor freed by this thread is still ours");
+    ck_assert_msg(disco__tensor_is_ours(u), "a held tensor is no longer ours");
+    at = (uintptr_t)u;
+    pthread_t th;
+    struct release_arg ra = {u};
+    ck_assert_int_eq(pthread_create(&th, NULL, release_there, &ra), 0);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    ck_assert_msg(!disco__tensor_is_ours((const DLTensor *)at),
+                  "disco__tensor_is_ours: a tensor freed by another thread is still ours");
+    ck_assert_msg(disco__tensor_is_ours(v), "a held tensor is no longer ours");
+    disco__tensor_release(v);
+    disco_segment_close(&seg);
+}
+END_TEST
+
 Suite *suite_bounds(void)
 {
     Suite *s = suite_create("bounds");
@@ -566,6 +618,7 @@ Suite *suite_bounds(void)
     tcase_add_test(tc, test_worker_view_alloc_overflow);
     tcase_add_test(tc, test_gather_dim0_overflow);
     tcase_add_test(tc, test_str_len_rules);
+    tcase_add_test(tc, test_is_ours_after_free);
     suite_add_tcase(s, tc);
     return s;
 }

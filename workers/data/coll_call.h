@@ -1,6 +1,7 @@
 /*
  * coll_call.h - one collective call, as each member runs it (internal; the
- * protocol is in collective.h). collective.c implements the meeting; the
+ * protocol is in collective.h). collective.c (barriers, giving up) and
+ * collective_meet.c (the meeting, the checks) implement it; the
  * collectives of collective_ops.c are each a sequence of these steps:
  *   disco__coll_begin, then disco__coll_post_tensor for what it shares (or
  *   disco__coll_fail), disco__coll_meet (the first barrier: every member's
@@ -58,15 +59,18 @@ struct disco__coll_call {
     bool owe_waits;         /* device call: this member had no arena at its last barrier */
     bool by_flags;          /* device call ordered by a kernel's flags: no events at barriers */
     disco_status_t gave_up; /* the call was given up (A3) with it: no barrier after */
+    struct disco__coll_slot *set; /* slot of worker 0 in the call's set (parity): the
+                                     set's slots follow it, one a worker */
     struct disco__coll_slot *me;
     disco_status_t local;                              /* this member's verdict so far */
     struct disco__coll_posted post[DISCO_MAX_WORKERS]; /* by rank, after a successful meeting */
 };
 
-/** Starts a collective call named what on ctx's worker, over its group
- *  (in_group) or the whole world: fills c and clears this member's slot of
- *  the slot set the call uses. */
-void disco__coll_begin(disco_ctx_t *ctx, bool in_group, const char *what,
+/** Starts a collective call of kind (its name, for messages, is the
+ *  kind's: "allreduce", ...) on ctx's worker, over its group (in_group) or
+ *  the whole world: fills c and clears this member's slot of the slot set
+ *  the call uses. */
+void disco__coll_begin(disco_ctx_t *ctx, bool in_group, enum disco__coll_kind kind,
                        struct disco__coll_call *c);
 
 /** Records this member's failure (the first one only) in its slot, for

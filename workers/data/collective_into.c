@@ -269,7 +269,7 @@ static disco_status_t broadcast_into(disco_ctx_t *ctx, const disco_value_t *a, i
     if (n >= 2 && disco__worker_crosses(ctx->worker, in_group))
         return by_value(ctx, "disco.broadcast_from_worker0", what, a, n, true);
     struct disco__coll_call c;
-    disco__coll_begin(ctx, in_group, "broadcast_from_worker0", &c);
+    disco__coll_begin(ctx, in_group, DISCO__K_BROADCAST, &c);
     DLTensor *x = NULL, *out = NULL;
     disco_status_t st = n < 2 ? disco_set_error(DISCO_E_ARG_COUNT, "%s(x, out, in_group)", what)
                               : arg_tensor(&a[1], what, "out", &out);
@@ -292,7 +292,7 @@ static disco_status_t scatter_into(disco_ctx_t *ctx, const disco_value_t *a, int
     if (n >= 2 && disco__worker_crosses(ctx->worker, in_group))
         return by_value(ctx, "disco.scatter_from_worker0", what, a, n, true);
     struct disco__coll_call c;
-    disco__coll_begin(ctx, in_group, "scatter_from_worker0", &c);
+    disco__coll_begin(ctx, in_group, DISCO__K_SCATTER, &c);
     DLTensor *x = NULL, *out = NULL;
     disco_status_t st = n < 2 ? disco_set_error(DISCO_E_ARG_COUNT, "%s(x, out, in_group)", what)
                               : arg_tensor(&a[1], what, "out", &out);
@@ -319,7 +319,7 @@ static disco_status_t gather_into(disco_ctx_t *ctx, const disco_value_t *a, int 
     if (n >= 2 && disco__worker_crosses(ctx->worker, in_group))
         return by_value(ctx, "disco.gather_to_worker0", what, a, n, true);
     struct disco__coll_call c;
-    disco__coll_begin(ctx, in_group, "gather_to_worker0", &c);
+    disco__coll_begin(ctx, in_group, DISCO__K_GATHER, &c);
     DLTensor *x = NULL, *out = NULL;
     int64_t all;
     disco_status_t st = n < 2 ? disco_set_error(DISCO_E_ARG_COUNT, "%s(x, out, in_group)", what)

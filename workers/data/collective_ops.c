@@ -138,7 +138,7 @@ disco_status_t disco__coll_allreduce_into(disco_ctx_t *ctx, bool in_group, disco
                                           const DLTensor *xc, DLTensor *out, disco_reduce_op_t op)
 {
     struct disco__coll_call c;
-    disco__coll_begin(ctx, in_group, "allreduce", &c);
+    disco__coll_begin(ctx, in_group, DISCO__K_ALLREDUCE, &c);
     DLTensor *x = (DLTensor *)xc; /* read only: the device path's signature is wider */
     disco_status_t st = pre;
     if (st == DISCO_OK) {
@@ -289,7 +289,7 @@ static disco_status_t take(disco_ctx_t *ctx, struct disco__coll_call *c, int ran
 static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct disco__coll_call c;
-    disco__coll_begin(ctx, flag(a, n, 1), "broadcast_from_worker0", &c);
+    disco__coll_begin(ctx, flag(a, n, 1), DISCO__K_BROADCAST, &c);
     /* The session's worker 0 shares its x; across nodes each other node's
      * leader shares the copy it receives (collective_net.c). */
     bool source = c.rank == 0 && (!c.across || c.w->gid_base == 0);
@@ -311,7 +311,7 @@ static disco_status_t broadcast(disco_ctx_t *ctx, const disco_value_t *a, int n,
 static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct disco__coll_call c;
-    disco__coll_begin(ctx, flag(a, n, 1), "scatter_from_worker0", &c);
+    disco__coll_begin(ctx, flag(a, n, 1), DISCO__K_SCATTER, &c);
     /* The session's worker 0 shares x; across nodes each other node's
      * leader shares its node's block of rows, received (collective_net.c).
      * parts: how many members x's rows are for. */
@@ -436,7 +436,7 @@ static disco_status_t gather_body(disco_ctx_t *ctx, const disco_value_t *a, int 
                                   disco_value_t *ret)
 {
     struct disco__coll_call c;
-    disco__coll_begin(ctx, flag(a, n, 1), "gather_to_worker0", &c);
+    disco__coll_begin(ctx, flag(a, n, 1), DISCO__K_GATHER, &c);
     /* Across nodes every node's leader makes an output: node 0's the
      * result (every worker's rows), the others' their node's block. */
     int mult = c.across && c.w->gid_base == 0 ? c.w->gworld : c.size;
@@ -502,7 +502,7 @@ static disco_status_t allgather_run(disco_ctx_t *ctx, bool in_group, disco_statu
                                     DLTensor *xin, DLTensor *given, DLTensor **out_p)
 {
     struct disco__coll_call c;
-    disco__coll_begin(ctx, in_group, "allgather", &c);
+    disco__coll_begin(ctx, in_group, DISCO__K_ALLGATHER, &c);
     int mult = c.across ? c.w->gworld : c.size;
     DLTensor *x = NULL;
     DLTensor *out = gather_post(ctx, &c, pre, xin, given, "allgather", true, mult, &x);
@@ -560,7 +560,7 @@ static disco_status_t allgather(disco_ctx_t *ctx, const disco_value_t *a, int n,
 static disco_status_t send_recv(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     struct disco__coll_call c;
-    disco__coll_begin(ctx, false, "send_recv", &c);
+    disco__coll_begin(ctx, false, DISCO__K_SEND_RECV, &c);
     /* src and dst are global ids; across nodes, node ks sends and node kd
      * receives (collective_net.c); on one node, ks = kd = 0. */
     int parts = c.across ? c.w->gworld : c.size, me = c.w->gid_base / c.w->world;

@@ -181,9 +181,7 @@ static bool on_device(const DLTensor *t)
 static disco_status_t allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out,
                                 disco_reduce_op_t op, bool in_group)
 {
-    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_allreduce");
-    if (st != DISCO_OK)
-        return st;
+    disco_status_t st = DISCO_OK; /* the caller checked the worker (disco__comm_worker) */
     DLTensor *x = NULL, *y = NULL, *tmp = NULL;
     if ((unsigned)op > (unsigned)DISCO_REDUCE_AVG)
         st = disco_set_error(DISCO_E_INVAL, "disco_ctx_allreduce: op %d is none", (int)op);
@@ -224,9 +222,7 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTensor *
 
 static disco_status_t allgather(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out, bool in_group)
 {
-    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_allgather");
-    if (st != DISCO_OK)
-        return st;
+    disco_status_t st = DISCO_OK; /* the caller checked the worker (disco__comm_worker) */
     DLTensor *x = NULL, *y = NULL;
     if (in == NULL || out == NULL || on_device(in) != on_device(out))
         st = disco_set_error(DISCO_E_MISMATCH,
@@ -269,7 +265,7 @@ static disco_status_t broadcast_into(disco_ctx_t *ctx, bool in_group, disco_stat
                                      DLTensor *buf, int root)
 {
     struct disco__coll_call c;
-    disco__coll_begin(ctx, in_group, "broadcast", &c);
+    disco__coll_begin(ctx, in_group, DISCO__K_BCAST_ROOT, &c);
     c.me->arg = root;
     disco_status_t st = pre;
     int members = c.across ? c.w->gworld : c.size;
@@ -301,11 +297,9 @@ static disco_status_t broadcast_into(disco_ctx_t *ctx, bool in_group, disco_stat
 
 static disco_status_t broadcast(disco_ctx_t *ctx, DLTensor *buf, int root, bool in_group)
 {
-    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_broadcast");
-    if (st != DISCO_OK)
-        return st;
+    /* The caller checked the worker (disco__comm_worker). */
     DLTensor *b = NULL, *dev = NULL;
-    st = disco__comm_stage(ctx, buf, true, "disco_ctx_broadcast", &b);
+    disco_status_t st = disco__comm_stage(ctx, buf, true, "disco_ctx_broadcast", &b);
     /* A device tensor across nodes goes through the heap (root's bytes
      * copied in), as allreduce's. */
     if (st == DISCO_OK && disco__worker_crosses(ctx->worker, in_group) && on_device(b)) {
@@ -325,14 +319,12 @@ static disco_status_t broadcast(disco_ctx_t *ctx, DLTensor *buf, int root, bool 
 
 static disco_status_t barrier(disco_ctx_t *ctx, bool in_group)
 {
-    disco_status_t st = disco__comm_worker(ctx, "disco_ctx_barrier");
-    if (st != DISCO_OK)
-        return st;
+    /* The caller checked the worker (disco__comm_worker). */
     if (disco__worker_crosses(ctx->worker, in_group)) { /* the leaders meet over the link */
         int64_t one = 1;
         DLTensor *t;
         DLDataType i32 = {kDLInt, 32, 1};
-        st = disco_ctx_empty(ctx, &one, 1, i32, &t);
+        disco_status_t st = disco_ctx_empty(ctx, &one, 1, i32, &t);
         if (st == DISCO_OK)
             memset(t->data, 0, 4);
         return disco__coll_allreduce_into(ctx, in_group, st, st == DISCO_OK ? t : NULL,
@@ -341,12 +333,13 @@ static disco_status_t barrier(disco_ctx_t *ctx, bool in_group)
     /* One meeting: every member's slot read after it, and the next
      * collective uses the other slot set (collective.h). */
     struct disco__coll_call c;
-    disco__coll_begin(ctx, in_group, "barrier", &c);
+    disco__coll_begin(ctx, in_group, DISCO__K_BARRIER, &c);
     return disco__coll_meet(&c);
 }
 
 /* The public calls: the bodies above, each stamped as a nested trace
- * record once the worker is known to be a session's. */
+ * record once the worker is known to be a session's (the bodies rely on
+ * that check: they do not repeat it). */
 
 disco_status_t disco_ctx_allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out,
                                    disco_reduce_op_t op, bool in_group)

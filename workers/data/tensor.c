@@ -34,6 +34,9 @@ struct dtensor {
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct dtensor **live;
 static size_t nlive, live_cap;
+/* Removals from live so far (L1, below): the generation of the threads'
+ * cached answers. */
+static _Atomic uint64_t live_gen;
 
 static bool live_add(struct dtensor *t)
 {
@@ -61,6 +64,10 @@ static bool live_remove(const struct dtensor *t)
         if (live[i] == t) {
             live[i] = live[--nlive];
             found = true;
+            /* L1. Release (under the lock, before t's memory can be
+             * reused): every thread's cached answers (L2) are stale from
+             * now on; pairs with is_ours_cached's acquire load. */
+            atomic_fetch_add_explicit(&live_gen, 1, memory_order_release);
             break;
         }
     }
@@ -68,13 +75,54 @@ static bool live_remove(const struct dtensor *t)
     return found;
 }
 
+/* The answers "t is ours" this thread found last, each valid while
+ * live_gen is the generation it was found at (L2). Nothing leaves the live
+ * list without moving live_gen (L1), so an entry of the current
+ * generation is a tensor still on the list: the address of a freed
+ * tensor, reused by a caller's own DLTensor, is never taken for ours.
+ * Per thread, so the hot path (a worker function calling collectives on
+ * the same tensors) takes no lock. Test: is_ours_after_free
+ * (tests/test_bounds.c). */
+#define OURS_CACHE 4
+static _Thread_local struct {
+    const DLTensor *t[OURS_CACHE];
+    uint64_t gen;
+    unsigned next;
+} ours_cache;
+
+static bool is_ours_cached(const DLTensor *t)
+{
+    /* L2. Acquire: pairs with L1's release; a removal that happened
+     * before this call (the caller's own free, or another thread's that
+     * the caller synchronised with) is seen, and drops the cache. */
+    uint64_t gen = atomic_load_explicit(&live_gen, memory_order_acquire);
+    if (gen != ours_cache.gen) {
+        memset(ours_cache.t, 0, sizeof ours_cache.t);
+        ours_cache.gen = gen;
+        return false;
+    }
+    for (int i = 0; i < OURS_CACHE; i++)
+        if (ours_cache.t[i] == t)
+            return true;
+    return false;
+}
+
 bool disco__tensor_is_ours(const DLTensor *t)
 {
+    if (t != NULL && is_ours_cached(t))
+        return true;
     bool found = false;
     pthread_mutex_lock(&live_lock);
     for (size_t i = nlive; i-- > 0 && !found;)
         found = &live[i]->dl == t;
+    /* Relaxed: under the lock, which orders it after every L1 of a
+     * removal the scan above already reflects. */
+    uint64_t gen = atomic_load_explicit(&live_gen, memory_order_relaxed);
     pthread_mutex_unlock(&live_lock);
+    if (found && t != NULL && gen == ours_cache.gen) {
+        ours_cache.t[ours_cache.next] = t;
+        ours_cache.next = (ours_cache.next + 1) % OURS_CACHE;
+    }
     return found;
 }
 
