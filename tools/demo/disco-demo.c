@@ -267,6 +267,7 @@ static void usage(FILE *f)
             "  --json PATH  write the figures there (token_us, compute_us,\n"
             "               coordination_us, coordination_pct, tokens_per_s,\n"
             "               commands_per_token, ctx_allreduce_us, one_command_speedup,\n"
+            "               one_command_speedup_bound (what removing all coordination could give),\n"
             "               max_rel_err, ok, tokens, ...)\n"
             "  --vocab V    vocabulary (default 512)\n"
             "  --d-model D  model width (default 256; MLP: width of x, default 256)\n"
