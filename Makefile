@@ -49,11 +49,11 @@ CFLAGS   += -std=c11 -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -I. -Iinclude -MM
 LDFLAGS  += $(SANFLAGS)
 LDLIBS   += -lpthread -ldl -lm
 
-VERSION  := 0.3.0
+VERSION  := 0.4.0
 # The soname's number is the ABI: it changes whenever a public name or
 # layout does (1: the issue 15 renames and the <disco/shm/*.h> split; 2: the
 # device table's physical_id and mps, the worker view's kernel, 0.3).
-SONAME   := libdisco.so.2
+SONAME   := libdisco.so.3
 
 # Sessions across nodes (scheduler/node/) need Open MPI (mpicc, installed
 # by tools/deps.sh): its link is compiled with mpicc's flags and linked
@@ -191,7 +191,7 @@ PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 
 # The Python package (python/disco): a CPython extension over libdisco.so,
 # built for $(PYTHON) (Debian's python3 and python3-dev). `make python`
-# builds it in place: python/disco/_core<EXT_SUFFIX> finds libdisco.so.2
+# builds it in place: python/disco/_core<EXT_SUFFIX> finds libdisco.so.3
 # through its rpath, $ORIGIN/../../build (PYTHONPATH=python is all a script
 # needs). `make install` links a copy whose rpath is $ORIGIN/../../.. (the
 # prefix's lib/, from lib/python3/dist-packages/disco) into PYDIR.
@@ -218,7 +218,7 @@ PYDIR     ?= $(PREFIX)/lib/python3/dist-packages
 # The extension's file names depend on $(PYTHON), which deps.sh may only
 # install during this run (a bare Debian root): they are made by a second
 # make, which reads this file again once the dependencies are there.
-python: $(BUILD)/libdisco.so.2 | $(DEPS_STAMP)
+python: $(BUILD)/libdisco.so.3 | $(DEPS_STAMP)
 	@$(MAKE) --no-print-directory py-ext
 py-ext: $(PY_CORE)
 py-install-ext: $(BUILD)/pyinst/_core$(PY_EXT)
@@ -231,7 +231,7 @@ $(PY_OBJDIR)/%.o: python/%.c python/disco/_core.h $(FLAGS_STAMP) | $(DEPS_STAMP)
 	$(CC) $(CFLAGS) $(PY_DEFS) -fvisibility=hidden -I$(PY_INCLUDE) $(PKG_CFLAGS) -c $< -o $@
 
 # The soname's link in the build tree, for the in-place extension.
-$(BUILD)/libdisco.so.2: $(BUILD)/libdisco.so
+$(BUILD)/libdisco.so.3: $(BUILD)/libdisco.so
 	ln -sf libdisco.so $@
 
 $(PY_CORE): $(PY_OBJ) $(BUILD)/libdisco.so
@@ -490,7 +490,7 @@ docs:
 	$(PYTHON) tools/docs/fix_html.py $(DOCS_OUT)/html
 	sh tools/docs/check.sh $(DOCS_OUT)/html
 
-doc-test: $(BUILD)/libdisco.so $(BUILD)/libdisco.so.2 $(TOOLS) $(TESTLIB) $(DEMOLIB) python
+doc-test: $(BUILD)/libdisco.so $(BUILD)/libdisco.so.3 $(TOOLS) $(TESTLIB) $(DEMOLIB) python
 	$(PYTHON) tests/doc_links.py
 	PYTHON=$(PYTHON) $(PYTHON) tests/doc_examples.py --build $(BUILD)
 ifeq ($(SANITIZE),)

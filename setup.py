@@ -5,7 +5,7 @@
 
 builds offline with Debian's setuptools and wheel (tools/deps.sh installs
 them) and installs a working package: the extension (disco._core), with
-libdisco.so.2 and the C worker program (bin/disco-worker) beside it in the
+libdisco.so.3 and the C worker program (bin/disco-worker) beside it in the
 package, found through the extension's rpath ($ORIGIN) and disco's own
 lookup (disco.worker_program(): bin/disco-worker beside the libdisco.so in
 use), and the Python worker program disco-py-worker.
@@ -14,7 +14,7 @@ The C library is built by the project's Makefile (`make build/libdisco.so
 build/bin/disco-worker`, in this tree's build/): its flags, its optional
 parts (CUDA, Open MPI) and its dependency checks stay in one place. The
 extension is compiled here by setuptools for the Python that runs pip and
-linked against that libdisco.so. The package holds libdisco.so.2 itself, so
+linked against that libdisco.so. The package holds libdisco.so.3 itself, so
 it needs no `make install`; what it links beyond libc (hwloc, jansson,
 libsodium, Open MPI where built with it) comes from the system, which is
 why a wheel for other machines needs auditwheel (docs/python.md).
@@ -51,14 +51,14 @@ class BuildWithLibdisco(build_ext):
         if self.inplace:  # setup.py develop / pip -e: beside the sources
             pkg = os.path.join(ROOT, "python", "disco")
         os.makedirs(os.path.join(pkg, "bin"), exist_ok=True)
-        # the soname the extension asks for (readelf -d: NEEDED libdisco.so.2)
-        shutil.copy2(os.path.join(ROOT, BUILD, "libdisco.so"), os.path.join(pkg, "libdisco.so.2"))
+        # the soname the extension asks for (readelf -d: NEEDED libdisco.so.3)
+        shutil.copy2(os.path.join(ROOT, BUILD, "libdisco.so"), os.path.join(pkg, "libdisco.so.3"))
         shutil.copy2(os.path.join(ROOT, BUILD, "bin", "disco-worker"),
                      os.path.join(pkg, "bin", "disco-worker"))
 
     def get_outputs(self):
         pkg = os.path.join(self.build_lib, "disco")
-        return super().get_outputs() + [os.path.join(pkg, "libdisco.so.2"),
+        return super().get_outputs() + [os.path.join(pkg, "libdisco.so.3"),
                                         os.path.join(pkg, "bin", "disco-worker")]
 
 

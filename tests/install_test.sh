@@ -21,8 +21,8 @@ want="worker 3 says 40"
 cc $flags -o "$tmp/example" "$src/readme_example.c" $(pkg-config --cflags --libs disco)
 out=$(DISCO_QUIET=1 "$tmp/example")
 [ "$out" = "$want" ] || { echo "install test: shared build said: $out"; exit 1; }
-readelf -d "$tmp/example" | grep -q 'NEEDED.*libdisco.so.2' ||
-    { echo "install test: the shared build does not use libdisco.so.2"; exit 1; }
+readelf -d "$tmp/example" | grep -q 'NEEDED.*libdisco.so.3' ||
+    { echo "install test: the shared build does not use libdisco.so.3"; exit 1; }
 
 # static: libdisco.a, and what it needs from Libs.private
 cc $flags -o "$tmp/example_static" "$src/readme_example.c" \
@@ -36,11 +36,11 @@ out=$(DISCO_QUIET=1 "$tmp/example_static")
 for t in disco disco-demo disco-bench disco-rpc-server disco-jsonrpc disco-worker; do
     [ -x "$tmp/prefix/bin/$t" ] || { echo "install test: $t not installed"; exit 1; }
 done
-readelf -d "$tmp/prefix/lib/libdisco.so" | grep -q 'SONAME.*libdisco\.so\.2\]' ||
+readelf -d "$tmp/prefix/lib/libdisco.so" | grep -q 'SONAME.*libdisco\.so\.3\]' ||
     { echo "install test: no versioned soname"; exit 1; }
 
 # the Python package, where the prefix's Debian python3 looks
-# (lib/python3/dist-packages), using the installed libdisco.so.2
+# (lib/python3/dist-packages), using the installed libdisco.so.3
 py=${PYTHON:-/usr/bin/python3}
 pkg="$tmp/prefix/lib/python3/dist-packages"
 out=$(cd "$tmp" && DISCO_QUIET=1 "$py" -c '
@@ -57,7 +57,7 @@ with disco.ProcessSession(2) as s:
 [ "$out" = "worker 1" ] || { echo "install test: the installed Python package said: $out"; exit 1; }
 # pip: a venv over Debian's site packages (setuptools, wheel, numpy), the
 # package built and installed offline (no index, no build isolation: nothing
-# downloaded), then used from outside the tree: libdisco.so.2 and both
+# downloaded), then used from outside the tree: libdisco.so.3 and both
 # worker programs from the installed package, a 2-worker session per launch
 # mode and a call.
 "$py" -m venv --system-site-packages "$tmp/venv"
@@ -79,6 +79,6 @@ print("pip ok")
 ')
 [ "$out" = "pip ok" ] || { echo "install test: the pip-installed package said: $out"; exit 1; }
 
-echo "install test: headers, libdisco.so (soname libdisco.so.2), libdisco.a, tools, disco.pc," \
+echo "install test: headers, libdisco.so (soname libdisco.so.3), libdisco.a, tools, disco.pc," \
     "the Python package (make install and pip install) work; the README's example builds and" \
     "runs shared and static"

@@ -52,6 +52,6 @@
 #include "disco/value.h"
 #include "disco/worker.h"
 
-#define DISCO_VERSION_STRING "0.3.0" /* libdisco.so.2 */
+#define DISCO_VERSION_STRING "0.4.0" /* libdisco.so.3 */
 
 #endif

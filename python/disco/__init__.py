@@ -57,7 +57,7 @@ _core._set_types(DataType, Device, ERROR_CLASSES, DiscoError)
 # that a Python function run there does not do it twice (_pyfunc.c).
 _os.register_at_fork(after_in_child=_core._forked)
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = ["ProcessSession", "ThreadedSession", "Session", "DRef", "DPackedFunc", "DModule",
            "Tensor", "register_func", "get_global_func", "DataType", "Device", "cpu", "cuda",

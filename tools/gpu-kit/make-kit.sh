@@ -100,7 +100,7 @@ for f in build/bin/*; do
     strip -o "$K/$f" "$f"
 done
 strip -o "$K/build/libdisco.so" build/libdisco.so
-ln -s libdisco.so "$K/build/libdisco.so.2"
+ln -s libdisco.so "$K/build/libdisco.so.3"
 for f in build/lib/*.so; do
     strip -o "$K/$f" "$f"
 done

@@ -32,7 +32,7 @@ def cuda_count():
     """disco's own probe (disco_device_probe, in a forked child, so that
     this process may still fork workers): (count, why)."""
     lib = ctypes.CDLL(os.path.join(os.path.dirname(disco.__file__), "..", "..", "build",
-                                   "libdisco.so.2"))
+                                   "libdisco.so.3"))
     lib.disco_last_error.restype = ctypes.c_char_p
     n = ctypes.c_int(0)
     if lib.disco_device_probe(2, ctypes.byref(n)) != 0:  # 2: kDLCUDA
