@@ -256,26 +256,34 @@ START_TEST(test_ctx_send_no_receiver)
 }
 END_TEST
 
+/* Runs the node program's sim mode on 2 nodes of 2 workers (2 sim GPUs
+ * each) and on one node of 4 (4 sim GPUs): both must pass and print the
+ * same lines. The 2 nodes' output goes to multi (cap bytes). */
+static void sim_matches_one_node(const char *mode, char *multi, size_t cap)
+{
+    static char one[8192];
+    char cmd[1024];
+    snprintf(
+        cmd, sizeof cmd,
+        "DISCO_QUIET=1 DISCO_SIM_GPUS=2 timeout -s KILL 90 %s -x DISCO_QUIET -x DISCO_SIM_GPUS "
+        "-np 2 %s %s 2 2>&1",
+        mpirun(), PROG, mode);
+    int rc = run(cmd, multi, cap);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, multi);
+    assert_ok(multi, mode);
+    snprintf(cmd, sizeof cmd, "DISCO_QUIET=1 DISCO_SIM_GPUS=4 %s %s 2 --local 2 2>&1", PROG, mode);
+    ck_assert_int_eq(run(cmd, one, sizeof one), 0);
+    ck_assert_msg(strcmp(multi, one) == 0, "2 nodes:\n%s\none node:\n%s", multi, one);
+}
+
 /* The same with sim device tensors (ctx-more-sim): broadcast, allgather
  * and the leaders' sends staged through the heap between the nodes. */
 START_TEST(test_ctx_more_sim_across_nodes)
 {
     if (!can_run())
         return;
-    static char multi[8192], one[8192];
-    char cmd[1024];
-    snprintf(
-        cmd, sizeof cmd,
-        "DISCO_QUIET=1 DISCO_SIM_GPUS=2 timeout -s KILL 90 %s -x DISCO_QUIET -x DISCO_SIM_GPUS "
-        "-np 2 %s ctx-more-sim 2 2>&1",
-        mpirun(), PROG);
-    int rc = run(cmd, multi, sizeof multi);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, multi);
-    assert_ok(multi, "ctx-more-sim");
-    snprintf(cmd, sizeof cmd, "DISCO_QUIET=1 DISCO_SIM_GPUS=4 %s ctx-more-sim 2 --local 2 2>&1",
-             PROG);
-    ck_assert_int_eq(run(cmd, one, sizeof one), 0);
-    ck_assert_msg(strcmp(multi, one) == 0, "2 nodes:\n%s\none node:\n%s", multi, one);
+    static char multi[8192];
+    sim_matches_one_node("ctx-more-sim", multi, sizeof multi);
     assert_nothing_left();
 }
 END_TEST
@@ -287,20 +295,9 @@ START_TEST(test_sim_allreduce_matches_one_node)
 {
     if (!can_run())
         return;
-    static char multi[8192], one[8192];
-    char cmd[1024];
-    snprintf(
-        cmd, sizeof cmd,
-        "DISCO_QUIET=1 DISCO_SIM_GPUS=2 timeout -s KILL 90 %s -x DISCO_QUIET -x DISCO_SIM_GPUS "
-        "-np 2 %s coll-sim 2 2>&1",
-        mpirun(), PROG);
-    int rc = run(cmd, multi, sizeof multi);
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, multi);
-    assert_ok(multi, "coll-sim");
+    static char multi[8192];
+    sim_matches_one_node("coll-sim", multi, sizeof multi);
     ck_assert_msg(strstr(multi, "sim gather float32 worker 0") != NULL, "%s", multi);
-    snprintf(cmd, sizeof cmd, "DISCO_QUIET=1 DISCO_SIM_GPUS=4 %s coll-sim 2 --local 2 2>&1", PROG);
-    ck_assert_int_eq(run(cmd, one, sizeof one), 0);
-    ck_assert_msg(strcmp(multi, one) == 0, "2 nodes:\n%s\none node:\n%s", multi, one);
     assert_nothing_left();
 }
 END_TEST

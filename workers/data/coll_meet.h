@@ -69,6 +69,11 @@ disco_status_t disco__coll_gone_error(const struct disco__coll_call *c, int id);
  * first wait's failure. */
 disco_status_t disco__coll_wait_members(struct disco__coll_call *c);
 
+/* The error member r posted with status st (a failed post or go): its
+ * message, another process's words, bounded and escaped, after "worker
+ * R: ". */
+disco_status_t disco__coll_posted_error(struct disco__coll_call *c, int r, int32_t st);
+
 /* The name of kind k (read from another process's slot: bounded). */
 const char *disco__coll_kind_name(uint32_t k);
 

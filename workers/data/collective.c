@@ -384,12 +384,8 @@ disco_status_t disco__coll_go(struct disco__coll_call *c, disco_status_t mine, u
     for (int r = 0; r < c->size; r++) {
         const struct disco__coll_slot *m = disco__coll_member(c, r);
         int32_t go = m->go;
-        if (go != DISCO_OK) { /* another process's words: bounded, escaped */
-            char msg[sizeof m->msg];
-            disco__text_safe(msg, sizeof msg, m->msg, sizeof m->msg);
-            return disco_set_error(disco__coll_posted_status(go), "worker %d: %s", c->base + r,
-                                   msg);
-        }
+        if (go != DISCO_OK)
+            return disco__coll_posted_error(c, r, go);
     }
     *choice_out = disco__coll_member(c, 0)->choice;
     return DISCO_OK;
@@ -452,4 +448,12 @@ disco_status_t disco__coll_end(struct disco__coll_call *c, disco_status_t st)
             st = sst;
     }
     return st;
+}
+
+disco_status_t disco__coll_posted_error(struct disco__coll_call *c, int r, int32_t st)
+{
+    const struct disco__coll_slot *m = disco__coll_member(c, r);
+    char msg[sizeof m->msg]; /* another process's words: bounded, escaped */
+    disco__text_safe(msg, sizeof msg, m->msg, sizeof m->msg);
+    return disco_set_error(disco__coll_posted_status(st), "worker %d: %s", c->base + r, msg);
 }

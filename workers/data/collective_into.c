@@ -96,20 +96,6 @@ static bool overlaps(const DLTensor *a, const DLTensor *b)
     return na != 0 && nb != 0 && pa < pb + nb && pb < pa + na;
 }
 
-/* "[2, 3]" of t's shape, cut to cap. */
-static const char *shape_str(const DLTensor *t, char *out, size_t cap)
-{
-    size_t used = 0;
-    out[0] = '\0';
-    for (int d = 0; d < t->ndim && used < cap; d++) {
-        int k = snprintf(out + used, cap - used, "%s%lld", d ? ", " : "[", (long long)t->shape[d]);
-        used += k > 0 ? (size_t)k : 0;
-    }
-    if (used < cap)
-        snprintf(out + used, cap - used, "%s", t->ndim ? "]" : "[]");
-    return out;
-}
-
 static disco_status_t overlap_error(const char *what)
 {
     return disco_set_error(DISCO_E_INVAL,
@@ -191,9 +177,9 @@ static disco_status_t allreduce_into(disco_ctx_t *ctx, const disco_value_t *a, i
                              "%s: out is %s of shape %s on device type %u, x %s of shape %s on "
                              "device type %u: out must have x's dtype, shape and device",
                              what, disco_dtype_str(out->dtype, dout, sizeof dout),
-                             shape_str(out, sout, sizeof sout), dev_of(out),
-                             disco_dtype_str(x->dtype, dx, sizeof dx), shape_str(x, sx, sizeof sx),
-                             dev_of(x));
+                             disco__shape_str(out->shape, out->ndim, sout, sizeof sout),
+                             dev_of(out), disco_dtype_str(x->dtype, dx, sizeof dx),
+                             disco__shape_str(x->shape, x->ndim, sx, sizeof sx), dev_of(x));
     }
     if (st == DISCO_OK && overlaps(x, out) && out->data != x->data)
         st = overlap_error(what); /* the same bytes (same layout): in place, allowed */

@@ -163,12 +163,8 @@ disco_status_t disco__coll_meet(struct disco__coll_call *c)
                                    c->me->kind == DISCO__K_ALLREDUCE ? "op" : "root", (int)arg,
                                    c->w->id + c->w->gid_base, (int)c->me->arg);
         int32_t mst = m->status;
-        if (mst != DISCO_OK) { /* another process's words: bounded, escaped */
-            char msg[sizeof m->msg];
-            disco__text_safe(msg, sizeof msg, m->msg, sizeof m->msg);
-            return disco_set_error(disco__coll_posted_status(mst), "worker %d: %s", c->base + r,
-                                   msg);
-        }
+        if (mst != DISCO_OK)
+            return disco__coll_posted_error(c, r, mst);
         if ((st = take_post(c, r)) != DISCO_OK)
             return st;
     }
@@ -227,20 +223,6 @@ disco_status_t disco__coll_dev_span(struct disco__coll_call *c, int r, bool out,
     return st;
 }
 
-/* "[2, 3]" of a shape (ndim checked in range by take_post), cut to cap. */
-static const char *shape_str(const int64_t *shape, int ndim, char *out, size_t cap)
-{
-    size_t used = 0;
-    out[0] = '\0';
-    for (int d = 0; d < ndim && used < cap; d++) {
-        int k = snprintf(out + used, cap - used, "%s%lld", d ? ", " : "[", (long long)shape[d]);
-        used += k > 0 ? (size_t)k : 0;
-    }
-    if (used < cap)
-        snprintf(out + used, cap - used, "%s", ndim ? "]" : "[]");
-    return out;
-}
-
 /* Checks that every member's input has my dtype and shape (shape[0] too
  * unless any_dim0). */
 disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0)
@@ -258,9 +240,9 @@ disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0
                                    "worker %d has a %s tensor of shape %s (device type %u), worker "
                                    "%d a %s of shape %s (device type %u)",
                                    c->base + r, disco_dtype_str(m->dtype, a, sizeof a),
-                                   shape_str(m->shape, m->ndim, sa, sizeof sa), m->dev_type,
+                                   disco__shape_str(m->shape, m->ndim, sa, sizeof sa), m->dev_type,
                                    c->w->id, disco_dtype_str(c->me->dtype, b, sizeof b),
-                                   shape_str(c->me->shape, c->me->ndim, sb, sizeof sb),
+                                   disco__shape_str(c->me->shape, c->me->ndim, sb, sizeof sb),
                                    c->me->dev_type);
         }
     }

@@ -163,8 +163,7 @@ size_t disco_tensor_nbytes(const DLTensor *t)
     return n;
 }
 
-/* "[d0, d1, ...]" of shape into buf (cap bytes), for messages. */
-static const char *shape_str(const int64_t *shape, int ndim, char *buf, size_t cap)
+const char *disco__shape_str(const int64_t *shape, int ndim, char *buf, size_t cap)
 {
     size_t used = 0;
     buf[0] = '\0';
@@ -173,7 +172,7 @@ static const char *shape_str(const int64_t *shape, int ndim, char *buf, size_t c
         used += n > 0 ? (size_t)n : 0;
     }
     if (used < cap)
-        snprintf(buf + used, cap - used, "%s", ndim ? "]" : "[] (a scalar)");
+        snprintf(buf + used, cap - used, "%s", ndim ? "]" : "[]");
     return buf;
 }
 
@@ -202,7 +201,7 @@ disco_status_t disco_shape_nbytes(const int64_t *shape, int ndim, DLDataType dty
                                "a %s tensor of shape %s: its size overflows or exceeds the "
                                "largest tensor (2^62 bytes)",
                                disco_dtype_str(dtype, dt, sizeof dt),
-                               shape_str(shape, ndim, sh, sizeof sh));
+                               disco__shape_str(shape, ndim, sh, sizeof sh));
     }
     *nbytes_out = (size_t)nbytes;
     return DISCO_OK;

@@ -94,6 +94,10 @@ disco_status_t disco__tensor_bytes_value(const DLTensor *t, disco_value_t *out);
 disco_status_t disco__tensor_heap_rebuild(disco_heap_t *heap, size_t *freed_out);
 
 /** Heap offset of t's block and byte offset of t's data within it. */
+/** "[d0, d1, ...]" of shape ("[]": no dimensions) into buf (cap bytes, cut
+ *  to fit), for messages; returns buf. ndim must be 0..DISCO_MAX_NDIM. */
+const char *disco__shape_str(const int64_t *shape, int ndim, char *buf, size_t cap);
+
 uint64_t disco__tensor_block(const DLTensor *t);
 uint64_t disco__tensor_byte_offset(const DLTensor *t);
 
