@@ -15,6 +15,7 @@
 #include "disco/trace.h"
 #include "scheduler/trace/trace_impl.h"
 #include "tests/session_util.h"
+#include "tests/trace_util.h"
 
 #define WORLD 3
 
@@ -400,14 +401,7 @@ START_TEST(test_nested_collectives)
     for (int w = 0; w < WORLD; w++)
         ck_assert_int_eq(per[w], 2 * NCOLL);
     char path[] = "/tmp/disco-test-nested-XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    FILE *f = fdopen(fd, "w");
-    CK_OK(disco_trace_write_json(t, f));
-    fclose(f);
-    json_error_t err;
-    json_t *doc = json_load_file(path, 0, &err), *ev = json_object_get(doc, "traceEvents");
-    ck_assert_msg(doc != NULL, "%s", err.text);
+    json_t *doc = tu_trace_json(t, path), *ev = json_object_get(doc, "traceEvents");
     size_t xs = 0, fs = 0, ff = 0;
     for (size_t i = 0; i < json_array_size(ev); i++) {
         json_t *e = json_array_get(ev, i);

@@ -12,6 +12,7 @@
 
 #include "disco/trace.h"
 #include "tests/session_util.h"
+#include "tests/trace_util.h"
 
 #define WORLD 3
 #define ITERS 2 /* comm.sendrecv_loop: each a send 0 -> 1 and a send 1 -> 0 */
@@ -96,14 +97,7 @@ START_TEST(test_p2p_slices_and_flows)
         ck_assert_int_eq(recvs[w], ITERS);
     }
     char path[] = "/tmp/disco-test-p2p-XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    FILE *fp = fdopen(fd, "w");
-    CK_OK(disco_trace_write_json(t, fp));
-    fclose(fp);
-    json_error_t err;
-    json_t *doc = json_load_file(path, 0, &err), *ev = json_object_get(doc, "traceEvents");
-    ck_assert_msg(doc != NULL, "%s", err.text);
+    json_t *doc = tu_trace_json(t, path), *ev = json_object_get(doc, "traceEvents");
     size_t xs = 0, flows = 0;
     for (size_t i = 0; i < json_array_size(ev); i++) {
         json_t *e = json_array_get(ev, i);

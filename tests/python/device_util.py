@@ -218,3 +218,14 @@ class FakeDeviceTensor(FakeProducer):
 
     def __init__(self, device, shape, data=0x1000):
         super().__init__(device, data=data, shape=shape)
+
+
+def require_device():
+    """Under DISCO_TEST_DEVICE=cuda without a CUDA device: skip the test,
+    or fail it when DISCO_REQUIRE_GPU=1 (the GPU kit's runs)."""
+    import pytest
+    if CUDA and probe_gpus() == 0:
+        msg = "DISCO_TEST_DEVICE=cuda: torch.cuda is unavailable (no CUDA device)"
+        if os.environ.get("DISCO_REQUIRE_GPU") == "1":
+            pytest.fail(msg + " and DISCO_REQUIRE_GPU=1", pytrace=False)
+        pytest.skip(msg)

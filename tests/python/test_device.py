@@ -40,16 +40,12 @@ import disco
 from conftest import settle, sync_all
 from device_util import (CUDA, DEV_TYPE, DEVICE, OTHER_TYPE, TORCH_DTYPES, FakeDeviceTensor, ddev,
                          fill, get, host_tensor, isolated, num_devices, on_device, open_dev, part,
-                         probe_gpus)
+                         probe_gpus, require_device)
 
 
 @pytest.fixture(autouse=True)
 def _device_ready():
-    if CUDA and probe_gpus() == 0:
-        msg = "DISCO_TEST_DEVICE=cuda: torch.cuda is unavailable (no CUDA device)"
-        if os.environ.get("DISCO_REQUIRE_GPU") == "1":
-            pytest.fail(msg + " and DISCO_REQUIRE_GPU=1", pytrace=False)
-        pytest.skip(msg)
+    require_device()
 
 
 # ---- Python worker functions (fork sessions: registered before they open) ----

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import disco
-from device_util import CUDA, isolated, num_devices, open_dev, probe_gpus
+from device_util import CUDA, isolated, num_devices, open_dev, probe_gpus, require_device
 from disco import comm
 from safety_util import FakeProducer
 
@@ -28,11 +28,7 @@ N = 100  # elements a tensor: not a multiple of the members
 
 @pytest.fixture(autouse=True)
 def _device_ready():
-    if CUDA and probe_gpus() == 0:
-        msg = "DISCO_TEST_DEVICE=cuda: torch.cuda is unavailable (no CUDA device)"
-        if os.environ.get("DISCO_REQUIRE_GPU") == "1":
-            pytest.fail(msg + " and DISCO_REQUIRE_GPU=1", pytrace=False)
-        pytest.skip(msg)
+    require_device()
 
 
 # ---- device memory of the worker's own ----
