@@ -148,18 +148,25 @@ def _close(sess):
     sess.shutdown()
 
 
+def _opener(request):
+    """How the requesting test's module opens sessions: its OPEN_SESSION
+    (test_threaded.py: threaded workers), else open_session (forked)."""
+    return getattr(request.module, "OPEN_SESSION", open_session)
+
+
 @pytest.fixture
-def bare():
-    """A 2-worker forked session with nothing loaded."""
-    sess = open_session(2)
+def bare(request):
+    """A 2-worker session (forked unless the module says) with nothing loaded."""
+    sess = _opener(request)(2)
     yield sess
     _close(sess)
 
 
 @pytest.fixture
-def sess():
-    """A 2-worker forked session with the test library (tests/testlib.c) loaded."""
-    s = open_session(2)
+def sess(request):
+    """A 2-worker session (forked unless the module says) with the test
+    library (tests/testlib.c) loaded."""
+    s = _opener(request)(2)
     s.load_library(TESTLIB)
     sync_all(s)
     yield s
@@ -167,9 +174,9 @@ def sess():
 
 
 @pytest.fixture
-def sess4():
+def sess4(request):
     """4 workers in 2 groups ({0, 1} and {2, 3}), the test library loaded."""
-    s = open_session(4, num_groups=2)
+    s = _opener(request)(4, num_groups=2)
     s.load_library(TESTLIB)
     sync_all(s)
     yield s

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import disco
-from conftest import CALL_TIMEOUT_MS, CODE, TESTLIB, _close, error_class, sync_all
+from conftest import CALL_TIMEOUT_MS, CODE, TESTLIB, error_class, sync_all
 
 # The ProcessSession tests that take their session from a fixture (bare,
-# sess, sess4), collected here again against the fixtures below.
+# sess, sess4), collected here again: conftest opens those with OPEN_SESSION.
 from test_collectives import (  # noqa: F401
     test_allgather, test_allreduce_dtypes, test_allreduce_ops, test_broadcast,
     test_broadcast_from_worker0, test_builtin_collective_call, test_gather_to_worker0,
@@ -38,29 +38,8 @@ def open_threaded(num_workers=2, num_groups=1, **config):
     return disco.ThreadedSession(num_workers, num_groups, **config)
 
 
-@pytest.fixture
-def bare():
-    s = open_threaded(2)
-    yield s
-    _close(s)
-
-
-@pytest.fixture
-def sess():
-    s = open_threaded(2)
-    s.load_library(TESTLIB)
-    sync_all(s)
-    yield s
-    _close(s)
-
-
-@pytest.fixture
-def sess4():
-    s = open_threaded(4, num_groups=2)
-    s.load_library(TESTLIB)
-    sync_all(s)
-    yield s
-    _close(s)
+# conftest's bare, sess and sess4 open their sessions with this module's opener.
+OPEN_SESSION = open_threaded
 
 
 def threads_now():
