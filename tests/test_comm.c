@@ -177,6 +177,19 @@ static disco_status_t fault(disco_session_t *s, int kind, int victim, int64_t *n
     return st;
 }
 
+/* comm.fault(kind, victim) fails with want and a message holding text,
+ * within max_s seconds of the call when max_s > 0. */
+static void expect_fault(disco_session_t *s, int kind, int victim, disco_status_t want,
+                         const char *text, int64_t max_s)
+{
+    int64_t ns;
+    disco_status_t st = fault(s, kind, victim, &ns);
+    ck_assert_msg(st == want, "%s: %s", disco_strerror(st), disco_last_error());
+    CK_HAS(text);
+    if (max_s > 0)
+        ck_assert_msg(ns < max_s * 1000000000LL, "took %lld ms", (long long)(ns / 1000000));
+}
+
 /* A member that returns from the command without calling the allreduce
  * (fork and spawn): the others' waits end at once (not at the 60 s call
  * timeout) with DISCO_E_MISMATCH naming it, and the session is broken (the
@@ -185,11 +198,8 @@ START_TEST(test_comm_skip_named)
 {
     DLDeviceType dev;
     disco_session_t *s = open_nth(2 * _i, &dev, 60000);
-    int64_t ns;
-    disco_status_t st = fault(s, 1, 2, &ns);
-    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
-    CK_HAS("worker 2 ended the command without calling it (it returned early");
-    ck_assert_msg(ns < 20000000000LL, "took %lld ms", (long long)(ns / 1000000));
+    expect_fault(s, 1, 2, DISCO_E_MISMATCH,
+                 "worker 2 ended the command without calling it (it returned early", 20);
     disco_value_t a[2] = {disco_value_int(-1), disco_value_int(-1)};
     ck_assert_int_eq(step(s, "comm.fault", a, 2), DISCO_E_BROKEN);
     disco_session_close(s);
@@ -252,13 +262,8 @@ START_TEST(test_comm_mismatch)
 {
     DLDeviceType dev;
     disco_session_t *s = open_nth(0, &dev, 60000);
-    int64_t ns;
-    disco_status_t st = fault(s, 2, 1, &ns);
-    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
-    CK_HAS("worker 1 has a float32 tensor of shape [65]");
-    st = fault(s, 3, 2, &ns);
-    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
-    CK_HAS("called allgather");
+    expect_fault(s, 2, 1, DISCO_E_MISMATCH, "worker 1 has a float32 tensor of shape [65]", 0);
+    expect_fault(s, 3, 2, DISCO_E_MISMATCH, "called allgather", 0);
     assert_usable_and_close(s);
 }
 END_TEST
@@ -290,18 +295,9 @@ START_TEST(test_comm_inline_mixed)
 {
     DLDeviceType dev;
     disco_session_t *s = open_nth(0, &dev, 60000);
-    int64_t ns;
-    disco_status_t st = fault(s, 8, 1, &ns);
-    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
-    CK_HAS("worker 1 has a float32 tensor of shape [4096]");
-    ck_assert_msg(ns < 20000000000LL, "took %lld ms", (long long)(ns / 1000000));
-    st = fault(s, 9, 3, &ns);
-    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
-    CK_HAS("gave op 3");
-    st = fault(s, 10, 2, &ns);
-    ck_assert_msg(st == DISCO_E_INVAL, "%s: %s", disco_strerror(st), disco_last_error());
-    CK_HAS("worker 2: disco_ctx_allreduce: op 9 is none");
-    ck_assert_msg(ns < 20000000000LL, "took %lld ms", (long long)(ns / 1000000));
+    expect_fault(s, 8, 1, DISCO_E_MISMATCH, "worker 1 has a float32 tensor of shape [4096]", 20);
+    expect_fault(s, 9, 3, DISCO_E_MISMATCH, "gave op 3", 0);
+    expect_fault(s, 10, 2, DISCO_E_INVAL, "worker 2: disco_ctx_allreduce: op 9 is none", 20);
     assert_usable_and_close(s);
 }
 END_TEST
@@ -312,11 +308,7 @@ START_TEST(test_comm_send_without_recv)
 {
     DLDeviceType dev;
     disco_session_t *s = open_nth(2 * _i, &dev, 60000);
-    int64_t ns;
-    disco_status_t st = fault(s, 4, 1, &ns);
-    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
-    CK_HAS("worker 1 ended its command without receiving");
-    ck_assert_msg(ns < 20000000000LL, "took %lld ms", (long long)(ns / 1000000));
+    expect_fault(s, 4, 1, DISCO_E_MISMATCH, "worker 1 ended its command without receiving", 20);
     disco_session_close(s);
 }
 END_TEST
@@ -327,10 +319,7 @@ START_TEST(test_comm_fewer_named)
 {
     DLDeviceType dev;
     disco_session_t *s = open_nth(0, &dev, 60000);
-    int64_t ns;
-    disco_status_t st = fault(s, 5, 1, &ns);
-    ck_assert_msg(st == DISCO_E_MISMATCH, "%s: %s", disco_strerror(st), disco_last_error());
-    CK_HAS("worker 1 ended the command");
+    expect_fault(s, 5, 1, DISCO_E_MISMATCH, "worker 1 ended the command", 0);
     disco_session_close(s);
 }
 END_TEST
