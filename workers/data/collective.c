@@ -68,11 +68,21 @@ void disco__coll_done(struct disco_worker *w)
     if (w->coll == NULL)
         return;
     int groups = w->ngroups > 0 ? (int)w->ngroups : 1;
-    /* Release: pairs with the acquire of departed(); every write this
+    /* Release: pairs with the acquire of disco__coll_has_left; every write this
      * worker made in the command comes before it (Identity, collective.h). */
     atomic_store_explicit(
         &disco__coll_mark(w->coll, (uint32_t)w->world, (uint32_t)groups, (uint32_t)w->id)->at,
         DISCO__COLL_MARK(w->seq, DISCO__COLL_DONE), memory_order_release);
+}
+
+bool disco__coll_has_left(const struct disco_worker *w, int id)
+{
+    int groups = w->ngroups > 0 ? (int)w->ngroups : 1;
+    /* Acquire: pairs with disco__coll_done's release (and a barrier mark's
+     * of a later command). */
+    return atomic_load_explicit(
+               &disco__coll_mark(w->coll, (uint32_t)w->world, (uint32_t)groups, (uint32_t)id)->at,
+               memory_order_acquire) >= DISCO__COLL_MARK(w->seq, DISCO__COLL_DONE);
 }
 
 /* ---- barrier ---- */
@@ -97,18 +107,9 @@ static bool gen_moved(void *p)
  * command (or went on past it) without arriving, or -1. */
 static int departed(struct disco__coll_call *c)
 {
-    uint64_t done = DISCO__COLL_MARK(c->w->seq, DISCO__COLL_DONE);
-    for (int r = 0; r < c->size; r++) {
-        int id = c->base + r;
-        /* Acquire: pairs with disco__coll_done's release (and a barrier
-         * mark's of a later command). */
-        if (id != c->w->id &&
-            atomic_load_explicit(
-                &disco__coll_mark(c->a, (uint32_t)c->w->world, (uint32_t)c->ngroups, (uint32_t)id)
-                     ->at,
-                memory_order_acquire) >= done)
-            return id;
-    }
+    for (int r = 0; r < c->size; r++)
+        if (c->base + r != c->w->id && disco__coll_has_left(c->w, c->base + r))
+            return c->base + r;
     return -1;
 }
 

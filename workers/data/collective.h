@@ -111,6 +111,7 @@
 #define DISCO_WORKERS_COLLECTIVE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "disco/tensor.h"
@@ -237,6 +238,12 @@ struct disco__p2p *disco__coll_p2p(struct disco__coll_area *a, uint32_t world, u
  *  worker after every call command. */
 struct disco_worker;
 void disco__coll_done(struct disco_worker *w);
+
+/** Whether worker id (on w's node) ended w's command, or went on past it:
+ *  its mark at or past DISCO__COLL_MARK(w->seq, DISCO__COLL_DONE), read
+ *  with acquire (pairs with disco__coll_done's release). The one test of
+ *  departure for the barrier waits, the inline meeting and send/recv. */
+bool disco__coll_has_left(const struct disco_worker *w, int id);
 
 /** Slot of worker w in set parity (0 or 1); geometry as disco__coll_mark. */
 struct disco__coll_slot *disco__coll_slot(struct disco__coll_area *a, uint32_t world,

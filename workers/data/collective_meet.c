@@ -70,16 +70,10 @@ static bool all_arrived(void *p)
         if (r == c->rank)
             continue;
         if (!disco__coll_has_arrived(c, r, &v)) {
-            /* Acquire: pairs with disco__coll_done's release. Its arrive
-             * word is read again after it, so a member that arrived and
-             * then left is not taken for one that never came. */
-            uint64_t done = DISCO__COLL_MARK(c->w->seq, DISCO__COLL_DONE);
-            if (atomic_load_explicit(&disco__coll_mark(c->a, (uint32_t)c->w->world,
-                                                       (uint32_t)c->ngroups,
-                                                       (uint32_t)(c->base + r))
-                                          ->at,
-                                     memory_order_acquire) >= done &&
-                !disco__coll_has_arrived(c, r, &v)) {
+            /* Its arrive word is read again after its mark (acquire), so
+             * a member that arrived and then left is not taken for one
+             * that never came. */
+            if (disco__coll_has_left(c->w, c->base + r) && !disco__coll_has_arrived(c, r, &v)) {
                 a->gone = c->base + r;
                 return true;
             }

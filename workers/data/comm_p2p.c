@@ -22,16 +22,6 @@ static struct disco__p2p *post_of(disco_worker_t *w, int id)
     return disco__coll_p2p(w->coll, (uint32_t)w->world, groups, (uint32_t)id);
 }
 
-/* Whether worker id ended w's command (or went past it): its mark. */
-static bool gone(disco_worker_t *w, int id)
-{
-    uint32_t groups = w->ngroups > 0 ? w->ngroups : 1;
-    /* Acquire: pairs with disco__coll_done's release. */
-    return atomic_load_explicit(
-               &disco__coll_mark(w->coll, (uint32_t)w->world, groups, (uint32_t)id)->at,
-               memory_order_acquire) >= DISCO__COLL_MARK(w->seq, DISCO__COLL_DONE);
-}
-
 /* A peer given as a global worker id, not this worker: on this node
  * (*local_out its id there, *across_out false), or on another node and
  * both ends their nodes' leaders (*across_out true: comm_net.c). Other
@@ -73,7 +63,7 @@ static bool acked(void *v)
      * copy. */
     if ((uint32_t)(atomic_load_explicit(&a->p->ack, memory_order_acquire) >> 32) == a->ticket)
         return true;
-    if (a->peer >= 0 && gone(a->w, a->peer))
+    if (a->peer >= 0 && disco__coll_has_left(a->w, a->peer))
         a->departed = true;
     return a->departed;
 }
@@ -173,7 +163,7 @@ static bool posted_to_me(void *v)
         a->state = s;
         return true;
     }
-    if (gone(a->w, a->from))
+    if (disco__coll_has_left(a->w, a->from))
         a->departed = true;
     return a->departed;
 }
