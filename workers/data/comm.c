@@ -36,15 +36,13 @@ static bool postable(const DLTensor *t)
            (t->device.device_type == kDLCPU || disco__tensor_is_device(t));
 }
 
-/* A device tensor the session did not allocate (a torch CUDA tensor, sim
- * memory from disco_device_alloc): on this worker's own device, staged
- * through a new arena tensor. The caller's work on t must be done or on
- * the device's default stream: that stream is synced first (DLPack's
- * convention for a consumer that passes no stream; Python's disco.comm
- * also has the producer order its work before it exports). The copy in
- * runs on the arena's stream and is synced before this returns, so the
- * collective's device work, queued on that stream after it, reads the
- * staged bytes (coll_call.h, Device ordering). */
+/* Whether t's bytes can be copied as one run: compact, with data unless
+ * it has no elements. */
+static bool stageable(const DLTensor *t)
+{
+    return disco_tensor_is_compact(t) && (t->data != NULL || disco_tensor_numel(t) == 0);
+}
+
 /* A device type's name ("sim", "cuda"), or its number. */
 static const char *type_name(DLDeviceType type, char *buf, size_t len)
 {
@@ -55,13 +53,22 @@ static const char *type_name(DLDeviceType type, char *buf, size_t len)
     return buf;
 }
 
+/* A device tensor the session did not allocate (a torch CUDA tensor, sim
+ * memory from disco_device_alloc): on this worker's own device, staged
+ * through a new arena tensor. The caller's work on t must be done or on
+ * the device's default stream: that stream is synced first (DLPack's
+ * convention for a consumer that passes no stream; Python's disco.comm
+ * also has the producer order its work before it exports). The copy in
+ * runs on the arena's stream and is synced before this returns, so the
+ * collective's device work, queued on that stream after it, reads the
+ * staged bytes (coll_call.h, Device ordering). */
 static disco_status_t stage_device(disco_ctx_t *ctx, const DLTensor *t, bool copy_in,
                                    const char *what, DLTensor **out)
 {
     char buf[32];
     const char *type = type_name(t->device.device_type, buf, sizeof buf);
     int id = (int)t->device.device_id;
-    if (!disco_tensor_is_compact(t) || (t->data == NULL && disco_tensor_numel(t) != 0))
+    if (!stageable(t))
         return disco_set_error(DISCO_E_INVAL,
                                "%s: a tensor on %s:%d that disco did not allocate must be compact "
                                "to be staged",
@@ -102,7 +109,7 @@ disco_status_t disco__comm_stage(disco_ctx_t *ctx, const DLTensor *t, bool copy_
     }
     if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost)
         return stage_device(ctx, t, copy_in, what, out);
-    if (!disco_tensor_is_compact(t) || (t->data == NULL && disco_tensor_numel(t) != 0))
+    if (!stageable(t))
         return disco_set_error(DISCO_E_INVAL, "%s: a host tensor to stage must be compact", what);
     DLTensor *h;
     if ((st = disco_ctx_empty(ctx, t->shape, t->ndim, t->dtype, &h)) != DISCO_OK)
@@ -137,7 +144,7 @@ static bool same_layout(const DLTensor *a, const DLTensor *b)
 static uint64_t stamp_begin(disco_ctx_t *ctx, uint32_t *index_out)
 {
     *index_out = ctx->worker->cmd_coll;
-    return ctx->worker->trace != NULL ? disco__ticks() : 0;
+    return disco__comm_clock(ctx);
 }
 
 /* Writes the collective's nested trace record (trace_ring.h, Nested
