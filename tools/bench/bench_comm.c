@@ -157,15 +157,11 @@ static bool run_mpi(int n, struct mpi_figs *out)
                "it)\n");
         return false;
     }
-    const char *root = geteuid() == 0 ? " --allow-run-as-root" : "";
     const char *bind = n <= bu_ncpus ? "--bind-to core" : "--bind-to none";
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "timeout -k 5 %d mpirun%s -np %d --oversubscribe %s --mca pml ob1 "
-             "--mca btl self,vader '%s' %d sizes",
-             TIMEOUT_S, root, n, bind, prog, bench_reps());
+    char args[64];
+    snprintf(args, sizeof args, "%d sizes", bench_reps());
     *out = (struct mpi_figs){0};
-    int found, status = bu_read_figures(cmd, take, out, &found);
+    int found, status = bu_mpirun_figures(TIMEOUT_S, n, bind, prog, args, take, out, &found);
     if (status != 0 || found < 2) {
         printf("  Open MPI baseline failed: exit status %d, %d figure(s) read\n", status, found);
         return false;

@@ -186,15 +186,11 @@ static bool run_mpi(int n, const char *part, struct mpi_figs *out)
         printf("  Open MPI baseline skipped: no mpi_node_base (make bench builds it)\n");
         return false;
     }
-    const char *root = geteuid() == 0 ? " --allow-run-as-root" : "";
     const char *bind = n <= bu_ncpus ? "--map-by hwthread --bind-to hwthread" : "--bind-to none";
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "timeout -k 5 %d mpirun%s -np %d --oversubscribe %s --mca pml ob1 "
-             "--mca btl self,vader '%s' %d %s",
-             TIMEOUT_S, root, n, bind, base, bench_reps(), part);
+    char args[64];
+    snprintf(args, sizeof args, "%d %s", bench_reps(), part);
     *out = (struct mpi_figs){0};
-    int found, status = bu_read_figures(cmd, take, out, &found);
+    int found, status = bu_mpirun_figures(TIMEOUT_S, n, bind, base, args, take, out, &found);
     if (status != 0 || found == 0) {
         printf("  Open MPI baseline failed: exit status %d, %d figure(s) read\n", status, found);
         return false;

@@ -284,3 +284,15 @@ int bu_read_figures(const char *cmd, void (*take)(void *ctx, const char *key, do
     }
     return pclose(f);
 }
+
+int bu_mpirun_figures(int timeout_s, int n, const char *bind, const char *prog, const char *args,
+                      void (*take)(void *ctx, const char *key, double v), void *ctx, int *found)
+{
+    const char *root = geteuid() == 0 ? " --allow-run-as-root" : "";
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "timeout -k 5 %d mpirun%s -np %d --oversubscribe %s --mca pml ob1 "
+             "--mca btl self,vader '%s' %s",
+             timeout_s, root, n, bind, prog, args);
+    return bu_read_figures(cmd, take, ctx, found);
+}

@@ -81,6 +81,14 @@ double bu_median(double *v, int n);
 int bu_read_figures(const char *cmd, void (*take)(void *ctx, const char *key, double v), void *ctx,
                     int *found);
 
+/** Runs prog (an Open MPI program; no ' in its path) over n ranks with
+ *  the shared-memory transport (pml ob1, btl self,vader), oversubscribing,
+ *  bound as bind says, killed after timeout_s seconds, its arguments args;
+ *  reads its "key=value" lines as bu_read_figures does. Returns as
+ *  bu_read_figures. */
+int bu_mpirun_figures(int timeout_s, int n, const char *bind, const char *prog, const char *args,
+                      void (*take)(void *ctx, const char *key, double v), void *ctx, int *found);
+
 /* ---- pinning ---- */
 
 extern int bu_cpu_ids[CPU_SETSIZE]; /* the CPUs we may run on (bu_cpus_init) */
