@@ -28,6 +28,10 @@ double measure(round_fn fn, void *ctx);
  *  from skewing the figure, as it would a batch's mean. */
 double median_single(round_fn fn, void *ctx, int warm, int reps);
 
+/** Shared anonymous memory, inherited by forked children (bench_shm.c);
+ *  the program ends saying so when mmap fails. */
+void *bench_shared_alloc(size_t size);
+
 /** malloc, or the program ends saying so. */
 void *bench_xmalloc(size_t n);
 
@@ -77,6 +81,12 @@ void bench_session_top(void);
  *  ctx_allreduce_us_1MiB_nN (N = 2, 4, 8) beside mpi_allreduce_us_* and
  *  ctl_allreduce_us_* of the same sizes and N, and ctx_sendrecv_us_1KiB_n2. */
 void bench_comm(void);
+
+/** exchange_floor_us_1KiB_n2 (bench_exchange.c): the inline meeting's
+ *  exchange of 1 KiB between two pinned processes with nothing else, the
+ *  least this machine allows for it; disco_ctx_allreduce's figure is
+ *  compared with it. Returns the figure in µs (also recorded). */
+double bench_exchange_floor(void);
 /** The recovery figures (bench_recover.c): recover_ms_n8 (median),
  *  recover_ms_n8_p99 and their baseline recover_open_ms_n8 (open + close of
  *  a fresh session of 8, in the same run). */

@@ -8,11 +8,15 @@
  *       the slowest worker's mean per allreduce; the median over rounds
  *   mpi_allreduce_us_1KiB_nN, mpi_allreduce_us_1MiB_nN: Open MPI's
  *       MPI_Allreduce of the same sizes over N ranks (tools/bench/
- *       mpi_allreduce.c's "sizes" mode: the slowest rank's time per call,
- *       median): the fair pair, both SPMD
+ *       mpi_allreduce.c's "sizes" mode): the fair pair, both SPMD, and the
+ *       same statistic (the same loop of calls after a barrier, the slowest
+ *       rank's mean per call, the median over rounds)
  *   ctl_allreduce_us_1KiB_nN, ctl_allreduce_us_1MiB_nN: the controller-
  *       issued disco.allreduce of the same size, call + sync_all, median of
  *       single rounds
+ *   exchange_floor_us_1KiB_n2: the inline meeting's exchange alone, between
+ *       two pinned processes (bench_exchange.c): the least the machine
+ *       allows for ctx_allreduce_us_1KiB_n2
  *   ctx_sendrecv_us_1KiB_n2: one disco_ctx_send of 1 KiB and its
  *       disco_ctx_recv between workers 0 and 1: half a ping-pong's round
  *       trip, the mean over a loop, median over rounds
@@ -147,9 +151,10 @@ static void take(void *ctx, const char *key, double v)
         m->mib = v;
 }
 
-/* Open MPI's allreduce of 1 KiB and 1 MiB over n ranks; false (and a line
- * saying why) when it cannot run. */
-static bool run_mpi(int n, struct mpi_figs *out)
+/* Open MPI's allreduce of 1 KiB and 1 MiB over n ranks, in loops of
+ * it_kib and it_mib calls (as ctx_us's); false (and a line saying why)
+ * when it cannot run. */
+static bool run_mpi(int n, int64_t it_kib, int64_t it_mib, struct mpi_figs *out)
 {
     const char *prog = bench_mpi_path();
     if (prog == NULL || strchr(prog, '\'') != NULL || access(prog, X_OK) != 0) {
@@ -159,7 +164,8 @@ static bool run_mpi(int n, struct mpi_figs *out)
     }
     const char *bind = n <= bu_ncpus ? "--bind-to core" : "--bind-to none";
     char args[64];
-    snprintf(args, sizeof args, "%d sizes", bench_reps());
+    snprintf(args, sizeof args, "%d sizes %lld %lld", bench_reps(), (long long)it_kib,
+             (long long)it_mib);
     *out = (struct mpi_figs){0};
     int found, status = bu_mpirun_figures(TIMEOUT_S, n, bind, prog, args, take, out, &found);
     if (status != 0 || found < 2) {
@@ -183,6 +189,7 @@ void bench_comm(void)
     } sizes[] = {{1024, "1KiB", 2000}, {1 << 20, "1MiB", 50}};
     int rounds = bench_reps(), quick = rounds <= 5; /* --quick: 5 */
     char key[64];
+    bench_exchange_floor(); /* the baseline of ctx_allreduce_us_1KiB_n2 */
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
         int n = ns[i];
         disco_session_t *s = open_n(n);
@@ -197,7 +204,8 @@ void bench_comm(void)
             record("ctx_sendrecv_us_1KiB_n2", ctx_us(s, 1024, quick ? 200 : 2000, 1, rounds), "us");
         disco_session_close(s);
         struct mpi_figs m;
-        if (run_mpi(n, &m)) {
+        if (run_mpi(n, quick ? sizes[0].iters / 10 : sizes[0].iters,
+                    quick ? sizes[1].iters / 10 : sizes[1].iters, &m)) {
             snprintf(key, sizeof key, "mpi_allreduce_us_1KiB_n%d", n);
             record(key, m.kib, "us");
             snprintf(key, sizeof key, "mpi_allreduce_us_1MiB_n%d", n);

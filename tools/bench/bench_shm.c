@@ -18,8 +18,7 @@
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
 
-/* Shared anonymous memory, inherited by forked children. */
-static void *shared_alloc(size_t size)
+void *bench_shared_alloc(size_t size)
 {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
@@ -93,7 +92,7 @@ static int64_t floor_rounds(void *p, uint64_t iters)
 
 static double floor_rtt(bool two_lines)
 {
-    char *mem = shared_alloc(4096);
+    char *mem = bench_shared_alloc(4096);
     floor_ctx_t c = {.ping = (_Atomic uint64_t *)mem,
                      .pong = (_Atomic uint64_t *)(mem + (two_lines ? 256 : 0))};
     bu_spawn(floor_child, &c);
@@ -464,7 +463,7 @@ static double idle_once(void)
 {
     idle_ctx_t c;
     bu_rings_create(&c.rings, 1, 64);
-    c.rep = shared_alloc(4096);
+    c.rep = bench_shared_alloc(4096);
     bu_spawn(idle_child, &c);
     int64_t give_up = disco_now_ns() + BU_DEADLINE_NS;
     while (!atomic_load_explicit(&c.rep->ready, memory_order_acquire))
