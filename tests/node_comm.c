@@ -223,32 +223,40 @@ static int more(disco_session_t *s, int wpn, bool dev)
         return 0;
     CHECK(disco_session_get_func(s, "nt.ctx_badroot", &f));
     CHECK(disco_session_call_sync_all(s, f, a, 1, &r));
+    /* Across nodes each worker's words are "DISCO_E_MISMATCH: worker L: "
+     * and the verdict, L the global id of its node's leader, who relays it
+     * (messages name global ids: on node 1 "worker 0" would be node 0's
+     * leader). On one node each worker's words name itself. */
+    bool across = disco_session_num_workers(s) > s->world;
     char first[512] = "";
     int alike = 1;
     for (int w = 0; w < disco_session_num_workers(s); w++) {
         disco_value_t v;
         CHECK(disco_session_debug_get(s, r, w, &v));
-        if (v.type != DISCO_T_STR || strncmp(v.v.str, "DISCO_E_MISMATCH", 16) != 0) {
-            printf("badroot worker %d: %.*s\n", w, (int)v.len,
-                   v.type == DISCO_T_STR ? v.v.str : "");
+        char head[64];
+        int hn = across ? snprintf(head, sizeof head,
+                                   "DISCO_E_MISMATCH: worker %d: ", w / s->world * s->world)
+                        : snprintf(head, sizeof head, "DISCO_E_MISMATCH");
+        if (v.type != DISCO_T_STR || v.len < (size_t)hn ||
+            strncmp(v.v.str, head, (size_t)hn) != 0) {
+            printf("badroot worker %d: %.*s (not \"%s...\")\n", w, (int)v.len,
+                   v.type == DISCO_T_STR ? v.v.str : "", head);
             return 1;
         }
+        const char *verdict = v.v.str + hn;
+        size_t vlen = v.len - (size_t)hn;
         if (w == 0)
-            snprintf(first, sizeof first, "%.*s", (int)v.len, v.v.str);
+            snprintf(first, sizeof first, "%.*s", (int)vlen, verdict);
         else
-            alike &= strlen(first) == v.len && memcmp(first, v.v.str, v.len) == 0;
+            alike &= strlen(first) == vlen && memcmp(first, verdict, vlen) == 0;
         disco_value_clear(&v);
     }
     CHECK(disco_session_free_reg(s, r));
     fprintf(stderr, "badroot: %s\n", first);
-    /* On one node each worker's words name itself; across nodes the
-     * verdict the leaders took is one. */
-    bool across = disco_session_num_workers(s) > s->world;
-    printf("badroot: %.16s on every worker%s\n", first,
-           !across ? ""
-           : alike ? ", alike"
-                   : ", NOT ALIKE");
-    return (alike || !across) && strncmp(first, "DISCO_E_MISMATCH", 16) == 0 ? 0 : 1;
+    printf("badroot: DISCO_E_MISMATCH on every worker%s\n", !across ? ""
+                                                            : alike ? ", alike"
+                                                                    : ", NOT ALIKE");
+    return alike || !across ? 0 : 1;
 }
 
 /* nt.ctx_nopeer: the send fails, naming its peer, within the call

@@ -144,6 +144,15 @@ disco_status_t disco__coll_span_check(struct disco__coll_call *c, int r, bool ou
 disco_status_t disco__coll_dev_span(struct disco__coll_call *c, int r, bool out, uint64_t off,
                                     uint64_t len, char **p_out, DLDevice *dev_out);
 
+/** Member r's id in messages: its global id (the workers of every node
+ *  numbered together; on one node its worker id). Messages name global
+ *  ids: on node 1, "worker 0" would be node 0's leader (test:
+ *  node:test_ctx_more_across_nodes, its badroot words). */
+static inline int disco__coll_gid(const struct disco__coll_call *c, int r)
+{
+    return c->w->gid_base + c->base + r;
+}
+
 /** Member rank's inline input (collective.h, Inline): its slot's copy of
  *  post[rank].nbytes bytes, checked at the meeting to fit. Only after a
  *  meeting where post[rank].inl is set. */

@@ -456,5 +456,6 @@ disco_status_t disco__coll_posted_error(struct disco__coll_call *c, int r, int32
     const struct disco__coll_slot *m = disco__coll_member(c, r);
     char msg[sizeof m->msg]; /* another process's words: bounded, escaped */
     disco__text_safe(msg, sizeof msg, m->msg, sizeof m->msg);
-    return disco_set_error(disco__coll_posted_status(st), "worker %d: %s", c->base + r, msg);
+    return disco_set_error(disco__coll_posted_status(st), "worker %d: %s", disco__coll_gid(c, r),
+                           msg);
 }

@@ -33,7 +33,7 @@ static disco_status_t dcopy(struct disco__coll_call *c, void *dst, DLDevice dd, 
         return st; /* the call is given up; the detail says why */
     if (st != DISCO_OK) {
         st = disco_set_error(st, "%s: worker %d: copying %zu bytes from %d:%d to %d:%d: %s",
-                             c->what, c->w->id, n, (int)sd.device_type, sd.device_id,
+                             c->what, disco__worker_gid(c->w), n, (int)sd.device_type, sd.device_id,
                              (int)dd.device_type, dd.device_id, disco_last_error());
     }
     return st;
@@ -215,9 +215,10 @@ static uint64_t budget_ns(const struct disco__coll_call *c)
  * worker process ends itself there: its detail goes to stderr first. */
 static disco_status_t after_go(struct disco__coll_call *c, disco_status_t st)
 {
-    st = disco_set_error(st, "%s: worker %d: %s", c->what, c->w->id, disco_last_error());
+    st = disco_set_error(st, "%s: worker %d: %s", c->what, disco__worker_gid(c->w),
+                         disco_last_error());
     if (c->w->id != 0)
-        fprintf(stderr, "disco worker %d: %s\n", c->w->id, disco_last_error());
+        fprintf(stderr, "disco worker %d: %s\n", disco__worker_gid(c->w), disco_last_error());
     return disco__coll_give_up(c, st);
 }
 
@@ -347,7 +348,7 @@ static disco_status_t staged_allreduce(struct disco__coll_call *c, disco_reduce_
     disco_status_t st = stage != NULL
                             ? reduce_slice(c, op, x, lo, hi, stage)
                             : disco_set_error(DISCO_E_NOMEM, "%s: worker %d: host staging buffers",
-                                              c->what, c->w->id);
+                                              c->what, disco__worker_gid(c->w));
     free(stage);
     if (st == DISCO_OK)
         disco__arena_count_staged(c->w->arena);

@@ -36,13 +36,13 @@ static disco_status_t take_post(struct disco__coll_call *c, int r)
         return disco_set_error(DISCO_E_PROTOCOL,
                                "%s: worker %d posted a malformed tensor (%d dims, or a size that "
                                "overflows)",
-                               c->what, c->base + r, (int)p->ndim);
+                               c->what, disco__coll_gid(c, r), (int)p->ndim);
     p->nbytes = n;
     p->inl = m->inl != 0;
     if (p->inl && n > DISCO__COLL_INLINE_MAX)
-        return disco_set_error(DISCO_E_PROTOCOL,
-                               "%s: worker %d posted %llu bytes inline (at most %u)", c->what,
-                               c->base + r, (unsigned long long)n, DISCO__COLL_INLINE_MAX);
+        return disco_set_error(
+            DISCO_E_PROTOCOL, "%s: worker %d posted %llu bytes inline (at most %u)", c->what,
+            disco__coll_gid(c, r), (unsigned long long)n, DISCO__COLL_INLINE_MAX);
     return DISCO_OK;
 }
 
@@ -141,21 +141,21 @@ disco_status_t disco__coll_meet(struct disco__coll_call *c)
         struct disco__coll_slot *m = disco__coll_member(c, r);
         if (m->seq != c->w->seq)
             return disco_set_error(DISCO_E_PROTOCOL, "worker %d is at another command",
-                                   c->base + r);
+                                   disco__coll_gid(c, r));
         uint32_t kind = m->kind, index = m->index;
         if (kind != c->me->kind || index != c->index)
             return disco_set_error(DISCO_E_MISMATCH,
                                    "worker %d called %s as its collective %u of the command, "
                                    "worker %d %s as its %u",
-                                   c->base + r + c->w->gid_base, disco__coll_kind_name(kind), index,
-                                   c->w->id + c->w->gid_base, disco__coll_kind_name(c->me->kind),
+                                   disco__coll_gid(c, r), disco__coll_kind_name(kind), index,
+                                   disco__worker_gid(c->w), disco__coll_kind_name(c->me->kind),
                                    c->index);
         int32_t arg = m->arg;
         if (arg != c->me->arg)
             return disco_set_error(DISCO_E_MISMATCH, "%s: worker %d gave %s %d, worker %d %d",
-                                   c->what, c->base + r + c->w->gid_base,
+                                   c->what, disco__coll_gid(c, r),
                                    c->me->kind == DISCO__K_ALLREDUCE ? "op" : "root", (int)arg,
-                                   c->w->id + c->w->gid_base, (int)c->me->arg);
+                                   disco__worker_gid(c->w), (int)c->me->arg);
         int32_t mst = m->status;
         if (mst != DISCO_OK)
             return disco__coll_posted_error(c, r, mst);
@@ -190,7 +190,7 @@ disco_status_t disco__coll_span_check(struct disco__coll_call *c, int r, bool ou
             DISCO_E_PROTOCOL,
             "%s: worker %d posted an %s tensor outside the shared heap (block "
             "%#llx, offset %llu, %llu bytes)",
-            c->what, c->base + r, out ? "output" : "input",
+            c->what, disco__coll_gid(c, r), out ? "output" : "input",
             (unsigned long long)(out ? c->post[r].out_block : c->post[r].in_block),
             (unsigned long long)(out ? c->post[r].out_off : c->post[r].in_off),
             (unsigned long long)len);
@@ -207,7 +207,7 @@ disco_status_t disco__coll_dev_span(struct disco__coll_call *c, int r, bool out,
         __builtin_add_overflow(out ? p->out_block : p->in_block, off, &at))
         return disco_set_error(DISCO_E_PROTOCOL,
                                "%s: worker %d posted no device tensor, or worker %d has no arena",
-                               c->what, c->base + r, c->w->id);
+                               c->what, disco__coll_gid(c, r), disco__worker_gid(c->w));
     void *ptr;
     disco_status_t st = c->owe_waits ? disco__coll_wait_members(c) : DISCO_OK;
     if (st == DISCO_OK)
@@ -230,14 +230,14 @@ disco_status_t disco__coll_same_inputs(struct disco__coll_call *c, bool any_dim0
             same = m->shape[d] == c->me->shape[d];
         if (!same) {
             char a[32], b[32], sa[96], sb[96];
-            return disco_set_error(DISCO_E_MISMATCH,
-                                   "worker %d has a %s tensor of shape %s (device type %u), worker "
-                                   "%d a %s of shape %s (device type %u)",
-                                   c->base + r, disco_dtype_str(m->dtype, a, sizeof a),
-                                   disco__shape_str(m->shape, m->ndim, sa, sizeof sa), m->dev_type,
-                                   c->w->id, disco_dtype_str(c->me->dtype, b, sizeof b),
-                                   disco__shape_str(c->me->shape, c->me->ndim, sb, sizeof sb),
-                                   c->me->dev_type);
+            return disco_set_error(
+                DISCO_E_MISMATCH,
+                "worker %d has a %s tensor of shape %s (device type %u), worker "
+                "%d a %s of shape %s (device type %u)",
+                disco__coll_gid(c, r), disco_dtype_str(m->dtype, a, sizeof a),
+                disco__shape_str(m->shape, m->ndim, sa, sizeof sa), m->dev_type,
+                disco__worker_gid(c->w), disco_dtype_str(c->me->dtype, b, sizeof b),
+                disco__shape_str(c->me->shape, c->me->ndim, sb, sizeof sb), c->me->dev_type);
         }
     }
     return DISCO_OK;
