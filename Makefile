@@ -324,7 +324,7 @@ bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker python $(if $(filter o
 	PYTHONPATH=python DISCO_QUIET=1 $(PYTHON) tools/bench/py_peers.py --json $(BUILD)/bench.json
 	@# The plots (tools/bench/plot.py, gnuplot): build/plots/*.svg.
 	@sh tools/deps.sh plot $(BUILD)/plot-install.log
-	$(PYTHON) tools/bench/plot.py $(BUILD)/bench.json $(BUILD)/plots
+	$(PYTHON) tools/bench/plot.py $(BUILD)/bench.json $(BUILD)/plots $(wildcard $(BUILD)/demo.json)
 
 demo: $(BUILD)/bin/disco-demo $(BUILD)/bin/disco-worker $(BUILD)/bin/disco $(DEMOLIB)
 	$(BUILD)/bin/disco-demo --trace $(BUILD)/demo-trace.json --json $(BUILD)/demo.json

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """plot.py - draws make bench's results (build/bench.json) with gnuplot.
 
-Usage: plot.py BENCH_JSON OUT_DIR
+Usage: plot.py BENCH_JSON OUT_DIR [DEMO_JSON]
 
 Writes OUT_DIR/latency.svg (one SPMD step against the number of workers:
 disco's call on all + sync of every worker, Open MPI's bcast + gather over
@@ -11,7 +11,12 @@ disco, Open MPI, and the memory-bandwidth floor: 3 bytes of traffic per
 byte reduced (two inputs read, one output written) at twice memcpy_gbps,
 memcpy itself moving 2 bytes per byte), and from py_peers.py's figures
 OUT_DIR/py-peers-step.svg (a step from Python: disco, mpi4py, gloo, pipes)
-and OUT_DIR/py-peers-allreduce.svg (their allreduce against size). Figures missing from the JSON are
+and OUT_DIR/py-peers-allreduce.svg (their allreduce against size); the
+in-worker allreduce (<disco/comm.h>) against the number of workers, beside
+Open MPI's (the same loop statistic), the controller-issued allreduce and,
+at 2 workers and 1 KiB, the exchange floor: OUT_DIR/in-worker-allreduce-1KiB.svg
+and -1MiB.svg; and, given make demo's JSON, the decoder's tokens per second
+in its two forms: OUT_DIR/decoder.svg. Figures missing from the JSON are
 left out of the plots; a plot with nothing to show is not drawn. Standard
 library only; gnuplot (Debian's gnuplot-nox) draws. Exits 0 and says so
 when gnuplot is missing.
@@ -72,9 +77,41 @@ def draw(out_dir, name, title, xlabel, ylabel, lines, logx=False):
     print('plot: wrote %s' % svg)
 
 
+def in_worker(out, r):
+    """The in-worker allreduce against N, one plot per size (issue 34)."""
+    for size in ('1KiB', '1MiB'):
+        keys = lambda pre: series(r, [(n, '%s_allreduce_us_%s_n%d' % (pre, size, n))
+                                      for n in (2, 4, 8)])
+        lines = [('disco, in the worker function (comm.h)', keys('ctx')),
+                 ('Open MPI (the same loop)', keys('mpi')),
+                 ('disco, issued by the controller (command + sync)', keys('ctl'))]
+        if size == '1KiB':
+            lines.append(('the exchange alone, 2 pinned processes (floor)',
+                          series(r, [(2, 'exchange_floor_us_1KiB_n2')])))
+        draw(out, 'in-worker-allreduce-' + size,
+             'Allreduce of %s (sum, float32) inside a worker function' % size,
+             'workers', 'microseconds (median)', lines)
+
+
+def decoder(out, path):
+    """make demo's decoder: tokens per second, one command a token against
+    the controller-driven form (demo.json)."""
+    if not path or not os.path.exists(path):
+        print('plot: no demo JSON; decoder.svg not drawn (make demo writes build/demo.json)')
+        return
+    with open(path) as f:
+        d = json.load(f)
+    rows = [(label, d[key]) for label, key in
+            (('one command a token', 'one_command_tokens_per_s'),
+             ('controller-driven', 'controller_driven_tokens_per_s'))
+            if isinstance(d.get(key), (int, float))]
+    bars(out, 'decoder', 'Sharded decoder, %s workers on %s: tokens per second'
+         % (d.get('workers', '?'), d.get('device', '?')), 'tokens per second', rows)
+
+
 def main():
-    if len(sys.argv) != 3:
-        sys.exit('usage: plot.py BENCH_JSON OUT_DIR')
+    if len(sys.argv) not in (3, 4):
+        sys.exit('usage: plot.py BENCH_JSON OUT_DIR [DEMO_JSON]')
     if shutil.which('gnuplot') is None:
         print('plot: gnuplot is missing; plots skipped (Debian: gnuplot-nox)')
         return
@@ -126,6 +163,8 @@ def main():
                       series(r, [(mib, pre + k) for mib, k in sizes])])
              for label, _, pre in peers if pre is not None] + [
              ('memory-bandwidth floor', floor)], logx=True)
+    in_worker(out, r)
+    decoder(out, sys.argv[3] if len(sys.argv) == 4 else None)
 
 
 def bars(out_dir, name, title, ylabel, rows):
