@@ -6,6 +6,7 @@
 #ifndef DISCO_TOOLS_BENCH_H
 #define DISCO_TOOLS_BENCH_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,6 +32,12 @@ double median_single(round_fn fn, void *ctx, int warm, int reps);
 /** Shared anonymous memory, inherited by forked children (bench_shm.c);
  *  the program ends saying so when mmap fails. */
 void *bench_shared_alloc(size_t size);
+
+/** Spins until *p holds want or stop, and returns what it holds; 0 (never
+ *  a valid value) after BU_DEADLINE_NS, the clock read only every 64K
+ *  spins, so a dead peer costs that long, not a hang. pause: a pause
+ *  between loads (as disco's waits), else a plain load loop. */
+uint64_t bench_spin_until(_Atomic uint64_t *p, uint64_t want, uint64_t stop, bool pause);
 
 /** malloc, or the program ends saying so. */
 void *bench_xmalloc(size_t n);

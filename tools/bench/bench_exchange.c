@@ -25,7 +25,6 @@
 
 #include "disco/clock.h"
 #include "disco/dtype.h"
-#include "disco/shm/wait.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
 
@@ -42,28 +41,6 @@ struct xchg {
     uint64_t round;          /* the parent's, private after the fork */
 };
 
-/* Spins until the word holds want or STOP, and returns what it holds; 0
- * after BU_DEADLINE_NS (the clock is read every 64K spins). */
-static uint64_t wait_word(_Atomic uint64_t *w, uint64_t want)
-{
-    int64_t start = 0;
-    for (uint32_t i = 1;; i++) {
-        /* Acquire: pairs with the peer's release store in one_round, so
-         * its slot copy is visible once its word is. */
-        uint64_t v = atomic_load_explicit(w, memory_order_acquire);
-        if (v == want || v == STOP)
-            return v;
-        disco_cpu_relax();
-        if ((i & 0xffff) == 0) {
-            int64_t now = disco_now_ns();
-            if (start == 0)
-                start = now;
-            else if (now - start > BU_DEADLINE_NS)
-                return 0;
-        }
-    }
-}
-
 /* One exchange of round r by member me; false when the peer stopped or
  * never came. */
 static bool one_round(struct xchg *x, int me, uint64_t r, float *in, float *out)
@@ -73,7 +50,9 @@ static bool one_round(struct xchg *x, int me, uint64_t r, float *in, float *out)
     memcpy(mine->data, in, sizeof mine->data);
     /* Release: the slot copy before the word that says it is there. */
     atomic_store_explicit(&mine->arrive, r, memory_order_release);
-    if (wait_word(&peer->arrive, r) != r)
+    /* Acquire inside: pairs with the peer's release store above, so its
+     * slot copy is visible once its word is. */
+    if (bench_spin_until(&peer->arrive, r, STOP, true) != r)
         return false;
     const void *srcs[2] = {me == 0 ? (const void *)in : (const void *)peer->data,
                            me == 0 ? (const void *)peer->data : (const void *)in};
@@ -111,7 +90,7 @@ double bench_exchange_floor(void)
     bu_spawn(child, x);
     bu_pin(0);
     double us = measure(rounds, x) / 1000.0;
-    /* Release, both: the child reads them with acquire in wait_word. */
+    /* Release, both: the child reads them with acquire (bench_spin_until). */
     atomic_store_explicit(&x->slot[0][0].arrive, STOP, memory_order_release);
     atomic_store_explicit(&x->slot[0][1].arrive, STOP, memory_order_release);
     bu_reap_all();

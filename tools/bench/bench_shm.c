@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "disco/shm/wait.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
 
@@ -30,18 +31,16 @@ void *bench_shared_alloc(size_t size)
 
 #define FLOOR_STOP UINT64_MAX
 
-/* Spins until *p holds want (or FLOOR_STOP) and returns it; returns 0 (never
- * a valid value) after 10 s. A plain load loop with no pause: this is the
- * floor, the fastest a line can bounce. The clock is read only every 64K
- * spins, so a dead peer costs 10 s, not a hang. */
-static uint64_t spin_until(_Atomic uint64_t *p, uint64_t want)
+uint64_t bench_spin_until(_Atomic uint64_t *p, uint64_t want, uint64_t stop, bool pause)
 {
     int64_t start = 0;
     for (uint32_t i = 1;; i++) {
         /* Acquire: pairs with the peer's release store of the new value. */
         uint64_t v = atomic_load_explicit(p, memory_order_acquire);
-        if (v == want || v == FLOOR_STOP)
+        if (v == want || v == stop)
             return v;
+        if (pause)
+            disco_cpu_relax();
         if ((i & 0xffff) == 0) {
             int64_t now = disco_now_ns();
             if (start == 0)
@@ -50,6 +49,13 @@ static uint64_t spin_until(_Atomic uint64_t *p, uint64_t want)
                 return 0;
         }
     }
+}
+
+/* A plain load loop with no pause: this is the floor, the fastest a line
+ * can bounce. */
+static uint64_t spin_until(_Atomic uint64_t *p, uint64_t want)
+{
+    return bench_spin_until(p, want, FLOOR_STOP, false);
 }
 
 /* The parent writes odd values to ping; the child answers v + 1 on pong.

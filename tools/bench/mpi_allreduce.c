@@ -52,9 +52,11 @@ static void die(int rank, const char *what, int rc)
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-/* Median µs of one MPI_Allreduce of bytes, the slowest rank's time per call;
- * valid on rank 0. */
-static double allreduce_us(int rank, size_t bytes, int warm, int reps)
+/* Median µs of an MPI_Allreduce of bytes, the slowest rank's, over reps
+ * rounds after warm ones; valid on rank 0. A round is a barrier, then loop
+ * calls back to back (1: one call), timed on every rank; its figure is the
+ * time per call. */
+static double allreduce_us(int rank, size_t bytes, int warm, int reps, int loop)
 {
     size_t count = bytes / sizeof(float);
     float *in = malloc(bytes), *out = malloc(bytes);
@@ -71,8 +73,9 @@ static double allreduce_us(int rank, size_t bytes, int warm, int reps)
         if (rc != MPI_SUCCESS)
             die(rank, "MPI_Barrier", rc);
         double t0 = MPI_Wtime();
-        rc = MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        double dt = MPI_Wtime() - t0;
+        for (int i = 0; i < loop && rc == MPI_SUCCESS; i++)
+            rc = MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        double dt = (MPI_Wtime() - t0) / loop;
         if (rc != MPI_SUCCESS)
             die(rank, "MPI_Allreduce", rc);
         if (r >= 0)
@@ -92,51 +95,6 @@ static double allreduce_us(int rank, size_t bytes, int warm, int reps)
     free(in);
     free(out);
     free(t);
-    free(tmax);
-    return med * 1e6;
-}
-
-/* Median over reps rounds (after one warm-up) of the slowest rank's mean
- * µs per MPI_Allreduce of bytes in a loop of iters calls after a barrier;
- * valid on rank 0. */
-static double allreduce_loop_us(int rank, size_t bytes, int iters, int reps)
-{
-    size_t count = bytes / sizeof(float);
-    float *in = malloc(bytes), *out = malloc(bytes);
-    double *tmax = calloc((size_t)reps, sizeof *tmax);
-    if (in == NULL || out == NULL || tmax == NULL) {
-        fprintf(stderr, "error: mpi_allreduce rank %d: out of memory\n", rank);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    for (size_t i = 0; i < count; i++)
-        in[i] = (float)(i % 1024);
-    memset(out, 0, bytes);
-    for (int r = -1; r < reps; r++) {
-        int rc = MPI_Barrier(MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS)
-            die(rank, "MPI_Barrier", rc);
-        double t0 = MPI_Wtime();
-        for (int i = 0; i < iters && rc == MPI_SUCCESS; i++)
-            rc = MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        double per = (MPI_Wtime() - t0) / iters, worst = 0;
-        if (rc != MPI_SUCCESS)
-            die(rank, "MPI_Allreduce", rc);
-        MPI_Reduce(&per, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-        if (r >= 0)
-            tmax[r] = worst;
-    }
-    int size = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    for (size_t i = 0; i < count; i += 4099) /* a sample: every rank sent the same */
-        if (out[i] != (float)size * in[i]) {
-            fprintf(stderr, "error: mpi_allreduce rank %d: element %zu is %g, want %g\n", rank, i,
-                    (double)out[i], (double)size * in[i]);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
-    qsort(tmax, (size_t)reps, sizeof *tmax, cmp_double);
-    double med = reps % 2 ? tmax[reps / 2] : (tmax[reps / 2 - 1] + tmax[reps / 2]) / 2;
-    free(in);
-    free(out);
     free(tmax);
     return med * 1e6;
 }
@@ -162,8 +120,8 @@ int main(int argc, char **argv)
             MPI_Finalize();
             return 2;
         }
-        double kib = allreduce_loop_us(rank, 1024, it_kib, reps);
-        double mib = allreduce_loop_us(rank, MIB, it_mib, reps);
+        double kib = allreduce_us(rank, 1024, 1, reps, it_kib);
+        double mib = allreduce_us(rank, MIB, 1, reps, it_mib);
         if (rank == 0) {
             printf("mpi_ranks=%d\n", size);
             printf("mpi_allreduce_us_1KiB=%.3f\n", kib);
@@ -173,8 +131,8 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 0;
     }
-    double small = allreduce_us(rank, MIB, WARM_SMALL, reps * 10);
-    double big = allreduce_us(rank, 64 * (size_t)MIB, WARM_BIG, reps);
+    double small = allreduce_us(rank, MIB, WARM_SMALL, reps * 10, 1);
+    double big = allreduce_us(rank, 64 * (size_t)MIB, WARM_BIG, reps, 1);
     if (rank == 0) {
         printf("mpi_ranks=%d\n", size);
         printf("mpi_allreduce_us_1MiB=%.3f\n", small);
