@@ -11,17 +11,13 @@
 
 #include "disco/clock.h"
 #include "workers/core/protocol.h"
+#include "workers/data/pieces.h"
 #include "workers/device/ar.h"
 #include "workers/device/ipc.h"
 #include "workers/device/share.h"
 #include "workers/device/watch.h"
 
 #define TABLE_SLOTS_PER_WORKER 2u /* one arena each, and room to reclaim a dead one's */
-
-/* A free piece of the arena: [off, off + len). */
-struct piece {
-    uint64_t off, len;
-};
 
 struct disco__arena {
     pthread_mutex_t lock;
@@ -35,8 +31,7 @@ struct disco__arena {
     disco_event_t *event; /* exported once, published beside the arena */
     struct disco__dev_area *area;
     uint32_t world;
-    struct piece *free; /* sorted by off, never adjacent (merged) */
-    size_t nfree, capfree;
+    struct disco__pieces free; /* the free pieces of [DISCO_AR_SIGNAL_BYTES, total) */
     uint64_t used;
     uint32_t blocks;
     void *peer[DISCO_MAX_WORKERS]; /* imported bases, NULL: not yet */
@@ -44,7 +39,7 @@ struct disco__arena {
     uint64_t peer_bytes[DISCO_MAX_WORKERS];
     DLDevice peer_dev[DISCO_MAX_WORKERS];
     disco_event_t *peer_ev[DISCO_MAX_WORKERS]; /* imported events, NULL: not yet */
-    uint64_t ar_runs[3]; /* allreduces: one-shot kernels, two-shot ones, staged */
+    uint64_t ar_runs[3];            /* allreduces: one-shot kernels, two-shot ones, staged */
     struct disco__arena *left_next; /* g_left's list */
 };
 
@@ -146,10 +141,8 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
                                worker, name, dev.device_id, disco_last_error());
     }
     a = calloc(1, sizeof *a);
-    struct piece *fr = malloc(16 * sizeof *fr);
-    if (a == NULL || fr == NULL) {
+    if (a == NULL || !disco__pieces_init(&a->free, DISCO_AR_SIGNAL_BYTES, bytes)) {
         free(a);
-        free(fr);
         return disco_set_error(DISCO_E_NOMEM, "worker %d: device arena context", worker);
     }
     pthread_mutex_init(&a->lock, NULL);
@@ -160,8 +153,6 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
     a->total = bytes + DISCO_AR_SIGNAL_BYTES; /* bytes <= DISCO_ARENA_MAX_BYTES: no overflow */
     a->area = area;
     a->world = world;
-    a->free = fr;
-    a->capfree = 16;
     void *base = NULL;
     disco_ipc_ref_t ref;
     if ((st = disco_device_alloc(dev, (size_t)a->total, &base)) != DISCO_OK) {
@@ -191,8 +182,6 @@ disco_status_t disco__arena_ensure(struct disco__arena **slot, struct disco__dev
                              worker, name, dev.device_id, disco_last_error());
         goto fail;
     }
-    a->free[0] = (struct piece){DISCO_AR_SIGNAL_BYTES, bytes};
-    a->nfree = 1;
     struct disco__dev_pub *p = &area->pub[worker];
     p->device_type = (int32_t)dev.device_type;
     p->device_id = dev.device_id;
@@ -217,7 +206,7 @@ fail:
     if (base != NULL)
         (void)disco_device_free(dev, base);
     pthread_mutex_destroy(&a->lock);
-    free(a->free);
+    disco__pieces_destroy(&a->free);
     free(a);
     return st;
 }
@@ -325,7 +314,7 @@ void disco__arena_destroy(struct disco__arena *a)
         return;
     }
     pthread_mutex_destroy(&a->lock);
-    free(a->free);
+    disco__pieces_destroy(&a->free);
     free(a);
 }
 
@@ -338,18 +327,6 @@ unsigned disco__arena_left_count(void)
 }
 
 /* ---- the sub-allocator ---- */
-
-static bool grow_free(struct disco__arena *a)
-{
-    if (a->nfree < a->capfree)
-        return true;
-    struct piece *p = realloc(a->free, a->capfree * 2 * sizeof *p);
-    if (p == NULL)
-        return false;
-    a->free = p;
-    a->capfree *= 2;
-    return true;
-}
 
 disco_status_t disco__arena_alloc(struct disco__arena *a, uint64_t nbytes,
                                   struct disco__arena_blk **blk_out)
@@ -366,21 +343,10 @@ disco_status_t disco__arena_alloc(struct disco__arena *a, uint64_t nbytes,
     if (b == NULL)
         return disco_set_error(DISCO_E_NOMEM, "worker %d: arena block", a->worker);
     pthread_mutex_lock(&a->lock);
-    uint64_t largest = 0;
-    for (size_t i = 0; i < a->nfree; i++) {
-        struct piece *p = &a->free[i];
-        if (p->len < want) {
-            largest = p->len > largest ? p->len : largest;
-            continue;
-        }
+    uint64_t off = 0, largest = 0;
+    if (disco__pieces_take(&a->free, want, &off, &largest)) {
         *b = (struct disco__arena_blk){
-            .arena = a, .off = p->off, .bytes = nbytes, .reserved = want, .refs = 1};
-        p->off += want;
-        p->len -= want;
-        if (p->len == 0) {
-            memmove(p, p + 1, (a->nfree - i - 1) * sizeof *p);
-            a->nfree--;
-        }
+            .arena = a, .off = off, .bytes = nbytes, .reserved = want, .refs = 1};
         a->used += want;
         a->blocks++;
         pthread_mutex_unlock(&a->lock);
@@ -405,32 +371,6 @@ void disco__arena_blk_ref(struct disco__arena_blk *blk)
     pthread_mutex_unlock(&blk->arena->lock);
 }
 
-/* Gives [off, off + len) back, merging with its neighbours. Locked. */
-static void give_back(struct disco__arena *a, uint64_t off, uint64_t len)
-{
-    size_t i = 0;
-    while (i < a->nfree && a->free[i].off < off)
-        i++;
-    bool left = i > 0 && a->free[i - 1].off + a->free[i - 1].len == off;
-    bool right = i < a->nfree && off + len == a->free[i].off;
-    if (left && right) {
-        a->free[i - 1].len += len + a->free[i].len;
-        memmove(&a->free[i], &a->free[i + 1], (a->nfree - i - 1) * sizeof *a->free);
-        a->nfree--;
-    } else if (left) {
-        a->free[i - 1].len += len;
-    } else if (right) {
-        a->free[i].off = off;
-        a->free[i].len += len;
-    } else if (grow_free(a)) {
-        memmove(&a->free[i + 1], &a->free[i], (a->nfree - i) * sizeof *a->free);
-        a->free[i] = (struct piece){off, len};
-        a->nfree++;
-    }
-    /* else: no memory for the list; the piece is lost until the arena
-     * goes (counted as used: the stats show it). */
-}
-
 void disco__arena_blk_release(struct disco__arena_blk *blk)
 {
     if (blk == NULL)
@@ -439,7 +379,10 @@ void disco__arena_blk_release(struct disco__arena_blk *blk)
     pthread_mutex_lock(&a->lock);
     bool last = --blk->refs == 0;
     if (last) {
-        give_back(a, blk->off, blk->reserved);
+        /* Merged with its neighbours. False: no memory for the list, the
+         * piece is lost until the arena goes (pieces.c); used drops by it
+         * all the same, as it always has, so the stats do not show it. */
+        (void)disco__pieces_give(&a->free, blk->off, blk->reserved);
         a->used -= blk->reserved;
         a->blocks--;
     }
