@@ -77,8 +77,8 @@ bool disco__pieces_give(struct disco__pieces *p, uint64_t off, uint64_t len)
         p->at[i] = (struct disco__piece){off, len};
         p->n++;
     } else {
-        /* No memory for the list; the piece is lost until the arena
-         * goes (counted as used: the stats show it). */
+        /* No memory for the list: the piece is lost until the list
+         * goes (the caller decides what its counts say of it). */
         return false;
     }
     return true;
