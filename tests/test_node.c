@@ -210,8 +210,8 @@ END_TEST
  * than 0, and not their node's leader when wpn is 2), allgather, the
  * leaders' ring of sends (300 and 300000 elements), send_to_next_group
  * along the groups' first workers, each checked element by element in
- * the workers; a send between workers that are not leaders refused
- * (DISCO_E_UNSUPPORTED); a root that differs between nodes failing every
+ * the workers; a ring of sends among the workers of rank 1 (not leaders:
+ * forwarded); a root that differs between nodes failing every
  * worker with DISCO_E_MISMATCH in the same words, naming the node; a
  * send whose receiver's shape differs failing both ends alike. The same
  * program on one node of as many workers goes as well. */
