@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "disco/disco.h"
+#include "disco/trace.h"
 #include "scheduler/session/session_impl.h"
 #include "tests/node_p2p.h"
 #include "workers/core/ctx.h"
@@ -333,8 +334,26 @@ static int nopeer(disco_session_t *s, int wpn)
     return rc;
 }
 
+/* nt.p2p_pairs on host tensors, then node 0's trace: every send or
+ * receive record of its workers printed as "trace: worker W KIND peer P
+ * index I" (the test checks the peers' global ids). */
+static int traced(disco_session_t *s, int wpn)
+{
+    if (call_all(s, "nt.p2p_pairs", "p2p-trace", disco_value_int(wpn), disco_value_bool(false)))
+        return 1;
+    disco_trace_t *t;
+    CHECK(disco_session_trace(s, &t));
+    for (size_t i = 0; i < t->ncolls; i++)
+        printf("trace: worker %d %s peer %d index %u\n", t->colls[i].worker, t->colls[i].name,
+               t->colls[i].peer, (unsigned)t->colls[i].index);
+    disco_trace_free(t);
+    return 0;
+}
+
 int node_p2p_scenario(disco_session_t *s, const char *sc, int wpn)
 {
+    if (strcmp(sc, "p2p-trace") == 0)
+        return traced(s, wpn);
     bool dev = getenv("DISCO_SIM_GPUS") != NULL;
     if (strcmp(sc, "p2p-pairs") == 0)
         return call_all(s, "nt.p2p_pairs", sc, disco_value_int(wpn), disco_value_bool(dev));

@@ -16,6 +16,8 @@
  *   p2p-nopeer    a send without a receive, then a receive without a
  *                 send: DISCO_E_TIMEOUT naming the peer and its node
  *                 within the call timeout; then 3 rounds of sends work
+ *   p2p-trace     p2p-pairs on host tensors, then node 0's trace records
+ *                 of sends and receives printed
  */
 #ifndef DISCO_TESTS_NODE_P2P_H
 #define DISCO_TESTS_NODE_P2P_H

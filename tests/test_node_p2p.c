@@ -154,6 +154,32 @@ START_TEST(test_p2p_no_peer_times_out)
 }
 END_TEST
 
+/* Sends and receives across nodes are in the trace as on one node: node
+ * 0's workers' records name their peers on node 1 by global id (worker 0
+ * sends to worker 3 and receives from 3 and 2, worker 1 sends to 2 and 3
+ * and receives from 2: tests/node_p2p.c's ops) with a post index. */
+START_TEST(test_p2p_in_trace)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc = p2p_run(2, 2, false, "p2p-trace", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-trace");
+    const char *want[] = {"trace: worker 0 send peer 3 index ", "trace: worker 0 recv peer 3 index ",
+                          "trace: worker 0 recv peer 2 index ", "trace: worker 0 send peer 2 index ",
+                          "trace: worker 1 send peer 2 index ", "trace: worker 1 send peer 3 index ",
+                          "trace: worker 1 recv peer 2 index "};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *p = strstr(out, want[i]);
+        unsigned index = 0;
+        ck_assert_msg(p != NULL && sscanf(p + strlen(want[i]), "%u", &index) == 1 && index != 0,
+                      "no \"%s\" with an index in:\n%s", want[i], out);
+    }
+    assert_nothing_left();
+}
+END_TEST
+
 Suite *suite_node_p2p(void)
 {
     Suite *s = suite_create("node_p2p");
@@ -164,6 +190,7 @@ Suite *suite_node_p2p(void)
     tcase_add_test(tc, test_p2p_repeated);
     tcase_add_test(tc, test_p2p_mismatch_both_ends);
     tcase_add_test(tc, test_p2p_no_peer_times_out);
+    tcase_add_test(tc, test_p2p_in_trace);
     suite_add_tcase(s, tc);
     return s;
 }

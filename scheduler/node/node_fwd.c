@@ -102,6 +102,7 @@ struct disco__fwd {
     int world, groups, gid_base;
     int64_t limit_ns; /* a request taken is answered within this (comm_fwd.h, Deadline) */
     struct out_msg *outs;
+    struct out_msg *fresh; /* sent since progress_outs last looked: joined to outs there */
     struct in_msg *ins;
     struct recv_req *rr; /* [world] */
     pthread_t thread;
@@ -143,8 +144,8 @@ static void push_out(struct disco__fwd *f, struct out_msg *o, int node, int tag,
 {
     if (MPI_Isend(o->buf, (int)len, MPI_BYTE, node, tag, f->n->fwd, &o->req) != MPI_SUCCESS)
         o->sent = true; /* nothing in flight: the receiver's deadline tells */
-    o->next = f->outs;
-    f->outs = o;
+    o->next = f->fresh; /* not outs: progress_outs may be walking it */
+    f->fresh = o;
 }
 
 static void send_ack(struct disco__fwd *f, int node, const struct wire_head *h, int32_t status,
@@ -300,9 +301,21 @@ static bool take_messages(struct disco__fwd *f)
     }
 }
 
+/* The messages sent since, into outs (never while progress_outs walks it). */
+static void join_fresh(struct disco__fwd *f)
+{
+    while (f->fresh != NULL) {
+        struct out_msg *o = f->fresh;
+        f->fresh = o->next;
+        o->next = f->outs;
+        f->outs = o;
+    }
+}
+
 /* N4: an ACK for one of this node's sends answers its sender. */
 static void on_ack(struct disco__fwd *f, const struct wire_ack *a)
 {
+    join_fresh(f);
     for (struct out_msg *o = f->outs; o != NULL; o = o->next) {
         if (o->wid < 0 || o->answered || o->from != a->from || o->to != a->to ||
             o->seq != a->seq || o->ticket != a->ticket)
@@ -429,17 +442,28 @@ static bool progress_ins(struct disco__fwd *f, int64_t now)
 static bool progress_outs(struct disco__fwd *f, int64_t now)
 {
     bool moved = false;
+    join_fresh(f);
     for (struct out_msg **pp = &f->outs; *pp != NULL;) {
         struct out_msg *o = *pp;
+        bool cancel = false;
         if (!o->answered && o->wid >= 0 && now - o->since > f->limit_ns) {
             char msg[DISCO__FWD_MSG];
             timed_out(f, msg, sizeof msg, "disco_ctx_send to", o->to, now - o->since);
             answer(f, o->wid, o->ticket, DISCO_E_TIMEOUT, msg, 0, NULL, NULL, 0);
-            o->answered = moved = true;
+            o->answered = cancel = true;
+        }
+        /* Acquire: pairs with the worker's withdrawal (or its next post's
+         * release): nobody waits for this answer any more. */
+        if (!o->answered && o->wid >= 0 &&
+            atomic_load_explicit(&post(f, o->wid)->state, memory_order_acquire) !=
+                DISCO__FWD_STATE(o->ticket, DISCO__FWD_TAKEN))
+            o->answered = cancel = true;
+        if (cancel) {
             /* Its DATA is dropped if the receiving forwarder still holds
              * it: a receive posted later does not take a failed send. */
             struct wire_head h = {.seq = o->seq, .ticket = o->ticket, .from = o->from, .to = o->to};
             send_ack(f, o->to / f->world, &h, DISCO_E_TIMEOUT, "", TAG_CANCEL);
+            moved = true;
         }
         if (!o->sent) {
             int done = 0;
@@ -448,12 +472,6 @@ static bool progress_outs(struct disco__fwd *f, int64_t now)
             o->sent = done != 0;
             moved |= o->sent;
         }
-        /* Acquire: pairs with the worker's withdrawal (or its next post's
-         * release): nobody waits for this answer any more. */
-        if (!o->answered && o->wid >= 0 &&
-            atomic_load_explicit(&post(f, o->wid)->state, memory_order_acquire) !=
-                DISCO__FWD_STATE(o->ticket, DISCO__FWD_TAKEN))
-            o->answered = true;
         if (!o->sent || !o->answered) {
             pp = &o->next;
             continue;
@@ -529,7 +547,7 @@ bool disco__node_fwd_stop(struct disco__node *n)
         take_messages(f);
         progress_ins(f, now);
         progress_outs(f, now);
-        pending = false;
+        pending = f->fresh != NULL; /* the cancels it queued: sent at the next round */
         for (struct out_msg *o = f->outs; o != NULL && !pending; o = o->next)
             pending = !o->sent;
         for (struct in_msg *im = f->ins; im != NULL && !pending; im = im->next)
@@ -539,6 +557,7 @@ bool disco__node_fwd_stop(struct disco__node *n)
     }
     bool clean = !pending;
     n->fwd_dirty = pending;
+    join_fresh(f);
     /* What MPI may still touch stays allocated (the process ends soon). */
     for (struct out_msg *o = f->outs, *next; o != NULL; o = next) {
         next = o->next;

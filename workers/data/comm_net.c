@@ -60,7 +60,6 @@
  * test_ctx_send_no_receiver (tests/test_node.c).
  */
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
