@@ -51,7 +51,8 @@ static disco_status_t check(disco_ctx_t *ctx, const char *what, const DLTensor *
                                                    : (memcpy(v, t->data, n), DISCO_OK);
     for (size_t i = 0; st == DISCO_OK && i < n; i++)
         if (v[i] != pat(s, k, i))
-            st = disco_ctx_fail(ctx, "worker %d: %s from worker %d, round %d: byte %zu is %u, want %u",
+            st = disco_ctx_fail(ctx,
+                                "worker %d: %s from worker %d, round %d: byte %zu is %u, want %u",
                                 disco_ctx_worker_id(ctx), what, s, k, i, v[i], pat(s, k, i));
     free(v);
     return st;
@@ -66,11 +67,26 @@ struct op {
     int64_t shape[3];
 };
 
-#define I32 {kDLInt, 32, 1}
-#define F64 {kDLFloat, 64, 1}
-#define U8  {kDLUInt, 8, 1}
-#define F32 {kDLFloat, 32, 1}
-#define I16 {kDLInt, 16, 1}
+#define I32                                                                                        \
+    {                                                                                              \
+        kDLInt, 32, 1                                                                              \
+    }
+#define F64                                                                                        \
+    {                                                                                              \
+        kDLFloat, 64, 1                                                                            \
+    }
+#define U8                                                                                         \
+    {                                                                                              \
+        kDLUInt, 8, 1                                                                              \
+    }
+#define F32                                                                                        \
+    {                                                                                              \
+        kDLFloat, 32, 1                                                                            \
+    }
+#define I16                                                                                        \
+    {                                                                                              \
+        kDLInt, 16, 1                                                                              \
+    }
 
 /* In this order on every worker (each does its own part of each): leader
  * to non-leader, non-leader to leader, non-leader to non-leader, both
@@ -105,8 +121,7 @@ static disco_status_t run_op(disco_ctx_t *ctx, const struct op *o, int wpn, bool
 }
 
 /* nt.p2p_pairs(wpn, dev): every op above, in order. Returns 1. */
-static disco_status_t p2p_pairs(disco_ctx_t *ctx, const disco_value_t *a, int n,
-                                disco_value_t *ret)
+static disco_status_t p2p_pairs(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)n;
     disco_status_t st = DISCO_OK;
@@ -140,7 +155,8 @@ static disco_status_t p2p_ring(disco_ctx_t *ctx, const disco_value_t *a, int n, 
         st = disco_ctx_send_to_next_group(ctx, out);
     if (st == DISCO_OK && k == nodes - 1)
         st = disco_ctx_send(ctx, out, g % wpn);
-    if (st == DISCO_OK && k == 0 && (st = disco_ctx_recv(ctx, in, g + (nodes - 1) * wpn)) == DISCO_OK)
+    if (st == DISCO_OK && k == 0 &&
+        (st = disco_ctx_recv(ctx, in, g + (nodes - 1) * wpn)) == DISCO_OK)
         st = check(ctx, "recv from the last node", in, g + (nodes - 1) * wpn, 1);
     if (st == DISCO_OK)
         *ret = disco_value_int(1);
@@ -293,8 +309,9 @@ static int mismatch(disco_session_t *s, int wpn, bool dev)
          sp = se + 1, rp = re + 1, lines++) {
         *se = *re = '\0';
         const char *words = strstr(rp, ": ");
-        if (strncmp(sp, "DISCO_E_MISMATCH: ", 18) != 0 || strncmp(rp, "DISCO_E_MISMATCH: ", 18) != 0 ||
-            words == NULL || strstr(sp, words + 2) == NULL)
+        if (strncmp(sp, "DISCO_E_MISMATCH: ", 18) != 0 ||
+            strncmp(rp, "DISCO_E_MISMATCH: ", 18) != 0 || words == NULL ||
+            strstr(sp, words + 2) == NULL)
             bad = 1;
     }
     disco_value_clear(&snd);
@@ -320,8 +337,9 @@ static int nopeer(disco_session_t *s, int wpn)
         printf("p2p-nopeer %d: %s: %s\n", which, disco_err_name(st), disco_last_error());
         printf("p2p-nopeer %d took %lld ms\n", which, ms);
         char want[96];
-        snprintf(want, sizeof want, which == 0 ? "disco_ctx_send to worker %d (on node 1)"
-                                               : "disco_ctx_recv from worker %d (on node 0)",
+        snprintf(want, sizeof want,
+                 which == 0 ? "disco_ctx_send to worker %d (on node 1)"
+                            : "disco_ctx_recv from worker %d (on node 0)",
                  which == 0 ? wpn + 1 : 1);
         if (st == DISCO_OK || strstr(disco_last_error(), want) == NULL ||
             strstr(disco_last_error(), "no answer within") == NULL || ms > 20000)

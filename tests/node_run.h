@@ -64,8 +64,8 @@ static inline bool can_run(void)
 
 /* Runs node_prog's scenario on np nodes of wpn workers under mpirun (stderr
  * too when with_err); returns rank 0's exit code; *secs the time taken. */
-static inline int on_nodes(int np, const char *scenario, int wpn, bool with_err, char *out, size_t cap,
-                    double *secs)
+static inline int on_nodes(int np, const char *scenario, int wpn, bool with_err, char *out,
+                           size_t cap, double *secs)
 {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,

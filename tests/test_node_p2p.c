@@ -166,10 +166,11 @@ START_TEST(test_p2p_in_trace)
     int rc = p2p_run(2, 2, false, "p2p-trace", out, sizeof out, NULL);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     assert_ok(out, "p2p-trace");
-    const char *want[] = {"trace: worker 0 send peer 3 index ", "trace: worker 0 recv peer 3 index ",
-                          "trace: worker 0 recv peer 2 index ", "trace: worker 0 send peer 2 index ",
-                          "trace: worker 1 send peer 2 index ", "trace: worker 1 send peer 3 index ",
-                          "trace: worker 1 recv peer 2 index "};
+    const char *want[] = {
+        "trace: worker 0 send peer 3 index ", "trace: worker 0 recv peer 3 index ",
+        "trace: worker 0 recv peer 2 index ", "trace: worker 0 send peer 2 index ",
+        "trace: worker 1 send peer 2 index ", "trace: worker 1 send peer 3 index ",
+        "trace: worker 1 recv peer 2 index "};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const char *p = strstr(out, want[i]);
         unsigned index = 0;

@@ -41,8 +41,8 @@
 
 #define TAG_DATA   1
 #define TAG_ACK    2
-#define TAG_CANCEL 3 /* a wire_ack: the sender gave up; drop its DATA if still held */
-#define DRAIN_NS 500000000LL /* at the stop: how long sends in flight may take */
+#define TAG_CANCEL 3           /* a wire_ack: the sender gave up; drop its DATA if still held */
+#define DRAIN_NS   500000000LL /* at the stop: how long sends in flight may take */
 
 /* A DATA message: this head, then desc.nbytes bytes (status DISCO_OK). */
 struct wire_head {
@@ -157,8 +157,8 @@ static void send_ack(struct disco__fwd *f, int node, const struct wire_head *h, 
         free(o), free(a);
         return;
     }
-    *a = (struct wire_ack){.seq = h->seq, .ticket = h->ticket, .from = h->from, .to = h->to,
-                           .status = status};
+    *a = (struct wire_ack){
+        .seq = h->seq, .ticket = h->ticket, .from = h->from, .to = h->to, .status = status};
     snprintf(a->msg, sizeof a->msg, "%s", msg);
     o->wid = -1;
     o->answered = true;
@@ -169,8 +169,8 @@ static void send_ack(struct disco__fwd *f, int node, const struct wire_head *h, 
 /* A request's failure at the deadline, in the words of comm_net.c's
  * worker side: "disco_ctx_send to worker 3 (on node 1): no answer within
  * N ms". */
-static void timed_out(const struct disco__fwd *f, char *msg, size_t cap, const char *what,
-                      int peer, int64_t waited_ns)
+static void timed_out(const struct disco__fwd *f, char *msg, size_t cap, const char *what, int peer,
+                      int64_t waited_ns)
 {
     snprintf(msg, cap, "%s worker %d (%s node %d): no answer within %lld ms", what, peer,
              peer % f->world == 0 ? "the leader of" : "on", peer / f->world,
@@ -184,8 +184,8 @@ static void timed_out(const struct disco__fwd *f, char *msg, size_t cap, const c
  * request is malformed). */
 static void take_send(struct disco__fwd *f, int wid, uint64_t ticket, struct disco__fwd_post *p)
 {
-    struct wire_head h = {.seq = p->seq, .ticket = ticket, .from = f->gid_base + wid,
-                          .to = p->peer, .desc = p->desc};
+    struct wire_head h = {
+        .seq = p->seq, .ticket = ticket, .from = f->gid_base + wid, .to = p->peer, .desc = p->desc};
     size_t n = h.desc.status == DISCO_OK ? (size_t)h.desc.nbytes : 0;
     const void *src = n != 0 ? disco__tensor_span(f->heap, p->block, p->off, n) : NULL;
     struct out_msg *o = calloc(1, sizeof *o);
@@ -213,8 +213,13 @@ static void take_send(struct disco__fwd *f, int wid, uint64_t ticket, struct dis
     atomic_store_explicit(&p->state, DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN),
                           memory_order_release);
     disco_waitq_wake(&p->q);
-    *o = (struct out_msg){.wid = wid, .ticket = ticket, .seq = h.seq, .from = h.from, .to = h.to,
-                          .since = disco__node_now(), .buf = buf};
+    *o = (struct out_msg){.wid = wid,
+                          .ticket = ticket,
+                          .seq = h.seq,
+                          .from = h.from,
+                          .to = h.to,
+                          .since = disco__node_now(),
+                          .buf = buf};
     push_out(f, o, h.to / f->world, TAG_DATA, sizeof h + n);
 }
 
@@ -249,8 +254,13 @@ static bool scan_posts(struct disco__fwd *f, int64_t now)
             take_send(f, wid, ticket, p);
             continue;
         }
-        *r = (struct recv_req){.live = true, .since = disco__node_now(), .ticket = ticket,
-                               .seq = p->seq, .from = p->peer, .block = p->block, .off = p->off,
+        *r = (struct recv_req){.live = true,
+                               .since = disco__node_now(),
+                               .ticket = ticket,
+                               .seq = p->seq,
+                               .from = p->peer,
+                               .block = p->block,
+                               .off = p->off,
                                .desc = p->desc};
         /* Release: F1 done; the worker may withdraw now. */
         atomic_store_explicit(&p->state, DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN),
@@ -277,7 +287,8 @@ static bool take_messages(struct disco__fwd *f)
         moved = true;
         MPI_Get_count(&st, MPI_BYTE, &count);
         struct in_msg *im = calloc(1, sizeof *im);
-        bool bad = count < 0 || (st.MPI_TAG == TAG_DATA && (size_t)count < sizeof(struct wire_head)) ||
+        bool bad = count < 0 ||
+                   (st.MPI_TAG == TAG_DATA && (size_t)count < sizeof(struct wire_head)) ||
                    (st.MPI_TAG != TAG_DATA && (size_t)count != sizeof(struct wire_ack)) ||
                    (size_t)count > sizeof(struct wire_head) + f->n->heap_bytes;
         size_t len = bad ? sizeof(struct wire_head) : (size_t)count;
@@ -288,8 +299,12 @@ static bool take_messages(struct disco__fwd *f)
             free(im);
             continue;
         }
-        *im = (struct in_msg){.bad = bad, .src = st.MPI_SOURCE, .tag = st.MPI_TAG, .len = len,
-                              .since = disco__node_now(), .buf = buf};
+        *im = (struct in_msg){.bad = bad,
+                              .src = st.MPI_SOURCE,
+                              .tag = st.MPI_TAG,
+                              .len = len,
+                              .since = disco__node_now(),
+                              .buf = buf};
         if (MPI_Imrecv(buf, bad ? 0 : count, MPI_BYTE, &m, &im->req) != MPI_SUCCESS)
             im->arrived = im->bad = true;
         /* At the end: DATA of one pair are taken in the order they came
@@ -317,16 +332,15 @@ static void on_ack(struct disco__fwd *f, const struct wire_ack *a)
 {
     join_fresh(f);
     for (struct out_msg *o = f->outs; o != NULL; o = o->next) {
-        if (o->wid < 0 || o->answered || o->from != a->from || o->to != a->to ||
-            o->seq != a->seq || o->ticket != a->ticket)
+        if (o->wid < 0 || o->answered || o->from != a->from || o->to != a->to || o->seq != a->seq ||
+            o->ticket != a->ticket)
             continue;
         o->answered = true;
         char words[DISCO__FWD_MSG], msg[DISCO__FWD_MSG + 96];
         disco__text_safe(words, sizeof words, a->msg, sizeof a->msg);
         snprintf(msg, sizeof msg, "disco_ctx_send: worker %d refused the tensor of worker %d: %s",
                  (int)a->to, (int)a->from, words);
-        answer(f, o->wid, o->ticket, a->status, a->status == DISCO_OK ? "" : msg, 0, NULL, NULL,
-               0);
+        answer(f, o->wid, o->ticket, a->status, a->status == DISCO_OK ? "" : msg, 0, NULL, NULL, 0);
         return;
     } /* none: its sender gave up; dropped */
 }
@@ -341,7 +355,8 @@ static bool on_data(struct disco__fwd *f, struct in_msg *im, int64_t now)
     if (im->cancelled)
         return true;
     if (wid < 0 || wid >= f->world) {
-        send_ack(f, im->src, h, DISCO_E_PROTOCOL, "the forwarder got a send to no worker of its node", TAG_ACK);
+        send_ack(f, im->src, h, DISCO_E_PROTOCOL,
+                 "the forwarder got a send to no worker of its node", TAG_ACK);
         return true;
     }
     struct recv_req *r = &f->rr[wid];
@@ -512,7 +527,10 @@ disco_status_t disco__node_fwd_start(struct disco__node *n, disco_worker_t *w0)
         free(f);
         return disco_set_error(DISCO_E_NOMEM, "node link: the forwarder");
     }
-    *f = (struct disco__fwd){.n = n, .heap = w0->heap, .coll = w0->coll, .world = w0->world,
+    *f = (struct disco__fwd){.n = n,
+                             .heap = w0->heap,
+                             .coll = w0->coll,
+                             .world = w0->world,
                              .groups = w0->ngroups > 0 ? (int)w0->ngroups : 1,
                              .gid_base = w0->gid_base,
                              .limit_ns = n->timeout_ns / 5 * 4};

@@ -86,7 +86,7 @@ struct disco__node {
     bool link_started;
     _Atomic int stop; /* relaxed: the thread only polls it */
 
-    struct disco__net net; /* worker 0's view, for collectives */
+    struct disco__net net;        /* worker 0's view, for collectives */
     struct disco__fwd *fwd_state; /* the forwarding thread (node_fwd.c), or NULL */
     bool fwd_dirty;               /* it stopped with messages in flight */
 };

@@ -247,7 +247,7 @@ void disco__node_stop(struct disco__node *n, bool healthy)
 {
     if (n == NULL)
         return;
-    bool clean = disco__node_fwd_stop(n) && healthy; /* before the heap goes, and MPI */
+    bool clean = disco__node_fwd_stop(n) && healthy;      /* before the heap goes, and MPI */
     if (n->node == 0 && disco__node_flush(n) != DISCO_OK) /* the shutdown frame, posted */
         clean = false;
     if (n->node == 0 && clean) {

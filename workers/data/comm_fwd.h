@@ -49,12 +49,12 @@
 #include "disco/shm/wait.h"
 #include "disco/tensor.h"
 
-#define DISCO__FWD_IDLE      0u
-#define DISCO__FWD_POSTED    1u
-#define DISCO__FWD_CLAIMED   2u
-#define DISCO__FWD_TAKEN     3u
-#define DISCO__FWD_DONE      4u
-#define DISCO__FWD_WITHDRAWN 5u
+#define DISCO__FWD_IDLE                0u
+#define DISCO__FWD_POSTED              1u
+#define DISCO__FWD_CLAIMED             2u
+#define DISCO__FWD_TAKEN               3u
+#define DISCO__FWD_DONE                4u
+#define DISCO__FWD_WITHDRAWN           5u
 #define DISCO__FWD_STATE(ticket, step) ((uint64_t)(ticket) << 3 | (step))
 
 #define DISCO__FWD_SEND 1u
@@ -78,10 +78,10 @@ struct disco__fwd_post {
     _Alignas(64) _Atomic uint64_t state; /* DISCO__FWD_STATE(ticket, step) */
     /* The request: written by the worker before POSTED, read by the
      * forwarder while it holds its first CLAIMED (F1). */
-    uint32_t kind;         /* DISCO__FWD_SEND or DISCO__FWD_RECV */
-    int32_t peer;          /* the other worker's global id */
-    uint64_t seq;          /* the worker's command */
-    uint64_t block, off;   /* its heap bytes (a send's source, a receive's target) */
+    uint32_t kind;       /* DISCO__FWD_SEND or DISCO__FWD_RECV */
+    int32_t peer;        /* the other worker's global id */
+    uint64_t seq;        /* the worker's command */
+    uint64_t block, off; /* its heap bytes (a send's source, a receive's target) */
     struct disco__fwd_desc desc;
     /* The answer: written by the forwarder while it holds CLAIMED (F2),
      * read by the worker after DONE. */

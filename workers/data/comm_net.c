@@ -134,7 +134,7 @@ static void describe(struct disco__fwd_desc *d, disco_status_t st, const DLTenso
 struct step_arg {
     struct disco__fwd_post *p;
     uint64_t want; /* the state waited for */
-    bool not;      /* wait for the state to be other than want */
+    bool not ;     /* wait for the state to be other than want */
 };
 
 static bool at_step(void *v)
@@ -212,9 +212,9 @@ static disco_status_t exchange(disco_worker_t *w, uint32_t kind, int peer,
         }
         /* acq_rel: the withdrawal against the forwarder's claim (F1, F2);
          * if it wins, the forwarder never writes this ticket's post. */
-        if (atomic_compare_exchange_strong_explicit(
-                &p->state, &s, DISCO__FWD_STATE(ticket, DISCO__FWD_WITHDRAWN),
-                memory_order_acq_rel, memory_order_acquire))
+        if (atomic_compare_exchange_strong_explicit(&p->state, &s,
+                                                    DISCO__FWD_STATE(ticket, DISCO__FWD_WITHDRAWN),
+                                                    memory_order_acq_rel, memory_order_acquire))
             return st != DISCO_OK ? disco_set_error(st, "%s", why) : DISCO_OK;
     }
 }
@@ -226,9 +226,9 @@ static disco_status_t answer(struct disco__fwd_post *p)
         return DISCO_OK;
     char msg[DISCO__FWD_MSG];
     disco__text_safe(msg, sizeof msg, p->ans_msg, sizeof p->ans_msg);
-    return disco_set_error(
-        disco__status_is_error(p->ans_status) ? (disco_status_t)p->ans_status : DISCO_E_PROTOCOL,
-        "%s", msg);
+    return disco_set_error(disco__status_is_error(p->ans_status) ? (disco_status_t)p->ans_status
+                                                                 : DISCO_E_PROTOCOL,
+                           "%s", msg);
 }
 
 static disco_status_t fits(disco_status_t st, const DLTensor *x, const char *what)
