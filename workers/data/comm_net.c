@@ -60,6 +60,7 @@
  * test_ctx_send_no_receiver (tests/test_node.c).
  */
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -202,12 +203,13 @@ static disco_status_t exchange(disco_worker_t *w, uint32_t kind, int peer,
         if (s == done)
             return DISCO_OK; /* answered after all */
         if (s == DISCO__FWD_STATE(ticket, DISCO__FWD_CLAIMED)) {
-            /* The forwarder holds it for a copy in memory only: bounded. */
-            struct step_arg c = {p, s, true};
-            if (disco_wait_until(&p->q, at_step, &c, w->wait) != DISCO_OK)
-                return st != DISCO_OK
-                           ? disco_set_error(st, "%s (and the forwarder held the post)", why)
-                           : DISCO_OK;
+            /* The forwarder holds it for a copy in memory only (never
+             * across a wait), and may be writing this worker's bytes: the
+             * worker must not return meanwhile, whatever its own wait
+             * says (an abort word, a deadline), so it yields until the
+             * copy ends. Bounded: a forwarder that died mid-copy took
+             * this worker with it (it is its parent, or its process). */
+            sched_yield();
             continue;
         }
         /* acq_rel: the withdrawal against the forwarder's claim (F1, F2);
