@@ -2,6 +2,7 @@
  * workers on two nodes (node_p2p.h), run by tests/test_node_p2p.c. Each
  * worker function checks every byte it receives itself and fails naming
  * the first wrong one. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,8 +249,34 @@ static disco_status_t p2p_nopeer(disco_ctx_t *ctx, const disco_value_t *a, int n
     return which == 0 ? disco_ctx_send(ctx, t, wpn + 1) : disco_ctx_recv(ctx, t, 1);
 }
 
+/* nt.p2p_killpeer(wpn): node 1's leader (its agent's process) dies while
+ * worker 1 (node 0) waits to receive from worker wpn + 1 (node 1, which
+ * dies with it). Worker 1 writes its verdict and the time it took to
+ * stderr, and fails with it. */
+static disco_status_t p2p_killpeer(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                   disco_value_t *ret)
+{
+    (void)n, (void)ret;
+    int wpn = (int)a[0].v.i, g = disco_ctx_worker_id(ctx);
+    if (g == wpn)
+        raise(SIGKILL);
+    if (g != 1)
+        return DISCO_OK;
+    DLDataType i32 = I32;
+    int64_t len = 300;
+    DLTensor *t;
+    disco_status_t st = make(ctx, false, i32, &len, 1, -1, 0, &t);
+    int64_t t0 = disco_now_ns();
+    if (st == DISCO_OK)
+        st = disco_ctx_recv(ctx, t, wpn + 1);
+    fprintf(stderr, "p2p-kill worker 1: %s: %s (took %lld ms)\n", disco_err_name(st),
+            st == DISCO_OK ? "" : disco_last_error(), (long long)((disco_now_ns() - t0) / 1000000));
+    return st;
+}
+
 void node_p2p_register(void)
 {
+    disco_register_func("nt.p2p_killpeer", "i", p2p_killpeer);
     disco_register_func("nt.p2p_pairs", "ib", p2p_pairs);
     disco_register_func("nt.p2p_ring", "ib", p2p_ring);
     disco_register_func("nt.p2p_repeat", "ii", p2p_repeat);
@@ -368,8 +395,21 @@ static int traced(disco_session_t *s, int wpn)
     return 0;
 }
 
+/* nt.p2p_killpeer: the call fails (a node died); printed. */
+static int killpeer(disco_session_t *s, int wpn)
+{
+    disco_dref_t f, r;
+    disco_value_t a[1] = {disco_value_int(wpn)};
+    CHECK(disco_session_get_func(s, "nt.p2p_killpeer", &f));
+    disco_status_t st = disco_session_call_sync_all(s, f, a, 1, &r);
+    printf("p2p-kill: %s: %s\n", disco_err_name(st), disco_last_error());
+    return st != DISCO_OK ? 0 : 1;
+}
+
 int node_p2p_scenario(disco_session_t *s, const char *sc, int wpn)
 {
+    if (strcmp(sc, "p2p-kill") == 0)
+        return killpeer(s, wpn);
     if (strcmp(sc, "p2p-trace") == 0)
         return traced(s, wpn);
     bool dev = getenv("DISCO_SIM_GPUS") != NULL;

@@ -18,6 +18,8 @@
  *                 within the call timeout; then 3 rounds of sends work
  *   p2p-trace     p2p-pairs on host tensors, then node 0's trace records
  *                 of sends and receives printed
+ *   p2p-kill      node 1's process dies while worker 1 (node 0) waits to
+ *                 receive from worker wpn + 1: its verdict on stderr
  */
 #ifndef DISCO_TESTS_NODE_P2P_H
 #define DISCO_TESTS_NODE_P2P_H

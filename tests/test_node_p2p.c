@@ -181,6 +181,32 @@ START_TEST(test_p2p_in_trace)
 }
 END_TEST
 
+/* A node that dies while a worker of another node waits to receive from
+ * one of its workers: the wait ends with DISCO_E_WORKER_DIED naming the
+ * call, its peer and the dead node, within the heartbeat lease (1.5 s
+ * here), not at the deadline; the session reports the death; nothing is
+ * left running. */
+START_TEST(test_p2p_peer_node_dies)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    double secs;
+    int rc = p2p_run(2, 2, false, "p2p-kill", out, sizeof out, &secs);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-kill");
+    const char *want = "p2p-kill worker 1: DISCO_E_WORKER_DIED: disco_ctx_recv from worker 3 (on "
+                       "node 1): node 1 (workers 2-3, host ";
+    const char *p = strstr(out, want), *took = p != NULL ? strstr(p, "(took ") : NULL;
+    long long ms = -1;
+    ck_assert_msg(took != NULL && sscanf(took, "(took %lld ms)", &ms) == 1, "%s", out);
+    ck_assert_msg(ms < 6000, "the receive took %lld ms to fail\n%s", ms, out);
+    ck_assert_msg(strstr(out, "p2p-kill: DISCO_E_WORKER_DIED: ") != NULL, "%s", out);
+    ck_assert_msg(secs < 60.0, "the job took %.1f s to end", secs);
+    assert_nothing_left();
+}
+END_TEST
+
 Suite *suite_node_p2p(void)
 {
     Suite *s = suite_create("node_p2p");
@@ -192,6 +218,7 @@ Suite *suite_node_p2p(void)
     tcase_add_test(tc, test_p2p_mismatch_both_ends);
     tcase_add_test(tc, test_p2p_no_peer_times_out);
     tcase_add_test(tc, test_p2p_in_trace);
+    tcase_add_test(tc, test_p2p_peer_node_dies);
     suite_add_tcase(s, tc);
     return s;
 }

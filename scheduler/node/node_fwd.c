@@ -166,15 +166,33 @@ static void send_ack(struct disco__fwd *f, int node, const struct wire_head *h, 
     push_out(f, o, node, tag, sizeof *a);
 }
 
-/* A request's failure at the deadline, in the words of comm_net.c's
- * worker side: "disco_ctx_send to worker 3 (on node 1): no answer within
- * N ms". */
-static void timed_out(const struct disco__fwd *f, char *msg, size_t cap, const char *what, int peer,
-                      int64_t waited_ns)
+/* The call and its peer in the words of comm_net.c's worker side:
+ * "disco_ctx_send to worker 3 (on node 1)"; at the deadline, then
+ * ": no answer within N ms" (waited_ns > 0). */
+static void call_words(const struct disco__fwd *f, char *msg, size_t cap, const char *what,
+                       int peer, int64_t waited_ns)
 {
-    snprintf(msg, cap, "%s worker %d (%s node %d): no answer within %lld ms", what, peer,
-             peer % f->world == 0 ? "the leader of" : "on", peer / f->world,
-             (long long)(waited_ns / 1000000));
+    int n = snprintf(msg, cap, "%s worker %d (%s node %d)", what, peer,
+                     peer % f->world == 0 ? "the leader of" : "on", peer / f->world);
+    if (waited_ns > 0 && n > 0 && (size_t)n < cap)
+        snprintf(msg + n, cap - (size_t)n, ": no answer within %lld ms",
+                 (long long)(waited_ns / 1000000));
+}
+
+/* Answers worker wid's request ticket, waiting on node k (what: the call
+ * and its peer in words), with k's death when the heartbeats found it
+ * dead (only the controller watches the other nodes; an agent watches the
+ * controller). Returns whether it did. */
+static bool answer_if_dead(struct disco__fwd *f, int wid, uint64_t ticket, int k, const char *what)
+{
+    /* Relaxed: the link thread's verdict, one word read alone (as
+     * node_wait.c's waits read it). */
+    if (k < 0 || k >= f->n->nodes ||
+        !atomic_load_explicit(&f->n->peer[k].dead, memory_order_relaxed))
+        return false;
+    disco_status_t st = disco__node_dead(f->n, k, what);
+    answer(f, wid, ticket, st, disco_last_error(), 0, NULL, NULL, 0);
+    return true;
 }
 
 /* ---- F1: the workers' new requests ---- */
@@ -234,9 +252,13 @@ static bool scan_posts(struct disco__fwd *f, int64_t now)
         uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
         if (r->live && s != DISCO__FWD_STATE(r->ticket, DISCO__FWD_TAKEN))
             r->live = false; /* withdrawn: its DATA waits for a new request, or expires */
+        char msg[DISCO__FWD_MSG];
+        if (r->live)
+            call_words(f, msg, sizeof msg, "disco_ctx_recv from", r->from, 0);
+        if (r->live && answer_if_dead(f, wid, r->ticket, r->from / f->world, msg))
+            r->live = false, moved = true;
         if (r->live && now - r->since > f->limit_ns) {
-            char msg[DISCO__FWD_MSG];
-            timed_out(f, msg, sizeof msg, "disco_ctx_recv from", r->from, now - r->since);
+            call_words(f, msg, sizeof msg, "disco_ctx_recv from", r->from, now - r->since);
             answer(f, wid, r->ticket, DISCO_E_TIMEOUT, msg, 0, NULL, NULL, 0);
             r->live = false;
             moved = true;
@@ -461,9 +483,14 @@ static bool progress_outs(struct disco__fwd *f, int64_t now)
     for (struct out_msg **pp = &f->outs; *pp != NULL;) {
         struct out_msg *o = *pp;
         bool cancel = false;
+        char msg[DISCO__FWD_MSG];
+        if (!o->answered && o->wid >= 0) {
+            call_words(f, msg, sizeof msg, "disco_ctx_send to", o->to, 0);
+            if (answer_if_dead(f, o->wid, o->ticket, o->to / f->world, msg))
+                o->answered = cancel = true;
+        }
         if (!o->answered && o->wid >= 0 && now - o->since > f->limit_ns) {
-            char msg[DISCO__FWD_MSG];
-            timed_out(f, msg, sizeof msg, "disco_ctx_send to", o->to, now - o->since);
+            call_words(f, msg, sizeof msg, "disco_ctx_send to", o->to, now - o->since);
             answer(f, o->wid, o->ticket, DISCO_E_TIMEOUT, msg, 0, NULL, NULL, 0);
             o->answered = cancel = true;
         }
