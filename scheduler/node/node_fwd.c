@@ -3,15 +3,21 @@
  * the design, N1-N4, is at the top of workers/data/comm_net.c, the post
  * protocol F1-F2 in workers/data/comm_fwd.h).
  *
- * One thread a node, on a communicator of its own (n->fwd), two tags:
- * DATA (a send's description and bytes, one message) and ACK (the
- * receiver's verdict). It never blocks: every message is taken as it comes
+ * One thread a node, on a communicator of its own (n->fwd), three tags:
+ * DATA (a send's description and bytes, one message), ACK (the
+ * receiver's verdict) and CANCEL (a sender gave up). It never blocks: every message is taken as it comes
  * (MPI_Improbe, then MPI_Imrecv into its own memory), every send is
  * MPI_Isend from its own memory, every request is polled with MPI_Test, and
  * the workers' posts are polled in the same loop, pausing as the node
  * link's waits do (disco__node_backoff) when nothing moved. So requests of
  * any number of pairs, in both directions between the same two nodes,
  * proceed together.
+ *
+ * Deadline: a request it took and could not answer within 4/5 of the
+ * call timeout is answered DISCO_E_TIMEOUT (comm_fwd.h), one that waits on
+ * a node the heartbeats found dead DISCO_E_WORKER_DIED at once (the
+ * controller watches every node; an agent only the controller); a send
+ * given up is cancelled at the receiving node.
  *
  * Memory: a send's message lives until MPI sent it and its answer came
  * (or its sender withdrew); a DATA received lives until its receiver's
