@@ -41,22 +41,34 @@
  * DATA is dropped (with a refusal back) once its receiver's request names
  * a later command, or after the call deadline; a late ACK is dropped.
  *
- * Deadlines. Each worker waits for its answer under its own call deadline
- * (its session wait: the deadline, the session's abort word, its liveness
- * check); one that ends unanswered withdraws (comm_fwd.h) and fails with
- * DISCO_E_TIMEOUT naming the peer (global id) and its node: there is no
- * mark of a command's end to read across nodes, as there is on one node.
- * After a withdrawal the forwarder writes nothing into that worker's post
- * or bytes (it only ever writes while it holds CLAIMED), and a send's
- * bytes were copied at the claim, so a timeout leaves no MPI request on
- * any worker's memory and the session stays usable. A node found dead
- * (the heartbeats) leaves its requests to their deadlines.
+ * Deadlines. A worker process's waits have no deadline of their own (its
+ * session wait: the session's abort word, its controller's liveness), so
+ * the forwarder keeps the time: a request it took and could not answer
+ * within 4/5 of the call timeout it answers with DISCO_E_TIMEOUT naming
+ * the peer (global id) and its node ("disco_ctx_send to worker 3 (on node
+ * 1): no answer within 8000 ms"), before the controller's own wait for
+ * the command ends (which would kill the worker instead of reporting it).
+ * There is no mark of a command's end to read across nodes, as there is
+ * on one node. A request that waits on a node the heartbeats found dead
+ * fails at once with DISCO_E_WORKER_DIED naming it (the controller's node
+ * watches every node; an agent's only the controller). A worker whose
+ * own wait ends first (worker 0's has the call deadline; an abort)
+ * withdraws (comm_fwd.h) and fails naming the peer the same way. After a
+ * withdrawal the forwarder writes nothing into that worker's post or bytes
+ * (it only ever writes while it holds CLAIMED), a send's bytes were copied
+ * at the claim, and a send given up is cancelled at the receiving node
+ * (its DATA dropped if not yet taken), so a timeout leaves no MPI request
+ * on any worker's memory and the session stays usable. A receive that
+ * took the bytes just before its sender gave up is kept: the sender's
+ * failure then does not mean the bytes were not delivered (as with any
+ * network timeout).
  *
  * Limits: one message a send (description and bytes): at most INT_MAX
  * bytes across nodes (DISCO_E_UNSUPPORTED beyond). Tests:
  * tests/test_node_p2p.c (every pair of leaders and non-leaders, both
  * directions at once, a ring of groups, host and sim tensors, mismatch,
- * no peer, 200 sends in a row), test_ctx_more_across_nodes and
+ * no peer, a peer's node dying, 200 sends in a row, the trace),
+ * test_ctx_more_across_nodes and
  * test_ctx_send_no_receiver (tests/test_node.c).
  */
 #include <limits.h>
