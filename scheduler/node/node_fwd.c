@@ -5,13 +5,11 @@
  *
  * One thread a node, on a communicator of its own (n->fwd), three tags:
  * DATA (a send's description and bytes, one message), ACK (the
- * receiver's verdict) and CANCEL (a sender gave up). It never blocks: every message is taken as it comes
- * (MPI_Improbe, then MPI_Imrecv into its own memory), every send is
- * MPI_Isend from its own memory, every request is polled with MPI_Test, and
- * the workers' posts are polled in the same loop, pausing as the node
- * link's waits do (disco__node_backoff) when nothing moved. So requests of
- * any number of pairs, in both directions between the same two nodes,
- * proceed together.
+ * receiver's verdict) and CANCEL (a sender gave up). It never blocks: every message is taken as it
+ * comes (MPI_Improbe, then MPI_Imrecv into its own memory), every send is MPI_Isend from its own
+ * memory, every request is polled with MPI_Test, and the workers' posts are polled in the same
+ * loop, pausing as the node link's waits do (disco__node_backoff) when nothing moved. So requests
+ * of any number of pairs, in both directions between the same two nodes, proceed together.
  *
  * Deadline: a request it took and could not answer within 4/5 of the
  * call timeout is answered DISCO_E_TIMEOUT (comm_fwd.h), one that waits on
