@@ -553,11 +553,12 @@ static void *fwd_main(void *arg)
 
 disco_status_t disco__node_fwd_start(struct disco__node *n, disco_worker_t *w0)
 {
+    if (w0->coll == NULL || w0->heap == NULL) /* every process session has both */
+        return disco_set_error(
+            DISCO_E_PROTOCOL, "node link: the forwarder needs the node's heap and collective area");
     struct disco__fwd *f = calloc(1, sizeof *f);
-    if (f == NULL || w0->coll == NULL || w0->heap == NULL) {
-        free(f);
+    if (f == NULL)
         return disco_set_error(DISCO_E_NOMEM, "node link: the forwarder");
-    }
     *f = (struct disco__fwd){.n = n,
                              .heap = w0->heap,
                              .coll = w0->coll,
