@@ -186,8 +186,9 @@ static disco_status_t p2p_repeat(disco_ctx_t *ctx, const disco_value_t *a, int n
 
 /* nt.p2p_mismatch(wpn, dev): worker 1 sends to worker wpn + 1 (not
  * leaders) int32[300] which it receives as float32[300], then as
- * int32[301], then (dev) as a sim tensor; then a send that matches, which
- * must go through. Returns the words of each failure, one a line, as
+ * int32[301], then (dev) as a sim tensor; then worker 1 sends NULL (each
+ * end writes its verdict to stderr); then a send that matches, which must
+ * go through. Returns the words of each failure, one a line, as
  * "NAME: words" (every one must be DISCO_E_MISMATCH). */
 static disco_status_t p2p_mismatch(disco_ctx_t *ctx, const disco_value_t *a, int n,
                                    disco_value_t *ret)
@@ -219,6 +220,13 @@ static disco_status_t p2p_mismatch(disco_ctx_t *ctx, const disco_value_t *a, int
         snprintf(words + used, sizeof words - used, "%s: %s\n", disco_err_name(st),
                  st == DISCO_OK ? "" : disco_last_error());
     }
+    /* The sender's own failure (no tensor): both ends fail with it, the
+     * receiver in the sender's words, neither at the deadline. */
+    if ((st = make(ctx, false, i32, &len, 1, -1, 0, &t)) != DISCO_OK)
+        return st;
+    st = g == 1 ? disco_ctx_send(ctx, NULL, wpn + 1) : disco_ctx_recv(ctx, t, 1);
+    fprintf(stderr, "p2p-fail worker %d: %s: %s\n", g, disco_err_name(st),
+            st == DISCO_OK ? "" : disco_last_error());
     if ((st = make(ctx, false, i32, &len, 1, g == 1 ? 1 : -1, 9, &t)) != DISCO_OK)
         return st;
     st = g == 1 ? disco_ctx_send(ctx, t, wpn + 1) : disco_ctx_recv(ctx, t, 1);

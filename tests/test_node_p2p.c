@@ -102,7 +102,9 @@ END_TEST
 /* A dtype, a shape and a device type (host to sim) that differ between
  * two non-leaders on two nodes: DISCO_E_MISMATCH on both ends, the
  * sender's words holding the receiver's (the scenario compares them), and
- * neither waits for the deadline; then a send that matches goes through. */
+ * neither waits for the deadline; a sender failing on its own argument
+ * (NULL) fails the receiver in its words; then a send that matches goes
+ * through. */
 START_TEST(test_p2p_mismatch_both_ends)
 {
     if (!can_run())
@@ -115,6 +117,14 @@ START_TEST(test_p2p_mismatch_both_ends)
     ck_assert_msg(strstr(out, "p2p-mismatch: 3 alike, alike") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "worker 3 receives float32 of 1 dims") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "(device type 12)") != NULL, "%s", out);
+    /* A sender that fails on its own argument: both ends fail, the
+     * receiver in its words. */
+    ck_assert_msg(
+        strstr(out, "p2p-fail worker 1: DISCO_E_INVAL: disco_ctx_send: a tensor is NULL") != NULL,
+        "%s", out);
+    ck_assert_msg(strstr(out, "p2p-fail worker 3: DISCO_E_INVAL: disco_ctx_recv: worker 1: "
+                              "disco_ctx_send: a tensor is NULL") != NULL,
+                  "%s", out);
     ck_assert_msg(secs < 8.0, "took %.1f s: a mismatch waited for the deadline\n%s", secs, out);
     assert_nothing_left();
 }
