@@ -222,7 +222,8 @@ static void take_send(struct disco__fwd *f, int wid, uint64_t ticket, struct dis
         why = "disco_ctx_send: the forwarder has no memory for the message", bad = DISCO_E_NOMEM;
     if (why != NULL) {
         free(o), free(buf);
-        /* Release: CLAIMED -> TAKEN so that answer() may claim it again. */
+        /* Release: CLAIMED -> TAKEN so that answer() may claim it again;
+         * pairs with the worker's acquire in its withdrawal (W2's loop). */
         atomic_store_explicit(&p->state, DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN),
                               memory_order_release);
         answer(f, wid, ticket, bad, why, 0, NULL, NULL, 0);
@@ -231,7 +232,9 @@ static void take_send(struct disco__fwd *f, int wid, uint64_t ticket, struct dis
     memcpy(buf, &h, sizeof h);
     if (n != 0)
         memcpy(buf + sizeof h, src, n);
-    /* Release: F1 done, the worker's bytes copied; it may withdraw now. */
+    /* Release: F1 done, the worker's bytes copied; it may withdraw now
+     * (pairs with the acquire of its wait, at_step, and of its withdrawal
+     * compare-and-swap in comm_net.c). */
     atomic_store_explicit(&p->state, DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN),
                           memory_order_release);
     disco_waitq_wake(&p->q);
@@ -288,7 +291,8 @@ static bool scan_posts(struct disco__fwd *f, int64_t now)
                                .block = p->block,
                                .off = p->off,
                                .desc = p->desc};
-        /* Release: F1 done; the worker may withdraw now. */
+        /* Release: F1 done; the worker may withdraw now (pairs with the
+         * acquire of its withdrawal compare-and-swap, comm_net.c). */
         atomic_store_explicit(&p->state, DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN),
                               memory_order_release);
         disco_waitq_wake(&p->q);
