@@ -59,6 +59,7 @@ SONAME   := libdisco.so.3
 # by tools/deps.sh): its link is compiled with mpicc's flags and linked
 # with its libraries; without it, node_none.c refuses such sessions.
 NODE_MPI_SRC := scheduler/node/node_mpi.c scheduler/node/node_msg.c scheduler/node/node_link.c \
+    scheduler/node/node_fwd.c \
     scheduler/node/node_net.c scheduler/node/node_wait.c
 # NO_MPI=1 builds without it even where it is installed (the test of that
 # build: the node suite skips, saying so).
@@ -158,7 +159,8 @@ $(TEST_BIN): $(TEST_OBJ) $(SOAK_OBJ) $(BUILD)/libdisco.a
 # communication scenarios in tests/node_comm.c), run under mpirun by
 # tests/test_node.c.
 NODE_PROG := $(BUILD)/bin/node_prog
-$(NODE_PROG): $(BUILD)/obj/tests/node_prog.o $(BUILD)/obj/tests/node_comm.o $(BUILD)/libdisco.a
+$(NODE_PROG): $(BUILD)/obj/tests/node_prog.o $(BUILD)/obj/tests/node_comm.o \
+    $(BUILD)/obj/tests/node_p2p.o $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
 
@@ -550,5 +552,5 @@ $(BUILD)/.cuda-$(CUDA_MODE):
 	@mkdir -p $(@D) && rm -f $(BUILD)/.cuda-* && touch $@
 
 -include $(LIB_OBJ:.o=.d) $(PY_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(DEMOLIB_SRC:%.c=$(BUILD)/obj/%.d) \
-    $(BUILD)/obj/tests/node_prog.d $(BUILD)/obj/tests/node_comm.d $(BUILD)/obj/tools/bench/node_bench.d $(BUILD)/obj/testlib/testlib.d \
+    $(BUILD)/obj/tests/node_prog.d $(BUILD)/obj/tests/node_comm.d $(BUILD)/obj/tests/node_p2p.d $(BUILD)/obj/tools/bench/node_bench.d $(BUILD)/obj/testlib/testlib.d \
     $(BUILD)/obj/testlib/testlib_comm.d

@@ -1,7 +1,7 @@
 /* node_comm.c - node_prog's scenarios of in-worker communication
  * (<disco/comm.h>) beyond the ctx one: broadcast from a root on another
- * node, allgather, send and receive between the nodes' leaders (and the
- * refusal for the other workers), send_to_next_group, a root that differs
+ * node, allgather, send and receive between the nodes' leaders and
+ * between other workers, send_to_next_group, a root that differs
  * between nodes (node_comm.h). Each worker function checks every element
  * itself and fails naming the first wrong one. */
 #include <stdio.h>
@@ -69,24 +69,24 @@ static disco_status_t bcast_from(disco_ctx_t *ctx, bool dev, int root)
     return st;
 }
 
-/* The leaders (worker 0 of each node, ids k * wpn) in a ring: leader k
- * receives from leader k - 1 (but leader 0, which sends first), then
- * sends its own values to leader k + 1; leader 0 receives from the last
- * last. n elements each, element i = sender * 1000 + i + 7. */
-static disco_status_t leaders_ring(disco_ctx_t *ctx, bool dev, int wpn, int64_t n)
+/* The workers of rank r on their nodes (r 0: the leaders, ids k * wpn) in
+ * a ring: worker k receives from worker k - 1 (but node 0's, which sends
+ * first), then sends its own values to node k + 1's; node 0's receives
+ * from the last last. n elements each, element i = sender * 1000 + i + 7. */
+static disco_status_t rank_ring(disco_ctx_t *ctx, bool dev, int wpn, int r, int64_t n)
 {
     int g = disco_ctx_worker_id(ctx), world = disco_ctx_world_size(ctx), nodes = world / wpn;
-    int k = g / wpn, prev = (k + nodes - 1) % nodes * wpn, next = (k + 1) % nodes * wpn;
+    int k = g / wpn, prev = (k + nodes - 1) % nodes * wpn + r, next = (k + 1) % nodes * wpn + r;
     DLTensor *out = NULL, *in = NULL;
     disco_status_t st = make(ctx, dev, n, g * 1000 + 7, &out);
     if (st == DISCO_OK)
         st = make(ctx, dev, n, -1, &in);
     if (st == DISCO_OK && k > 0 && (st = disco_ctx_recv(ctx, in, prev)) == DISCO_OK)
-        st = check(ctx, "recv from the previous leader", in, prev * 1000 + 7, 0);
+        st = check(ctx, "recv from the previous node", in, prev * 1000 + 7, 0);
     if (st == DISCO_OK)
         st = disco_ctx_send(ctx, out, next);
     if (st == DISCO_OK && k == 0 && (st = disco_ctx_recv(ctx, in, prev)) == DISCO_OK)
-        st = check(ctx, "recv from the last leader", in, prev * 1000 + 7, 0);
+        st = check(ctx, "recv from the last node", in, prev * 1000 + 7, 0);
     return st;
 }
 
@@ -94,9 +94,8 @@ static disco_status_t leaders_ring(disco_ctx_t *ctx, bool dev, int wpn, int64_t 
  * device tensors: broadcast from the last worker and from worker 1,
  * allgather over the world; the leaders' ring of sends (small, then
  * large); the first of each group sends to the next group's first
- * (send_to_next_group, a chain); across nodes, a worker that is not its
- * node's leader is refused at once sending to another node's worker.
- * Returns 1. */
+ * (send_to_next_group, a chain); the workers of rank 1 on their nodes in
+ * a ring of sends too (not leaders: forwarded). Returns 1. */
 static disco_status_t ctx_more(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
 {
     (void)n;
@@ -115,9 +114,9 @@ static disco_status_t ctx_more(disco_ctx_t *ctx, const disco_value_t *a, int n, 
     if (st == DISCO_OK && (st = disco_ctx_allgather(ctx, x, z, false)) == DISCO_OK)
         st = check(ctx, "allgather", z, 0, LEN);
     if (st == DISCO_OK && g % wpn == 0 && world / wpn > 1)
-        st = leaders_ring(ctx, dev, wpn, LEN);
+        st = rank_ring(ctx, dev, wpn, 0, LEN);
     if (st == DISCO_OK && g % wpn == 0 && world / wpn > 1)
-        st = leaders_ring(ctx, dev, wpn, BIG);
+        st = rank_ring(ctx, dev, wpn, 0, BIG);
     /* Groups are the nodes' (node_prog opens as many as nodes). */
     if (st == DISCO_OK && g % wpn == 0 && g > 0 && (st = make(ctx, dev, LEN, -1, &t)) == DISCO_OK &&
         (st = disco_ctx_recv_from_prev_group(ctx, t)) == DISCO_OK)
@@ -125,14 +124,8 @@ static disco_status_t ctx_more(disco_ctx_t *ctx, const disco_value_t *a, int n, 
     if (st == DISCO_OK && g % wpn == 0 && g + wpn < world &&
         (st = make(ctx, dev, LEN, g * 1000 + 9, &t)) == DISCO_OK)
         st = disco_ctx_send_to_next_group(ctx, t);
-    if (st == DISCO_OK && g % wpn == 1 && disco__worker_multinode(ctx->worker)) {
-        disco_status_t got = make(ctx, dev, LEN, 0, &t);
-        if (got == DISCO_OK)
-            got = disco_ctx_send(ctx, t, (g + wpn) % world);
-        if (got != DISCO_E_UNSUPPORTED || strstr(disco_last_error(), "leaders") == NULL)
-            st = disco_ctx_fail(ctx, "worker %d: a send to worker %d on another node: %s: %s", g,
-                                (g + wpn) % world, disco_err_name(got), disco_last_error());
-    }
+    if (st == DISCO_OK && g % wpn == 1 && world / wpn > 1) /* forwarded by the leaders */
+        st = rank_ring(ctx, dev, wpn, 1, BIG);
     if (st == DISCO_OK)
         *ret = disco_value_int(1);
     return st;

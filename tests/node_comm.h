@@ -3,8 +3,8 @@
  *   ctx-more      broadcast from the last worker and from worker 1,
  *                 allgather, the leaders' ring of sends (300 and 300000
  *                 int32), send_to_next_group along the groups' first
- *                 workers, the refusal of a send between two workers that
- *                 are not their nodes' leaders; then a broadcast whose
+ *                 workers, a ring of sends (300000 int32) among the
+ *                 workers of rank 1 of each node; then a broadcast whose
  *                 root differs between nodes: DISCO_E_MISMATCH on every
  *                 worker, in the same words across nodes; and a send of
  *                 300 elements from leader 0 to leader 1, which receives

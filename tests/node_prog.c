@@ -38,6 +38,7 @@
 #include "scheduler/node/node.h"
 #include "scheduler/session/session_impl.h"
 #include "tests/node_comm.h"
+#include "tests/node_p2p.h"
 #include "workers/core/ctx.h"
 #include "workers/core/net.h"
 #include "workers/core/protocol.h"
@@ -490,6 +491,7 @@ int main(int argc, char **argv)
     disco_register_func("nt.spoof", "ii", spoof);
     disco_register_func("nt.drain", "ii", drain);
     node_comm_register();
+    node_p2p_register();
     disco_session_config_t cfg = disco_session_config_default(0);
     cfg.call_timeout_ms = 10000;
     if (argc >= 5 && strcmp(argv[3], "--local") == 0) {
@@ -508,6 +510,8 @@ int main(int argc, char **argv)
         return strcmp(sc, "open-fails") == 0 ? 0 : 1;
     }
     int rc = node_comm_scenario(s, sc, wpn);
+    if (rc < 0)
+        rc = node_p2p_scenario(s, sc, wpn);
     if (rc >= 0)
         ; /* one of tests/node_comm.c's */
     else if (strcmp(sc, "ids") == 0)

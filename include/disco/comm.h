@@ -90,14 +90,15 @@ disco_status_t disco_ctx_barrier(disco_ctx_t *ctx, bool in_group);
 /** Sends t's bytes to worker to_worker, which receives them with
  *  disco_ctx_recv(ctx, t', this worker) into a tensor of the same dtype and
  *  shape. Returns once the receiver has copied them (t may then be reused).
- *  Only the two workers take part. Across nodes only the nodes' leaders
- *  (worker 0 of each node) send and receive (docs/worker-comm.md, Across
- *  nodes). Returns DISCO_OK; DISCO_E_INVAL (bad worker, itself, not in a
- *  worker function); DISCO_E_UNSUPPORTED (on another node, and this worker
- *  or the peer is not its node's leader: on both ends); DISCO_E_MISMATCH
- *  (the receiver's tensor differs, or the receiver ended its command
- *  without receiving, seen on one node only); the session's failure
- *  (across nodes a peer that never receives: DISCO_E_TIMEOUT). */
+ *  Only the two workers take part (across nodes, any two workers: the
+ *  bytes go through a forwarding thread in each node's MPI process;
+ *  docs/worker-comm.md, Across nodes). Returns DISCO_OK; DISCO_E_INVAL (bad
+ *  worker, itself, not in a worker function); DISCO_E_MISMATCH (the
+ *  receiver's tensor differs, on both ends, or the receiver ended its
+ *  command without receiving, seen on one node only); DISCO_E_TIMEOUT
+ *  (across nodes, a peer that never receives: after 4/5 of the call
+ *  timeout, naming it and its node); DISCO_E_UNSUPPORTED (across nodes,
+ *  more than INT_MAX bytes); the session's failure. */
 disco_status_t disco_ctx_send(disco_ctx_t *ctx, const DLTensor *t, int to_worker);
 
 /** Receives into t what worker from_worker sends with disco_ctx_send.

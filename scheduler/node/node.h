@@ -107,6 +107,14 @@ disco_status_t disco__node_send_up(struct disco__node *n, uint32_t kind, int32_t
  *  cannot finalize, so then it is left to the process's exit. Frees n. */
 void disco__node_stop(struct disco__node *n, bool healthy);
 
+/** Stops the forwarding thread of comm.h's sends across nodes
+ *  (node_fwd.c; nothing if none or already stopped), then lets its
+ *  messages in flight finish for a while. Returns whether none is left in
+ *  flight (else MPI must not be finalized). Called before the node's heap
+ *  is unmapped and before MPI_Finalize: by disco__node_serve as it ends
+ *  and by disco__node_stop. */
+bool disco__node_fwd_stop(struct disco__node *n);
+
 /** The node this link is (0: the controller). */
 int disco__node_self(const struct disco__node *n);
 

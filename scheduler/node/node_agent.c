@@ -92,7 +92,18 @@ static disco_status_t relay(struct disco_session *s, struct disco__node *n, cons
     return disco__node_send_up(n, DISCO_NODE_UP_REPLY, DISCO_OK, s->seq, s->reply, rlen);
 }
 
+static int serve(struct disco_session *s, struct disco__node *n);
+
 int disco__node_serve(struct disco_session *s, struct disco__node *n)
+{
+    int code = serve(s, n);
+    /* Before the caller closes the node's session (its heap unmapped):
+     * the forwarder reads and writes the workers' posts and bytes. */
+    disco__node_fwd_stop(n);
+    return code;
+}
+
+static int serve(struct disco_session *s, struct disco__node *n)
 {
     bool told = false; /* the controller knows this node broke */
     for (;;) {

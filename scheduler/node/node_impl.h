@@ -16,7 +16,6 @@
 #define NODE_TAG_UP   2 /* agent -> controller: enum disco__node_up */
 #define NODE_TAG_BEAT 3 /* both ways, on the heartbeat communicator: empty */
 #define NODE_TAG_DATA 4 /* leaders' point-to-point collective bytes */
-#define NODE_TAG_P2P  5 /* comm.h's send/recv between leaders: chan 0, 1 at 5, 6 */
 
 #define NODE_BATCH_BYTES  (64u * 1024u) /* a batch is sent once it holds this much */
 #define NODE_BATCH_FRAMES 64u           /* or this many frames */
@@ -54,6 +53,7 @@ struct disco__node {
     MPI_Comm cmd;  /* frames and messages up */
     MPI_Comm beat; /* heartbeats: only the link thread uses it */
     MPI_Comm data; /* leaders' collectives: only worker 0's thread */
+    MPI_Comm fwd;  /* comm.h's sends across nodes: only the forwarding thread */
     int64_t timeout_ns, lease_ns, beat_ns;
     struct disco__node_peer *peer; /* [nodes]: the controller uses 1..; an agent 0 */
 
@@ -86,7 +86,9 @@ struct disco__node {
     bool link_started;
     _Atomic int stop; /* relaxed: the thread only polls it */
 
-    struct disco__net net; /* worker 0's view, for collectives */
+    struct disco__net net;        /* worker 0's view, for collectives */
+    struct disco__fwd *fwd_state; /* the forwarding thread (node_fwd.c), or NULL */
+    bool fwd_dirty;               /* it stopped with messages in flight */
 };
 
 /** Monotonic time in ns. */
@@ -117,6 +119,12 @@ disco_status_t disco__node_flush_locked(struct disco__node *n);
 /** Starts and stops the heartbeat thread (node_link.c). */
 disco_status_t disco__node_link_start(struct disco__node *n);
 void disco__node_link_stop(struct disco__node *n);
+
+/** Starts the forwarding thread (node_fwd.c) on n->fwd, serving the
+ *  posts of w0's node (its heap and collective area, mapped in this
+ *  process until disco__node_fwd_stop). Returns DISCO_OK, DISCO_E_NOMEM,
+ *  DISCO_E_SYS. */
+disco_status_t disco__node_fwd_start(struct disco__node *n, disco_worker_t *w0);
 
 /** Sets n->net (node_mpi.c). */
 void disco__node_net_init(struct disco__node *n);

@@ -219,10 +219,13 @@ disco_status_t disco__node_start(const disco_session_config_t *cfg,
     int64_t deadline = now + n->timeout_ns;
     if (st == DISCO_OK && (st = dup_comm(n, &n->cmd, deadline)) == DISCO_OK &&
         (st = dup_comm(n, &n->beat, deadline)) == DISCO_OK &&
-        (st = dup_comm(n, &n->data, deadline)) == DISCO_OK)
+        (st = dup_comm(n, &n->data, deadline)) == DISCO_OK &&
+        (st = dup_comm(n, &n->fwd, deadline)) == DISCO_OK)
         st = handshake(n, cfg, deadline);
     if (st == DISCO_OK)
         st = disco__node_link_start(n);
+    if (st == DISCO_OK && (st = disco__node_fwd_start(n, w0)) != DISCO_OK)
+        disco__node_link_stop(n);
     if (st != DISCO_OK) {
         /* MPI cannot be finalized with a peer gone or a request pending:
          * left to the process's exit, as after a death. */
@@ -244,7 +247,7 @@ void disco__node_stop(struct disco__node *n, bool healthy)
 {
     if (n == NULL)
         return;
-    bool clean = healthy;
+    bool clean = disco__node_fwd_stop(n) && healthy;      /* before the heap goes, and MPI */
     if (n->node == 0 && disco__node_flush(n) != DISCO_OK) /* the shutdown frame, posted */
         clean = false;
     if (n->node == 0 && clean) {
@@ -273,6 +276,7 @@ void disco__node_stop(struct disco__node *n, bool healthy)
         MPI_Comm_free(&n->cmd);
         MPI_Comm_free(&n->beat);
         MPI_Comm_free(&n->data);
+        MPI_Comm_free(&n->fwd);
         if (n->we_init)
             MPI_Finalize();
     }

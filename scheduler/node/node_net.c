@@ -87,20 +87,6 @@ static disco_status_t net_send(struct disco__net *net, int to, const void *buf, 
     return net_p2p(net, to, (void *)buf, bytes, true, NODE_TAG_DATA);
 }
 
-/* comm.h's send and receive between leaders: tags of their own, so that
- * neither a collective's bytes nor the other channel's are ever matched. */
-static disco_status_t net_p2p_send(struct disco__net *net, int to, int chan, const void *buf,
-                                   size_t bytes)
-{
-    return net_p2p(net, to, (void *)buf, bytes, true, NODE_TAG_P2P + (chan != 0));
-}
-
-static disco_status_t net_p2p_recv(struct disco__net *net, int from, int chan, void *buf,
-                                   size_t bytes)
-{
-    return net_p2p(net, from, buf, bytes, false, NODE_TAG_P2P + (chan != 0));
-}
-
 static disco_status_t net_bcast(struct disco__net *net, int root, void *buf, size_t bytes)
 {
     struct disco__node *n = of(net);
@@ -199,7 +185,5 @@ void disco__node_net_init(struct disco__node *n)
                                  .allgather = net_allgather,
                                  .gather = net_gather,
                                  .scatter = net_scatter,
-                                 .p2p_send = net_p2p_send,
-                                 .p2p_recv = net_p2p_recv,
                                  .impl = n};
 }

@@ -79,3 +79,9 @@ int disco__node_self(const struct disco__node *n)
     (void)n;
     return 0;
 }
+
+bool disco__node_fwd_stop(struct disco__node *n)
+{
+    (void)n;
+    return true;
+}

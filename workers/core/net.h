@@ -38,14 +38,6 @@ struct disco__net {
      *  block; root keeps its own in place). A non-root buf NULL: the block
      *  is taken and dropped (bounded as recv's). */
     disco_status_t (*scatter)(struct disco__net *n, int root, void *buf, size_t block);
-    /** As send and recv, for comm.h's send and receive between two
-     *  leaders: chan 0 carries descriptions and bytes, chan 1 the
-     *  acknowledgements. A collective's messages never match these, nor
-     *  one channel's the other's (so an unread acknowledgement cannot be
-     *  taken for a description). */
-    disco_status_t (*p2p_send)(struct disco__net *n, int to, int chan, const void *buf,
-                               size_t bytes);
-    disco_status_t (*p2p_recv)(struct disco__net *n, int from, int chan, void *buf, size_t bytes);
     void *impl;
 };
 

@@ -116,6 +116,7 @@
 
 #include "disco/tensor.h"
 #include "disco/shm/wait.h"
+#include "workers/data/comm_fwd.h"
 
 struct disco__barrier {
     _Alignas(64) _Atomic uint64_t state; /* generation << 32 | members arrived */
@@ -157,6 +158,9 @@ struct disco__p2p {
     uint64_t block, off;
     int64_t shape[DISCO_MAX_NDIM];
     disco_waitq_t q; /* the sender parks here for its ack */
+    /* Its send or receive across nodes, served by the forwarding thread
+     * of its node's leader (comm_fwd.h). */
+    struct disco__fwd_post fwd;
 };
 #define DISCO__P2P_IDLE      0u
 #define DISCO__P2P_POSTED    1u

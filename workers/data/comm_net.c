@@ -1,233 +1,304 @@
 /* comm_net.c - disco_ctx_send and disco_ctx_recv (<disco/comm.h>) between
- * workers on two nodes (comm_net.h).
+ * workers on two nodes (comm_net.h): the worker's side.
  *
  * Design. Only the two workers take part in a send, but the MPI link
  * between nodes lives in each node's leader (its worker 0, in the node's
- * MPI process); the other workers are forked processes without MPI.
+ * MPI process); the other workers are forked processes without MPI, and
+ * the leader itself is busy in its own worker function when a send
+ * happens (it may itself be sending: its own thread cannot serve the
+ * others). So every send or receive across nodes, a leader's included,
+ * goes through a forwarding thread in each node's MPI process
+ * (scheduler/node/node_fwd.c), started with the node link and stopped
+ * before MPI_Finalize (and before an agent unmaps its node's heap). The
+ * heap is mapped in that process, so bytes move as:
+ *   sender's tensor -> (a device tensor: staged into the sender's heap)
+ *   -> the sending forwarder's own memory (copied at the claim) -> MPI
+ *   -> the receiving forwarder's own memory -> the receiver's heap tensor
+ *   -> (a device tensor: copied onto the device by the receiver).
+ *   N1 the worker posts its request in its fwd post (comm_fwd.h W1): a
+ *      send its tensor's description (dtype, shape, device type; or its
+ *      own failure, so the receiver fails with its words) and heap
+ *      bytes; a receive the description of the tensor it takes and the
+ *      heap bytes to fill;
+ *   N2 the sending forwarder claims a send (F1), copies description and
+ *      bytes into one message of its own and sends it (MPI_Isend, tag
+ *      DATA) to the receiver's node; the sender's bytes are free again;
+ *   N3 the receiving forwarder takes every message as it comes (matched
+ *      probe, then a nonblocking receive into its own memory), keeps it
+ *      until the receiver's request for that (sender, receiver, command)
+ *      is posted, then checks the description against it (the
+ *      receiver's verdict: DISCO_E_MISMATCH in the same words for both
+ *      ends), copies the bytes into the receiver's heap tensor and
+ *      answers it (F2), then sends the verdict back (tag ACK);
+ *   N4 the sending forwarder answers the sender with that verdict (F2):
+ *      the send returns once the receiver has the bytes, or with its
+ *      refusal, as between two workers of one node.
+ * The forwarder never waits on anything: it polls its requests (MPI_Test)
+ * and the posts in a loop, so two workers sending to each other across
+ * the same two nodes, or any number of pairs, proceed together. Messages
+ * name (sender, receiver, command, ticket), so one that comes late (for a
+ * receive or send that gave up) is never taken for a later one: a late
+ * DATA is dropped (with a refusal back) once its receiver's request names
+ * a later command, or after the call deadline; a late ACK is dropped.
  *
- * Between two leaders the link is used directly, from the worker
- * function's own thread, as the collectives use it (workers/core/net.h;
- * MPI_THREAD_MULTIPLE is already required for the heartbeat thread), on
- * tags of their own (channel 0: description, then bytes; channel 1: the
- * acknowledgement), so neither a collective's messages nor a late
- * acknowledgement are ever taken for a description:
- *   N1 the sender stages a device tensor through the heap, sends the
- *      description (dtype, shape, device type, command, ids; or its own
- *      failure, so the receiver fails with its words, not its deadline),
- *      then the bytes;
- *   N2 the receiver checks the description against its tensor and takes
- *      the bytes into it (or into the heap, then onto its device), or,
- *      when they differ, takes and drops them (bounded by the heap's size,
- *      net.h) and fails with DISCO_E_MISMATCH;
- *   N3 the receiver acknowledges with its verdict and the command, after
- *      its copy; the sender returns only then (its tensor may be reused),
- *      with that verdict: a mismatch fails both ends alike.
- * Every step waits under the call deadline and the peers' liveness
- * (node_wait.c). A peer that never posts fails the other end with
- * DISCO_E_TIMEOUT naming the peer and its node, within the deadline (on
- * one node a peer that ended its command is seen at once; across nodes
- * there is no such mark to read). A bytes send that timed out leaves an
- * MPI request that may still read the tensor: the failure breaks the
- * session, as a collective's does. Test: test_ctx_more_across_nodes
- * (tests/test_node.c).
+ * Deadlines. A worker process's waits have no deadline of their own (its
+ * session wait: the session's abort word, its controller's liveness), so
+ * the forwarder keeps the time: a request it took and could not answer
+ * within 4/5 of the call timeout it answers with DISCO_E_TIMEOUT naming
+ * the peer (global id) and its node ("disco_ctx_send to worker 3 (on node
+ * 1): no answer within 8000 ms"), before the controller's own wait for
+ * the command ends (which would kill the worker instead of reporting it).
+ * There is no mark of a command's end to read across nodes, as there is
+ * on one node. A request that waits on a node the heartbeats found dead
+ * fails at once with DISCO_E_WORKER_DIED naming it (the controller's node
+ * watches every node; an agent's only the controller). A worker whose
+ * own wait ends first (worker 0's has the call deadline; an abort)
+ * withdraws (comm_fwd.h) and fails naming the peer the same way. After a
+ * withdrawal the forwarder writes nothing into that worker's post or bytes
+ * (it only ever writes while it holds CLAIMED), a send's bytes were copied
+ * at the claim, and a send given up is cancelled at the receiving node
+ * (its DATA dropped if not yet taken), so a timeout leaves no MPI request
+ * on any worker's memory and the session stays usable. A receive that
+ * took the bytes just before its sender gave up is kept: the sender's
+ * failure then does not mean the bytes were not delivered (as with any
+ * network timeout).
  *
- * Other workers are refused with DISCO_E_UNSUPPORTED at once, on both ends
- * (each end sees the other's id, so neither waits). Their bytes would
- * have to be forwarded by the leaders, which are busy in their own worker
- * function when the send happens, so the leader's own thread cannot serve
- * them (it may itself wait on a forwarded send: a deadlock). A forwarding
- * thread in each leader's process (started with the node link; MPI allows
- * it; the heap is mapped there) could serve them on the existing post
- * protocol (collective.h, S1-S2 and R1-R2): on the sending node it plays
- * the receiver (claims a post addressed to a remote worker, R1), on the
- * receiving node the sender, for a receive request the receiving worker
- * puts in its own post (idle while it receives). What that needs, and why
- * it is not built here:
- *   - the post protocol in collective.h and comm_p2p.c extended (a remote
- *     address, a receive-request state), which other work edits now;
- *   - a nonblocking table of requests in the thread: served one at a time,
- *     two workers sending to each other across the same two nodes would
- *     deadlock the two threads;
- *   - a send's bytes copied before the sender is released after a
- *     timeout (a send MPI may still read cannot be cancelled reliably),
- *     and a receive into a worker's tensor cancelled (MPI_Cancel, then
- *     waited) before that worker's withdrawal completes;
- *   - tags per pair of workers, the thread stopped before MPI_Finalize,
- *     and a node's death while the thread holds requests (the heartbeat
- *     thread watches only the controller from an agent).
- * See docs/worker-comm.md (Across nodes).
+ * Limits: one message a send (description and bytes): at most INT_MAX
+ * bytes across nodes (DISCO_E_UNSUPPORTED beyond). Tests:
+ * tests/test_node_p2p.c (every pair of leaders and non-leaders, both
+ * directions at once, a ring of groups, host and sim tensors, mismatch,
+ * no peer, a peer's node dying, 200 sends in a row, the trace),
+ * test_ctx_more_across_nodes and
+ * test_ctx_send_no_receiver (tests/test_node.c).
  */
+#include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "disco/dtype.h"
 #include "shm/text.h"
 #include "workers/core/ctx.h"
-#include "workers/core/net.h"
 #include "workers/core/worker.h"
+#include "workers/data/collective.h"
 #include "workers/data/comm_net.h"
 #include "workers/data/tensor_impl.h"
 
-/* What the sending leader sends first (then, on success, the bytes), and
- * what the receiving leader answers once it has copied them (or not). */
-struct p2p_head {
-    struct {
-        int32_t status; /* DISCO_OK, or the sender's failure (then msg) */
-        int32_t ndim;
-        DLDataType dtype;
-        uint32_t pad; /* the sender's device type (0: host memory) */
-        uint64_t nbytes;
-        int64_t shape[DISCO_MAX_NDIM];
-        char msg[160];
-    } h;
-    uint64_t seq;     /* the command both run */
-    int32_t from, to; /* global worker ids */
-};
-struct p2p_ack {
-    int32_t status;
-    uint32_t pad;
-    uint64_t seq;
-    char msg[160];
-};
-
-/* The link's failure in words that name the send or receive and its
- * peer. */
-static disco_status_t p2p_fail(disco_status_t st, const char *what, int peer, int node)
+int32_t disco__fwd_verdict(const struct disco__fwd_desc *sent, const struct disco__fwd_desc *mine,
+                           int from, int to, char *msg, size_t cap)
 {
-    char why[DISCO_ERR_MSG_MAX];
-    snprintf(why, sizeof why, "%s", disco_last_error());
-    return disco_set_error(st, "%s: worker %d (the leader of node %d): %s", what, peer, node, why);
+    char words[DISCO__FWD_MSG];
+    if (sent->status != DISCO_OK) { /* the sender's failure, word for word */
+        disco__text_safe(words, sizeof words, sent->msg, sizeof sent->msg);
+        snprintf(msg, cap, "disco_ctx_recv: worker %d: %s", from, words);
+        return disco__status_is_error(sent->status) ? sent->status : DISCO_E_PROTOCOL;
+    }
+    if (mine->status != DISCO_OK) { /* the receiver's own */
+        disco__text_safe(msg, cap, mine->msg, sizeof mine->msg);
+        return disco__status_is_error(mine->status) ? mine->status : DISCO_E_PROTOCOL;
+    }
+    bool same = sent->ndim == mine->ndim && sent->ndim >= 0 && sent->ndim <= DISCO_MAX_NDIM &&
+                sent->dtype.code == mine->dtype.code && sent->dtype.bits == mine->dtype.bits &&
+                sent->dtype.lanes == mine->dtype.lanes && sent->dev_type == mine->dev_type;
+    for (int d = 0; same && d < mine->ndim; d++)
+        same = sent->shape[d] == mine->shape[d];
+    if (same && sent->nbytes != mine->nbytes) {
+        snprintf(msg, cap, "disco_ctx_recv: worker %d announced %llu bytes", from,
+                 (unsigned long long)sent->nbytes);
+        return DISCO_E_PROTOCOL;
+    }
+    if (same) {
+        msg[0] = '\0';
+        return DISCO_OK;
+    }
+    char a[32], b[32];
+    snprintf(msg, cap,
+             "disco_ctx_recv: worker %d sends %s of %d dims (device type %u), worker %d receives "
+             "%s of %d dims (device type %u)",
+             from, disco_dtype_str(sent->dtype, a, sizeof a), (int)sent->ndim, sent->dev_type, to,
+             disco_dtype_str(mine->dtype, b, sizeof b), (int)mine->ndim, mine->dev_type);
+    return DISCO_E_MISMATCH;
 }
 
-disco_status_t disco__coll_net_send(disco_ctx_t *ctx, disco_status_t pre, const DLTensor *x, int to)
+static struct disco__fwd_post *post_of(disco_worker_t *w)
+{
+    uint32_t groups = w->ngroups > 0 ? w->ngroups : 1;
+    return &disco__coll_p2p(w->coll, (uint32_t)w->world, groups, (uint32_t)w->id)->fwd;
+}
+
+/* A tensor's description (h: its heap bytes; x: the tensor the caller
+ * gave, whose device type it names), or st's failure in its words. */
+static void describe(struct disco__fwd_desc *d, disco_status_t st, const DLTensor *x,
+                     const DLTensor *h)
+{
+    memset(d, 0, sizeof *d);
+    d->status = st;
+    if (st != DISCO_OK) {
+        snprintf(d->msg, sizeof d->msg, "%s", disco_last_error());
+        return;
+    }
+    d->ndim = h->ndim;
+    d->dtype = h->dtype;
+    d->dev_type = disco__tensor_is_device(x) ? (uint32_t)x->device.device_type : 0;
+    d->nbytes = disco_tensor_nbytes(h);
+    memcpy(d->shape, h->shape, (size_t)h->ndim * sizeof *h->shape);
+}
+
+struct step_arg {
+    struct disco__fwd_post *p;
+    uint64_t want; /* the state waited for */
+    bool not ;     /* wait for the state to be other than want */
+};
+
+static bool at_step(void *v)
+{
+    struct step_arg *a = v;
+    /* Acquire: pairs with the forwarder's release of DONE (F2: its answer,
+     * and a receive's bytes, before it) or of TAKEN (F1). */
+    uint64_t s = atomic_load_explicit(&a->p->state, memory_order_acquire);
+    return a->not ? s != a->want : s == a->want;
+}
+
+/* The peer in words: "worker 3 (on node 1)", or "(the leader of node 1)". */
+static void peer_words(const disco_worker_t *w, int peer, char *out, size_t cap)
+{
+    snprintf(out, cap, "worker %d (%s node %d)", peer,
+             peer % w->world == 0 ? "the leader of" : "on", peer / w->world);
+}
+
+/* N1 and the wait for the answer (comm_fwd.h W1, W2), or the withdrawal.
+ * A send that carries its sender's failure waits only until the forwarder
+ * took it (the receiver is told; nothing to wait for), then withdraws.
+ * Returns DISCO_OK with the answer in p (ans_status, ans_msg; not for
+ * such a send), or the wait's failure in words naming the peer (the post
+ * withdrawn). *ticket_out: the request's ticket. */
+static disco_status_t exchange(disco_worker_t *w, uint32_t kind, int peer,
+                               const struct disco__fwd_desc *d, const DLTensor *h,
+                               uint64_t *ticket_out)
+{
+    struct disco__fwd_post *p = post_of(w);
+    /* Relaxed: only this worker moves its post to a new ticket, and the
+     * forwarder is done with the previous one (DONE or WITHDRAWN). */
+    uint64_t ticket = (atomic_load_explicit(&p->state, memory_order_relaxed) >> 3) + 1;
+    p->kind = kind;
+    p->peer = peer;
+    p->seq = w->seq;
+    p->desc = *d;
+    p->block = h != NULL ? disco__tensor_block(h) : 0;
+    p->off = h != NULL ? disco__tensor_byte_offset(h) : 0;
+    /* Release: the request before the forwarder sees POSTED (F1). */
+    atomic_store_explicit(&p->state, DISCO__FWD_STATE(ticket, DISCO__FWD_POSTED),
+                          memory_order_release);
+    *ticket_out = ticket;
+    uint64_t done = DISCO__FWD_STATE(ticket, DISCO__FWD_DONE);
+    bool told = kind == DISCO__FWD_SEND && d->status != DISCO_OK;
+    struct step_arg a = {p, told ? DISCO__FWD_STATE(ticket, DISCO__FWD_POSTED) : done, told};
+    int64_t t0 = disco_now_ns();
+    disco_status_t st = disco_wait_until(&p->q, at_step, &a, w->wait);
+    if (st == DISCO_OK && !told)
+        return DISCO_OK;
+    char who[64], why[DISCO_ERR_MSG_MAX] = "";
+    peer_words(w, peer, who, sizeof who);
+    if (st == DISCO_OK)
+        ; /* told: withdrawn below */
+    else if (st == DISCO_E_TIMEOUT)
+        snprintf(why, sizeof why, "%s %s: no answer within %lld ms",
+                 kind == DISCO__FWD_SEND ? "disco_ctx_send to" : "disco_ctx_recv from", who,
+                 (long long)((disco_now_ns() - t0) / 1000000));
+    else
+        snprintf(why, sizeof why, "%s %s: %s",
+                 kind == DISCO__FWD_SEND ? "disco_ctx_send to" : "disco_ctx_recv from", who,
+                 disco_last_error());
+    for (;;) {
+        /* Acquire: as at_step (an answer that won the race is read). */
+        uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+        if (s == done)
+            return DISCO_OK; /* answered after all */
+        if (s == DISCO__FWD_STATE(ticket, DISCO__FWD_CLAIMED)) {
+            /* The forwarder holds it for a copy in memory only (never
+             * across a wait), and may be writing this worker's bytes: the
+             * worker must not return meanwhile, whatever its own wait
+             * says (an abort word, a deadline), so it yields until the
+             * copy ends. Bounded: a forwarder that died mid-copy took
+             * this worker with it (it is its parent, or its process). */
+            sched_yield();
+            continue;
+        }
+        /* acq_rel: the withdrawal against the forwarder's claim (F1, F2);
+         * if it wins, the forwarder never writes this ticket's post. */
+        if (atomic_compare_exchange_strong_explicit(&p->state, &s,
+                                                    DISCO__FWD_STATE(ticket, DISCO__FWD_WITHDRAWN),
+                                                    memory_order_acq_rel, memory_order_acquire))
+            return st != DISCO_OK ? disco_set_error(st, "%s", why) : DISCO_OK;
+    }
+}
+
+/* The answer in p as this end's status (its words read from the post). */
+static disco_status_t answer(struct disco__fwd_post *p)
+{
+    if (p->ans_status == DISCO_OK)
+        return DISCO_OK;
+    char msg[DISCO__FWD_MSG];
+    disco__text_safe(msg, sizeof msg, p->ans_msg, sizeof p->ans_msg);
+    return disco_set_error(disco__status_is_error(p->ans_status) ? (disco_status_t)p->ans_status
+                                                                 : DISCO_E_PROTOCOL,
+                           "%s", msg);
+}
+
+static disco_status_t fits(disco_status_t st, const DLTensor *x, const char *what)
+{
+    if (st == DISCO_OK && disco_tensor_nbytes(x) > (size_t)INT_MAX - 4096)
+        return disco_set_error(DISCO_E_UNSUPPORTED,
+                               "%s: %zu bytes across nodes; at most %d in one send", what,
+                               disco_tensor_nbytes(x), INT_MAX - 4096);
+    return st;
+}
+
+disco_status_t disco__coll_net_send(disco_ctx_t *ctx, disco_status_t pre, const DLTensor *x, int to,
+                                    uint64_t *ticket_out)
 {
     disco_worker_t *w = ctx->worker;
-    struct disco__net *net = w->net;
-    int node = to / w->world;
-    if (net == NULL)
-        return disco_set_error(DISCO_E_PROTOCOL, "disco_ctx_send: node %d's leader has no link",
-                               w->gid_base / w->world);
-    struct p2p_head ph = {.h.status = pre, .seq = w->seq, .from = disco__worker_gid(w), .to = to};
     const DLTensor *h = x;
-    if (pre == DISCO_OK && disco__tensor_is_device(x)) { /* through the heap, as allreduce's */
+    disco_status_t st = fits(pre, x, "disco_ctx_send");
+    if (st == DISCO_OK && disco__tensor_is_device(x)) { /* through the heap, as allreduce's */
         DLTensor *hx;
-        if ((ph.h.status = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &hx)) == DISCO_OK &&
-            (ph.h.status = disco__tensor_copy_out(x, hx)) == DISCO_OK)
+        if ((st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &hx)) == DISCO_OK &&
+            (st = disco__tensor_copy_out(x, hx)) == DISCO_OK)
             h = hx;
     }
-    if (ph.h.status == DISCO_OK) {
-        ph.h.ndim = h->ndim;
-        ph.h.dtype = h->dtype;
-        ph.h.pad = disco__tensor_is_device(x) ? (uint32_t)x->device.device_type : 0;
-        ph.h.nbytes = disco_tensor_nbytes(h);
-        memcpy(ph.h.shape, h->shape, (size_t)h->ndim * sizeof *h->shape);
-    } else { /* the receiver fails with these words, not at its deadline */
-        snprintf(ph.h.msg, sizeof ph.h.msg, "%s", disco_last_error());
-    }
-    disco_status_t st = net->p2p_send(net, node, 0, &ph, sizeof ph);
-    if (st == DISCO_OK && ph.h.status == DISCO_OK)
-        st = net->p2p_send(net, node, 0, (const char *)h->data + h->byte_offset,
-                           (size_t)ph.h.nbytes);
-    if (st != DISCO_OK)
-        return p2p_fail(st, "disco_ctx_send to", to, node);
-    if (ph.h.status != DISCO_OK)
-        return disco_set_error(ph.h.status, "%s", ph.h.msg);
-    struct p2p_ack ack;
-    if ((st = net->p2p_recv(net, node, 1, &ack, sizeof ack)) != DISCO_OK)
-        return p2p_fail(st, "disco_ctx_send: no acknowledgement from", to, node);
-    if (ack.seq != w->seq)
-        return disco_set_error(DISCO_E_PROTOCOL,
-                               "disco_ctx_send: worker %d acknowledged a send of command %llu in "
-                               "command %llu",
-                               to, (unsigned long long)ack.seq, (unsigned long long)w->seq);
-    if (ack.status != DISCO_OK) {
-        char msg[sizeof ack.msg];
-        disco__text_safe(msg, sizeof msg, ack.msg, sizeof ack.msg);
-        return disco_set_error(
-            disco__status_is_error(ack.status) ? (disco_status_t)ack.status : DISCO_E_PROTOCOL,
-            "disco_ctx_send: worker %d refused the tensor of worker %d: %s", to, ph.from, msg);
-    }
-    return DISCO_OK;
+    struct disco__fwd_desc d;
+    describe(&d, st, x, h);
+    char mine[DISCO_ERR_MSG_MAX];
+    snprintf(mine, sizeof mine, "%s", disco_last_error());
+    disco_status_t xst =
+        exchange(w, DISCO__FWD_SEND, to, &d, st == DISCO_OK ? h : NULL, ticket_out);
+    if (st != DISCO_OK) /* the receiver was told; this end fails with its own words */
+        return disco_set_error(st, "%s", mine);
+    return xst != DISCO_OK ? xst : answer(post_of(w));
 }
 
-/* R2 across nodes: whether the head describes what x can take (its own
- * words when not, as comm_p2p.c's take()). */
-static disco_status_t p2p_same(disco_worker_t *w, const struct p2p_head *ph, const DLTensor *x)
-{
-    uint32_t mine = disco__tensor_is_device(x) ? (uint32_t)x->device.device_type : 0;
-    bool same = ph->h.ndim == x->ndim && ph->h.dtype.code == x->dtype.code &&
-                ph->h.dtype.bits == x->dtype.bits && ph->h.dtype.lanes == x->dtype.lanes &&
-                ph->h.pad == mine;
-    for (int d = 0; same && d < x->ndim; d++)
-        same = ph->h.shape[d] == x->shape[d];
-    if (same && ph->h.nbytes != disco_tensor_nbytes(x))
-        return disco_set_error(DISCO_E_PROTOCOL, "disco_ctx_recv: worker %d announced %llu bytes",
-                               (int)ph->from, (unsigned long long)ph->h.nbytes);
-    if (same)
-        return DISCO_OK;
-    char a[32], b[32];
-    return disco_set_error(DISCO_E_MISMATCH,
-                           "disco_ctx_recv: worker %d sends %s of %d dims (device type %u), "
-                           "worker %d receives %s of %d dims (device type %u)",
-                           (int)ph->from, disco_dtype_str(ph->h.dtype, a, sizeof a),
-                           (int)ph->h.ndim, ph->h.pad, disco__worker_gid(w),
-                           disco_dtype_str(x->dtype, b, sizeof b), x->ndim, mine);
-}
-
-disco_status_t disco__coll_net_recv(disco_ctx_t *ctx, disco_status_t pre, DLTensor *x, int from)
+disco_status_t disco__coll_net_recv(disco_ctx_t *ctx, disco_status_t pre, DLTensor *x, int from,
+                                    uint64_t *ticket_out)
 {
     disco_worker_t *w = ctx->worker;
-    struct disco__net *net = w->net;
-    int node = from / w->world;
-    if (net == NULL)
-        return disco_set_error(DISCO_E_PROTOCOL, "disco_ctx_recv: node %d's leader has no link",
-                               w->gid_base / w->world);
-    struct p2p_head ph;
-    disco_status_t st = net->p2p_recv(net, node, 0, &ph, sizeof ph);
-    if (st != DISCO_OK)
-        return p2p_fail(st, "disco_ctx_recv from", from, node);
-    ph.h.msg[sizeof ph.h.msg - 1] = '\0';
-    if (ph.h.status != DISCO_OK) { /* the sender's failure, word for word */
-        char msg[sizeof ph.h.msg];
-        disco__text_safe(msg, sizeof msg, ph.h.msg, sizeof ph.h.msg);
-        return disco_set_error(disco__status_is_error(ph.h.status) ? (disco_status_t)ph.h.status
-                                                                   : DISCO_E_PROTOCOL,
-                               "disco_ctx_recv: worker %d: %s", from, msg);
-    }
-    /* This receiver's own verdict: its argument, the peer's words, then
-     * the description against its tensor. */
-    st = pre;
-    if (st == DISCO_OK && (ph.seq != w->seq || ph.from != from || ph.to != disco__worker_gid(w)))
-        st = disco_set_error(DISCO_E_PROTOCOL,
-                             "disco_ctx_recv: node %d's leader sent worker %d's send to worker "
-                             "%d of command %llu, in command %llu of worker %d from worker %d",
-                             node, (int)ph.from, (int)ph.to, (unsigned long long)ph.seq,
-                             (unsigned long long)w->seq, disco__worker_gid(w), from);
-    if (st == DISCO_OK)
-        st = p2p_same(w, &ph, x);
     DLTensor *h = x;
+    disco_status_t st = fits(pre, x, "disco_ctx_recv");
     if (st == DISCO_OK && disco__tensor_is_device(x)) /* through the heap, then copied up */
         st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &h);
-    disco_status_t lst;
-    if (st == DISCO_OK) {
-        lst = net->p2p_recv(net, node, 0, (char *)h->data + h->byte_offset, (size_t)ph.h.nbytes);
-        if (lst == DISCO_OK && h != x)
-            st = disco__tensor_copy_in(x, h);
-    } else { /* the bytes come anyway: taken and dropped, bounded by the link */
-        char why[DISCO_ERR_MSG_MAX];
-        snprintf(why, sizeof why, "%s", disco_last_error());
-        lst = net->p2p_recv(net, node, 0, NULL, (size_t)ph.h.nbytes);
-        disco_set_error(st, "%s", why);
-    }
-    if (lst != DISCO_OK)
-        return p2p_fail(lst, "disco_ctx_recv from", from, node);
-    /* The answer the sender waits for: after the copy (S2's order). */
-    struct p2p_ack ack = {.status = st, .seq = ph.seq};
-    if (st != DISCO_OK)
-        snprintf(ack.msg, sizeof ack.msg, "%s", disco_last_error());
-    char why[DISCO_ERR_MSG_MAX];
-    snprintf(why, sizeof why, "%s", disco_last_error());
-    if ((lst = net->p2p_send(net, node, 1, &ack, sizeof ack)) != DISCO_OK)
-        return p2p_fail(lst, "disco_ctx_recv: acknowledging to", from, node);
-    return st == DISCO_OK ? DISCO_OK : disco_set_error(st, "%s", why);
+    struct disco__fwd_desc d;
+    describe(&d, st, x, h);
+    char mine[DISCO_ERR_MSG_MAX];
+    snprintf(mine, sizeof mine, "%s", disco_last_error());
+    uint64_t mine_ticket;
+    disco_status_t xst =
+        exchange(w, DISCO__FWD_RECV, from, &d, st == DISCO_OK ? h : NULL, &mine_ticket);
+    if (st != DISCO_OK) /* the sender was refused with these words */
+        return disco_set_error(st, "%s", mine);
+    if (xst != DISCO_OK)
+        return xst;
+    struct disco__fwd_post *p = post_of(w);
+    if ((st = answer(p)) != DISCO_OK)
+        return st;
+    *ticket_out = p->ans_ticket;
+    return h != x ? disco__tensor_copy_in(x, h) : DISCO_OK;
 }

@@ -23,9 +23,8 @@ static struct disco__p2p *post_of(disco_worker_t *w, int id)
 }
 
 /* A peer given as a global worker id, not this worker: on this node
- * (*local_out its id there, *across_out false), or on another node and
- * both ends their nodes' leaders (*across_out true: comm_net.c). Other
- * pairs across nodes are refused on both ends alike (comm_net.c, Design). */
+ * (*local_out its id there, *across_out false), or on another node
+ * (*across_out true: comm_net.c, through the leaders' forwarders). */
 static disco_status_t peer_arg(disco_ctx_t *ctx, int peer, const char *what, int *local_out,
                                bool *across_out)
 {
@@ -34,17 +33,8 @@ static disco_status_t peer_arg(disco_ctx_t *ctx, int peer, const char *what, int
     if (peer < 0 || peer >= w->gworld || peer == disco__worker_gid(w))
         return disco_set_error(DISCO_E_INVAL, "%s: worker %d of %d (this is worker %d)", what, peer,
                                w->gworld, disco__worker_gid(w));
-    bool across = local < 0 || local >= w->world;
-    if (across && (w->id != 0 || peer % w->world != 0))
-        return disco_set_error(DISCO_E_UNSUPPORTED,
-                               "%s: worker %d is on node %d, worker %d on node %d: across nodes "
-                               "only the nodes' leaders (worker 0 of each node: ids that are "
-                               "multiples of %d) send and receive; forwarding for the other "
-                               "workers is not implemented (docs/worker-comm.md)",
-                               what, peer, peer / w->world, disco__worker_gid(w),
-                               w->gid_base / w->world, w->world);
     *local_out = local;
-    *across_out = across; /* set only here: a refused peer is no one's to tell */
+    *across_out = local < 0 || local >= w->world; /* set only here: a bad peer is no one's */
     return DISCO_OK;
 }
 
@@ -83,11 +73,11 @@ static disco_status_t send(disco_ctx_t *ctx, const DLTensor *t, int to_worker, s
     DLTensor *x = NULL;
     if (st == DISCO_OK)
         st = peer_arg(ctx, to_worker, "disco_ctx_send", &to, &across);
-    sp->peer = across ? -1 : to; /* across nodes: not traced (no shared ticket) */
+    sp->peer = across ? to_worker : to; /* across nodes: the global id */
     if (st == DISCO_OK)
         st = disco__comm_stage(ctx, t, true, "disco_ctx_send", &x);
-    if (across) /* to another node's leader: over the link (its own failure sent too) */
-        return disco__coll_net_send(ctx, st, st == DISCO_OK ? x : NULL, to_worker);
+    if (across) /* through the forwarders (its own failure sent too) */
+        return disco__coll_net_send(ctx, st, st == DISCO_OK ? x : NULL, to_worker, &sp->ticket);
     disco_worker_t *w = st == DISCO_OK ? ctx->worker : NULL;
     bool dev = x != NULL && x->device.device_type != kDLCPU;
     if (st == DISCO_OK && dev) /* the receiver's stream waits for this record */
@@ -216,11 +206,11 @@ static disco_status_t recv(disco_ctx_t *ctx, DLTensor *t, int from_worker, struc
     DLTensor *x = NULL;
     if (st == DISCO_OK)
         st = peer_arg(ctx, from_worker, "disco_ctx_recv", &from, &across);
-    sp->peer = across ? -1 : from;
+    sp->peer = across ? from_worker : from; /* across nodes: the global id */
     if (st == DISCO_OK)
         st = disco__comm_stage(ctx, t, false, "disco_ctx_recv", &x);
-    if (across) { /* from another node's leader: over the link */
-        st = disco__coll_net_recv(ctx, st, st == DISCO_OK ? x : NULL, from_worker);
+    if (across) { /* through the forwarders */
+        st = disco__coll_net_recv(ctx, st, st == DISCO_OK ? x : NULL, from_worker, &sp->ticket);
         if (st == DISCO_OK)
             st = disco__comm_unstage(x, t);
         return st;

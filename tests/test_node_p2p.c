@@ -1,0 +1,234 @@
+/* test_node_p2p.c - disco_ctx_send / disco_ctx_recv between any two workers
+ * on two nodes (workers/data/comm_net.c, scheduler/node/node_fwd.c), for
+ * real: each test runs one of tests/node_p2p.c's scenarios under mpirun
+ * with 2 or 3 "nodes" on this machine, more workers than cores, and checks
+ * what rank 0 printed (the workers check every byte they receive), the
+ * time a failure took and that nothing is left running. Every test skips,
+ * saying why, when this build has no MPI or mpirun is missing. */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tests/node_run.h"
+
+/* Runs scenario on np nodes of wpn workers (sim: 2 sim GPUs a node),
+ * stderr too; returns rank 0's exit code; *secs the time taken. */
+static int p2p_run(int np, int wpn, bool sim, const char *scenario, char *out, size_t cap,
+                   double *secs)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "DISCO_QUIET=1 DISCO_NODE_LEASE_MS=1500 %s timeout -s KILL 90 %s -x DISCO_QUIET "
+             "-x DISCO_NODE_LEASE_MS %s -np %d %s %s %d 2>&1",
+             sim ? "DISCO_SIM_GPUS=2" : "", mpirun(), sim ? "-x DISCO_SIM_GPUS" : "", np, PROG,
+             scenario, wpn);
+    double t0 = now_s();
+    int rc = run(cmd, out, cap);
+    if (secs != NULL)
+        *secs = now_s() - t0;
+    return rc;
+}
+
+/* Every worker answered 1 (or want) to scenario sc. */
+static void assert_all(const char *out, const char *sc, int workers, long want)
+{
+    for (int w = 0; w < workers; w++) {
+        char line[96];
+        snprintf(line, sizeof line, "%s worker %d: %ld\n", sc, w, want);
+        ck_assert_msg(strstr(out, line) != NULL, "no \"%s\" in:\n%s", line, out);
+    }
+}
+
+static const struct {
+    int wpn;
+    bool sim;
+} pairs_shapes[] = {{2, false}, {3, false}, {2, true}};
+
+/* Every pair shape across two nodes, each byte checked by the receiver:
+ * leader to non-leader, non-leader to leader, non-leader to non-leader,
+ * both directions at once (a leader and a non-leader each way, 300000
+ * float32: past MPI's eager size, so two forwarders that served one
+ * request at a time would deadlock), leader to leader; int32, float64,
+ * uint8, float32, int16, 1 to 3 dims; host tensors with 2 and 3 workers a
+ * node, sim device tensors with 2. */
+START_TEST(test_p2p_every_pair)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int wpn = pairs_shapes[_i].wpn;
+    int rc = p2p_run(2, wpn, pairs_shapes[_i].sim, "p2p-pairs", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-pairs");
+    assert_all(out, "p2p-pairs", 2 * wpn, 1);
+    assert_nothing_left();
+}
+END_TEST
+
+/* Three nodes, groups the nodes: every worker (leaders and not) receives
+ * from the previous group (recv_from_prev_group) and sends to the next
+ * (send_to_next_group), the last node's closing the ring to node 0's; host
+ * and sim tensors. */
+START_TEST(test_p2p_ring_of_groups)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    bool sim = _i == 1;
+    int rc = p2p_run(3, 2, sim, "p2p-ring", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-ring");
+    assert_all(out, "p2p-ring", 6, 1);
+    assert_nothing_left();
+}
+END_TEST
+
+/* 200 rounds, each two sends at once in opposite directions (non-leader
+ * to non-leader one way, leader to leader the other), every byte of every
+ * round checked: nothing is lost, reordered or taken for another round. */
+START_TEST(test_p2p_repeated)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc = p2p_run(2, 2, false, "p2p-repeat", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-repeat");
+    assert_all(out, "p2p-repeat", 4, 200);
+    assert_nothing_left();
+}
+END_TEST
+
+/* A dtype, a shape and a device type (host to sim) that differ between
+ * two non-leaders on two nodes: DISCO_E_MISMATCH on both ends, the
+ * sender's words holding the receiver's (the scenario compares them), and
+ * neither waits for the deadline; a sender failing on its own argument
+ * (NULL) fails the receiver in its words; then a send that matches goes
+ * through. */
+START_TEST(test_p2p_mismatch_both_ends)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    double secs;
+    int rc = p2p_run(2, 2, true, "p2p-mismatch", out, sizeof out, &secs);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-mismatch");
+    ck_assert_msg(strstr(out, "p2p-mismatch: 3 alike, alike") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "worker 3 receives float32 of 1 dims") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "(device type 12)") != NULL, "%s", out);
+    /* A sender that fails on its own argument: both ends fail, the
+     * receiver in its words. */
+    ck_assert_msg(
+        strstr(out, "p2p-fail worker 1: DISCO_E_INVAL: disco_ctx_send: a tensor is NULL") != NULL,
+        "%s", out);
+    ck_assert_msg(strstr(out, "p2p-fail worker 3: DISCO_E_INVAL: disco_ctx_recv: worker 1: "
+                              "disco_ctx_send: a tensor is NULL") != NULL,
+                  "%s", out);
+    ck_assert_msg(secs < 8.0, "took %.1f s: a mismatch waited for the deadline\n%s", secs, out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* A send whose receiver (on another node, not a leader) never receives,
+ * then a receive whose sender never sends: each call fails with
+ * DISCO_E_TIMEOUT within the call timeout (10 s; the forwarder answers at
+ * 4/5 of it), naming the peer's global id and its node, the session
+ * reporting it (no worker killed, no hang); then 3 rounds of sends on the
+ * same session work. */
+START_TEST(test_p2p_no_peer_times_out)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc = p2p_run(2, 2, false, "p2p-nopeer", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-nopeer");
+    ck_assert_msg(strstr(out, "p2p-nopeer 0: DISCO_E_TIMEOUT: ") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "disco_ctx_send to worker 3 (on node 1): no answer within") != NULL,
+                  "%s", out);
+    ck_assert_msg(strstr(out, "p2p-nopeer 1: DISCO_E_TIMEOUT: ") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "disco_ctx_recv from worker 1 (on node 0): no answer within") != NULL,
+                  "%s", out);
+    for (int which = 0; which < 2; which++) {
+        char want[64];
+        long long ms = -1;
+        snprintf(want, sizeof want, "p2p-nopeer %d took ", which);
+        const char *p = strstr(out, want);
+        ck_assert_msg(p != NULL && sscanf(p + strlen(want), "%lld", &ms) == 1, "%s", out);
+        ck_assert_msg(ms >= 7000 && ms < 10000, "%s took %lld ms\n%s", want, ms, out);
+    }
+    ck_assert_msg(strstr(out, "killed") == NULL, "%s", out);
+    assert_all(out, "after", 4, 3);
+    assert_nothing_left();
+}
+END_TEST
+
+/* Sends and receives across nodes are in the trace as on one node: node
+ * 0's workers' records name their peers on node 1 by global id (worker 0
+ * sends to worker 3 and receives from 3 and 2, worker 1 sends to 2 and 3
+ * and receives from 2: tests/node_p2p.c's ops) with a post index. */
+START_TEST(test_p2p_in_trace)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc = p2p_run(2, 2, false, "p2p-trace", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-trace");
+    const char *want[] = {
+        "trace: worker 0 send peer 3 index ", "trace: worker 0 recv peer 3 index ",
+        "trace: worker 0 recv peer 2 index ", "trace: worker 0 send peer 2 index ",
+        "trace: worker 1 send peer 2 index ", "trace: worker 1 send peer 3 index ",
+        "trace: worker 1 recv peer 2 index "};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *p = strstr(out, want[i]);
+        unsigned index = 0;
+        ck_assert_msg(p != NULL && sscanf(p + strlen(want[i]), "%u", &index) == 1 && index != 0,
+                      "no \"%s\" with an index in:\n%s", want[i], out);
+    }
+    assert_nothing_left();
+}
+END_TEST
+
+/* A node that dies while a worker of another node waits to receive from
+ * one of its workers: the wait ends with DISCO_E_WORKER_DIED naming the
+ * call, its peer and the dead node, within the heartbeat lease (1.5 s
+ * here), not at the deadline; the session reports the death; nothing is
+ * left running. */
+START_TEST(test_p2p_peer_node_dies)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    double secs;
+    int rc = p2p_run(2, 2, false, "p2p-kill", out, sizeof out, &secs);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-kill");
+    const char *want = "p2p-kill worker 1: DISCO_E_WORKER_DIED: disco_ctx_recv from worker 3 (on "
+                       "node 1): node 1 (workers 2-3, host ";
+    const char *p = strstr(out, want), *took = p != NULL ? strstr(p, "(took ") : NULL;
+    long long ms = -1;
+    ck_assert_msg(took != NULL && sscanf(took, "(took %lld ms)", &ms) == 1, "%s", out);
+    ck_assert_msg(ms < 6000, "the receive took %lld ms to fail\n%s", ms, out);
+    ck_assert_msg(strstr(out, "p2p-kill: DISCO_E_WORKER_DIED: ") != NULL, "%s", out);
+    ck_assert_msg(secs < 60.0, "the job took %.1f s to end", secs);
+    assert_nothing_left();
+}
+END_TEST
+
+Suite *suite_node_p2p(void)
+{
+    Suite *s = suite_create("node_p2p");
+    TCase *tc = tcase_create("node_p2p");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_p2p_every_pair, 0, 3);
+    tcase_add_loop_test(tc, test_p2p_ring_of_groups, 0, 2);
+    tcase_add_test(tc, test_p2p_repeated);
+    tcase_add_test(tc, test_p2p_mismatch_both_ends);
+    tcase_add_test(tc, test_p2p_no_peer_times_out);
+    tcase_add_test(tc, test_p2p_in_trace);
+    tcase_add_test(tc, test_p2p_peer_node_dies);
+    suite_add_tcase(s, tc);
+    return s;
+}
