@@ -13,6 +13,9 @@
 
 #include <dlpack/dlpack.h>
 
+#include "disco/clock.h"
+#include "disco/shm/wait.h"
+
 #include "tools/bench/bench_util.h"
 
 /* Runs iters rounds and returns the ns they took (the timed part only). */
@@ -36,8 +39,28 @@ void *bench_shared_alloc(size_t size);
 /** Spins until *p holds want or stop, and returns what it holds; 0 (never
  *  a valid value) after BU_DEADLINE_NS, the clock read only every 64K
  *  spins, so a dead peer costs that long, not a hang. pause: a pause
- *  between loads (as disco's waits), else a plain load loop. */
-uint64_t bench_spin_until(_Atomic uint64_t *p, uint64_t want, uint64_t stop, bool pause);
+ *  between loads (as disco's waits), else a plain load loop. Inline, so
+ *  that a constant pause leaves no branch in the loop. */
+static inline uint64_t bench_spin_until(_Atomic uint64_t *p, uint64_t want, uint64_t stop,
+                                        bool pause)
+{
+    int64_t start = 0;
+    for (uint32_t i = 1;; i++) {
+        /* Acquire: pairs with the peer's release store of the new value. */
+        uint64_t v = atomic_load_explicit(p, memory_order_acquire);
+        if (v == want || v == stop)
+            return v;
+        if (pause)
+            disco_cpu_relax();
+        if ((i & 0xffff) == 0) {
+            int64_t now = disco_now_ns();
+            if (start == 0)
+                start = now;
+            else if (now - start > BU_DEADLINE_NS)
+                return 0;
+        }
+    }
+}
 
 /** malloc, or the program ends saying so. */
 void *bench_xmalloc(size_t n);

@@ -15,7 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "disco/shm/wait.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
 
@@ -31,16 +30,20 @@ void *bench_shared_alloc(size_t size)
 
 #define FLOOR_STOP UINT64_MAX
 
-uint64_t bench_spin_until(_Atomic uint64_t *p, uint64_t want, uint64_t stop, bool pause)
+/* Spins until *p holds want (or FLOOR_STOP) and returns it; returns 0 (never
+ * a valid value) after 10 s. A plain load loop with no pause: this is the
+ * floor, the fastest a line can bounce. The clock is read only every 64K
+ * spins, so a dead peer costs 10 s, not a hang. bench_spin_until (bench.h)
+ * does the same with a choice of pause; the floor keeps the loop every
+ * earlier figure of it was taken with. */
+static uint64_t spin_until(_Atomic uint64_t *p, uint64_t want)
 {
     int64_t start = 0;
     for (uint32_t i = 1;; i++) {
         /* Acquire: pairs with the peer's release store of the new value. */
         uint64_t v = atomic_load_explicit(p, memory_order_acquire);
-        if (v == want || v == stop)
+        if (v == want || v == FLOOR_STOP)
             return v;
-        if (pause)
-            disco_cpu_relax();
         if ((i & 0xffff) == 0) {
             int64_t now = disco_now_ns();
             if (start == 0)
@@ -49,13 +52,6 @@ uint64_t bench_spin_until(_Atomic uint64_t *p, uint64_t want, uint64_t stop, boo
                 return 0;
         }
     }
-}
-
-/* A plain load loop with no pause: this is the floor, the fastest a line
- * can bounce. */
-static uint64_t spin_until(_Atomic uint64_t *p, uint64_t want)
-{
-    return bench_spin_until(p, want, FLOOR_STOP, false);
 }
 
 /* The parent writes odd values to ping; the child answers v + 1 on pong.
