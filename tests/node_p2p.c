@@ -238,6 +238,66 @@ static disco_status_t p2p_mismatch(disco_ctx_t *ctx, const disco_value_t *a, int
     return DISCO_OK;
 }
 
+/* Computes (spins on the clock) for ms milliseconds: a worker busy before
+ * its next call, not a wait for anything. */
+static void compute(int64_t ms)
+{
+    int64_t end = disco_now_ns() + ms * 1000000;
+    volatile uint64_t x = 0;
+    while (disco_now_ns() < end)
+        x = x * 31 + 7;
+}
+
+/* nt.p2p_failfirst(wpn, ms): worker 1 sends NULL to worker wpn + 1 (its
+ * own failure), then a tensor of its round 9; worker wpn + 1 computes for
+ * ms first, then receives twice. Each returns its two outcomes, one a
+ * line, "NAME: words" (the receiver checks the second's bytes). */
+static disco_status_t p2p_failfirst(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                    disco_value_t *ret)
+{
+    (void)n;
+    static char words[2048]; /* this process's: one worker runs here at a time */
+    int wpn = (int)a[0].v.i, g = disco_ctx_worker_id(ctx);
+    words[0] = '\0';
+    if (g != 1 && g != wpn + 1) {
+        *ret = disco_value_str("");
+        return DISCO_OK;
+    }
+    DLDataType i32 = I32;
+    int64_t len = 300;
+    DLTensor *t;
+    if (g == wpn + 1)
+        compute(a[1].v.i);
+    for (int i = 0; i < 2; i++) {
+        disco_status_t st = make(ctx, false, i32, &len, 1, g == 1 ? 1 : -1, 9, &t);
+        if (st == DISCO_OK && g == 1)
+            st = disco_ctx_send(ctx, i == 0 ? NULL : t, wpn + 1);
+        else if (st == DISCO_OK && (st = disco_ctx_recv(ctx, t, 1)) == DISCO_OK)
+            st = check(ctx, "the send after a failed one", t, 1, 9);
+        size_t used = strlen(words);
+        snprintf(words + used, sizeof words - used, "%s: %s\n", disco_err_name(st),
+                 st == DISCO_OK ? "" : disco_last_error());
+    }
+    *ret = disco_value_str(words);
+    return DISCO_OK;
+}
+
+/* nt.p2p_late(wpn, ms): worker 1 computes for ms, then receives from worker
+ * wpn + 1, which never sends (it returns at once). */
+static disco_status_t p2p_late(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n, (void)ret;
+    int wpn = (int)a[0].v.i;
+    if (disco_ctx_worker_id(ctx) != 1)
+        return DISCO_OK;
+    DLDataType i32 = I32;
+    int64_t len = 300;
+    DLTensor *t;
+    disco_status_t st = make(ctx, false, i32, &len, 1, -1, 0, &t);
+    compute(a[1].v.i);
+    return st != DISCO_OK ? st : disco_ctx_recv(ctx, t, wpn + 1);
+}
+
 /* nt.p2p_nopeer(wpn, which): which 0: worker 1 sends to worker wpn + 1,
  * which returns at once; which 1: worker wpn + 1 receives from worker 1,
  * which returns at once. The one left alone fails (its deadline). */
@@ -290,6 +350,8 @@ void node_p2p_register(void)
     disco_register_func("nt.p2p_repeat", "ii", p2p_repeat);
     disco_register_func("nt.p2p_mismatch", "ib", p2p_mismatch);
     disco_register_func("nt.p2p_nopeer", "ii", p2p_nopeer);
+    disco_register_func("nt.p2p_failfirst", "ii", p2p_failfirst);
+    disco_register_func("nt.p2p_late", "ii", p2p_late);
 }
 
 #define CHECK(x)                                                                                   \
@@ -387,6 +449,45 @@ static int nopeer(disco_session_t *s, int wpn)
     return rc;
 }
 
+/* nt.p2p_failfirst with the receiver computing 300 ms first: prints
+ * both ends' outcomes as "p2p-failfirst worker W: NAME: words" lines. */
+static int failfirst(disco_session_t *s, int wpn)
+{
+    disco_dref_t f, r;
+    disco_value_t a[2] = {disco_value_int(wpn), disco_value_int(300)};
+    CHECK(disco_session_get_func(s, "nt.p2p_failfirst", &f));
+    CHECK(disco_session_call_sync_all(s, f, a, 2, &r));
+    for (int w = 1; w <= wpn + 1; w += wpn) {
+        disco_value_t v;
+        CHECK(disco_session_debug_get(s, r, w, &v));
+        for (const char *p = v.v.str, *e; p < v.v.str + v.len && (e = strchr(p, '\n')) != NULL;
+             p = e + 1)
+            printf("p2p-failfirst worker %d: %.*s\n", w, (int)(e - p), p);
+        disco_value_clear(&v);
+    }
+    CHECK(disco_session_free_reg(s, r));
+    return 0;
+}
+
+/* nt.p2p_late with worker 1 computing 2/5 of the call timeout before its
+ * receive: the call fails (printed with the time it took); then 3 rounds
+ * of sends on the same session. */
+static int late(disco_session_t *s, int wpn)
+{
+    disco_dref_t f, r;
+    int64_t ms = (int64_t)s->cfg.call_timeout_ms * 2 / 5;
+    disco_value_t a[2] = {disco_value_int(wpn), disco_value_int(ms)};
+    CHECK(disco_session_get_func(s, "nt.p2p_late", &f));
+    int64_t t0 = disco_now_ns();
+    disco_status_t st = disco_session_call_sync_all(s, f, a, 2, &r);
+    printf("p2p-late: %s: %s (took %lld ms of %u)\n", disco_err_name(st),
+           st == DISCO_OK ? "" : disco_last_error(), (long long)((disco_now_ns() - t0) / 1000000),
+           s->cfg.call_timeout_ms);
+    if (st == DISCO_OK)
+        return 1;
+    return call_all(s, "nt.p2p_repeat", "after", disco_value_int(wpn), disco_value_int(3));
+}
+
 /* nt.p2p_pairs on host tensors, then node 0's trace: every send or
  * receive record of its workers printed as "trace: worker W KIND peer P
  * index I" (the test checks the peers' global ids). */
@@ -420,6 +521,10 @@ int node_p2p_scenario(disco_session_t *s, const char *sc, int wpn)
         return killpeer(s, wpn);
     if (strcmp(sc, "p2p-trace") == 0)
         return traced(s, wpn);
+    if (strcmp(sc, "p2p-failfirst") == 0)
+        return failfirst(s, wpn);
+    if (strcmp(sc, "p2p-late") == 0)
+        return late(s, wpn);
     bool dev = getenv("DISCO_SIM_GPUS") != NULL;
     if (strcmp(sc, "p2p-pairs") == 0)
         return call_all(s, "nt.p2p_pairs", sc, disco_value_int(wpn), disco_value_bool(dev));
