@@ -209,7 +209,8 @@ disco_status_t disco__node_start(const disco_session_config_t *cfg,
     if (provided < MPI_THREAD_MULTIPLE)
         st = disco_set_error(DISCO_E_UNSUPPORTED,
                              "this MPI gives thread level %d; the node link needs "
-                             "MPI_THREAD_MULTIPLE (its heartbeats run on their own thread)",
+                             "MPI_THREAD_MULTIPLE (its heartbeats, and the forwarding of sends "
+                             "between workers of two nodes, run on threads of their own)",
                              provided);
     int64_t now = disco__node_now();
     for (int k = 0; k < n->nodes; k++)
