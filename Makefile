@@ -159,6 +159,9 @@ $(TEST_BIN): $(TEST_OBJ) $(SOAK_OBJ) $(BUILD)/libdisco.a
 # communication scenarios in tests/node_comm.c), run under mpirun by
 # tests/test_node.c.
 NODE_PROG := $(BUILD)/bin/node_prog
+ifeq ($(MPI_MODE),on) # its forged message across nodes (tests/node_p2p.c, p2p-forged)
+$(BUILD)/obj/tests/node_p2p.o: CFLAGS += $(MPI_CFLAGS) -DDISCO_TEST_MPI
+endif
 $(NODE_PROG): $(BUILD)/obj/tests/node_prog.o $(BUILD)/obj/tests/node_comm.o \
     $(BUILD)/obj/tests/node_p2p.o $(BUILD)/libdisco.a
 	@mkdir -p $(@D)

@@ -14,6 +14,10 @@
 #include "workers/core/ctx.h"
 #include "workers/core/worker.h"
 #include "workers/data/tensor_impl.h"
+#ifdef DISCO_TEST_MPI /* white-box: a message forged on the forwarders' communicator */
+#include "scheduler/node/node_fwd_impl.h"
+#include "workers/core/net.h"
+#endif
 
 /* Byte i of what worker s sends in round k. */
 static uint8_t pat(int s, int k, size_t i)
@@ -298,6 +302,56 @@ static disco_status_t p2p_late(disco_ctx_t *ctx, const disco_value_t *a, int n, 
     return st != DISCO_OK ? st : disco_ctx_recv(ctx, t, wpn + 1);
 }
 
+/* nt.p2p_forge(wpn, ms), on three nodes: node 2's leader forges a DATA
+ * for worker 1 (node 0) naming worker wpn + 1 (node 1) as its sender, for
+ * worker 1's first receive from it in this command, and sends it to node
+ * 0's forwarder (white-box: on the forwarders' communicator); worker wpn
+ * + 1 computes for ms, then sends its real tensor (round 5); worker 1
+ * receives from it and checks every byte. Returns 1. */
+static disco_status_t p2p_forge(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n;
+    int wpn = (int)a[0].v.i, g = disco_ctx_worker_id(ctx);
+    DLDataType i32 = I32;
+    int64_t len = 300;
+    DLTensor *t;
+    disco_status_t st = DISCO_OK;
+    if (g == 2 * wpn) {
+#ifdef DISCO_TEST_MPI
+        disco_worker_t *w = ctx->worker;
+        struct disco__node *node = w->net != NULL ? w->net->impl : NULL;
+        if (node == NULL)
+            return disco_ctx_fail(ctx, "nt.p2p_forge: worker %d has no node link", g);
+        struct {
+            struct wire_head h;
+            int32_t v[300];
+        } m;
+        memset(&m, 0, sizeof m);
+        m.h = (struct wire_head){.seq = w->seq, .ticket = 1, .from = wpn + 1, .to = 1, .nth = 1};
+        m.h.desc.ndim = 1;
+        m.h.desc.dtype = i32;
+        m.h.desc.nbytes = sizeof m.v;
+        m.h.desc.shape[0] = len;
+        memset(m.v, 0x5a, sizeof m.v);
+        if (MPI_Send(&m, (int)sizeof m, MPI_BYTE, 0, TAG_DATA, node->fwd) != MPI_SUCCESS)
+            return disco_ctx_fail(ctx, "nt.p2p_forge: MPI_Send failed");
+#else
+        return disco_ctx_fail(ctx, "nt.p2p_forge: this build has no MPI");
+#endif
+    } else if (g == wpn + 1) {
+        compute(a[1].v.i);
+        if ((st = make(ctx, false, i32, &len, 1, g, 5, &t)) == DISCO_OK)
+            st = disco_ctx_send(ctx, t, 1);
+    } else if (g == 1) {
+        if ((st = make(ctx, false, i32, &len, 1, -1, 0, &t)) == DISCO_OK &&
+            (st = disco_ctx_recv(ctx, t, wpn + 1)) == DISCO_OK)
+            st = check(ctx, "recv beside a forged send", t, wpn + 1, 5);
+    }
+    if (st == DISCO_OK)
+        *ret = disco_value_int(1);
+    return st;
+}
+
 /* nt.p2p_nopeer(wpn, which): which 0: worker 1 sends to worker wpn + 1,
  * which returns at once; which 1: worker wpn + 1 receives from worker 1,
  * which returns at once. The one left alone fails (its deadline). */
@@ -352,6 +406,7 @@ void node_p2p_register(void)
     disco_register_func("nt.p2p_nopeer", "ii", p2p_nopeer);
     disco_register_func("nt.p2p_failfirst", "ii", p2p_failfirst);
     disco_register_func("nt.p2p_late", "ii", p2p_late);
+    disco_register_func("nt.p2p_forge", "ii", p2p_forge);
 }
 
 #define CHECK(x)                                                                                   \
@@ -525,6 +580,8 @@ int node_p2p_scenario(disco_session_t *s, const char *sc, int wpn)
         return failfirst(s, wpn);
     if (strcmp(sc, "p2p-late") == 0)
         return late(s, wpn);
+    if (strcmp(sc, "p2p-forged") == 0)
+        return call_all(s, "nt.p2p_forge", sc, disco_value_int(wpn), disco_value_int(300));
     bool dev = getenv("DISCO_SIM_GPUS") != NULL;
     if (strcmp(sc, "p2p-pairs") == 0)
         return call_all(s, "nt.p2p_pairs", sc, disco_value_int(wpn), disco_value_bool(dev));

@@ -229,6 +229,27 @@ START_TEST(test_p2p_late_receive_times_out)
 }
 END_TEST
 
+/* A DATA whose sender id is not a worker of the node MPI says sent it
+ * (node 2's leader forges one naming worker 3 of node 1, for worker 1's
+ * receive from worker 3, before worker 3's real send): node 0's forwarder
+ * drops it and says so once; worker 1 gets worker 3's bytes (checked).
+ * Without the check the forged bytes were taken. */
+START_TEST(test_p2p_forged_sender_dropped)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc = p2p_run(3, 2, false, "p2p-forged", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-forged");
+    assert_all(out, "p2p-forged", 6, 1);
+    ck_assert_msg(strstr(out, "disco node 0: dropped a DATA from node 2 naming worker 3, not one "
+                              "of its workers") != NULL,
+                  "%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
 /* Sends and receives across nodes are in the trace as on one node: node
  * 0's workers' records name their peers on node 1 by global id (worker 0
  * sends to worker 3 and receives from 3 and 2, worker 1 sends to 2 and 3
@@ -294,6 +315,7 @@ Suite *suite_node_p2p(void)
     tcase_add_test(tc, test_p2p_no_peer_times_out);
     tcase_add_test(tc, test_p2p_failure_then_send_late_receiver);
     tcase_add_test(tc, test_p2p_late_receive_times_out);
+    tcase_add_test(tc, test_p2p_forged_sender_dropped);
     tcase_add_test(tc, test_p2p_in_trace);
     tcase_add_test(tc, test_p2p_peer_node_dies);
     suite_add_tcase(s, tc);
