@@ -352,6 +352,24 @@ static disco_status_t p2p_forge(disco_ctx_t *ctx, const disco_value_t *a, int n,
     return st;
 }
 
+/* nt.p2p_nosink(wpn): worker wpn (node 1's leader: its agent relays
+ * nothing else meanwhile) sends 1 MiB (past MPI's eager size) to worker 1
+ * (node 0), which returns at once without receiving; the send fails at
+ * its deadline. */
+static disco_status_t p2p_nosink(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                 disco_value_t *ret)
+{
+    (void)n, (void)ret;
+    int wpn = (int)a[0].v.i, g = disco_ctx_worker_id(ctx);
+    if (g != wpn)
+        return DISCO_OK;
+    DLDataType u8 = U8;
+    int64_t len = 1 << 20;
+    DLTensor *t;
+    disco_status_t st = make(ctx, false, u8, &len, 1, g, 0, &t);
+    return st != DISCO_OK ? st : disco_ctx_send(ctx, t, 1);
+}
+
 /* nt.p2p_nopeer(wpn, which): which 0: worker 1 sends to worker wpn + 1,
  * which returns at once; which 1: worker wpn + 1 receives from worker 1,
  * which returns at once. The one left alone fails (its deadline). */
@@ -407,6 +425,7 @@ void node_p2p_register(void)
     disco_register_func("nt.p2p_failfirst", "ii", p2p_failfirst);
     disco_register_func("nt.p2p_late", "ii", p2p_late);
     disco_register_func("nt.p2p_forge", "ii", p2p_forge);
+    disco_register_func("nt.p2p_nosink", "i", p2p_nosink);
 }
 
 #define CHECK(x)                                                                                   \
@@ -580,6 +599,13 @@ int node_p2p_scenario(disco_session_t *s, const char *sc, int wpn)
         return failfirst(s, wpn);
     if (strcmp(sc, "p2p-late") == 0)
         return late(s, wpn);
+    if (strcmp(sc, "p2p-shutdown") == 0) { /* nt.p2p_nosink, not waited for: the close follows */
+        disco_dref_t f, r;
+        disco_value_t a[1] = {disco_value_int(wpn)};
+        CHECK(disco_session_get_func(s, "nt.p2p_nosink", &f));
+        CHECK(disco_session_call(s, f, a, 1, &r));
+        return 0;
+    }
     if (strcmp(sc, "p2p-forged") == 0)
         return call_all(s, "nt.p2p_forge", sc, disco_value_int(wpn), disco_value_int(300));
     bool dev = getenv("DISCO_SIM_GPUS") != NULL;

@@ -250,6 +250,26 @@ START_TEST(test_p2p_forged_sender_dropped)
 }
 END_TEST
 
+/* The session closes while an agent's worker is still in a command that
+ * sends 1 MiB to a node-0 worker that never receives it (an asynchronous
+ * call, then the close): node 0's forwarder serves until every agent said
+ * goodbye, so the agent's send fails at its deadline (4/5 of the 5 s call
+ * timeout), is cancelled, and the agent drains its forwarder, finalizes
+ * MPI and exits cleanly: no "still in flight" on stderr. Without the fix
+ * node 0 stopped its forwarder first and the agent could not drain. */
+START_TEST(test_p2p_shutdown_drains)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc = p2p_run_ms(2, 2, false, 5000, "p2p-shutdown", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-shutdown");
+    ck_assert_msg(strstr(out, "still in flight") == NULL, "%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
 /* Sends and receives across nodes are in the trace as on one node: node
  * 0's workers' records name their peers on node 1 by global id (worker 0
  * sends to worker 3 and receives from 3 and 2, worker 1 sends to 2 and 3
@@ -316,6 +336,7 @@ Suite *suite_node_p2p(void)
     tcase_add_test(tc, test_p2p_failure_then_send_late_receiver);
     tcase_add_test(tc, test_p2p_late_receive_times_out);
     tcase_add_test(tc, test_p2p_forged_sender_dropped);
+    tcase_add_test(tc, test_p2p_shutdown_drains);
     tcase_add_test(tc, test_p2p_in_trace);
     tcase_add_test(tc, test_p2p_peer_node_dies);
     suite_add_tcase(s, tc);
