@@ -198,11 +198,10 @@ static void take_send(struct disco__fwd *f, int wid, uint64_t ticket, struct dis
     if (n != 0)
         memcpy(buf + sizeof h, src, n);
     /* Release: F1 done, the worker's bytes copied; it may withdraw now
-     * (pairs with the acquire of its wait, at_step, and of its withdrawal
-     * compare-and-swap in comm_net.c). */
+     * (pairs with the acquire load and compare-and-swap of its withdrawal
+     * in comm_net.c's exchange). No wake: the worker waits for DONE only. */
     atomic_store_explicit(&p->state, DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN),
                           memory_order_release);
-    disco_waitq_wake(&p->q);
     *o = (struct out_msg){.wid = wid,
                           .ticket = ticket,
                           .seq = h.seq,
@@ -265,10 +264,10 @@ static bool scan_posts(struct disco__fwd *f, int64_t now)
                                .off = p->off,
                                .desc = p->desc};
         /* Release: F1 done; the worker may withdraw now (pairs with the
-         * acquire of its withdrawal compare-and-swap, comm_net.c). */
+         * acquire of its withdrawal compare-and-swap, comm_net.c). No wake: the
+         * worker waits for DONE only. */
         atomic_store_explicit(&p->state, DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN),
                               memory_order_release);
-        disco_waitq_wake(&p->q);
     }
     return moved;
 }
