@@ -59,7 +59,7 @@ SONAME   := libdisco.so.3
 # by tools/deps.sh): its link is compiled with mpicc's flags and linked
 # with its libraries; without it, node_none.c refuses such sessions.
 NODE_MPI_SRC := scheduler/node/node_mpi.c scheduler/node/node_msg.c scheduler/node/node_link.c \
-    scheduler/node/node_fwd.c \
+    scheduler/node/node_fwd.c scheduler/node/node_fwd_in.c \
     scheduler/node/node_net.c scheduler/node/node_wait.c
 # NO_MPI=1 builds without it even where it is installed (the test of that
 # build: the node suite skips, saying so).
@@ -159,6 +159,9 @@ $(TEST_BIN): $(TEST_OBJ) $(SOAK_OBJ) $(BUILD)/libdisco.a
 # communication scenarios in tests/node_comm.c), run under mpirun by
 # tests/test_node.c.
 NODE_PROG := $(BUILD)/bin/node_prog
+ifeq ($(MPI_MODE),on) # its forged message across nodes (tests/node_p2p.c, p2p-forged)
+$(BUILD)/obj/tests/node_p2p.o: CFLAGS += $(MPI_CFLAGS) -DDISCO_TEST_MPI
+endif
 $(NODE_PROG): $(BUILD)/obj/tests/node_prog.o $(BUILD)/obj/tests/node_comm.o \
     $(BUILD)/obj/tests/node_p2p.o $(BUILD)/libdisco.a
 	@mkdir -p $(@D)

@@ -14,6 +14,10 @@
 #include "workers/core/ctx.h"
 #include "workers/core/worker.h"
 #include "workers/data/tensor_impl.h"
+#ifdef DISCO_TEST_MPI /* white-box: a message forged on the forwarders' communicator */
+#include "scheduler/node/node_fwd_impl.h"
+#include "workers/core/net.h"
+#endif
 
 /* Byte i of what worker s sends in round k. */
 static uint8_t pat(int s, int k, size_t i)
@@ -238,6 +242,134 @@ static disco_status_t p2p_mismatch(disco_ctx_t *ctx, const disco_value_t *a, int
     return DISCO_OK;
 }
 
+/* Computes (spins on the clock) for ms milliseconds: a worker busy before
+ * its next call, not a wait for anything. */
+static void compute(int64_t ms)
+{
+    int64_t end = disco_now_ns() + ms * 1000000;
+    volatile uint64_t x = 0;
+    while (disco_now_ns() < end)
+        x = x * 31 + 7;
+}
+
+/* nt.p2p_failfirst(wpn, ms): worker 1 sends NULL to worker wpn + 1 (its
+ * own failure), then a tensor of its round 9; worker wpn + 1 computes for
+ * ms first, then receives twice. Each returns its two outcomes, one a
+ * line, "NAME: words" (the receiver checks the second's bytes). */
+static disco_status_t p2p_failfirst(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                    disco_value_t *ret)
+{
+    (void)n;
+    static char words[2048]; /* this process's: one worker runs here at a time */
+    int wpn = (int)a[0].v.i, g = disco_ctx_worker_id(ctx);
+    words[0] = '\0';
+    if (g != 1 && g != wpn + 1) {
+        *ret = disco_value_str("");
+        return DISCO_OK;
+    }
+    DLDataType i32 = I32;
+    int64_t len = 300;
+    DLTensor *t;
+    if (g == wpn + 1)
+        compute(a[1].v.i);
+    for (int i = 0; i < 2; i++) {
+        disco_status_t st = make(ctx, false, i32, &len, 1, g == 1 ? 1 : -1, 9, &t);
+        if (st == DISCO_OK && g == 1)
+            st = disco_ctx_send(ctx, i == 0 ? NULL : t, wpn + 1);
+        else if (st == DISCO_OK && (st = disco_ctx_recv(ctx, t, 1)) == DISCO_OK)
+            st = check(ctx, "the send after a failed one", t, 1, 9);
+        size_t used = strlen(words);
+        snprintf(words + used, sizeof words - used, "%s: %s\n", disco_err_name(st),
+                 st == DISCO_OK ? "" : disco_last_error());
+    }
+    *ret = disco_value_str(words);
+    return DISCO_OK;
+}
+
+/* nt.p2p_late(wpn, ms): worker 1 computes for ms, then receives from worker
+ * wpn + 1, which never sends (it returns at once). */
+static disco_status_t p2p_late(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n, (void)ret;
+    int wpn = (int)a[0].v.i;
+    if (disco_ctx_worker_id(ctx) != 1)
+        return DISCO_OK;
+    DLDataType i32 = I32;
+    int64_t len = 300;
+    DLTensor *t;
+    disco_status_t st = make(ctx, false, i32, &len, 1, -1, 0, &t);
+    compute(a[1].v.i);
+    return st != DISCO_OK ? st : disco_ctx_recv(ctx, t, wpn + 1);
+}
+
+/* nt.p2p_forge(wpn, ms), on three nodes: node 2's leader forges a DATA
+ * for worker 1 (node 0) naming worker wpn + 1 (node 1) as its sender, for
+ * worker 1's first receive from it in this command, and sends it to node
+ * 0's forwarder (white-box: on the forwarders' communicator); worker wpn
+ * + 1 computes for ms, then sends its real tensor (round 5); worker 1
+ * receives from it and checks every byte. Returns 1. */
+static disco_status_t p2p_forge(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n;
+    int wpn = (int)a[0].v.i, g = disco_ctx_worker_id(ctx);
+    DLDataType i32 = I32;
+    int64_t len = 300;
+    DLTensor *t;
+    disco_status_t st = DISCO_OK;
+    if (g == 2 * wpn) {
+#ifdef DISCO_TEST_MPI
+        disco_worker_t *w = ctx->worker;
+        struct disco__node *node = w->net != NULL ? w->net->impl : NULL;
+        if (node == NULL)
+            return disco_ctx_fail(ctx, "nt.p2p_forge: worker %d has no node link", g);
+        struct {
+            struct wire_head h;
+            int32_t v[300];
+        } m;
+        memset(&m, 0, sizeof m);
+        m.h = (struct wire_head){.seq = w->seq, .ticket = 1, .from = wpn + 1, .to = 1, .nth = 1};
+        m.h.desc.ndim = 1;
+        m.h.desc.dtype = i32;
+        m.h.desc.nbytes = sizeof m.v;
+        m.h.desc.shape[0] = len;
+        memset(m.v, 0x5a, sizeof m.v);
+        if (MPI_Send(&m, (int)sizeof m, MPI_BYTE, 0, TAG_DATA, node->fwd) != MPI_SUCCESS)
+            return disco_ctx_fail(ctx, "nt.p2p_forge: MPI_Send failed");
+#else
+        return disco_ctx_fail(ctx, "nt.p2p_forge: this build has no MPI");
+#endif
+    } else if (g == wpn + 1) {
+        compute(a[1].v.i);
+        if ((st = make(ctx, false, i32, &len, 1, g, 5, &t)) == DISCO_OK)
+            st = disco_ctx_send(ctx, t, 1);
+    } else if (g == 1) {
+        if ((st = make(ctx, false, i32, &len, 1, -1, 0, &t)) == DISCO_OK &&
+            (st = disco_ctx_recv(ctx, t, wpn + 1)) == DISCO_OK)
+            st = check(ctx, "recv beside a forged send", t, wpn + 1, 5);
+    }
+    if (st == DISCO_OK)
+        *ret = disco_value_int(1);
+    return st;
+}
+
+/* nt.p2p_nosink(wpn): worker wpn (node 1's leader: its agent relays
+ * nothing else meanwhile) sends 1 MiB (past MPI's eager size) to worker 1
+ * (node 0), which returns at once without receiving; the send fails at
+ * its deadline. */
+static disco_status_t p2p_nosink(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                 disco_value_t *ret)
+{
+    (void)n, (void)ret;
+    int wpn = (int)a[0].v.i, g = disco_ctx_worker_id(ctx);
+    if (g != wpn)
+        return DISCO_OK;
+    DLDataType u8 = U8;
+    int64_t len = 1 << 20;
+    DLTensor *t;
+    disco_status_t st = make(ctx, false, u8, &len, 1, g, 0, &t);
+    return st != DISCO_OK ? st : disco_ctx_send(ctx, t, 1);
+}
+
 /* nt.p2p_nopeer(wpn, which): which 0: worker 1 sends to worker wpn + 1,
  * which returns at once; which 1: worker wpn + 1 receives from worker 1,
  * which returns at once. The one left alone fails (its deadline). */
@@ -290,6 +422,10 @@ void node_p2p_register(void)
     disco_register_func("nt.p2p_repeat", "ii", p2p_repeat);
     disco_register_func("nt.p2p_mismatch", "ib", p2p_mismatch);
     disco_register_func("nt.p2p_nopeer", "ii", p2p_nopeer);
+    disco_register_func("nt.p2p_failfirst", "ii", p2p_failfirst);
+    disco_register_func("nt.p2p_late", "ii", p2p_late);
+    disco_register_func("nt.p2p_forge", "ii", p2p_forge);
+    disco_register_func("nt.p2p_nosink", "i", p2p_nosink);
 }
 
 #define CHECK(x)                                                                                   \
@@ -387,6 +523,45 @@ static int nopeer(disco_session_t *s, int wpn)
     return rc;
 }
 
+/* nt.p2p_failfirst with the receiver computing 300 ms first: prints
+ * both ends' outcomes as "p2p-failfirst worker W: NAME: words" lines. */
+static int failfirst(disco_session_t *s, int wpn)
+{
+    disco_dref_t f, r;
+    disco_value_t a[2] = {disco_value_int(wpn), disco_value_int(300)};
+    CHECK(disco_session_get_func(s, "nt.p2p_failfirst", &f));
+    CHECK(disco_session_call_sync_all(s, f, a, 2, &r));
+    for (int w = 1; w <= wpn + 1; w += wpn) {
+        disco_value_t v;
+        CHECK(disco_session_debug_get(s, r, w, &v));
+        for (const char *p = v.v.str, *e; p < v.v.str + v.len && (e = strchr(p, '\n')) != NULL;
+             p = e + 1)
+            printf("p2p-failfirst worker %d: %.*s\n", w, (int)(e - p), p);
+        disco_value_clear(&v);
+    }
+    CHECK(disco_session_free_reg(s, r));
+    return 0;
+}
+
+/* nt.p2p_late with worker 1 computing 2/5 of the call timeout before its
+ * receive: the call fails (printed with the time it took); then 3 rounds
+ * of sends on the same session. */
+static int late(disco_session_t *s, int wpn)
+{
+    disco_dref_t f, r;
+    int64_t ms = (int64_t)s->cfg.call_timeout_ms * 2 / 5;
+    disco_value_t a[2] = {disco_value_int(wpn), disco_value_int(ms)};
+    CHECK(disco_session_get_func(s, "nt.p2p_late", &f));
+    int64_t t0 = disco_now_ns();
+    disco_status_t st = disco_session_call_sync_all(s, f, a, 2, &r);
+    printf("p2p-late: %s: %s (took %lld ms of %u)\n", disco_err_name(st),
+           st == DISCO_OK ? "" : disco_last_error(), (long long)((disco_now_ns() - t0) / 1000000),
+           s->cfg.call_timeout_ms);
+    if (st == DISCO_OK)
+        return 1;
+    return call_all(s, "nt.p2p_repeat", "after", disco_value_int(wpn), disco_value_int(3));
+}
+
 /* nt.p2p_pairs on host tensors, then node 0's trace: every send or
  * receive record of its workers printed as "trace: worker W KIND peer P
  * index I" (the test checks the peers' global ids). */
@@ -420,6 +595,19 @@ int node_p2p_scenario(disco_session_t *s, const char *sc, int wpn)
         return killpeer(s, wpn);
     if (strcmp(sc, "p2p-trace") == 0)
         return traced(s, wpn);
+    if (strcmp(sc, "p2p-failfirst") == 0)
+        return failfirst(s, wpn);
+    if (strcmp(sc, "p2p-late") == 0)
+        return late(s, wpn);
+    if (strcmp(sc, "p2p-shutdown") == 0) { /* nt.p2p_nosink, not waited for: the close follows */
+        disco_dref_t f, r;
+        disco_value_t a[1] = {disco_value_int(wpn)};
+        CHECK(disco_session_get_func(s, "nt.p2p_nosink", &f));
+        CHECK(disco_session_call(s, f, a, 1, &r));
+        return 0;
+    }
+    if (strcmp(sc, "p2p-forged") == 0)
+        return call_all(s, "nt.p2p_forge", sc, disco_value_int(wpn), disco_value_int(300));
     bool dev = getenv("DISCO_SIM_GPUS") != NULL;
     if (strcmp(sc, "p2p-pairs") == 0)
         return call_all(s, "nt.p2p_pairs", sc, disco_value_int(wpn), disco_value_bool(dev));

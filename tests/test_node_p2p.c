@@ -11,22 +11,31 @@
 
 #include "tests/node_run.h"
 
-/* Runs scenario on np nodes of wpn workers (sim: 2 sim GPUs a node),
- * stderr too; returns rank 0's exit code; *secs the time taken. */
-static int p2p_run(int np, int wpn, bool sim, const char *scenario, char *out, size_t cap,
-                   double *secs)
+/* Runs scenario on np nodes of wpn workers (sim: 2 sim GPUs a node;
+ * call_ms: the call timeout, 0 for node_prog's 10 s), stderr too; returns
+ * rank 0's exit code; *secs the time taken. */
+static int p2p_run_ms(int np, int wpn, bool sim, unsigned call_ms, const char *scenario, char *out,
+                      size_t cap, double *secs)
 {
-    char cmd[1024];
+    char cmd[1024], ms[64] = "";
+    if (call_ms != 0)
+        snprintf(ms, sizeof ms, "NODE_PROG_CALL_MS=%u", call_ms);
     snprintf(cmd, sizeof cmd,
-             "DISCO_QUIET=1 DISCO_NODE_LEASE_MS=1500 %s timeout -s KILL 90 %s -x DISCO_QUIET "
-             "-x DISCO_NODE_LEASE_MS %s -np %d %s %s %d 2>&1",
-             sim ? "DISCO_SIM_GPUS=2" : "", mpirun(), sim ? "-x DISCO_SIM_GPUS" : "", np, PROG,
-             scenario, wpn);
+             "DISCO_QUIET=1 DISCO_NODE_LEASE_MS=1500 %s %s timeout -s KILL 90 %s -x DISCO_QUIET "
+             "-x DISCO_NODE_LEASE_MS %s %s -np %d %s %s %d 2>&1",
+             sim ? "DISCO_SIM_GPUS=2" : "", ms, mpirun(), sim ? "-x DISCO_SIM_GPUS" : "",
+             call_ms != 0 ? "-x NODE_PROG_CALL_MS" : "", np, PROG, scenario, wpn);
     double t0 = now_s();
     int rc = run(cmd, out, cap);
     if (secs != NULL)
         *secs = now_s() - t0;
     return rc;
+}
+
+static int p2p_run(int np, int wpn, bool sim, const char *scenario, char *out, size_t cap,
+                   double *secs)
+{
+    return p2p_run_ms(np, wpn, sim, 0, scenario, out, cap, secs);
 }
 
 /* Every worker answered 1 (or want) to scenario sc. */
@@ -164,6 +173,103 @@ START_TEST(test_p2p_no_peer_times_out)
 }
 END_TEST
 
+/* A sender failing on its own argument (NULL), then sending a tensor, to
+ * a receiver that computes 300 ms before its two receives (it posts them
+ * after both sends reached its node; the outcome must not depend on it):
+ * the first receive fails in the sender's words, the second gets the
+ * tensor's bytes (checked), neither at the deadline. Without the fix the
+ * failure was cancelled and dropped, the first receive took the second
+ * send and the second timed out. */
+START_TEST(test_p2p_failure_then_send_late_receiver)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    double secs;
+    int rc = p2p_run(2, 2, false, "p2p-failfirst", out, sizeof out, &secs);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-failfirst");
+    const char *want[] = {
+        "p2p-failfirst worker 1: DISCO_E_INVAL: disco_ctx_send: a tensor is NULL\n",
+        "p2p-failfirst worker 1: DISCO_OK: \n",
+        "p2p-failfirst worker 3: DISCO_E_INVAL: disco_ctx_recv: worker 1: disco_ctx_send: a "
+        "tensor is NULL\np2p-failfirst worker 3: DISCO_OK: \n"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(out, want[i]) != NULL, "no \"%s\" in:\n%s", want[i], out);
+    ck_assert_msg(secs < 8.0, "took %.1f s: a receive waited for the deadline\n%s", secs, out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* A worker that computes 2/5 of the call timeout (5 s here) before a
+ * receive whose sender never sends: the receive fails with
+ * DISCO_E_TIMEOUT naming the peer by 4/5 of the timeout counted from the
+ * command's start, so the session reports it before the controller's own
+ * wait for the worker ends (it would kill the worker and break the
+ * session); then 3 rounds of sends on the same session work. Without the
+ * fix the forwarder counted from the receive and answered at 6/5. */
+START_TEST(test_p2p_late_receive_times_out)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc = p2p_run_ms(2, 2, false, 5000, "p2p-late", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-late");
+    const char *p = strstr(out, "p2p-late: DISCO_E_TIMEOUT: ");
+    const char *why = "disco_ctx_recv from worker 3 (on node 1): no answer within ";
+    ck_assert_msg(p != NULL && strstr(p, why) != NULL, "no \"%s\" in:\n%s", why, out);
+    const char *took = strstr(p, "(took ");
+    long long ms = -1;
+    ck_assert_msg(took != NULL && sscanf(took, "(took %lld ms", &ms) == 1, "%s", out);
+    ck_assert_msg(ms >= 3500 && ms < 5000, "the call took %lld ms\n%s", ms, out);
+    ck_assert_msg(strstr(out, "killed") == NULL, "%s", out);
+    assert_all(out, "after", 4, 3);
+    assert_nothing_left();
+}
+END_TEST
+
+/* A DATA whose sender id is not a worker of the node MPI says sent it
+ * (node 2's leader forges one naming worker 3 of node 1, for worker 1's
+ * receive from worker 3, before worker 3's real send): node 0's forwarder
+ * drops it and says so once; worker 1 gets worker 3's bytes (checked).
+ * Without the check the forged bytes were taken. */
+START_TEST(test_p2p_forged_sender_dropped)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc = p2p_run(3, 2, false, "p2p-forged", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-forged");
+    assert_all(out, "p2p-forged", 6, 1);
+    ck_assert_msg(strstr(out, "disco node 0: dropped a DATA from node 2 naming worker 3, not one "
+                              "of its workers") != NULL,
+                  "%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* The session closes while an agent's worker is still in a command that
+ * sends 1 MiB to a node-0 worker that never receives it (an asynchronous
+ * call, then the close): node 0's forwarder serves until every agent said
+ * goodbye, so the agent's send fails at its deadline (4/5 of the 5 s call
+ * timeout), is cancelled, and the agent drains its forwarder, finalizes
+ * MPI and exits cleanly: no "still in flight" on stderr. Without the fix
+ * node 0 stopped its forwarder first and the agent could not drain. */
+START_TEST(test_p2p_shutdown_drains)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc = p2p_run_ms(2, 2, false, 5000, "p2p-shutdown", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-shutdown");
+    ck_assert_msg(strstr(out, "still in flight") == NULL, "%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
 /* Sends and receives across nodes are in the trace as on one node: node
  * 0's workers' records name their peers on node 1 by global id (worker 0
  * sends to worker 3 and receives from 3 and 2, worker 1 sends to 2 and 3
@@ -227,6 +333,10 @@ Suite *suite_node_p2p(void)
     tcase_add_test(tc, test_p2p_repeated);
     tcase_add_test(tc, test_p2p_mismatch_both_ends);
     tcase_add_test(tc, test_p2p_no_peer_times_out);
+    tcase_add_test(tc, test_p2p_failure_then_send_late_receiver);
+    tcase_add_test(tc, test_p2p_late_receive_times_out);
+    tcase_add_test(tc, test_p2p_forged_sender_dropped);
+    tcase_add_test(tc, test_p2p_shutdown_drains);
     tcase_add_test(tc, test_p2p_in_trace);
     tcase_add_test(tc, test_p2p_peer_node_dies);
     suite_add_tcase(s, tc);

@@ -96,9 +96,10 @@ disco_status_t disco_ctx_barrier(disco_ctx_t *ctx, bool in_group);
  *  worker, itself, not in a worker function); DISCO_E_MISMATCH (the
  *  receiver's tensor differs, on both ends, or the receiver ended its
  *  command without receiving, seen on one node only); DISCO_E_TIMEOUT
- *  (across nodes, a peer that never receives: after 4/5 of the call
- *  timeout, naming it and its node); DISCO_E_UNSUPPORTED (across nodes,
- *  more than INT_MAX bytes); the session's failure. */
+ *  (across nodes, a peer that never receives: at 4/5 of the call timeout
+ *  from the command's start, naming it and its node); DISCO_E_UNSUPPORTED
+ *  (across nodes, more than INT_MAX - 4096 bytes); the session's
+ *  failure. */
 disco_status_t disco_ctx_send(disco_ctx_t *ctx, const DLTensor *t, int to_worker);
 
 /** Receives into t what worker from_worker sends with disco_ctx_send.

@@ -102,9 +102,12 @@ disco_status_t disco__node_send_up(struct disco__node *n, uint32_t kind, int32_t
 
 /** Ends the link. Controller (healthy: the session ended normally):
  *  tells the agents to close (the shutdown frame) and waits for their
- *  goodbyes. Then stops the heartbeat thread and finalizes MPI if it
- *  started it and every node is known to be alive; a dead node's MPI
- *  cannot finalize, so then it is left to the process's exit. Frees n. */
+ *  goodbyes, its forwarding thread serving on meanwhile (an agent drains
+ *  its own sends to node 0 before its goodbye). Then stops the forwarding
+ *  thread (disco__node_fwd_stop), an agent says goodbye (healthy), the
+ *  heartbeat thread stops, and MPI is finalized if this process started it,
+ *  every node is known to be alive and no forwarded message is left in
+ *  flight; else it is left to the process's exit. Frees n. */
 void disco__node_stop(struct disco__node *n, bool healthy);
 
 /** Stops the forwarding thread of comm.h's sends across nodes
@@ -118,9 +121,14 @@ bool disco__node_fwd_stop(struct disco__node *n);
 /** The node this link is (0: the controller). */
 int disco__node_self(const struct disco__node *n);
 
+/* An agent's exit code after a normal end whose forwarder (node_fwd.c)
+ * could not finish its messages in flight: it said goodbye, but MPI is
+ * not finalized. */
+#define DISCO_NODE_EXIT_UNDRAINED 3
+
 /** Agent: runs the node until the controller ends the session or dies
  *  (node_agent.c). Returns the process's exit code: 0 after a normal end,
- *  1 otherwise. */
+ *  DISCO_NODE_EXIT_UNDRAINED (said on stderr), 1 otherwise. */
 struct disco_session;
 int disco__node_serve(struct disco_session *s, struct disco__node *n);
 

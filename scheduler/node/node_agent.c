@@ -51,8 +51,11 @@
  *
  * Shutdown. Closing the controller's session posts the shutdown frame to
  * the agents and waits for each one's goodbye (sent after its node's
- * workers are reaped); then every process finalizes MPI and the agents
- * exit 0. After a failure nobody can finalize (MPI waits for the dead), so
+ * workers are reaped), its forwarder serving on until then; then every
+ * process finalizes MPI and the agents exit 0. An agent whose forwarder
+ * could not finish its messages in flight still says goodbye, but does
+ * not finalize MPI and exits DISCO_NODE_EXIT_UNDRAINED, saying so on
+ * stderr. After a failure nobody can finalize (MPI waits for the dead), so
  * the processes exit without it and mpirun reaps them.
  */
 #include <stdio.h>
@@ -99,7 +102,13 @@ int disco__node_serve(struct disco_session *s, struct disco__node *n)
     int code = serve(s, n);
     /* Before the caller closes the node's session (its heap unmapped):
      * the forwarder reads and writes the workers' posts and bytes. */
-    disco__node_fwd_stop(n);
+    if (!disco__node_fwd_stop(n) && code == 0) {
+        fprintf(stderr,
+                "disco node %d: sends between workers of two nodes were still in flight when "
+                "this node stopped; MPI is not finalized\n",
+                disco__node_self(n));
+        code = DISCO_NODE_EXIT_UNDRAINED;
+    }
     return code;
 }
 

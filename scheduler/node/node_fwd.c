@@ -5,26 +5,37 @@
  *
  * One thread a node, on a communicator of its own (n->fwd), three tags:
  * DATA (a send's description and bytes, one message), ACK (the
- * receiver's verdict) and CANCEL (a sender gave up). It never blocks: every message is taken as it
- * comes (MPI_Improbe, then MPI_Imrecv into its own memory), every send is MPI_Isend from its own
- * memory, every request is polled with MPI_Test, and the workers' posts are polled in the same
- * loop, pausing as the node link's waits do (disco__node_backoff) when nothing moved. So requests
- * of any number of pairs, in both directions between the same two nodes, proceed together.
+ * receiver's verdict) and CANCEL (a sender gave up). It never blocks:
+ * every message is taken as it comes (MPI_Improbe, then MPI_Imrecv into
+ * its own memory), every send is MPI_Isend from its own memory, every
+ * request is polled with MPI_Test, and the workers' posts are polled in
+ * the same loop, pausing as the node link's waits do (disco__node_backoff)
+ * when nothing moved. So requests of any number of pairs, in both
+ * directions between the same two nodes, proceed together. This file: the
+ * posts, the sends, the thread; node_fwd_in.c: the messages that come.
  *
- * Deadline: a request it took and could not answer within 4/5 of the
- * call timeout is answered DISCO_E_TIMEOUT (comm_fwd.h), one that waits on
- * a node the heartbeats found dead DISCO_E_WORKER_DIED at once (the
- * controller watches every node; an agent only the controller); a send
- * given up is cancelled at the receiving node.
+ * Deadline: a request it took and could not answer by its worker's
+ * command start + 4/5 of the call timeout is answered DISCO_E_TIMEOUT
+ * (comm_fwd.h), one that waits on a node the heartbeats found dead
+ * DISCO_E_WORKER_DIED at once (the controller watches every node; an
+ * agent only the controller); a send given up (at its deadline, its
+ * node's death, its worker's withdrawal) is cancelled at the receiving
+ * node. A send that carries its sender's failure is answered when taken
+ * and never cancelled: it lives on at the receiver until its receive
+ * takes it (comm_fwd.h).
+ *
+ * Matching (node_fwd_in.c): the k-th send of A to B in a command meets
+ * the k-th receive of B from A in it.
  *
  * Memory: a send's message lives until MPI sent it and its answer came
- * (or its sender withdrew); a DATA received lives until its receiver's
- * request takes it, a later command's request of the same pair shows it
- * is stale, or the call deadline passes (then the sender is answered with
- * DISCO_E_TIMEOUT). A message larger than a heap can hold is refused
- * unread beyond its head. A request MPI never completes (a dead node)
- * keeps its buffer until the thread stops; its node then does not
- * finalize MPI (disco__node_fwd_stop says so).
+ * (or its sender withdrew); a DATA received lives until its receive takes
+ * it, the receiver's requests show it passed it, or the call timeout
+ * passes (then its sender is answered DISCO_E_TIMEOUT), or a CANCEL drops
+ * it. A message larger than a heap can hold, or of a size its tag never
+ * has, is received into nothing (zero bytes: MPI reports it truncated)
+ * and dropped unanswered (its sender's deadline tells). A request MPI
+ * never completes (a dead node) keeps its buffer until the thread stops;
+ * its node then does not finalize MPI (disco__node_fwd_stop says so).
  *
  * Thread safety: the thread alone uses its lists and n->fwd; the workers
  * share only their posts (comm_fwd.h); start and stop are the session
@@ -36,82 +47,14 @@
 #include <string.h>
 
 #include "disco/shm/wait.h"
-#include "scheduler/node/node_impl.h"
+#include "scheduler/node/node_fwd_impl.h"
 #include "shm/text.h"
 #include "workers/core/worker.h"
 #include "workers/data/collective.h"
 #include "workers/data/comm_fwd.h"
 #include "workers/data/tensor_impl.h"
 
-#define TAG_DATA   1
-#define TAG_ACK    2
-#define TAG_CANCEL 3           /* a wire_ack: the sender gave up; drop its DATA if still held */
-#define DRAIN_NS   500000000LL /* at the stop: how long sends in flight may take */
-
-/* A DATA message: this head, then desc.nbytes bytes (status DISCO_OK). */
-struct wire_head {
-    uint64_t seq, ticket; /* the sender's command and request */
-    int32_t from, to;     /* global worker ids */
-    struct disco__fwd_desc desc;
-};
-
-/* An ACK: the receiver's verdict on (from, to, seq, ticket). */
-struct wire_ack {
-    uint64_t seq, ticket;
-    int32_t from, to;
-    int32_t status;
-    uint32_t pad;
-    char msg[DISCO__FWD_MSG];
-};
-
-/* A message this thread sends: a send's DATA until it is sent and
- * answered (wid >= 0), or an ACK until it is sent (wid -1). */
-struct out_msg {
-    struct out_msg *next;
-    int wid; /* the sending worker (on this node), or -1 */
-    uint64_t ticket, seq;
-    int32_t from, to;
-    MPI_Request req;
-    bool sent, answered;
-    int64_t since; /* taken at (F1) */
-    void *buf;
-};
-
-/* A message received or being received. */
-struct in_msg {
-    struct in_msg *next;
-    MPI_Request req;
-    bool arrived, bad; /* bad: refused (too large), received truncated */
-    bool cancelled;    /* a DATA whose sender gave up (TAG_CANCEL): dropped */
-    int src, tag;
-    size_t len;
-    int64_t since;
-    void *buf;
-};
-
-/* A worker's receive request as taken at F1. */
-struct recv_req {
-    bool live;
-    int64_t since; /* taken at (F1) */
-    uint64_t ticket, seq;
-    int32_t from;
-    uint64_t block, off;
-    struct disco__fwd_desc desc;
-};
-
-struct disco__fwd {
-    struct disco__node *n;
-    disco_heap_t *heap;
-    struct disco__coll_area *coll;
-    int world, groups, gid_base;
-    int64_t limit_ns; /* a request taken is answered within this (comm_fwd.h, Deadline) */
-    struct out_msg *outs;
-    struct out_msg *fresh; /* sent since progress_outs last looked: joined to outs there */
-    struct in_msg *ins;
-    struct recv_req *rr; /* [world] */
-    pthread_t thread;
-    _Atomic int stop; /* relaxed: the thread only polls it; join orders the rest */
-};
+#define DRAIN_NS 500000000LL /* at the stop: how long sends in flight may take */
 
 static struct disco__fwd_post *post(struct disco__fwd *f, int wid)
 {
@@ -121,8 +64,9 @@ static struct disco__fwd_post *post(struct disco__fwd *f, int wid)
 /* F2: answers worker wid's request ticket (held TAKEN) with status and
  * msg (and, when dst, copies len bytes from src there first). Returns
  * false when the worker withdrew (nothing written). */
-static bool answer(struct disco__fwd *f, int wid, uint64_t ticket, int32_t status, const char *msg,
-                   uint64_t their_ticket, void *dst, const void *src, size_t len)
+bool disco__fwd_answer(struct disco__fwd *f, int wid, uint64_t ticket, int32_t status,
+                       const char *msg, uint64_t their_ticket, void *dst, const void *src,
+                       size_t len)
 {
     struct disco__fwd_post *p = post(f, wid);
     uint64_t want = DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN);
@@ -152,8 +96,8 @@ static void push_out(struct disco__fwd *f, struct out_msg *o, int node, int tag,
     f->fresh = o;
 }
 
-static void send_ack(struct disco__fwd *f, int node, const struct wire_head *h, int32_t status,
-                     const char *msg, int tag)
+void disco__fwd_send_ack(struct disco__fwd *f, int node, const struct wire_head *h, int32_t status,
+                         const char *msg, int tag)
 {
     struct out_msg *o = calloc(1, sizeof *o);
     struct wire_ack *a = calloc(1, sizeof *a);
@@ -195,28 +139,49 @@ static bool answer_if_dead(struct disco__fwd *f, int wid, uint64_t ticket, int k
         !atomic_load_explicit(&f->n->peer[k].dead, memory_order_relaxed))
         return false;
     disco_status_t st = disco__node_dead(f->n, k, what);
-    answer(f, wid, ticket, st, disco_last_error(), 0, NULL, NULL, 0);
+    disco__fwd_answer(f, wid, ticket, st, disco_last_error(), 0, NULL, NULL, 0);
     return true;
 }
 
 /* ---- F1: the workers' new requests ---- */
 
+/* The deadline of a request taken at now whose worker began its command
+ * at start (its word, from shared memory: 0, or one later than now, counts
+ * from now; comm_fwd.h, Deadline). */
+static int64_t deadline_of(const struct disco__fwd *f, int64_t start, int64_t now)
+{
+    return (start > 0 && start <= now ? start : now) + f->limit_ns;
+}
+
 /* A send taken: its message built from the worker's heap bytes and sent
- * to the receiver's node; the post TAKEN (or answered at once when the
- * request is malformed). */
+ * to the receiver's node; the post TAKEN, or answered at once: when the
+ * request is malformed, and (DISCO_OK) when it carries its sender's own
+ * failure (comm_fwd.h: nothing to wait for, nothing given up, so no
+ * CANCEL follows it). */
 static void take_send(struct disco__fwd *f, int wid, uint64_t ticket, struct disco__fwd_post *p)
 {
-    struct wire_head h = {
-        .seq = p->seq, .ticket = ticket, .from = f->gid_base + wid, .to = p->peer, .desc = p->desc};
+    int64_t now = disco__node_now();
+    struct wire_head h = {.seq = p->seq,
+                          .ticket = ticket,
+                          .from = f->gid_base + wid,
+                          .to = p->peer,
+                          .nth = p->nth,
+                          .desc = p->desc};
+    int64_t deadline = deadline_of(f, p->start_ns, now);
     size_t n = h.desc.status == DISCO_OK ? (size_t)h.desc.nbytes : 0;
     const void *src = n != 0 ? disco__tensor_span(f->heap, p->block, p->off, n) : NULL;
     struct out_msg *o = calloc(1, sizeof *o);
-    char *buf = n <= (size_t)INT_MAX - sizeof h ? malloc(sizeof h + n) : NULL;
+    char *buf = n <= DISCO__FWD_MAX_BYTES ? malloc(sizeof h + n) : NULL;
     const char *why = NULL;
+    char words[96];
     int32_t bad = DISCO_E_PROTOCOL;
     if (h.to < 0 || h.to >= f->n->nodes * f->world || h.to / f->world == f->n->node)
         why = "disco_ctx_send: the forwarder got a peer on no other node";
-    else if (n != 0 && src == NULL)
+    else if (n > DISCO__FWD_MAX_BYTES) { /* the worker refuses it first (comm_net.c) */
+        snprintf(words, sizeof words, "disco_ctx_send: %zu bytes across nodes; at most %zu", n,
+                 DISCO__FWD_MAX_BYTES);
+        why = words, bad = DISCO_E_UNSUPPORTED;
+    } else if (n != 0 && src == NULL)
         why = "disco_ctx_send: the forwarder got bytes outside the heap";
     else if (o == NULL || buf == NULL)
         why = "disco_ctx_send: the forwarder has no memory for the message", bad = DISCO_E_NOMEM;
@@ -226,25 +191,29 @@ static void take_send(struct disco__fwd *f, int wid, uint64_t ticket, struct dis
          * pairs with the worker's acquire in its withdrawal (W2's loop). */
         atomic_store_explicit(&p->state, DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN),
                               memory_order_release);
-        answer(f, wid, ticket, bad, why, 0, NULL, NULL, 0);
+        disco__fwd_answer(f, wid, ticket, bad, why, 0, NULL, NULL, 0);
         return;
     }
     memcpy(buf, &h, sizeof h);
     if (n != 0)
         memcpy(buf + sizeof h, src, n);
     /* Release: F1 done, the worker's bytes copied; it may withdraw now
-     * (pairs with the acquire of its wait, at_step, and of its withdrawal
-     * compare-and-swap in comm_net.c). */
+     * (pairs with the acquire load and compare-and-swap of its withdrawal
+     * in comm_net.c's exchange). No wake: the worker waits for DONE only. */
     atomic_store_explicit(&p->state, DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN),
                           memory_order_release);
-    disco_waitq_wake(&p->q);
     *o = (struct out_msg){.wid = wid,
                           .ticket = ticket,
                           .seq = h.seq,
                           .from = h.from,
                           .to = h.to,
-                          .since = disco__node_now(),
+                          .since = now,
+                          .deadline = deadline,
                           .buf = buf};
+    if (h.desc.status != DISCO_OK) { /* told: answered now (the receiver's ACK is dropped) */
+        disco__fwd_answer(f, wid, ticket, DISCO_OK, "", 0, NULL, NULL, 0);
+        o->answered = true;
+    }
     push_out(f, o, h.to / f->world, TAG_DATA, sizeof h + n);
 }
 
@@ -264,9 +233,9 @@ static bool scan_posts(struct disco__fwd *f, int64_t now)
             call_words(f, msg, sizeof msg, "disco_ctx_recv from", r->from, 0);
         if (r->live && answer_if_dead(f, wid, r->ticket, r->from / f->world, msg))
             r->live = false, moved = true;
-        if (r->live && now - r->since > f->limit_ns) {
+        if (r->live && now > r->deadline) {
             call_words(f, msg, sizeof msg, "disco_ctx_recv from", r->from, now - r->since);
-            answer(f, wid, r->ticket, DISCO_E_TIMEOUT, msg, 0, NULL, NULL, 0);
+            disco__fwd_answer(f, wid, r->ticket, DISCO_E_TIMEOUT, msg, 0, NULL, NULL, 0);
             r->live = false;
             moved = true;
         }
@@ -283,71 +252,28 @@ static bool scan_posts(struct disco__fwd *f, int64_t now)
             take_send(f, wid, ticket, p);
             continue;
         }
+        int64_t took = disco__node_now();
         *r = (struct recv_req){.live = true,
-                               .since = disco__node_now(),
+                               .since = took,
+                               .deadline = deadline_of(f, p->start_ns, took),
                                .ticket = ticket,
                                .seq = p->seq,
                                .from = p->peer,
+                               .nth = p->nth,
                                .block = p->block,
                                .off = p->off,
                                .desc = p->desc};
         /* Release: F1 done; the worker may withdraw now (pairs with the
-         * acquire of its withdrawal compare-and-swap, comm_net.c). */
+         * acquire of its withdrawal compare-and-swap, comm_net.c). No wake: the
+         * worker waits for DONE only. */
         atomic_store_explicit(&p->state, DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN),
                               memory_order_release);
-        disco_waitq_wake(&p->q);
     }
     return moved;
 }
 
-/* ---- messages from the other nodes ---- */
-
-/* Takes every message that came (matched probe, then a nonblocking
- * receive into memory of its own). */
-static bool take_messages(struct disco__fwd *f)
-{
-    bool moved = false;
-    for (;;) {
-        int flag = 0, count = 0;
-        MPI_Message m;
-        MPI_Status st;
-        if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, f->n->fwd, &flag, &m, &st) != MPI_SUCCESS ||
-            !flag)
-            return moved;
-        moved = true;
-        MPI_Get_count(&st, MPI_BYTE, &count);
-        struct in_msg *im = calloc(1, sizeof *im);
-        bool bad = count < 0 ||
-                   (st.MPI_TAG == TAG_DATA && (size_t)count < sizeof(struct wire_head)) ||
-                   (st.MPI_TAG != TAG_DATA && (size_t)count != sizeof(struct wire_ack)) ||
-                   (size_t)count > sizeof(struct wire_head) + f->n->heap_bytes;
-        size_t len = bad ? sizeof(struct wire_head) : (size_t)count;
-        void *buf = im != NULL ? malloc(len) : NULL;
-        if (buf == NULL) { /* consumed unread: the sender's deadline tells */
-            char c;
-            MPI_Mrecv(&c, 0, MPI_BYTE, &m, MPI_STATUS_IGNORE);
-            free(im);
-            continue;
-        }
-        *im = (struct in_msg){.bad = bad,
-                              .src = st.MPI_SOURCE,
-                              .tag = st.MPI_TAG,
-                              .len = len,
-                              .since = disco__node_now(),
-                              .buf = buf};
-        if (MPI_Imrecv(buf, bad ? 0 : count, MPI_BYTE, &m, &im->req) != MPI_SUCCESS)
-            im->arrived = im->bad = true;
-        /* At the end: DATA of one pair are taken in the order they came
-         * (MPI keeps one sender's order). */
-        struct in_msg **end = &f->ins;
-        while (*end != NULL)
-            end = &(*end)->next;
-        *end = im;
-    }
-}
-
 /* The messages sent since, into outs (never while progress_outs walks it). */
-static void join_fresh(struct disco__fwd *f)
+void disco__fwd_join_fresh(struct disco__fwd *f)
 {
     while (f->fresh != NULL) {
         struct out_msg *o = f->fresh;
@@ -357,137 +283,11 @@ static void join_fresh(struct disco__fwd *f)
     }
 }
 
-/* N4: an ACK for one of this node's sends answers its sender. */
-static void on_ack(struct disco__fwd *f, const struct wire_ack *a)
-{
-    join_fresh(f);
-    for (struct out_msg *o = f->outs; o != NULL; o = o->next) {
-        if (o->wid < 0 || o->answered || o->from != a->from || o->to != a->to || o->seq != a->seq ||
-            o->ticket != a->ticket)
-            continue;
-        o->answered = true;
-        char words[DISCO__FWD_MSG], msg[DISCO__FWD_MSG + 96];
-        disco__text_safe(words, sizeof words, a->msg, sizeof a->msg);
-        snprintf(msg, sizeof msg, "disco_ctx_send: worker %d refused the tensor of worker %d: %s",
-                 (int)a->to, (int)a->from, words);
-        answer(f, o->wid, o->ticket, a->status, a->status == DISCO_OK ? "" : msg, 0, NULL, NULL, 0);
-        return;
-    } /* none: its sender gave up; dropped */
-}
-
-/* N3: a DATA the receiver's request takes now, was passed over (stale) or
- * ran out of time: true when it is done with (answered back). */
-static bool on_data(struct disco__fwd *f, struct in_msg *im, int64_t now)
-{
-    const struct wire_head *h = im->buf;
-    int wid = h->to - f->gid_base;
-    char msg[DISCO__FWD_MSG];
-    if (im->cancelled)
-        return true;
-    if (wid < 0 || wid >= f->world) {
-        send_ack(f, im->src, h, DISCO_E_PROTOCOL,
-                 "the forwarder got a send to no worker of its node", TAG_ACK);
-        return true;
-    }
-    struct recv_req *r = &f->rr[wid];
-    if (r->live && r->from == h->from && r->seq == h->seq) {
-        const char *bytes = (const char *)im->buf + sizeof *h;
-        int32_t v = disco__fwd_verdict(&h->desc, &r->desc, h->from, h->to, msg, sizeof msg);
-        if (v == DISCO_OK && h->desc.status == DISCO_OK &&
-            im->len != sizeof *h + (size_t)h->desc.nbytes) {
-            v = DISCO_E_PROTOCOL;
-            snprintf(msg, sizeof msg, "disco_ctx_recv: worker %d sent %zu bytes, announced %llu",
-                     (int)h->from, im->len - sizeof *h, (unsigned long long)h->desc.nbytes);
-        }
-        size_t n = v == DISCO_OK ? (size_t)h->desc.nbytes : 0;
-        void *dst = n != 0 ? disco__tensor_span(f->heap, r->block, r->off, n) : NULL;
-        if (n != 0 && dst == NULL) {
-            v = DISCO_E_PROTOCOL, n = 0;
-            snprintf(msg, sizeof msg, "disco_ctx_recv: worker %d's bytes lie outside the heap",
-                     (int)h->to);
-        }
-        if (!answer(f, wid, r->ticket, v, msg, h->ticket, dst, bytes, n)) {
-            r->live = false; /* withdrawn meanwhile: kept for a new request */
-            return false;
-        }
-        r->live = false;
-        send_ack(f, im->src, h, v, msg, TAG_ACK);
-        return true;
-    }
-    if (r->live && r->from == h->from && r->seq > h->seq) {
-        snprintf(msg, sizeof msg, "worker %d was receiving in a later command (%llu) by then",
-                 (int)h->to, (unsigned long long)r->seq);
-        send_ack(f, im->src, h, DISCO_E_TIMEOUT, msg, TAG_ACK);
-        return true;
-    }
-    if (now - im->since > f->n->timeout_ns) {
-        snprintf(msg, sizeof msg, "worker %d did not receive it within %lld ms", (int)h->to,
-                 (long long)(f->n->timeout_ns / 1000000));
-        send_ack(f, im->src, h, DISCO_E_TIMEOUT, msg, TAG_ACK);
-        return true;
-    }
-    return false;
-}
-
-/* A sender that gave up (the CANCEL c): its DATA, if still held (it came
- * before c: one sender's messages keep their order), is dropped without
- * an answer. False while a DATA from c's node before it is still coming
- * (c is looked at again). */
-static bool on_cancel(struct disco__fwd *f, const struct in_msg *c)
-{
-    const struct wire_ack *a = c->buf;
-    for (struct in_msg *im = f->ins; im != NULL && im != c; im = im->next) {
-        if (im->tag != TAG_DATA || im->src != c->src || im->bad)
-            continue;
-        if (!im->arrived)
-            return false;
-        const struct wire_head *h = im->buf;
-        if (h->from == a->from && h->to == a->to && h->seq == a->seq && h->ticket == a->ticket)
-            im->cancelled = true;
-    }
-    return true;
-}
-
-/* Polls the receives; hands ACKs and DATA on; frees what is done. */
-static bool progress_ins(struct disco__fwd *f, int64_t now)
-{
-    bool moved = false;
-    for (struct in_msg **pp = &f->ins; *pp != NULL;) {
-        struct in_msg *im = *pp;
-        if (!im->arrived) {
-            int done = 0;
-            if (MPI_Test(&im->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-                done = 1, im->bad = true;
-            if (!done) {
-                pp = &im->next;
-                continue;
-            }
-            im->arrived = moved = true;
-        }
-        bool finished = true;
-        if (!im->bad && im->tag == TAG_ACK)
-            on_ack(f, im->buf);
-        else if (!im->bad && im->tag == TAG_CANCEL)
-            finished = on_cancel(f, im);
-        else if (!im->bad && im->tag == TAG_DATA)
-            finished = on_data(f, im, now);
-        if (!finished) {
-            pp = &im->next;
-            continue;
-        }
-        moved = true;
-        *pp = im->next;
-        free(im->buf);
-        free(im);
-    }
-    return moved;
-}
-
 /* Polls the sends; frees each once sent and answered (or withdrawn). */
 static bool progress_outs(struct disco__fwd *f, int64_t now)
 {
     bool moved = false;
-    join_fresh(f);
+    disco__fwd_join_fresh(f);
     for (struct out_msg **pp = &f->outs; *pp != NULL;) {
         struct out_msg *o = *pp;
         bool cancel = false;
@@ -497,13 +297,14 @@ static bool progress_outs(struct disco__fwd *f, int64_t now)
             if (answer_if_dead(f, o->wid, o->ticket, o->to / f->world, msg))
                 o->answered = cancel = true;
         }
-        if (!o->answered && o->wid >= 0 && now - o->since > f->limit_ns) {
+        if (!o->answered && o->wid >= 0 && now > o->deadline) {
             call_words(f, msg, sizeof msg, "disco_ctx_send to", o->to, now - o->since);
-            answer(f, o->wid, o->ticket, DISCO_E_TIMEOUT, msg, 0, NULL, NULL, 0);
+            disco__fwd_answer(f, o->wid, o->ticket, DISCO_E_TIMEOUT, msg, 0, NULL, NULL, 0);
             o->answered = cancel = true;
         }
         /* Acquire: pairs with the worker's withdrawal (or its next post's
-         * release): nobody waits for this answer any more. */
+         * release): nobody waits for this answer any more. Not for a send
+         * that carried its failure: answered at F1, never cancelled. */
         if (!o->answered && o->wid >= 0 &&
             atomic_load_explicit(&post(f, o->wid)->state, memory_order_acquire) !=
                 DISCO__FWD_STATE(o->ticket, DISCO__FWD_TAKEN))
@@ -512,7 +313,7 @@ static bool progress_outs(struct disco__fwd *f, int64_t now)
             /* Its DATA is dropped if the receiving forwarder still holds
              * it: a receive posted later does not take a failed send. */
             struct wire_head h = {.seq = o->seq, .ticket = o->ticket, .from = o->from, .to = o->to};
-            send_ack(f, o->to / f->world, &h, DISCO_E_TIMEOUT, "", TAG_CANCEL);
+            disco__fwd_send_ack(f, o->to / f->world, &h, DISCO_E_TIMEOUT, "", TAG_CANCEL);
             moved = true;
         }
         if (!o->sent) {
@@ -541,9 +342,9 @@ static void *fwd_main(void *arg)
     long nap = 10000;
     while (!atomic_load_explicit(&f->stop, memory_order_relaxed)) {
         int64_t now = disco__node_now();
-        bool moved = take_messages(f);
+        bool moved = disco__fwd_take_messages(f);
         moved |= scan_posts(f, now);
-        moved |= progress_ins(f, now);
+        moved |= disco__fwd_progress_ins(f, now);
         moved |= progress_outs(f, now);
         if (moved) {
             idle_since = now;
@@ -598,8 +399,8 @@ bool disco__node_fwd_stop(struct disco__node *n)
     bool pending = true;
     while (pending && disco__node_now() < end) {
         int64_t now = disco__node_now();
-        take_messages(f);
-        progress_ins(f, now);
+        disco__fwd_take_messages(f);
+        disco__fwd_progress_ins(f, now);
         progress_outs(f, now);
         pending = f->fresh != NULL; /* the cancels it queued: sent at the next round */
         for (struct out_msg *o = f->outs; o != NULL && !pending; o = o->next)
@@ -611,7 +412,7 @@ bool disco__node_fwd_stop(struct disco__node *n)
     }
     bool clean = !pending;
     n->fwd_dirty = pending;
-    join_fresh(f);
+    disco__fwd_join_fresh(f);
     /* What MPI may still touch stays allocated (the process ends soon). */
     for (struct out_msg *o = f->outs, *next; o != NULL; o = next) {
         next = o->next;

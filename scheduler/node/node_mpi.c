@@ -209,7 +209,8 @@ disco_status_t disco__node_start(const disco_session_config_t *cfg,
     if (provided < MPI_THREAD_MULTIPLE)
         st = disco_set_error(DISCO_E_UNSUPPORTED,
                              "this MPI gives thread level %d; the node link needs "
-                             "MPI_THREAD_MULTIPLE (its heartbeats run on their own thread)",
+                             "MPI_THREAD_MULTIPLE (its heartbeats, and the forwarding of sends "
+                             "between workers of two nodes, run on threads of their own)",
                              provided);
     int64_t now = disco__node_now();
     for (int k = 0; k < n->nodes; k++)
@@ -247,12 +248,15 @@ void disco__node_stop(struct disco__node *n, bool healthy)
 {
     if (n == NULL)
         return;
-    bool clean = disco__node_fwd_stop(n) && healthy;      /* before the heap goes, and MPI */
+    bool clean = healthy;
     if (n->node == 0 && disco__node_flush(n) != DISCO_OK) /* the shutdown frame, posted */
         clean = false;
     if (n->node == 0 && clean) {
         /* The agents close their nodes on the shutdown frame and say
-         * goodbye. */
+         * goodbye. Node 0's forwarder serves on meanwhile: an agent may
+         * still be running a command that sends to node 0's workers, and
+         * it drains its own forwarder before its goodbye, which needs
+         * node 0's to take its messages (test_p2p_shutdown_drains). */
         int64_t deadline = disco__node_now() + n->timeout_ns;
         for (int k = 1; k < n->nodes && clean; k++)
             while (!n->peer[k].bye && clean) {
@@ -265,6 +269,8 @@ void disco__node_stop(struct disco__node *n, bool healthy)
                 }
             }
     }
+    if (!disco__node_fwd_stop(n)) /* before the heap goes, and MPI (an agent's: stopped already) */
+        clean = false;
     if (n->node != 0 && healthy &&
         disco__node_send_up(n, DISCO_NODE_UP_BYE, DISCO_OK, 0, NULL, 0) != DISCO_OK)
         clean = false;

@@ -465,7 +465,7 @@ static disco_status_t open_nodes(const disco_session_config_t *cfg, disco_sessio
     }
     int code = disco__node_serve(s, n);
     disco_session_close(s);
-    disco__node_stop(n, code == 0);
+    disco__node_stop(n, code == 0 || code == DISCO_NODE_EXIT_UNDRAINED); /* its goodbye */
     fflush(NULL);
     if (code == 0)
         exit(0);

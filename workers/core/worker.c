@@ -52,6 +52,8 @@ void disco__worker_fini(disco_worker_t *w)
     w->nregs = 0;
     disco__arena_destroy(w->arena); /* after the registers: they held its blocks */
     w->arena = NULL;
+    free(w->fwd_count);
+    w->fwd_count = NULL;
 }
 
 void disco__worker_drop_device(disco_worker_t *w)
@@ -335,6 +337,8 @@ disco_status_t disco__worker_exec(disco_worker_t *w, const disco_frame_hdr_t *h,
     *reply_len = 0;
     w->seq = h->seq;
     w->cmd_coll = w->cmd_phase = 0;
+    if (disco__worker_multinode(w)) /* the forwarder's deadline counts from it (comm_fwd.h) */
+        w->cmd_start_ns = disco_now_ns();
     struct disco__call_head hd; /* a call's: check_shape reads it */
     disco_status_t st = check_shape(h, args, &hd);
     if (st != DISCO_OK) {

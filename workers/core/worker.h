@@ -25,6 +25,7 @@
 #include "workers/core/wstat.h"
 
 struct disco__net;
+struct disco__fwd_count;
 
 typedef struct disco_worker {
     int id;    /* within its node's session: the rings, slots and barriers */
@@ -61,6 +62,12 @@ typedef struct disco_worker {
     /* In the command being executed: collectives begun, and barriers
      * arrived at over all of them (collective.h, Identity and A2). */
     uint32_t cmd_coll, cmd_phase;
+    /* Across nodes only (comm_net.c): when the command being executed
+     * began (disco_now_ns()), and the count of its sends to and receives
+     * from each global worker (gworld entries, made at the first send or
+     * receive across nodes, freed by disco__worker_fini). */
+    int64_t cmd_start_ns;
+    struct disco__fwd_count *fwd_count;
     /* A worker of a threaded session (DISCO_LAUNCH_THREAD): it shares its
      * process with the controller and the other workers. Device tensors
      * are refused there (the device layer's IPC tables are per process);

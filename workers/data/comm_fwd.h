@@ -8,8 +8,8 @@
  * point-to-point post (struct disco__p2p in collective.h). Its state word
  * is ticket << 3 | FWD_*; the ticket is new for every request, so a word
  * names both the request and its step:
- *   W1 the worker writes the request fields (kind, peer, seq, desc, heap
- *      block), then stores POSTED (release);
+ *   W1 the worker writes the request fields (kind, peer, seq, nth,
+ *      start_ns, desc, heap block), then stores POSTED (release);
  *   F1 the forwarder sees POSTED (acquire), claims it with a
  *      compare-and-swap POSTED -> CLAIMED (acq_rel), copies the request
  *      (and a send's bytes) into its own memory, then stores TAKEN
@@ -22,12 +22,25 @@
  *      pairs with W2) and wakes q;
  *   W2 the worker waits for DONE of its ticket (acquire), then reads the
  *      answer.
- * Deadline: the forwarder answers a request it took (TAKEN) and could
- * not answer otherwise within 4/5 of the call timeout with DISCO_E_TIMEOUT
- * naming the peer and its node (F2, as any answer): a worker process's
- * waits have no deadline of their own, and the controller's wait for the
- * command must not end first (it would kill the worker instead of
- * reporting its failure).
+ * A send that carries its sender's own failure (desc.status) is answered
+ * DISCO_OK at F1 itself, right after TAKEN: the forwarder sends it on as
+ * any send, and the receiver fails in its words; nothing is given up, so
+ * nothing is cancelled (test_p2p_failure_then_send_late_receiver).
+ * Order: nth is the request's place among its worker's requests of its
+ * kind with that peer in the command (1, 2, ...: the k-th send of A to B
+ * in a command meets the k-th receive of B from A, whatever the timing,
+ * as one node's tickets do), counted by the worker (struct
+ * disco__fwd_count, comm_net.c) for every call that reaches a post.
+ * Deadline: the forwarder answers a request it took (TAKEN) and could not
+ * answer otherwise by start_ns + 4/5 of the call timeout (start_ns: when
+ * the worker began its command, disco_now_ns(), one clock on a host; a
+ * start_ns of 0 or later than the claim counts from the claim) with
+ * DISCO_E_TIMEOUT naming the peer and its node (F2, as any answer): a
+ * worker process's waits have no deadline of their own, and the wait of
+ * the controller (or agent) for the worker's reply, which gives the
+ * worker the call timeout from when it starts waiting, after the command
+ * entered the worker's ring, must not end first: it would kill the worker
+ * instead of reporting its failure (test_p2p_late_receive_times_out).
  * Giving up: a worker whose wait fails withdraws with a compare-and-swap
  * from POSTED or TAKEN to WITHDRAWN (acq_rel). CLAIMED cannot be
  * withdrawn: the forwarder holds it only for a copy in memory (never
@@ -43,6 +56,7 @@
 #ifndef DISCO_WORKERS_COMM_FWD_H
 #define DISCO_WORKERS_COMM_FWD_H
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -62,6 +76,11 @@
 
 #define DISCO__FWD_MSG 384
 
+/* The most bytes one send carries across nodes: its DATA message (a head
+ * of less than 4096 bytes, then the bytes; node_fwd_impl.h checks the
+ * head's size) must fit one MPI count, an int. */
+#define DISCO__FWD_MAX_BYTES ((size_t)INT_MAX - 4096)
+
 /* What a tensor is (a send's, or the tensor a receive takes), or the
  * failure of its worker before it could say. */
 struct disco__fwd_desc {
@@ -78,9 +97,12 @@ struct disco__fwd_post {
     _Alignas(64) _Atomic uint64_t state; /* DISCO__FWD_STATE(ticket, step) */
     /* The request: written by the worker before POSTED, read by the
      * forwarder while it holds its first CLAIMED (F1). */
-    uint32_t kind;       /* DISCO__FWD_SEND or DISCO__FWD_RECV */
-    int32_t peer;        /* the other worker's global id */
-    uint64_t seq;        /* the worker's command */
+    uint32_t kind; /* DISCO__FWD_SEND or DISCO__FWD_RECV */
+    int32_t peer;  /* the other worker's global id */
+    uint64_t seq;  /* the worker's command */
+    uint32_t nth;  /* its place among the command's requests of kind with peer (Order) */
+    uint32_t req_pad;
+    int64_t start_ns;    /* when the worker began the command (Deadline) */
     uint64_t block, off; /* its heap bytes (a send's source, a receive's target) */
     struct disco__fwd_desc desc;
     /* The answer: written by the forwarder while it holds CLAIMED (F2),
@@ -90,6 +112,13 @@ struct disco__fwd_post {
     uint64_t ans_ticket; /* a receive: the sender's ticket (for the trace) */
     char ans_msg[DISCO__FWD_MSG];
     disco_waitq_t q; /* the worker parks here */
+};
+
+/* A worker's count of its requests with one peer (comm_net.c, Order):
+ * valid for command seq only. In the worker's own memory. */
+struct disco__fwd_count {
+    uint64_t seq;
+    uint32_t sends, recvs;
 };
 
 /** The receiver's verdict on what a sender described (sent) against what

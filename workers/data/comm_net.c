@@ -25,8 +25,9 @@
  *      DATA) to the receiver's node; the sender's bytes are free again;
  *   N3 the receiving forwarder takes every message as it comes (matched
  *      probe, then a nonblocking receive into its own memory), keeps it
- *      until the receiver's request for that (sender, receiver, command)
- *      is posted, then checks the description against it (the
+ *      until the receiver's request for that (sender, receiver, command,
+ *      nth: the k-th send meets the k-th receive, comm_fwd.h's Order) is
+ *      posted, then checks the description against it (the
  *      receiver's verdict: DISCO_E_MISMATCH in the same words for both
  *      ends), copies the bytes into the receiver's heap tensor and
  *      answers it (F2), then sends the verdict back (tag ACK);
@@ -36,18 +37,25 @@
  * The forwarder never waits on anything: it polls its requests (MPI_Test)
  * and the posts in a loop, so two workers sending to each other across
  * the same two nodes, or any number of pairs, proceed together. Messages
- * name (sender, receiver, command, ticket), so one that comes late (for a
- * receive or send that gave up) is never taken for a later one: a late
- * DATA is dropped (with a refusal back) once its receiver's request names
- * a later command, or after the call deadline; a late ACK is dropped.
+ * name (sender, receiver, command, nth, ticket), so one that comes late
+ * (for a receive or send that gave up) is never taken for a later one: a
+ * late DATA is dropped (with a refusal back) once its receiver's requests
+ * show it passed it (a later command, or a later receive from the same
+ * sender), or after the call timeout; a late ACK is dropped. A send that
+ * carries its sender's failure is one message like any other: the
+ * receive it meets fails in the sender's words, however late it is
+ * posted (test_p2p_failure_then_send_late_receiver).
  *
  * Deadlines. A worker process's waits have no deadline of their own (its
  * session wait: the session's abort word, its controller's liveness), so
  * the forwarder keeps the time: a request it took and could not answer
- * within 4/5 of the call timeout it answers with DISCO_E_TIMEOUT naming
- * the peer (global id) and its node ("disco_ctx_send to worker 3 (on node
- * 1): no answer within 8000 ms"), before the controller's own wait for
- * the command ends (which would kill the worker instead of reporting it).
+ * by the worker's command start + 4/5 of the call timeout (the worker
+ * writes its command's start in its post; comm_fwd.h, Deadline) it
+ * answers with DISCO_E_TIMEOUT naming the peer (global id) and its node
+ * ("disco_ctx_send to worker 3 (on node 1): no answer within 8000 ms"),
+ * before the controller's own wait for the worker's reply ends (which
+ * would kill the worker instead of reporting it; what is guaranteed is in
+ * comm_fwd.h; test_p2p_late_receive_times_out).
  * There is no mark of a command's end to read across nodes, as there is
  * on one node. A request that waits on a node the heartbeats found dead
  * fails at once with DISCO_E_WORKER_DIED naming it (the controller's node
@@ -63,17 +71,20 @@
  * failure then does not mean the bytes were not delivered (as with any
  * network timeout).
  *
- * Limits: one message a send (description and bytes): at most INT_MAX
- * bytes across nodes (DISCO_E_UNSUPPORTED beyond). Tests:
+ * Limits: one message a send (description and bytes): at most
+ * DISCO__FWD_MAX_BYTES = INT_MAX - 4096 bytes across nodes (one MPI count
+ * holds the head too; DISCO_E_UNSUPPORTED beyond). Tests:
  * tests/test_node_p2p.c (every pair of leaders and non-leaders, both
  * directions at once, a ring of groups, host and sim tensors, mismatch,
- * no peer, a peer's node dying, 200 sends in a row, the trace),
+ * no peer, a late receive, a failure then a send to a late receiver, a
+ * peer's node dying, 200 sends in a row, the trace),
  * test_ctx_more_across_nodes and
  * test_ctx_send_no_receiver (tests/test_node.c).
  */
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "disco/dtype.h"
@@ -146,17 +157,15 @@ static void describe(struct disco__fwd_desc *d, disco_status_t st, const DLTenso
 
 struct step_arg {
     struct disco__fwd_post *p;
-    uint64_t want; /* the state waited for */
-    bool not ;     /* wait for the state to be other than want */
+    uint64_t want; /* the state waited for: DONE of the request's ticket */
 };
 
 static bool at_step(void *v)
 {
     struct step_arg *a = v;
     /* Acquire: pairs with the forwarder's release of DONE (F2: its answer,
-     * and a receive's bytes, before it) or of TAKEN (F1). */
-    uint64_t s = atomic_load_explicit(&a->p->state, memory_order_acquire);
-    return a->not ? s != a->want : s == a->want;
+     * and a receive's bytes, before it). */
+    return atomic_load_explicit(&a->p->state, memory_order_acquire) == a->want;
 }
 
 /* The peer in words: "worker 3 (on node 1)", or "(the leader of node 1)". */
@@ -166,23 +175,44 @@ static void peer_words(const disco_worker_t *w, int peer, char *out, size_t cap)
              peer % w->world == 0 ? "the leader of" : "on", peer / w->world);
 }
 
+/* The request's place among w's requests of kind with peer (a global id,
+ * checked by the caller) in its command (comm_fwd.h, Order), counted now;
+ * 0 when the count has no memory (the caller fails). */
+static uint32_t next_nth(disco_worker_t *w, uint32_t kind, int peer)
+{
+    if (w->fwd_count == NULL &&
+        (w->fwd_count = calloc((size_t)w->gworld, sizeof *w->fwd_count)) == NULL)
+        return 0;
+    struct disco__fwd_count *c = &w->fwd_count[peer];
+    if (c->seq != w->seq)
+        *c = (struct disco__fwd_count){.seq = w->seq};
+    return kind == DISCO__FWD_SEND ? ++c->sends : ++c->recvs;
+}
+
 /* N1 and the wait for the answer (comm_fwd.h W1, W2), or the withdrawal.
- * A send that carries its sender's failure waits only until the forwarder
- * took it (the receiver is told; nothing to wait for), then withdraws.
- * Returns DISCO_OK with the answer in p (ans_status, ans_msg; not for
- * such a send), or the wait's failure in words naming the peer (the post
- * withdrawn). *ticket_out: the request's ticket. */
+ * Returns DISCO_OK with the answer in p (ans_status, ans_msg), or the
+ * wait's failure in words naming the peer (the post withdrawn).
+ * *ticket_out: the request's ticket. */
 static disco_status_t exchange(disco_worker_t *w, uint32_t kind, int peer,
                                const struct disco__fwd_desc *d, const DLTensor *h,
                                uint64_t *ticket_out)
 {
     struct disco__fwd_post *p = post_of(w);
+    const char *what = kind == DISCO__FWD_SEND ? "disco_ctx_send to" : "disco_ctx_recv from";
+    char who[64], why[DISCO_ERR_MSG_MAX] = "";
+    peer_words(w, peer, who, sizeof who);
+    uint32_t nth = next_nth(w, kind, peer);
+    if (nth == 0)
+        return disco_set_error(DISCO_E_NOMEM, "%s %s: no memory for the count of requests", what,
+                               who);
     /* Relaxed: only this worker moves its post to a new ticket, and the
      * forwarder is done with the previous one (DONE or WITHDRAWN). */
     uint64_t ticket = (atomic_load_explicit(&p->state, memory_order_relaxed) >> 3) + 1;
     p->kind = kind;
     p->peer = peer;
     p->seq = w->seq;
+    p->nth = nth;
+    p->start_ns = w->cmd_start_ns;
     p->desc = *d;
     p->block = h != NULL ? disco__tensor_block(h) : 0;
     p->off = h != NULL ? disco__tensor_byte_offset(h) : 0;
@@ -191,24 +221,16 @@ static disco_status_t exchange(disco_worker_t *w, uint32_t kind, int peer,
                           memory_order_release);
     *ticket_out = ticket;
     uint64_t done = DISCO__FWD_STATE(ticket, DISCO__FWD_DONE);
-    bool told = kind == DISCO__FWD_SEND && d->status != DISCO_OK;
-    struct step_arg a = {p, told ? DISCO__FWD_STATE(ticket, DISCO__FWD_POSTED) : done, told};
+    struct step_arg a = {p, done};
     int64_t t0 = disco_now_ns();
     disco_status_t st = disco_wait_until(&p->q, at_step, &a, w->wait);
-    if (st == DISCO_OK && !told)
-        return DISCO_OK;
-    char who[64], why[DISCO_ERR_MSG_MAX] = "";
-    peer_words(w, peer, who, sizeof who);
     if (st == DISCO_OK)
-        ; /* told: withdrawn below */
-    else if (st == DISCO_E_TIMEOUT)
-        snprintf(why, sizeof why, "%s %s: no answer within %lld ms",
-                 kind == DISCO__FWD_SEND ? "disco_ctx_send to" : "disco_ctx_recv from", who,
+        return DISCO_OK;
+    if (st == DISCO_E_TIMEOUT)
+        snprintf(why, sizeof why, "%s %s: no answer within %lld ms", what, who,
                  (long long)((disco_now_ns() - t0) / 1000000));
     else
-        snprintf(why, sizeof why, "%s %s: %s",
-                 kind == DISCO__FWD_SEND ? "disco_ctx_send to" : "disco_ctx_recv from", who,
-                 disco_last_error());
+        snprintf(why, sizeof why, "%s %s: %s", what, who, disco_last_error());
     for (;;) {
         /* Acquire: as at_step (an answer that won the race is read). */
         uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
@@ -229,7 +251,7 @@ static disco_status_t exchange(disco_worker_t *w, uint32_t kind, int peer,
         if (atomic_compare_exchange_strong_explicit(&p->state, &s,
                                                     DISCO__FWD_STATE(ticket, DISCO__FWD_WITHDRAWN),
                                                     memory_order_acq_rel, memory_order_acquire))
-            return st != DISCO_OK ? disco_set_error(st, "%s", why) : DISCO_OK;
+            return disco_set_error(st, "%s", why);
     }
 }
 
@@ -247,10 +269,10 @@ static disco_status_t answer(struct disco__fwd_post *p)
 
 static disco_status_t fits(disco_status_t st, const DLTensor *x, const char *what)
 {
-    if (st == DISCO_OK && disco_tensor_nbytes(x) > (size_t)INT_MAX - 4096)
+    if (st == DISCO_OK && disco_tensor_nbytes(x) > DISCO__FWD_MAX_BYTES)
         return disco_set_error(DISCO_E_UNSUPPORTED,
-                               "%s: %zu bytes across nodes; at most %d in one send", what,
-                               disco_tensor_nbytes(x), INT_MAX - 4096);
+                               "%s: %zu bytes across nodes; at most %zu in one send", what,
+                               disco_tensor_nbytes(x), DISCO__FWD_MAX_BYTES);
     return st;
 }
 

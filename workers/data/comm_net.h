@@ -22,7 +22,8 @@
  *  receiver's tensor differs) or the receiver's own failure, in its words;
  *  DISCO_E_TIMEOUT (no answer within the call deadline) naming the peer
  *  and its node; the session's abort or the worker's check;
- *  DISCO_E_UNSUPPORTED (more than INT_MAX bytes). */
+ *  DISCO_E_UNSUPPORTED (more than DISCO__FWD_MAX_BYTES, INT_MAX - 4096
+ *  bytes: comm_fwd.h). */
 disco_status_t disco__coll_net_send(disco_ctx_t *ctx, disco_status_t pre, const DLTensor *x, int to,
                                     uint64_t *ticket_out);
 
