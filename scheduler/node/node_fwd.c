@@ -127,11 +127,16 @@ static void call_words(const struct disco__fwd *f, char *msg, size_t cap, const 
                  (long long)(waited_ns / 1000000));
 }
 
-/* Answers worker wid's request ticket, waiting on node k (what: the call
- * and its peer in words), with k's death when the heartbeats found it
- * dead (only the controller watches the other nodes; an agent watches the
- * controller). Returns whether it did. */
-static bool answer_if_dead(struct disco__fwd *f, int wid, uint64_t ticket, int k, const char *what)
+/* Answers worker wid's request ticket, taken at since and waiting on node
+ * k (what: the call and its peer in words), with k's death when the
+ * heartbeats found it dead (only the controller watches the other nodes;
+ * an agent watches the controller). Says so on this process's stderr too:
+ * the session breaks for the same death and may end the worker before it
+ * reports its verdict, while this process lives on. The break may also come
+ * first and end the worker before this answer: the two race (test:
+ * node_p2p:test_p2p_peer_node_dies). Returns whether it did. */
+static bool answer_if_dead(struct disco__fwd *f, int wid, uint64_t ticket, int k, const char *what,
+                           int64_t since)
 {
     /* Relaxed: the link thread's verdict, one word read alone (as
      * node_wait.c's waits read it). */
@@ -139,6 +144,9 @@ static bool answer_if_dead(struct disco__fwd *f, int wid, uint64_t ticket, int k
         !atomic_load_explicit(&f->n->peer[k].dead, memory_order_relaxed))
         return false;
     disco_status_t st = disco__node_dead(f->n, k, what);
+    fprintf(stderr, "disco node %d: worker %d's wait failed after %lld ms: %s: %s\n", f->n->node,
+            f->gid_base + wid, (long long)((disco__node_now() - since) / 1000000),
+            disco_err_name(st), disco_last_error());
     disco__fwd_answer(f, wid, ticket, st, disco_last_error(), 0, NULL, NULL, 0);
     return true;
 }
@@ -231,7 +239,7 @@ static bool scan_posts(struct disco__fwd *f, int64_t now)
         char msg[DISCO__FWD_MSG];
         if (r->live)
             call_words(f, msg, sizeof msg, "disco_ctx_recv from", r->from, 0);
-        if (r->live && answer_if_dead(f, wid, r->ticket, r->from / f->world, msg))
+        if (r->live && answer_if_dead(f, wid, r->ticket, r->from / f->world, msg, r->since))
             r->live = false, moved = true;
         if (r->live && now > r->deadline) {
             call_words(f, msg, sizeof msg, "disco_ctx_recv from", r->from, now - r->since);
@@ -294,7 +302,7 @@ static bool progress_outs(struct disco__fwd *f, int64_t now)
         char msg[DISCO__FWD_MSG];
         if (!o->answered && o->wid >= 0) {
             call_words(f, msg, sizeof msg, "disco_ctx_send to", o->to, 0);
-            if (answer_if_dead(f, o->wid, o->ticket, o->to / f->world, msg))
+            if (answer_if_dead(f, o->wid, o->ticket, o->to / f->world, msg, o->since))
                 o->answered = cancel = true;
         }
         if (!o->answered && o->wid >= 0 && now > o->deadline) {
