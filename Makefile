@@ -59,7 +59,7 @@ SONAME   := libdisco.so.3
 # by tools/deps.sh): its link is compiled with mpicc's flags and linked
 # with its libraries; without it, node_none.c refuses such sessions.
 NODE_MPI_SRC := scheduler/node/node_mpi.c scheduler/node/node_msg.c scheduler/node/node_link.c \
-    scheduler/node/node_fwd.c scheduler/node/node_fwd_in.c \
+    scheduler/node/node_fwd.c scheduler/node/node_fwd_in.c scheduler/node/node_fwd_out.c \
     scheduler/node/node_net.c scheduler/node/node_wait.c
 # NO_MPI=1 builds without it even where it is installed (the test of that
 # build: the node suite skips, saying so).

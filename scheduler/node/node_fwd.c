@@ -12,7 +12,8 @@
  * the same loop, pausing as the node link's waits do (disco__node_backoff)
  * when nothing moved. So requests of any number of pairs, in both
  * directions between the same two nodes, proceed together. This file: the
- * posts, the sends, the thread; node_fwd_in.c: the messages that come.
+ * posts, the sends, the thread; node_fwd_in.c: the messages that come;
+ * node_fwd_out.c: what both use (answering a post, sending a message).
  *
  * Deadline: a request it took and could not answer by its worker's
  * command start + 4/5 of the call timeout is answered DISCO_E_TIMEOUT
@@ -55,64 +56,6 @@
 #include "workers/data/tensor_impl.h"
 
 #define DRAIN_NS 500000000LL /* at the stop: how long sends in flight may take */
-
-static struct disco__fwd_post *post(struct disco__fwd *f, int wid)
-{
-    return &disco__coll_p2p(f->coll, (uint32_t)f->world, (uint32_t)f->groups, (uint32_t)wid)->fwd;
-}
-
-/* F2: answers worker wid's request ticket (held TAKEN) with status and
- * msg (and, when dst, copies len bytes from src there first). Returns
- * false when the worker withdrew (nothing written). */
-bool disco__fwd_answer(struct disco__fwd *f, int wid, uint64_t ticket, int32_t status,
-                       const char *msg, uint64_t their_ticket, void *dst, const void *src,
-                       size_t len)
-{
-    struct disco__fwd_post *p = post(f, wid);
-    uint64_t want = DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN);
-    /* acq_rel: the claim against the worker's withdrawal (comm_fwd.h). */
-    if (!atomic_compare_exchange_strong_explicit(&p->state, &want,
-                                                 DISCO__FWD_STATE(ticket, DISCO__FWD_CLAIMED),
-                                                 memory_order_acq_rel, memory_order_acquire))
-        return false;
-    if (dst != NULL && len != 0)
-        memcpy(dst, src, len);
-    p->ans_status = status;
-    p->ans_ticket = their_ticket;
-    snprintf(p->ans_msg, sizeof p->ans_msg, "%s", msg != NULL ? msg : "");
-    /* Release: pairs with the worker's acquire of DONE (W2): the answer
-     * and the bytes before it. */
-    atomic_store_explicit(&p->state, DISCO__FWD_STATE(ticket, DISCO__FWD_DONE),
-                          memory_order_release);
-    disco_waitq_wake(&p->q);
-    return true;
-}
-
-static void push_out(struct disco__fwd *f, struct out_msg *o, int node, int tag, size_t len)
-{
-    if (MPI_Isend(o->buf, (int)len, MPI_BYTE, node, tag, f->n->fwd, &o->req) != MPI_SUCCESS)
-        o->sent = true; /* nothing in flight: the receiver's deadline tells */
-    o->next = f->fresh; /* not outs: progress_outs may be walking it */
-    f->fresh = o;
-}
-
-void disco__fwd_send_ack(struct disco__fwd *f, int node, const struct wire_head *h, int32_t status,
-                         const char *msg, int tag)
-{
-    struct out_msg *o = calloc(1, sizeof *o);
-    struct wire_ack *a = calloc(1, sizeof *a);
-    if (o == NULL || a == NULL) { /* the sender's deadline tells */
-        free(o), free(a);
-        return;
-    }
-    *a = (struct wire_ack){
-        .seq = h->seq, .ticket = h->ticket, .from = h->from, .to = h->to, .status = status};
-    snprintf(a->msg, sizeof a->msg, "%s", msg);
-    o->wid = -1;
-    o->answered = true;
-    o->buf = a;
-    push_out(f, o, node, tag, sizeof *a);
-}
 
 /* The call and its peer in the words of comm_net.c's worker side:
  * "disco_ctx_send to worker 3 (on node 1)"; at the deadline, then
@@ -222,7 +165,7 @@ static void take_send(struct disco__fwd *f, int wid, uint64_t ticket, struct dis
         disco__fwd_answer(f, wid, ticket, DISCO_OK, "", 0, NULL, NULL, 0);
         o->answered = true;
     }
-    push_out(f, o, h.to / f->world, TAG_DATA, sizeof h + n);
+    disco__fwd_push_out(f, o, h.to / f->world, TAG_DATA, sizeof h + n);
 }
 
 /* Returns whether any post moved. */
@@ -230,7 +173,7 @@ static bool scan_posts(struct disco__fwd *f, int64_t now)
 {
     bool moved = false;
     for (int wid = 0; wid < f->world; wid++) {
-        struct disco__fwd_post *p = post(f, wid);
+        struct disco__fwd_post *p = disco__fwd_post_of(f, wid);
         struct recv_req *r = &f->rr[wid];
         /* Acquire: pairs with the worker's release of POSTED (W1). */
         uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
@@ -280,17 +223,6 @@ static bool scan_posts(struct disco__fwd *f, int64_t now)
     return moved;
 }
 
-/* The messages sent since, into outs (never while progress_outs walks it). */
-void disco__fwd_join_fresh(struct disco__fwd *f)
-{
-    while (f->fresh != NULL) {
-        struct out_msg *o = f->fresh;
-        f->fresh = o->next;
-        o->next = f->outs;
-        f->outs = o;
-    }
-}
-
 /* Polls the sends; frees each once sent and answered (or withdrawn). */
 static bool progress_outs(struct disco__fwd *f, int64_t now)
 {
@@ -314,7 +246,7 @@ static bool progress_outs(struct disco__fwd *f, int64_t now)
          * release): nobody waits for this answer any more. Not for a send
          * that carried its failure: answered at F1, never cancelled. */
         if (!o->answered && o->wid >= 0 &&
-            atomic_load_explicit(&post(f, o->wid)->state, memory_order_acquire) !=
+            atomic_load_explicit(&disco__fwd_post_of(f, o->wid)->state, memory_order_acquire) !=
                 DISCO__FWD_STATE(o->ticket, DISCO__FWD_TAKEN))
             o->answered = cancel = true;
         if (cancel) {

@@ -94,6 +94,13 @@ struct disco__fwd {
 
 /* node_fwd.c's, for node_fwd_in.c. */
 
+/** Worker wid's post (node_fwd_out.c). */
+struct disco__fwd_post *disco__fwd_post_of(struct disco__fwd *f, int wid);
+
+/** Sends o->buf (len bytes) to node on tag with MPI_Isend and puts o on
+ *  the fresh list (node_fwd_out.c); a send MPI refuses is marked sent. */
+void disco__fwd_push_out(struct disco__fwd *f, struct out_msg *o, int node, int tag, size_t len);
+
 /** F2: answers worker wid's request ticket (held TAKEN) with status and
  *  msg (and, when dst, copies len bytes from src there first); the
  *  receive's answer names the sender's ticket. Returns false when the
