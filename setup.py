@@ -51,6 +51,12 @@ class BuildWithLibdisco(build_ext):
         if self.inplace:  # setup.py develop / pip -e: beside the sources
             pkg = os.path.join(ROOT, "python", "disco")
         os.makedirs(os.path.join(pkg, "bin"), exist_ok=True)
+        # A libdisco of an older soname left in the build tree by an earlier
+        # build would be installed too, and an extension linked against it
+        # would load it (tests/install_test.sh checks there is none).
+        for f in os.listdir(pkg):
+            if f.startswith("libdisco.so.") and f != "libdisco.so.3":
+                os.remove(os.path.join(pkg, f))
         # the soname the extension asks for (readelf -d: NEEDED libdisco.so.3)
         shutil.copy2(os.path.join(ROOT, BUILD, "libdisco.so"), os.path.join(pkg, "libdisco.so.3"))
         shutil.copy2(os.path.join(ROOT, BUILD, "bin", "disco-worker"),
@@ -67,7 +73,8 @@ core = Extension(
     sources=sorted(os.path.join("python", "disco", f)
                    for f in os.listdir(os.path.join(ROOT, "python", "disco"))
                    if f.startswith("_") and f.endswith(".c")),
-    depends=[os.path.join("python", "disco", "_core.h")],
+    # libdisco.so too: a new one (another soname, say) relinks the extension
+    depends=[os.path.join("python", "disco", "_core.h"), os.path.join(BUILD, "libdisco.so")],
     include_dirs=[".", "include"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-fvisibility=hidden", "-Wall", "-Wextra"],
     library_dirs=[BUILD],

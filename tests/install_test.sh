@@ -70,6 +70,8 @@ site = os.path.realpath(os.path.dirname(disco.__file__))
 assert site.startswith(os.path.realpath(sys.prefix)), site
 assert os.path.dirname(os.path.realpath(disco._core.library_path())) == site
 assert disco.worker_program() == os.path.join(site, "bin", "disco-worker")
+libs = sorted(f for f in os.listdir(site) if f.startswith("libdisco.so"))
+assert libs == ["libdisco.so.3"], libs  # none of an older soname beside it
 for launch, path in (("fork", None), ("spawn", None), ("spawn", disco.worker_program())):
     with disco.ProcessSession(2, launch=launch, worker_path=path) as s:
         r = s.get_global_func("runtime.disco.worker_rank")()
