@@ -63,8 +63,9 @@
 static void call_words(const struct disco__fwd *f, char *msg, size_t cap, const char *what,
                        int peer, int64_t waited_ns)
 {
-    int n = snprintf(msg, cap, "%s worker %d (%s node %d)", what, peer,
-                     peer % f->world == 0 ? "the leader of" : "on", peer / f->world);
+    char who[64];
+    disco__fwd_peer_words(peer, f->world, who, sizeof who);
+    int n = snprintf(msg, cap, "%s %s", what, who);
     if (waited_ns > 0 && n > 0 && (size_t)n < cap)
         snprintf(msg + n, cap - (size_t)n, ": no answer within %lld ms",
                  (long long)(waited_ns / 1000000));

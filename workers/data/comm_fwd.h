@@ -121,6 +121,11 @@ struct disco__fwd_count {
     uint32_t sends, recvs;
 };
 
+/** A peer in the words both ends use: "worker 3 (on node 1)", or
+ *  "worker 2 (the leader of node 1)" (peer: a global id; world: workers
+ *  a node), into out (cap bytes). Thread-safe. */
+void disco__fwd_peer_words(int peer, int world, char *out, size_t cap);
+
 /** The receiver's verdict on what a sender described (sent) against what
  *  its receive takes (mine; from, to: global ids): DISCO_OK, the sender's
  *  own failure (its words), DISCO_E_MISMATCH (another dtype, shape or

@@ -168,11 +168,10 @@ static bool at_step(void *v)
     return atomic_load_explicit(&a->p->state, memory_order_acquire) == a->want;
 }
 
-/* The peer in words: "worker 3 (on node 1)", or "(the leader of node 1)". */
-static void peer_words(const disco_worker_t *w, int peer, char *out, size_t cap)
+void disco__fwd_peer_words(int peer, int world, char *out, size_t cap)
 {
-    snprintf(out, cap, "worker %d (%s node %d)", peer,
-             peer % w->world == 0 ? "the leader of" : "on", peer / w->world);
+    snprintf(out, cap, "worker %d (%s node %d)", peer, peer % world == 0 ? "the leader of" : "on",
+             peer / world);
 }
 
 /* The request's place among w's requests of kind with peer (a global id,
@@ -200,7 +199,7 @@ static disco_status_t exchange(disco_worker_t *w, uint32_t kind, int peer,
     struct disco__fwd_post *p = post_of(w);
     const char *what = kind == DISCO__FWD_SEND ? "disco_ctx_send to" : "disco_ctx_recv from";
     char who[64], why[DISCO_ERR_MSG_MAX] = "";
-    peer_words(w, peer, who, sizeof who);
+    disco__fwd_peer_words(peer, w->world, who, sizeof who);
     uint32_t nth = next_nth(w, kind, peer);
     if (nth == 0)
         return disco_set_error(DISCO_E_NOMEM, "%s %s: no memory for the count of requests", what,
