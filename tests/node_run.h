@@ -63,20 +63,30 @@ static inline bool can_run(void)
 }
 
 /* Runs node_prog's scenario on np nodes of wpn workers under mpirun (stderr
- * too when with_err); returns rank 0's exit code; *secs the time taken. */
-static inline int on_nodes(int np, const char *scenario, int wpn, bool with_err, char *out,
-                           size_t cap, double *secs)
+ * too when with_err), with env ("NAME=value ...", "" for none) set and
+ * exported to every rank as mpirun's exports (" -x NAME ...", "" for
+ * none) say; returns rank 0's exit code; *secs the time taken. */
+static inline int on_nodes_env(int np, const char *scenario, int wpn, bool with_err,
+                               const char *env, const char *exports, char *out, size_t cap,
+                               double *secs)
 {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
-             "DISCO_QUIET=1 DISCO_NODE_LEASE_MS=1500 timeout -s KILL 90 %s -x DISCO_QUIET "
-             "-x DISCO_NODE_LEASE_MS -np %d %s %s %d %s",
-             mpirun(), np, PROG, scenario, wpn, with_err ? "2>&1" : "2>/dev/null");
+             "DISCO_QUIET=1 DISCO_NODE_LEASE_MS=1500 %s timeout -s KILL 90 %s -x DISCO_QUIET "
+             "-x DISCO_NODE_LEASE_MS%s -np %d %s %s %d %s",
+             env, mpirun(), exports, np, PROG, scenario, wpn, with_err ? "2>&1" : "2>/dev/null");
     double t0 = now_s();
     int rc = run(cmd, out, cap);
     if (secs != NULL)
         *secs = now_s() - t0;
     return rc;
+}
+
+/* on_nodes_env with nothing more in the environment. */
+static inline int on_nodes(int np, const char *scenario, int wpn, bool with_err, char *out,
+                           size_t cap, double *secs)
+{
+    return on_nodes_env(np, scenario, wpn, with_err, "", "", out, cap, secs);
 }
 
 /* Processes of node_prog still alive (none may be left after a test). */

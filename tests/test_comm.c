@@ -270,8 +270,8 @@ END_TEST
 
 /* Small allreduces meet inline (collective.h, Inline: no end barrier;
  * a member's slot is rewritten two collectives later) mixed with ones that
- * do not, in place, apart and overlapping, with members skewed: every result exact, over
- * the world and over groups, fork and spawn. */
+ * do not, in place, apart and overlapping, with members skewed: every
+ * result exact, over the world and over groups, fork and spawn. */
 START_TEST(test_comm_inline_reuse)
 {
     DLDeviceType dev;

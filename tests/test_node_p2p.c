@@ -17,19 +17,14 @@
 static int p2p_run_ms(int np, int wpn, bool sim, unsigned call_ms, const char *scenario, char *out,
                       size_t cap, double *secs)
 {
-    char cmd[1024], ms[64] = "";
-    if (call_ms != 0)
-        snprintf(ms, sizeof ms, "NODE_PROG_CALL_MS=%u", call_ms);
-    snprintf(cmd, sizeof cmd,
-             "DISCO_QUIET=1 DISCO_NODE_LEASE_MS=1500 %s %s timeout -s KILL 90 %s -x DISCO_QUIET "
-             "-x DISCO_NODE_LEASE_MS %s %s -np %d %s %s %d 2>&1",
-             sim ? "DISCO_SIM_GPUS=2" : "", ms, mpirun(), sim ? "-x DISCO_SIM_GPUS" : "",
-             call_ms != 0 ? "-x NODE_PROG_CALL_MS" : "", np, PROG, scenario, wpn);
-    double t0 = now_s();
-    int rc = run(cmd, out, cap);
-    if (secs != NULL)
-        *secs = now_s() - t0;
-    return rc;
+    char env[96] = "", exports[64] = "";
+    if (sim)
+        strcat(env, "DISCO_SIM_GPUS=2 "), strcat(exports, " -x DISCO_SIM_GPUS");
+    if (call_ms != 0) {
+        snprintf(env + strlen(env), sizeof env - strlen(env), "NODE_PROG_CALL_MS=%u", call_ms);
+        strcat(exports, " -x NODE_PROG_CALL_MS");
+    }
+    return on_nodes_env(np, scenario, wpn, true, env, exports, out, cap, secs);
 }
 
 static int p2p_run(int np, int wpn, bool sim, const char *scenario, char *out, size_t cap,
