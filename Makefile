@@ -292,7 +292,7 @@ test: $(TEST_BIN) $(NODE_PROG) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLI
 # and mpicc for their baseline, tools/bench/mpi_node_base.c; without either
 # disco-bench skips them with one line.
 MPI_BENCH := $(BUILD)/bin/mpi_allreduce
-MPI_CC    := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -o $(MPI_BENCH) tools/bench/mpi_allreduce.c
+MPI_CC    := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -I. -o $(MPI_BENCH) tools/bench/mpi_allreduce.c
 NODE_BASE := $(BUILD)/bin/mpi_node_base
 NODE_CC   := mpicc $(O) -g -std=c11 -Wall -Wextra -Werror -I. -o $(NODE_BASE) tools/bench/mpi_node_base.c
 # More options for disco-bench, e.g. BENCH_ARGS="--quick --only node".
@@ -303,7 +303,7 @@ bench: $(BUILD)/bin/disco-bench $(BUILD)/bin/disco-worker python $(if $(filter o
 	@mpi=""; \
 	if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
 	    mkdir -p $(dir $(MPI_BENCH)); \
-	    if [ $(MPI_BENCH) -nt tools/bench/mpi_allreduce.c ] || \
+	    if [ $(MPI_BENCH) -nt tools/bench/mpi_allreduce.c ] && [ $(MPI_BENCH) -nt tools/bench/bench_stats.h ] || \
 	       { echo "$(MPI_CC)"; $(MPI_CC); }; then \
 	        mpi="--mpi $(MPI_BENCH)"; \
 	    else \

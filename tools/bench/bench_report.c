@@ -22,6 +22,15 @@ typedef struct result {
 static result_t results[256]; /* every section's figures (about 120), with room */
 static int nresults;
 
+/* value in 12 columns with 3 significant digits at least (sub-µs figures
+ * read 0.737, not 0.7), one decimal from 100 up. */
+static const char *fmt_value(char buf[32], double value)
+{
+    double a = value < 0 ? -value : value;
+    snprintf(buf, 32, "%12.*f", a < 10 ? 3 : a < 100 ? 2 : 1, value);
+    return buf;
+}
+
 void record(const char *key, double value, const char *unit)
 {
     if (nresults == (int)(sizeof results / sizeof results[0]))
@@ -30,7 +39,8 @@ void record(const char *key, double value, const char *unit)
     snprintf(r->key, sizeof r->key, "%s", key);
     r->value = value;
     r->unit = unit;
-    printf("  %-30s %12.1f %s\n", key, value, unit);
+    char shown[32];
+    printf("  %-30s %s %s\n", key, fmt_value(shown, value), unit);
     fflush(stdout);
 }
 
@@ -148,6 +158,11 @@ static const row_t rows[] = {
     {"ctx_allreduce_us_1KiB_n2", "mpi_allreduce_us_1KiB_n2", true, "mpi/disco", T_RATIO_GE, 2},
     {"ctx_allreduce_us_1KiB_n2", "exchange_floor_us_1KiB_n2", false, "disco/floor", T_NONE, 0},
     {"ctx_allreduce_us_1MiB_n2", "mpi_allreduce_us_1MiB_n2", true, "mpi/disco", T_RATIO_GE, 4},
+    {"ctx_allreduce_p99_us_1KiB_n2", "mpi_allreduce_p99_us_1KiB_n2", true, "mpi/disco", T_NONE, 0},
+    {"ctx_allreduce_p99_us_1KiB_n2", "ctx_allreduce_us_1KiB_n2", false, "p99/mean", T_NONE, 0},
+    {"ctx_allreduce_p99_us_1MiB_n2", "mpi_allreduce_p99_us_1MiB_n2", true, "mpi/disco", T_NONE, 0},
+    {"ctx_sendrecv_us_1KiB_n2", NULL, false, NULL, T_NONE, 0},
+    {"ctx_sendrecv_p99_us_1KiB_n2", "ctx_sendrecv_us_1KiB_n2", false, "p99/mean", T_NONE, 0},
     {"allreduce_us_1MiB", "mpi_allreduce_us_1MiB", true, "mpi/disco", T_RATIO_GE, 1.5},
     {"allreduce_us_64MiB", "mpi_allreduce_us_64MiB", true, "mpi/disco", T_RATIO_GE, 1.5},
     {"bcast_us_1MiB", NULL, false, NULL, T_NONE, 0},
@@ -222,7 +237,9 @@ static void print_row(const row_t *r)
     double q = 0;
     if (b != NULL) {
         q = r->base_over_value ? b->value / v->value : v->value / b->value;
-        snprintf(base_val, sizeof base_val, "%.1f", b->value);
+        char shown[32];
+        fmt_value(shown, b->value);
+        snprintf(base_val, sizeof base_val, "%s", shown + strspn(shown, " "));
         snprintf(ratio, sizeof ratio, "%.2f %s", q, r->ratio_label);
     }
     switch (r->target_kind) {
@@ -245,8 +262,9 @@ static void print_row(const row_t *r)
                      q >= r->target ? "PASS" : "MISS");
         break;
     }
-    printf("%-*s %12.1f %-*s %-*s %12s %-18s %s\n", wkey, v->key, v->value, wunit, v->unit, wbase,
-           r->base ? r->base : "-", base_val, ratio, target);
+    char shown[32];
+    printf("%-*s %s %-*s %-*s %12s %-18s %s\n", wkey, v->key, fmt_value(shown, v->value), wunit,
+           v->unit, wbase, r->base ? r->base : "-", base_val, ratio, target);
 }
 
 void bench_print_table(const bu_machine_t *m)

@@ -23,25 +23,25 @@
  * statistic: a round is a barrier, then ITERS calls back to back; its figure
  * is the slowest rank's mean per call; the median over REPS rounds (after
  * one warm-up round), printed as mpi_allreduce_us_1KiB= and
- * mpi_allreduce_us_1MiB=. (The median of single calls after a barrier, as
- * above, adds each call's share of the barrier's exit skew: at 1 KiB on
- * 2 cores it read ~1.1 us where the loop reads ~1.0 us.)
+ * mpi_allreduce_us_1MiB=. Then P99_KIB and P99_MIB (default 2000, 200):
+ * rounds of that many calls, each timed on its own; a round's figure is the
+ * largest over ranks of each rank's 99th percentile; the median over REPS
+ * rounds is printed as mpi_allreduce_p99_us_1KiB= / _1MiB=. (The median of single calls after a
+ * barrier, as above, adds each call's share of the barrier's exit skew: at 1 KiB on 2 cores it read
+ * ~1.1 us where the loop reads ~1.0 us.)
  */
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "tools/bench/bench_stats.h"
 
 #define MIB        (1u << 20)
 #define MAX_REPS   1000
 #define WARM_BIG   3
 #define WARM_SMALL 50
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void die(int rank, const char *what, int rc)
 {
@@ -55,13 +55,15 @@ static void die(int rank, const char *what, int rc)
 /* Median µs of an MPI_Allreduce of bytes, the slowest rank's, over reps
  * rounds after warm ones; valid on rank 0. A round is a barrier, then loop
  * calls back to back (1: one call), timed on every rank; its figure is the
- * time per call. */
-static double allreduce_us(int rank, size_t bytes, int warm, int reps, int loop)
+ * time per call, or with each, every call timed on its own, this rank's
+ * 99th percentile of them. */
+static double allreduce_us(int rank, size_t bytes, int warm, int reps, int loop, bool each)
 {
     size_t count = bytes / sizeof(float);
     float *in = malloc(bytes), *out = malloc(bytes);
     double *t = calloc((size_t)reps, sizeof *t), *tmax = calloc((size_t)reps, sizeof *tmax);
-    if (in == NULL || out == NULL || t == NULL || tmax == NULL) {
+    double *per = each ? calloc((size_t)loop, sizeof *per) : NULL;
+    if (in == NULL || out == NULL || t == NULL || tmax == NULL || (each && per == NULL)) {
         fprintf(stderr, "error: mpi_allreduce rank %d: out of memory\n", rank);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -72,10 +74,19 @@ static double allreduce_us(int rank, size_t bytes, int warm, int reps, int loop)
         int rc = MPI_Barrier(MPI_COMM_WORLD);
         if (rc != MPI_SUCCESS)
             die(rank, "MPI_Barrier", rc);
-        double t0 = MPI_Wtime();
-        for (int i = 0; i < loop && rc == MPI_SUCCESS; i++)
+        double t0 = MPI_Wtime(), ti = t0, dt;
+        for (int i = 0; i < loop && rc == MPI_SUCCESS; i++) {
             rc = MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        double dt = (MPI_Wtime() - t0) / loop;
+            if (each) {
+                double t1 = MPI_Wtime();
+                per[i] = t1 - ti;
+                ti = t1;
+            }
+        }
+        if (each)
+            bench_stats(per, loop, &dt);
+        else
+            dt = (MPI_Wtime() - t0) / loop;
         if (rc != MPI_SUCCESS)
             die(rank, "MPI_Allreduce", rc);
         if (r >= 0)
@@ -90,12 +101,13 @@ static double allreduce_us(int rank, size_t bytes, int warm, int reps, int loop)
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
     MPI_Reduce(t, tmax, reps, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    qsort(tmax, (size_t)reps, sizeof *tmax, cmp_double);
+    qsort(tmax, (size_t)reps, sizeof *tmax, bench_cmp_double);
     double med = reps % 2 ? tmax[reps / 2] : (tmax[reps / 2 - 1] + tmax[reps / 2]) / 2;
     free(in);
     free(out);
     free(t);
     free(tmax);
+    free(per);
     return med * 1e6;
 }
 
@@ -114,25 +126,31 @@ int main(int argc, char **argv)
     }
     if (argc > 2 && strcmp(argv[2], "sizes") == 0) { /* bench_comm.c's baseline */
         int it_kib = argc > 3 ? atoi(argv[3]) : 2000, it_mib = argc > 4 ? atoi(argv[4]) : 50;
-        if (it_kib < 1 || it_mib < 1) {
+        int p99_kib = argc > 5 ? atoi(argv[5]) : 2000, p99_mib = argc > 6 ? atoi(argv[6]) : 200;
+        if (it_kib < 1 || it_mib < 1 || p99_kib < 1 || p99_mib < 1) {
             if (rank == 0)
-                fprintf(stderr, "error: mpi_allreduce: ITERS_KIB and ITERS_MIB must be >= 1\n");
+                fprintf(stderr, "error: mpi_allreduce: ITERS_KIB, ITERS_MIB, P99_KIB and "
+                                "P99_MIB must be >= 1\n");
             MPI_Finalize();
             return 2;
         }
-        double kib = allreduce_us(rank, 1024, 1, reps, it_kib);
-        double mib = allreduce_us(rank, MIB, 1, reps, it_mib);
+        double kib = allreduce_us(rank, 1024, 1, reps, it_kib, false);
+        double mib = allreduce_us(rank, MIB, 1, reps, it_mib, false);
+        double kib99 = allreduce_us(rank, 1024, 1, reps, p99_kib, true);
+        double mib99 = allreduce_us(rank, MIB, 1, reps, p99_mib, true);
         if (rank == 0) {
             printf("mpi_ranks=%d\n", size);
             printf("mpi_allreduce_us_1KiB=%.3f\n", kib);
             printf("mpi_allreduce_us_1MiB=%.3f\n", mib);
+            printf("mpi_allreduce_p99_us_1KiB=%.3f\n", kib99);
+            printf("mpi_allreduce_p99_us_1MiB=%.3f\n", mib99);
             fflush(stdout);
         }
         MPI_Finalize();
         return 0;
     }
-    double small = allreduce_us(rank, MIB, WARM_SMALL, reps * 10, 1);
-    double big = allreduce_us(rank, 64 * (size_t)MIB, WARM_BIG, reps, 1);
+    double small = allreduce_us(rank, MIB, WARM_SMALL, reps * 10, 1, false);
+    double big = allreduce_us(rank, 64 * (size_t)MIB, WARM_BIG, reps, 1, false);
     if (rank == 0) {
         printf("mpi_ranks=%d\n", size);
         printf("mpi_allreduce_us_1MiB=%.3f\n", small);
