@@ -98,6 +98,8 @@ CASES = {
     "dst_obj": (lambda: comm.allreduce(f32(), object()), (TypeError, "allreduce: dst")),
     "buf_bytes": (lambda: comm.broadcast(b"abcd"), (BufferError, "broadcast: buf: the array is read-only")),
     "recv_bytes": (lambda: comm.recv(b"abcd", 1 - comm.rank()), (BufferError, "recv: t: the array is read-only")),
+    "send_strided_view": (lambda: comm.send(memoryview(b"abcdefgh")[::2], 1 - comm.rank()),
+                          (ValueError, "send: t: a host array must be C-contiguous")),
     "dlpack_raises": (lambda: comm.allreduce(_RaisingDLPack()),
                       (RuntimeError, "allreduce: src: no export today")),
     "dlpack_junk": (lambda: comm.allgather(f32(), _JunkDLPack()),
@@ -217,7 +219,7 @@ def test_misuse_is_a_named_error(sess2, group):
     session still runs every operation (nothing broke it)."""
     names = {
         "types": ["src_none", "src_list", "src_int", "src_str", "dst_obj", "buf_bytes",
-                  "recv_bytes", "dlpack_raises", "dlpack_junk", "dlpack_used", "dlpack_lies"],
+                  "recv_bytes", "send_strided_view", "dlpack_raises", "dlpack_junk", "dlpack_used", "dlpack_lies"],
         "numpy": ["readonly_dst", "readonly_inplace", "readonly_buf", "readonly_recv", "noncontig",
                   "byteswapped", "object_dtype", "complex", "zero_d_gather"],
         "ints": ["op_unknown", "op_none", "op_list", "root_float", "root_str", "root_bool",
@@ -458,6 +460,13 @@ def _edges():
     a = np.arange(12, dtype="float32")  # dst overlaps src: staged, so as if copied first
     comm.allreduce(a[0:8], a[4:12])
     out.append(a.tolist() == [0, 1, 2, 3] + [2.0 * i for i in range(8)])
+    try:
+        import torch
+        t = torch.full((4,), me + 1.0, dtype=torch.bfloat16)  # a dtype NumPy lacks
+        comm.allreduce(t)
+        out.append(t.float().tolist() == [3.0] * 4)
+    except ImportError:
+        out.append(True)
     r = np.zeros(3, "float32")  # recv into another shape: refused, nothing written
     try:
         if me == 0:
@@ -471,12 +480,13 @@ def _edges():
 
 
 def test_edges_that_work():
-    """0-d, empty, bool, float16 and overlapping src/dst arrays work; a
+    """0-d, empty, bool, float16, torch bfloat16 and overlapping src/dst
+    arrays work; a
     receive into another shape fails on both ends and writes nothing."""
     with open_session(2, 1, call_timeout_ms=10000) as sess:
         r = sess.get_global_func("pyt.misuse.edges")()
         for w in range(2):
-            assert r.debug_get_from_remote(w) == str([True] * 6), w
+            assert r.debug_get_from_remote(w) == str([True] * 7), w
 
 
 @disco.register_func("pyt.misuse.leak")
@@ -535,3 +545,11 @@ def test_worker_raises_mid_collective():
             sess.sync_worker(0)
         assert time.monotonic() - t0 < 10, "waited for the deadline"
         assert "worker 1" in str(ei.value), str(ei.value)
+
+
+def test_strided_buffer_in_the_controller(sess2):
+    """The controller's copies share dp_host_get with disco.comm: a strided
+    buffer without __dlpack__ is a ValueError there too (before, the
+    __dlpack__ probe cleared the error: SystemError)."""
+    with pytest.raises(ValueError, match="C-contiguous"):
+        sess2.copy_to_worker_0(memoryview(b"abcdefgh")[::2])
