@@ -553,3 +553,36 @@ def test_strided_buffer_in_the_controller(sess2):
     __dlpack__ probe cleared the error: SystemError)."""
     with pytest.raises(ValueError, match="C-contiguous"):
         sess2.copy_to_worker_0(memoryview(b"abcdefgh")[::2])
+
+
+_VIEW = {}
+
+
+@disco.register_func("pyt.misuse.view")
+def _view():
+    """Hands another session's view Tensor (made in the controller before
+    this session forked) to an allreduce as src; dst is a fresh array."""
+    a = np.zeros(4, "float32")
+    try:
+        comm.allreduce(_VIEW["v"], a, in_group=False)
+    except BaseException as e:  # noqa: B902
+        comm.allreduce(f32(4, 0.0), a, in_group=False)  # the others' collective goes on
+        return f"{type(e).__name__}: {e}"
+    return str(a.tolist())
+
+
+def test_view_of_another_session():
+    """A view Tensor of another session (debug_get_from_remote) is host
+    memory that the view keeps: worker 0, in the process that made it,
+    stages its bytes; a forked worker, whose copy of the view is not its
+    own, gets BufferError naming src (and its peers' collective fails in
+    its words, not silently)."""
+    with open_session(2, 1, call_timeout_ms=10000) as a:
+        x = a.empty((4,), "float32")
+        _VIEW["v"] = x.debug_get_from_remote(0)
+        with open_session(2, 1, call_timeout_ms=10000) as b:
+            r = b.get_global_func("pyt.misuse.view")()
+            w0, w1 = r.debug_get_from_remote(0), r.debug_get_from_remote(1)
+        _VIEW.clear()
+    assert w1.startswith("BufferError") and "allreduce: src" in w1, w1
+    assert w0.startswith(MISMATCH.__name__), w0
