@@ -216,12 +216,10 @@ static int peer_arg(disco_ctx_t *ctx, PyObject *o, const char *fn, const char *n
 enum kind { K_ALLREDUCE, K_ALLGATHER, K_BROADCAST };
 
 /* Enters kind's collective with no tensors, so that it fails on every
- * member (comm.h's words, naming this worker), and returns NULL with the
- * argument's error, which was pending, raised again. */
-static PyObject *forfeit(disco_ctx_t *ctx, enum kind k, bool in_group)
+ * member (comm.h's words, naming this worker); its status is dropped: the
+ * caller has an error of its own. GIL held (released while it waits). */
+static void enter_failed(disco_ctx_t *ctx, enum kind k, bool in_group)
 {
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
     Py_BEGIN_ALLOW_THREADS switch (k)
     {
     case K_ALLREDUCE:
@@ -234,7 +232,17 @@ static PyObject *forfeit(disco_ctx_t *ctx, enum kind k, bool in_group)
         (void)disco_ctx_broadcast(ctx, NULL, 0, in_group);
         break;
     }
-    Py_END_ALLOW_THREADS PyErr_Restore(t, v, tb);
+    Py_END_ALLOW_THREADS
+}
+
+/* enter_failed, then returns NULL with the argument's error, which was
+ * pending, raised again. */
+static PyObject *forfeit(disco_ctx_t *ctx, enum kind k, bool in_group)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    enter_failed(ctx, k, in_group);
+    PyErr_Restore(t, v, tb);
     return NULL;
 }
 
@@ -436,9 +444,7 @@ static PyObject *c_forfeit(PyObject *m, PyObject *args)
         k = K_BROADCAST;
     else
         return PyErr_Format(PyExc_ValueError, "_comm_forfeit: no collective %s", kind);
-    PyErr_SetString(PyExc_RuntimeError, "forfeit"); /* forfeit() keeps a pending error */
-    forfeit(ctx, k, in_group != 0);
-    PyErr_Clear();
+    enter_failed(ctx, k, in_group != 0);
     Py_RETURN_NONE;
 }
 

@@ -454,6 +454,8 @@ def _edges():
     b = np.array([me == 0, False, True])  # bool: max is "any"
     comm.allreduce(b, op="max")
     out.append(b.tolist() == [True, False, True])
+    g = comm.allgather(_ro(np.array([me == 1, True])))  # no dst: NumPy's export is not needed
+    out.append(g.tolist() == [False, True, True, True] and g.dtype == bool)
     h = np.full(4, me + 1, "float16")
     comm.allreduce(h)
     out.append(h.tolist() == [3.0] * 4)
@@ -481,12 +483,13 @@ def _edges():
 
 def test_edges_that_work():
     """0-d, empty, bool, float16, torch bfloat16 and overlapping src/dst
-    arrays work; a
+    arrays work, and allgather without dst of a read-only bool array (its
+    dst was made through NumPy's DLPack export, which refuses both); a
     receive into another shape fails on both ends and writes nothing."""
     with open_session(2, 1, call_timeout_ms=10000) as sess:
         r = sess.get_global_func("pyt.misuse.edges")()
         for w in range(2):
-            assert r.debug_get_from_remote(w) == str([True] * 7), w
+            assert r.debug_get_from_remote(w) == str([True] * 8), w
 
 
 @disco.register_func("pyt.misuse.leak")
