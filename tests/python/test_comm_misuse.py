@@ -96,8 +96,10 @@ CASES = {
     "src_int": (lambda: comm.allreduce(3), (TypeError, "allreduce: src")),
     "src_str": (lambda: comm.allreduce("abc"), (TypeError, "allreduce: src")),
     "dst_obj": (lambda: comm.allreduce(f32(), object()), (TypeError, "allreduce: dst")),
-    "buf_bytes": (lambda: comm.broadcast(b"abcd"), (BufferError, "broadcast: buf: the array is read-only")),
-    "recv_bytes": (lambda: comm.recv(b"abcd", 1 - comm.rank()), (BufferError, "recv: t: the array is read-only")),
+    "buf_bytes": (lambda: comm.broadcast(b"abcd"),
+                  (BufferError, "broadcast: buf: the array is read-only")),
+    "recv_bytes": (lambda: comm.recv(b"abcd", 1 - comm.rank()),
+                   (BufferError, "recv: t: the array is read-only")),
     "send_strided_view": (lambda: comm.send(memoryview(b"abcdefgh")[::2], 1 - comm.rank()),
                           (ValueError, "send: t: a host array must be C-contiguous")),
     "dlpack_raises": (lambda: comm.allreduce(_RaisingDLPack()),
@@ -219,7 +221,8 @@ def test_misuse_is_a_named_error(sess2, group):
     session still runs every operation (nothing broke it)."""
     names = {
         "types": ["src_none", "src_list", "src_int", "src_str", "dst_obj", "buf_bytes",
-                  "recv_bytes", "send_strided_view", "dlpack_raises", "dlpack_junk", "dlpack_used", "dlpack_lies"],
+                  "recv_bytes", "send_strided_view", "dlpack_raises", "dlpack_junk", "dlpack_used",
+                  "dlpack_lies"],
         "numpy": ["readonly_dst", "readonly_inplace", "readonly_buf", "readonly_recv", "noncontig",
                   "byteswapped", "object_dtype", "complex", "zero_d_gather"],
         "ints": ["op_unknown", "op_none", "op_list", "root_float", "root_str", "root_bool",
