@@ -296,8 +296,12 @@ extern PyMethodDef dp_pyfunc_methods[];
 /* ---- disco.comm (_comm.c) ---- */
 
 /* The ctx of the worker function running on this thread (set by _pyfunc.c's
- * trampoline for the call), or NULL. */
+ * trampoline for the call), or NULL; and that call's argument tuple
+ * (borrowed: the trampoline holds it for the call), whose Tensors are the
+ * only ones disco.comm uses in place (test_comm_misuse.py's
+ * test_tensor_of_another_workers_call). */
 extern __thread disco_ctx_t *dp_comm_ctx;
+extern __thread PyObject *dp_comm_args;
 extern PyMethodDef dp_comm_methods[];
 
 /** Whether calls release the GIL around disco_session_call (1). */

@@ -185,6 +185,20 @@ static int from_dlpack(PyObject *o, int flags, dp_host_t *h)
     }
     if (cap == NULL)
         return -1;
+    if (!PyCapsule_IsValid(cap, "dltensor")) { /* before PyCapsule_GetPointer's own words */
+        char tn[128];
+        const char *name = PyCapsule_CheckExact(cap) ? PyCapsule_GetName(cap) : NULL;
+        PyErr_Clear();
+        if (name != NULL && strcmp(name, "used_dltensor") == 0)
+            PyErr_SetString(PyExc_ValueError, "__dlpack__() returned a capsule that was "
+                                              "already consumed (named \"used_dltensor\")");
+        else
+            PyErr_Format(PyExc_TypeError,
+                         "__dlpack__() must return a capsule named \"dltensor\"; got %s",
+                         dp_type_name(cap, tn, sizeof tn));
+        Py_DECREF(cap);
+        return -1;
+    }
     DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
     if (m == NULL) {
         Py_DECREF(cap);
@@ -257,6 +271,30 @@ static int check_layout(dp_host_t *h)
     return 0;
 }
 
+/* Whether o exports a read-only buffer (any layout). The pending error
+ * (from_buffer's) is dropped when it does, kept when it does not. */
+static bool read_only(PyObject *o)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    Py_buffer b;
+    bool ro = false;
+    if (PyObject_GetBuffer(o, &b, PyBUF_FULL_RO) == 0) {
+        ro = b.readonly != 0;
+        PyBuffer_Release(&b);
+    } else {
+        PyErr_Clear();
+    }
+    if (ro) {
+        Py_XDECREF(t);
+        Py_XDECREF(v);
+        Py_XDECREF(tb);
+    } else {
+        PyErr_Restore(t, v, tb);
+    }
+    return ro;
+}
+
 int dp_host_get(PyObject *o, int flags, dp_host_t *h)
 {
     char tn[128];
@@ -280,9 +318,18 @@ int dp_host_get(PyObject *o, int flags, dp_host_t *h)
     /* The buffer protocol first (NumPy's bool and read-only arrays export
      * no DLPack), then __dlpack__ (PyTorch, device arrays). */
     if (PyObject_CheckBuffer(o)) {
+        /* Asked before from_buffer: PyObject_HasAttrString clears a pending
+         * error, and from_buffer's must stay when there is no __dlpack__
+         * (bytes where disco writes: test_comm_misuse.py's buf_bytes). */
+        bool dl = PyObject_HasAttrString(o, "__dlpack__");
         if (from_buffer(o, writable, h) == 0) {
             rc = 0;
-        } else if (PyObject_HasAttrString(o, "__dlpack__")) {
+        } else if (writable && read_only(o)) {
+            /* Said so, not the DLPack fallback's words
+             * (test_comm_misuse.py's readonly_dst). */
+            PyErr_SetString(PyExc_BufferError,
+                            "the array is read-only, and this call writes into it");
+        } else if (dl) {
             PyErr_Clear();
             dp_host_release(h);
             memset(h, 0, sizeof *h);

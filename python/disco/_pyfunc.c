@@ -225,11 +225,15 @@ static disco_status_t trampoline(disco_ctx_t *ctx, const disco_value_t *args, in
         }
         PyTuple_SetItem(tuple, i, a);
     }
-    disco_ctx_t *outer = dp_comm_ctx; /* disco.comm finds the call's worker (_comm.c) */
+    /* disco.comm finds the call's worker and its Tensor arguments (_comm.c) */
+    disco_ctx_t *outer = dp_comm_ctx;
+    PyObject *outer_args = dp_comm_args;
     dp_comm_ctx = ctx;
+    dp_comm_args = tuple;
     if (tuple != NULL)
         r = PyObject_Call(pf->fn, tuple, NULL);
     dp_comm_ctx = outer;
+    dp_comm_args = outer_args;
     if (r == NULL) {
         describe_exception(why, sizeof why);
         st = DISCO_E_REMOTE;

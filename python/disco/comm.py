@@ -27,12 +27,17 @@ device (worker i uses device i mod the number of devices). Errors are disco's ex
 (:mod:`disco.errors`): members that disagree get ``MismatchError``
 (``DISCO_E_MISMATCH``), a member that dies or never arrives breaks the
 session (``WorkerDiedError``, ``BrokenError``, ``DeadlineError``).
-Calling these outside a worker function raises ``InvalidArgumentError``.
+Calling these outside a worker function (or in another thread than the
+one that runs it) raises ``InvalidArgumentError``. An argument a call
+cannot take raises ``TypeError``, ``ValueError``, ``BufferError`` or
+disco's class, naming the function and the argument; the collective still
+fails on every member (so the members' next collectives meet each other),
+and nothing is written. docs/python-safety.md, "disco.comm".
 """
 
-from . import _core
+import operator
 
-_OPS = ("sum", "prod", "min", "max", "avg")
+from . import _core
 
 
 def rank():
@@ -51,14 +56,29 @@ def in_worker():
 
 
 def allreduce(src, dst=None, op="sum", in_group=True):
-    """Every member gets ``op`` over the members' ``src``, in ``dst`` (same
-    dtype and shape), or in ``src`` itself when ``dst`` is None. Returns the
-    tensor that holds the result."""
-    if op not in _OPS:
-        raise ValueError("disco.comm.allreduce: op must be one of %s" % (_OPS,))
+    """Every member gets ``op`` (``"sum"``, ``"prod"``, ``"min"``, ``"max"``
+    or ``"avg"``) over the members' ``src``, in ``dst`` (same dtype and
+    shape), or in ``src`` itself when ``dst`` is None. ``in_group`` is
+    taken as a truth value. Returns the tensor that holds the result."""
     out = src if dst is None else dst
     _core._comm_allreduce(src, out, op, bool(in_group))
     return out
+
+
+def _rows(group_size):
+    """The members allgather stacks: group_size (an int from 1 to the world
+    size), or the world size when it is None."""
+    world = world_size()
+    if group_size is None:
+        return world
+    if isinstance(group_size, bool) or not hasattr(type(group_size), "__index__"):
+        raise TypeError("disco.comm.allgather: group_size must be an int (the members), not %s"
+                        % type(group_size).__name__)
+    n = operator.index(group_size)
+    if not 1 <= n <= world:
+        raise ValueError("disco.comm.allgather: group_size %d is not a number of members "
+                         "(1 .. %d)" % (n, world))
+    return n
 
 
 def _like(src, rows):
@@ -68,15 +88,32 @@ def _like(src, rows):
     try:
         import torch  # noqa: F401 - only when src is a torch tensor
         if isinstance(src, torch.Tensor):
+            if src.dim() == 0:
+                raise ValueError("disco.comm.allgather: src is 0-d: it has no dimension 0 to "
+                                 "stack on (reshape it to 1 element, or pass dst)")
             return torch.empty((src.shape[0] * rows,) + tuple(src.shape[1:]), dtype=src.dtype,
                                device=src.device)
     except ImportError:
         pass
-    if hasattr(src, "__dlpack_device__") and int(src.__dlpack_device__()[0]) != 1:  # not kDLCPU
-        raise ValueError("disco.comm.allgather: src is on device %r: pass dst, an array on "
-                         "the same device" % (tuple(src.__dlpack_device__()),))
     import numpy
-    a = numpy.from_dlpack(src) if hasattr(src, "__dlpack__") else numpy.asarray(src)
+    if isinstance(src, numpy.ndarray):
+        a = src
+    elif hasattr(src, "__dlpack__"):
+        dev = src.__dlpack_device__() if hasattr(src, "__dlpack_device__") else (1, 0)
+        if int(dev[0]) != 1:  # not kDLCPU
+            raise ValueError("disco.comm.allgather: src is on device %r: pass dst, an array "
+                             "on the same device" % (tuple(dev),))
+        a = numpy.from_dlpack(src)
+    else:
+        try:
+            a = numpy.asarray(memoryview(src))
+        except TypeError:
+            raise TypeError("disco.comm.allgather: src: a host array is anything with "
+                            "__dlpack__ or the buffer protocol (numpy, torch); got %s"
+                            % type(src).__name__) from None
+    if a.ndim == 0:
+        raise ValueError("disco.comm.allgather: src is 0-d: it has no dimension 0 to stack on "
+                         "(reshape it to 1 element, or pass dst)")
     return numpy.empty((a.shape[0] * rows,) + a.shape[1:], dtype=a.dtype)
 
 
@@ -86,17 +123,26 @@ def allgather(src, dst=None, in_group=True, group_size=None):
     src's device; another device producer needs ``dst``; then
     ``group_size``, the members, is needed with ``in_group`` unless the
     session has one group). Returns the tensor that holds the result."""
+    in_group = bool(in_group)
+    try:
+        rows = _rows(group_size)  # outside a worker function: InvalidArgumentError, first
+    except (TypeError, ValueError):
+        _core._comm_forfeit("allgather", in_group)
+        raise
     if dst is None:
-        rows = group_size if group_size is not None else world_size()
-        dst = _like(src, rows)
-    _core._comm_allgather(src, dst, bool(in_group))
+        try:
+            dst = _like(src, rows)
+        except Exception:
+            _core._comm_forfeit("allgather", in_group)
+            raise
+    _core._comm_allgather(src, dst, in_group)
     return dst
 
 
 def broadcast(buf, root=0, in_group=True):
-    """Every member's ``buf`` gets member ``root``'s bytes (root: a rank in
-    the group with in_group, else a worker id). Returns ``buf``."""
-    _core._comm_broadcast(buf, int(root), bool(in_group))
+    """Every member's ``buf`` gets member ``root``'s bytes (root: an int, a
+    rank in the group with in_group, else a worker id). Returns ``buf``."""
+    _core._comm_broadcast(buf, root, bool(in_group))
     return buf
 
 
@@ -106,28 +152,25 @@ def barrier(in_group=True):
 
 
 def send(t, to):
-    """Sends ``t``'s bytes to worker ``to`` (which calls :func:`recv`);
-    returns once they were received."""
-    if int(to) < 0:
-        raise ValueError("disco.comm.send: worker %d" % to)
-    _core._comm_send(t, int(to))
+    """Sends ``t``'s bytes to worker ``to`` (an int, which calls
+    :func:`recv`); returns once they were received."""
+    _core._comm_send(t, to, False)
 
 
 def recv(t, frm):
-    """Receives into ``t`` (same dtype and shape) what worker ``frm`` sends.
-    Returns ``t``."""
-    if int(frm) < 0:
-        raise ValueError("disco.comm.recv: worker %d" % frm)
-    _core._comm_recv(t, int(frm))
+    """Receives into ``t`` (same dtype and shape) what worker ``frm`` (an
+    int) sends. Returns ``t``."""
+    _core._comm_recv(t, frm, False)
     return t
 
 
 def send_to_next_group(t):
     """:func:`send` to the worker of this rank in the next group."""
-    _core._comm_send(t, -1)
+    _core._comm_send(t, None, True)
 
 
 def recv_from_prev_group(t):
-    """:func:`recv` from the worker of this rank in the previous group."""
-    _core._comm_recv(t, -1)
+    """:func:`recv` from the worker of this rank in the previous group.
+    Returns ``t``."""
+    _core._comm_recv(t, None, True)
     return t
