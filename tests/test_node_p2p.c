@@ -12,25 +12,49 @@
 #include "tests/node_run.h"
 
 /* Runs scenario on np nodes of wpn workers (sim: 2 sim GPUs a node;
- * call_ms: the call timeout, 0 for node_prog's 10 s), stderr too; returns
- * rank 0's exit code; *secs the time taken. */
-static int p2p_run_ms(int np, int wpn, bool sim, unsigned call_ms, const char *scenario, char *out,
-                      size_t cap, double *secs)
+ * call_ms: the call timeout, 0 for node_prog's 10 s; var: "NAME=value" set
+ * on every node, or NULL), stderr too; returns rank 0's exit code; *secs
+ * the time taken. */
+static int p2p_run_var(int np, int wpn, bool sim, unsigned call_ms, const char *var,
+                       const char *scenario, char *out, size_t cap, double *secs)
 {
-    char env[96] = "", exports[64] = "";
+    char env[160] = "", exports[128] = "";
     if (sim)
         strcat(env, "DISCO_SIM_GPUS=2 "), strcat(exports, " -x DISCO_SIM_GPUS");
     if (call_ms != 0) {
-        snprintf(env + strlen(env), sizeof env - strlen(env), "NODE_PROG_CALL_MS=%u", call_ms);
+        snprintf(env + strlen(env), sizeof env - strlen(env), "NODE_PROG_CALL_MS=%u ", call_ms);
         strcat(exports, " -x NODE_PROG_CALL_MS");
     }
+    if (var != NULL) {
+        snprintf(env + strlen(env), sizeof env - strlen(env), "%s", var);
+        snprintf(exports + strlen(exports), sizeof exports - strlen(exports), " -x %.*s",
+                 (int)strcspn(var, "="), var);
+    }
     return on_nodes_env(np, scenario, wpn, true, env, exports, out, cap, secs);
+}
+
+static int p2p_run_ms(int np, int wpn, bool sim, unsigned call_ms, const char *scenario, char *out,
+                      size_t cap, double *secs)
+{
+    return p2p_run_var(np, wpn, sim, call_ms, NULL, scenario, out, cap, secs);
 }
 
 static int p2p_run(int np, int wpn, bool sim, const char *scenario, char *out, size_t cap,
                    double *secs)
 {
     return p2p_run_ms(np, wpn, sim, 0, scenario, out, cap, secs);
+}
+
+/* The number after "sc worker w: " in out (-2 when there is none). */
+static long long answer_of(const char *out, const char *sc, int w)
+{
+    char want[96];
+    snprintf(want, sizeof want, "%s worker %d: ", sc, w);
+    const char *p = strstr(out, want);
+    long long v = -2;
+    if (p == NULL || sscanf(p + strlen(want), "%lld", &v) != 1)
+        return -2;
+    return v;
 }
 
 /* Every worker answered 1 (or want) to scenario sc. */
@@ -104,7 +128,7 @@ START_TEST(test_p2p_repeated)
 END_TEST
 
 /* A dtype, a shape and a device type (host to sim) that differ between
- * two non-leaders on two nodes: DISCO_E_MISMATCH on both ends, the
+ * two non-leaders on two nodes, in one message and in pieces: DISCO_E_MISMATCH on both ends, the
  * sender's words holding the receiver's (the scenario compares them), and
  * neither waits for the deadline; a sender failing on its own argument
  * (NULL) fails the receiver in its words; then a send that matches goes
@@ -115,7 +139,10 @@ START_TEST(test_p2p_mismatch_both_ends)
         return;
     static char out[16384];
     double secs;
-    int rc = p2p_run(2, 2, true, "p2p-mismatch", out, sizeof out, &secs);
+    /* _i 1: in pieces of 100 bytes (the sends are 1200), so the verdict
+     * on a head whose bytes come later reads the same. */
+    int rc = p2p_run_var(2, 2, true, 0, _i == 1 ? "DISCO_FWD_PIECE_BYTES=100" : NULL,
+                         "p2p-mismatch", out, sizeof out, &secs);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     assert_ok(out, "p2p-mismatch");
     ck_assert_msg(strstr(out, "p2p-mismatch: 3 alike, alike") != NULL, "%s", out);
@@ -331,6 +358,99 @@ START_TEST(test_p2p_peer_node_dies)
 }
 END_TEST
 
+/* Sends across nodes in pieces (DISCO_FWD_PIECE_BYTES=1000): one piece
+ * exactly, a byte over and under a boundary (1001, 999, 2999, 3001), 3000
+ * exactly, 100004 bytes both ways at once between a leader and a
+ * non-leader (101 pieces, the last of 4 bytes), 3 dims, leader to leader,
+ * 1 MiB (1049 pieces); host and sim tensors; every byte checked by the
+ * receiver (the pattern shows a piece at another offset); each node's
+ * forwarder wrote exactly the pieces the sizes make (114 into node 0,
+ * 1162 into node 1). Without pieces a send was one message (and over
+ * INT_MAX - 4096 bytes refused): no piece was written. */
+START_TEST(test_p2p_pieces)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc = p2p_run_var(2, 2, _i == 1, 0, "DISCO_FWD_PIECE_BYTES=1000", "p2p-pieces", out,
+                         sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-pieces");
+    assert_all(out, "p2p-pieces", 4, 1);
+    ck_assert_msg(answer_of(out, "pieces-in", 0) == 114, "node 0's pieces:\n%s", out);
+    ck_assert_msg(answer_of(out, "pieces-in", 2) == 1162, "node 1's pieces:\n%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* A send of 32 MiB in pieces of 1 byte cannot end before the deadline
+ * (4/5 of a 5 s call timeout): it fails in the middle (node 1's forwarder
+ * wrote some pieces, not all) with DISCO_E_TIMEOUT on both ends, each
+ * naming its peer, reported by the session (no worker killed); then 3
+ * rounds of sends in pieces between the same two workers work (no stale
+ * piece of the failed transfer is taken for them, every byte checked). */
+START_TEST(test_p2p_piece_failure_midway)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc = p2p_run_var(2, 2, false, 5000, "DISCO_FWD_PIECE_BYTES=1", "p2p-bigfail", out,
+                         sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-bigfail");
+    const char *snd = strstr(out, "p2p-bigfail worker 1: DISCO_E_TIMEOUT: disco_ctx_send");
+    const char *rcv = strstr(out, "p2p-bigfail worker 3: DISCO_E_TIMEOUT: disco_ctx_recv");
+    ck_assert_msg(snd != NULL && rcv != NULL, "both ends fail with DISCO_E_TIMEOUT:\n%s", out);
+    ck_assert_msg(strstr(snd, "worker 3") != NULL && strstr(rcv, "worker 1 (on node 0)") != NULL,
+                  "each names its peer:\n%s", out);
+    long long got = answer_of(out, "pieces-in", 2);
+    ck_assert_msg(got > 0 && got < (32 << 20), "pieces written into node 1: %lld\n%s", got, out);
+    ck_assert_msg(strstr(out, "killed") == NULL, "%s", out);
+    assert_all(out, "after", 4, 3);
+    assert_nothing_left();
+}
+END_TEST
+
+/* The hold bound (DISCO_FWD_HOLD_BYTES=1000): three workers of node 1
+ * send 600 bytes each to worker 0, which receives them only after all
+ * reached its node: its forwarder never holds more than 1000 bytes for
+ * them (it held one, 600), the others wait at their senders and come
+ * when asked; every byte checked. Without the bound it held 1800. */
+START_TEST(test_p2p_hold_bound)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc =
+        p2p_run_var(2, 3, false, 0, "DISCO_FWD_HOLD_BYTES=1000", "p2p-hold", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-hold");
+    assert_all(out, "p2p-hold", 6, 1);
+    long long peak = answer_of(out, "held-peak", 0);
+    ck_assert_msg(peak > 0 && peak <= 1000, "node 0 held %lld bytes at most\n%s", peak, out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* DISCO_FWD_PIECE_BYTES that is no size (0, past 1 GiB, not a number)
+ * fails the open on every node, naming the variable. */
+START_TEST(test_p2p_piece_env_checked)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    const char *bad[] = {"DISCO_FWD_PIECE_BYTES=0", "DISCO_FWD_PIECE_BYTES=1073741825",
+                         "DISCO_FWD_PIECE_BYTES=16M"};
+    on_nodes_env(2, "open-fails", 2, true, bad[_i], " -x DISCO_FWD_PIECE_BYTES", out, sizeof out,
+                 NULL);
+    char want[160];
+    snprintf(want, sizeof want, "open: DISCO_E_INVAL: node 0: node link: %s: want a whole number",
+             bad[_i]);
+    ck_assert_msg(strstr(out, want) != NULL, "no \"%s\" in:\n%s", want, out);
+    assert_nothing_left();
+}
+END_TEST
+
 Suite *suite_node_p2p(void)
 {
     Suite *s = suite_create("node_p2p");
@@ -339,7 +459,7 @@ Suite *suite_node_p2p(void)
     tcase_add_loop_test(tc, test_p2p_every_pair, 0, 3);
     tcase_add_loop_test(tc, test_p2p_ring_of_groups, 0, 2);
     tcase_add_test(tc, test_p2p_repeated);
-    tcase_add_test(tc, test_p2p_mismatch_both_ends);
+    tcase_add_loop_test(tc, test_p2p_mismatch_both_ends, 0, 2);
     tcase_add_test(tc, test_p2p_no_peer_times_out);
     tcase_add_test(tc, test_p2p_failure_then_send_late_receiver);
     tcase_add_test(tc, test_p2p_late_receive_times_out);
@@ -347,6 +467,10 @@ Suite *suite_node_p2p(void)
     tcase_add_test(tc, test_p2p_shutdown_drains);
     tcase_add_test(tc, test_p2p_in_trace);
     tcase_add_test(tc, test_p2p_peer_node_dies);
+    tcase_add_loop_test(tc, test_p2p_pieces, 0, 2);
+    tcase_add_test(tc, test_p2p_piece_failure_midway);
+    tcase_add_test(tc, test_p2p_hold_bound);
+    tcase_add_loop_test(tc, test_p2p_piece_env_checked, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }

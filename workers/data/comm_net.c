@@ -71,11 +71,21 @@
  * failure then does not mean the bytes were not delivered (as with any
  * network timeout).
  *
- * Limits: one message a send (description and bytes): at most
- * DISCO__FWD_MAX_BYTES = INT_MAX - 4096 bytes across nodes (one MPI count
- * holds the head too; DISCO_E_UNSUPPORTED beyond). Tests:
+ * Sizes. A send of any size crosses (the heap bounds it): bytes that fit
+ * one piece (DISCO_FWD_PIECE_BYTES, 16 MiB by default) travel in its DATA
+ * message, as above; more go as a head alone (N2), the receiving
+ * forwarder matches it and checks it as any DATA (N3) and asks for the
+ * bytes (GO), and the sending forwarder sends them in pieces, at most
+ * FWD_WINDOW in flight, each read from the sender's heap and written into
+ * the receiver's with CLAIMED held (comm_fwd.h, F3), so a withdrawal or
+ * deadline on either side stops the transfer between two pieces, the
+ * other side told (an ACK refusing it, or a CANCEL). DATA bytes held for
+ * receives not yet posted are bounded by DISCO_FWD_HOLD_BYTES (256 MiB by
+ * default); past it the receiving forwarder keeps the head alone and asks
+ * for the bytes when the receive comes (node_fwd_in.c, hold). Tests:
  * tests/test_node_p2p.c (every pair of leaders and non-leaders, both
  * directions at once, a ring of groups, host and sim tensors, mismatch,
+ * sends in many pieces, a failure between two pieces, the hold bound,
  * no peer, a late receive, a failure then a send to a late receiver, a
  * peer's node dying, 200 sends in a row, the trace),
  * test_ctx_more_across_nodes and
@@ -266,21 +276,12 @@ static disco_status_t answer(struct disco__fwd_post *p)
                            "%s", msg);
 }
 
-static disco_status_t fits(disco_status_t st, const DLTensor *x, const char *what)
-{
-    if (st == DISCO_OK && disco_tensor_nbytes(x) > DISCO__FWD_MAX_BYTES)
-        return disco_set_error(DISCO_E_UNSUPPORTED,
-                               "%s: %zu bytes across nodes; at most %zu in one send", what,
-                               disco_tensor_nbytes(x), DISCO__FWD_MAX_BYTES);
-    return st;
-}
-
 disco_status_t disco__coll_net_send(disco_ctx_t *ctx, disco_status_t pre, const DLTensor *x, int to,
                                     uint64_t *ticket_out)
 {
     disco_worker_t *w = ctx->worker;
     const DLTensor *h = x;
-    disco_status_t st = fits(pre, x, "disco_ctx_send");
+    disco_status_t st = pre;
     if (st == DISCO_OK && disco__tensor_is_device(x)) { /* through the heap, as allreduce's */
         DLTensor *hx;
         if ((st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &hx)) == DISCO_OK &&
@@ -303,7 +304,7 @@ disco_status_t disco__coll_net_recv(disco_ctx_t *ctx, disco_status_t pre, DLTens
 {
     disco_worker_t *w = ctx->worker;
     DLTensor *h = x;
-    disco_status_t st = fits(pre, x, "disco_ctx_recv");
+    disco_status_t st = pre;
     if (st == DISCO_OK && disco__tensor_is_device(x)) /* through the heap, then copied up */
         st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &h);
     struct disco__fwd_desc d;
