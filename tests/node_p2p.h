@@ -28,6 +28,10 @@
  *   p2p-bigfail   32 MiB in pieces of 1 byte from worker 1 to wpn + 1:
  *                 fails in the middle at the deadline, both ends say so;
  *                 then pieces written, and 3 rounds of sends that work
+ *   p2p-huge      INT_MAX + 8 bytes from worker 1 to wpn + 1 in pieces of
+ *                 16 MiB, every word checked; then pieces written
+ *   p2p-killmid   node 1's process dies 1 s into a send of 32 MiB in
+ *                 pieces of 1 byte from worker wpn + 1 to worker 1
  *   p2p-hold      every worker of node 1 sends 600 bytes to worker 0,
  *                 which receives them late; then each leader's most bytes
  *                 held ("held-peak worker W: N")

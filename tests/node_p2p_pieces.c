@@ -5,6 +5,7 @@
  * statistics are read white-box from each leader (its node's MPI process
  * holds the forwarder). */
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +232,38 @@ static disco_status_t p2p_huge(disco_ctx_t *ctx, const disco_value_t *a, int n, 
     return DISCO_OK;
 }
 
+/* nt.p2p_killmid(wpn, ms): worker wpn + 1 (node 1) sends 32 MiB to worker
+ * 1 (node 0), in pieces of 1 byte (the test's setting: the transfer would
+ * take far longer than ms); node 1's leader computes ms, then its process
+ * (node 1's forwarder with it) dies. Worker 1 writes its verdict and the
+ * time it took to stderr, and fails with it. */
+static disco_status_t p2p_killmid(disco_ctx_t *ctx, const disco_value_t *a, int n,
+                                  disco_value_t *ret)
+{
+    (void)n, (void)ret;
+    int wpn = (int)a[0].v.i, g = disco_ctx_worker_id(ctx);
+    DLDataType u8 = U8;
+    int64_t len = 32 << 20;
+    DLTensor *t;
+    if (g == wpn) {
+        int64_t end = disco_now_ns() + a[1].v.i * 1000000;
+        volatile uint64_t x = 0;
+        while (disco_now_ns() < end) /* computing, not waiting for anything */
+            x = x * 31 + 7;
+        raise(SIGKILL);
+    }
+    if (g != 1 && g != wpn + 1)
+        return DISCO_OK;
+    disco_status_t st = node_p2p_make(ctx, false, u8, &len, 1, g == 1 ? -1 : g, 0, &t);
+    if (st != DISCO_OK || g != 1)
+        return st != DISCO_OK ? st : disco_ctx_send(ctx, t, 1);
+    int64_t t0 = disco_now_ns();
+    st = disco_ctx_recv(ctx, t, wpn + 1);
+    fprintf(stderr, "p2p-killmid worker 1: %s: %s (took %lld ms)\n", disco_err_name(st),
+            st == DISCO_OK ? "" : disco_last_error(), (long long)((disco_now_ns() - t0) / 1000000));
+    return st;
+}
+
 void node_p2p_pieces_register(void)
 {
     disco_register_func("nt.p2p_pieces", "ib", p2p_pieces);
@@ -238,6 +271,7 @@ void node_p2p_pieces_register(void)
     disco_register_func("nt.p2p_bigfail", "ii", p2p_bigfail);
     disco_register_func("nt.p2p_hold", "ii", p2p_hold);
     disco_register_func("nt.p2p_huge", "ii", p2p_huge);
+    disco_register_func("nt.p2p_killmid", "ii", p2p_killmid);
 }
 
 #define CHECK(x)                                                                                   \
@@ -313,6 +347,14 @@ int node_p2p_pieces_scenario(disco_session_t *s, const char *sc, int wpn)
                             disco_value_int((int64_t)INT_MAX + 8), 2);
         printf("p2p-huge took %lld ms\n", (long long)((disco_now_ns() - t0) / 1000000));
         return rc != 0 ? rc : stats(s, "pieces-in", 0);
+    }
+    if (strcmp(sc, "p2p-killmid") == 0) { /* the call fails (a node died); printed */
+        disco_dref_t f, r;
+        disco_value_t a[2] = {disco_value_int(wpn), disco_value_int(1000)};
+        CHECK(disco_session_get_func(s, "nt.p2p_killmid", &f));
+        disco_status_t st = disco_session_call_sync_all(s, f, a, 2, &r);
+        printf("p2p-killmid: %s: %s\n", disco_err_name(st), disco_last_error());
+        return st != DISCO_OK ? 0 : 1;
     }
     if (strcmp(sc, "p2p-hold") == 0) {
         if (call_print(s, "nt.p2p_hold", sc, disco_value_int(wpn), disco_value_int(500), 2))

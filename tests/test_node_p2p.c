@@ -326,7 +326,8 @@ END_TEST
  * the forwarder's answer to the waiting receive race: when the forwarder
  * answers first, its stderr line and worker 1's say so, naming the call
  * and its peer, and must read as below (in 2 of 3 runs by hand it did);
- * when the break comes first, worker 1 is ended before either. */
+ * when the break comes first, worker 1 is ended before either, or its
+ * own wait ends at the break and it says the session broke. */
 START_TEST(test_p2p_peer_node_dies)
 {
     if (!can_run())
@@ -350,9 +351,15 @@ START_TEST(test_p2p_peer_node_dies)
                       "the forwarder's line reads otherwise:\n%s", out);
         ck_assert_msg(ms < 6000, "the receive took %lld ms to fail\n%s", ms, out);
     }
+    /* Worker 1's own wait may also end first, at the session's break
+     * (its abort word, a code without words): then it says so. Without
+     * the fix its words were empty there ("(on node 1):  (took"). */
     const char *w = strstr(out, "p2p-kill worker 1: ");
+    const char *broke = "DISCO_E_WORKER_DIED: disco_ctx_recv from worker 3 (on node 1): the "
+                        "session broke (DISCO_E_WORKER_DIED) while it waited";
     ck_assert_msg(w == NULL ||
-                      strncmp(w + strlen("p2p-kill worker 1: "), words, strlen(words)) == 0,
+                      strncmp(w + strlen("p2p-kill worker 1: "), words, strlen(words)) == 0 ||
+                      strncmp(w + strlen("p2p-kill worker 1: "), broke, strlen(broke)) == 0,
                   "worker 1 said otherwise:\n%s", out);
     assert_nothing_left();
 }
@@ -411,6 +418,49 @@ START_TEST(test_p2p_piece_failure_midway)
 }
 END_TEST
 
+/* A node that dies in the middle of a transfer in pieces (1 s into 32 MiB
+ * sent in pieces of 1 byte, which would take far longer): the receive
+ * fails with DISCO_E_WORKER_DIED naming the dead node within the
+ * heartbeat lease (1.5 s here), not at the deadline (10 s), and not a
+ * hang; nothing is left running. As in test_p2p_peer_node_dies, the
+ * session's break and the forwarder's answer race: the worker's and the
+ * forwarder's words are checked when they came. */
+START_TEST(test_p2p_peer_node_dies_midway)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    double secs;
+    int rc = p2p_run_var(2, 2, false, 0, "DISCO_FWD_PIECE_BYTES=1", "p2p-killmid", out, sizeof out,
+                         &secs);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-killmid");
+    ck_assert_msg(strstr(out, "p2p-killmid: DISCO_E_WORKER_DIED: node 1 (workers 2-3, host ") !=
+                      NULL,
+                  "%s", out);
+    ck_assert_msg(secs < 20.0, "the job took %.1f s to end (the call's deadline is 10 s)", secs);
+    const char *words = "DISCO_E_WORKER_DIED: disco_ctx_recv from worker 3 (on node 1): node 1 "
+                        "(workers 2-3, host ";
+    const char *fwd = "disco node 0: worker 1's wait failed after ", *f = strstr(out, fwd);
+    long long ms = -1;
+    int used = 0;
+    if (f != NULL) {
+        ck_assert_msg(sscanf(f + strlen(fwd), "%lld ms: %n", &ms, &used) == 1 && used > 0 &&
+                          strncmp(f + strlen(fwd) + used, words, strlen(words)) == 0,
+                      "the forwarder's line reads otherwise:\n%s", out);
+        ck_assert_msg(ms < 7000, "the receive took %lld ms to fail\n%s", ms, out);
+    }
+    const char *w = strstr(out, "p2p-killmid worker 1: ");
+    const char *broke = "DISCO_E_WORKER_DIED: disco_ctx_recv from worker 3 (on node 1): the "
+                        "session broke (DISCO_E_WORKER_DIED) while it waited";
+    ck_assert_msg(w == NULL ||
+                      strncmp(w + strlen("p2p-killmid worker 1: "), words, strlen(words)) == 0 ||
+                      strncmp(w + strlen("p2p-killmid worker 1: "), broke, strlen(broke)) == 0,
+                  "worker 1 said otherwise:\n%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
 /* The hold bound (DISCO_FWD_HOLD_BYTES=1000): three workers of node 1
  * send 600 bytes each to worker 0, which receives them only after all
  * reached its node: its forwarder never holds more than 1000 bytes for
@@ -428,6 +478,44 @@ START_TEST(test_p2p_hold_bound)
     assert_all(out, "p2p-hold", 6, 1);
     long long peak = answer_of(out, "held-peak", 0);
     ck_assert_msg(peak > 0 && peak <= 1000, "node 0 held %lld bytes at most\n%s", peak, out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* Bytes available on this machine (MemAvailable), 0 when unknown. */
+static unsigned long long mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kb = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    return kb * 1024;
+}
+
+/* One send of INT_MAX + 8 bytes (past one MPI count) from a non-leader to
+ * a non-leader across nodes, with the default pieces of 16 MiB: it
+ * arrives whole (every 8-byte word and the 7-byte tail checked), in
+ * exactly 129 pieces (128 of 16 MiB, one of 7 bytes). About 20 s and
+ * 4.3 GiB of shared memory here; skipped, saying so, with less than 8
+ * GiB available. Without pieces it failed with DISCO_E_UNSUPPORTED. */
+START_TEST(test_p2p_over_int_max)
+{
+    if (!can_run())
+        return;
+    if (mem_available() < (8ull << 30)) {
+        fprintf(stderr, "test_p2p_over_int_max skipped: less than 8 GiB of memory available\n");
+        return;
+    }
+    static char out[16384];
+    int rc = p2p_run_ms(2, 2, false, 60000, "p2p-huge", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-huge");
+    assert_all(out, "p2p-huge", 4, 1);
+    ck_assert_msg(answer_of(out, "pieces-in", 2) == 129, "node 1's pieces:\n%s", out);
     assert_nothing_left();
 }
 END_TEST
@@ -469,7 +557,9 @@ Suite *suite_node_p2p(void)
     tcase_add_test(tc, test_p2p_peer_node_dies);
     tcase_add_loop_test(tc, test_p2p_pieces, 0, 2);
     tcase_add_test(tc, test_p2p_piece_failure_midway);
+    tcase_add_test(tc, test_p2p_peer_node_dies_midway);
     tcase_add_test(tc, test_p2p_hold_bound);
+    tcase_add_test(tc, test_p2p_over_int_max);
     tcase_add_loop_test(tc, test_p2p_piece_env_checked, 0, 3);
     suite_add_tcase(s, tc);
     return s;

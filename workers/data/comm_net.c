@@ -232,12 +232,19 @@ static disco_status_t exchange(disco_worker_t *w, uint32_t kind, int peer,
     uint64_t done = DISCO__FWD_STATE(ticket, DISCO__FWD_DONE);
     struct step_arg a = {p, done};
     int64_t t0 = disco_now_ns();
+    /* The session's break ends the wait with its code alone (the abort word
+     * has no words): cleared first, so that no older words are taken for
+     * its reason. */
+    disco_clear_error();
     disco_status_t st = disco_wait_until(&p->q, at_step, &a, w->wait);
     if (st == DISCO_OK)
         return DISCO_OK;
     if (st == DISCO_E_TIMEOUT)
         snprintf(why, sizeof why, "%s %s: no answer within %lld ms", what, who,
                  (long long)((disco_now_ns() - t0) / 1000000));
+    else if (disco_last_error()[0] == '\0')
+        snprintf(why, sizeof why, "%s %s: the session broke (%s) while it waited", what, who,
+                 disco_err_name(st));
     else
         snprintf(why, sizeof why, "%s %s: %s", what, who, disco_last_error());
     for (;;) {
