@@ -63,6 +63,8 @@
 #define DISCO_WORKERS_COMM_FWD_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "disco/shm/wait.h"
@@ -125,6 +127,19 @@ struct disco__fwd_count {
  *  "worker 2 (the leader of node 1)" (peer: a global id; world: workers
  *  a node), into out (cap bytes). Thread-safe. */
 void disco__fwd_peer_words(int peer, int world, char *out, size_t cap);
+
+/** Whether what worker from sends (dtype sdt, sndim dims of sshape, device
+ *  type sdev: 0 for host memory) is what worker to receives into (rdt,
+ *  rndim, rshape, rdev): the same dtype, dims, shape and device type. When
+ *  not, the words of DISCO_E_MISMATCH into msg (cap bytes), one phrase for
+ *  both ends and both paths (one node: comm_p2p.c; across nodes:
+ *  disco__fwd_verdict): "disco_ctx_recv: worker 1 sends int32 of 1 dims
+ *  (device type 0), worker 3 receives float32 of 1 dims (device type 0)".
+ *  A sender's sndim outside 0..DISCO_MAX_NDIM is never alike (it came from
+ *  shared memory or the wire). Thread-safe. */
+bool disco__p2p_alike(DLDataType sdt, int sndim, const int64_t *sshape, uint32_t sdev,
+                      DLDataType rdt, int rndim, const int64_t *rshape, uint32_t rdev, int from,
+                      int to, char *msg, size_t cap);
 
 /** The receiver's verdict on what a sender described (sent) against what
  *  its receive takes (mine; from, to: global ids): DISCO_OK, the sender's

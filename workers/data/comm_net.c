@@ -105,6 +105,25 @@
 #include "workers/data/comm_net.h"
 #include "workers/data/tensor_impl.h"
 
+bool disco__p2p_alike(DLDataType sdt, int sndim, const int64_t *sshape, uint32_t sdev,
+                      DLDataType rdt, int rndim, const int64_t *rshape, uint32_t rdev, int from,
+                      int to, char *msg, size_t cap)
+{
+    bool same = sndim == rndim && sndim >= 0 && sndim <= DISCO_MAX_NDIM && sdt.code == rdt.code &&
+                sdt.bits == rdt.bits && sdt.lanes == rdt.lanes && sdev == rdev;
+    for (int d = 0; same && d < rndim; d++)
+        same = sshape[d] == rshape[d];
+    if (same)
+        return true;
+    char a[32], b[32];
+    snprintf(msg, cap,
+             "disco_ctx_recv: worker %d sends %s of %d dims (device type %u), worker %d receives "
+             "%s of %d dims (device type %u)",
+             from, disco_dtype_str(sdt, a, sizeof a), sndim, sdev, to,
+             disco_dtype_str(rdt, b, sizeof b), rndim, rdev);
+    return false;
+}
+
 int32_t disco__fwd_verdict(const struct disco__fwd_desc *sent, const struct disco__fwd_desc *mine,
                            int from, int to, char *msg, size_t cap)
 {
@@ -118,27 +137,16 @@ int32_t disco__fwd_verdict(const struct disco__fwd_desc *sent, const struct disc
         disco__text_safe(msg, cap, mine->msg, sizeof mine->msg);
         return disco__status_is_error(mine->status) ? mine->status : DISCO_E_PROTOCOL;
     }
-    bool same = sent->ndim == mine->ndim && sent->ndim >= 0 && sent->ndim <= DISCO_MAX_NDIM &&
-                sent->dtype.code == mine->dtype.code && sent->dtype.bits == mine->dtype.bits &&
-                sent->dtype.lanes == mine->dtype.lanes && sent->dev_type == mine->dev_type;
-    for (int d = 0; same && d < mine->ndim; d++)
-        same = sent->shape[d] == mine->shape[d];
-    if (same && sent->nbytes != mine->nbytes) {
+    if (!disco__p2p_alike(sent->dtype, sent->ndim, sent->shape, sent->dev_type, mine->dtype,
+                          mine->ndim, mine->shape, mine->dev_type, from, to, msg, cap))
+        return DISCO_E_MISMATCH;
+    if (sent->nbytes != mine->nbytes) {
         snprintf(msg, cap, "disco_ctx_recv: worker %d announced %llu bytes", from,
                  (unsigned long long)sent->nbytes);
         return DISCO_E_PROTOCOL;
     }
-    if (same) {
-        msg[0] = '\0';
-        return DISCO_OK;
-    }
-    char a[32], b[32];
-    snprintf(msg, cap,
-             "disco_ctx_recv: worker %d sends %s of %d dims (device type %u), worker %d receives "
-             "%s of %d dims (device type %u)",
-             from, disco_dtype_str(sent->dtype, a, sizeof a), (int)sent->ndim, sent->dev_type, to,
-             disco_dtype_str(mine->dtype, b, sizeof b), (int)mine->ndim, mine->dev_type);
-    return DISCO_E_MISMATCH;
+    msg[0] = '\0';
+    return DISCO_OK;
 }
 
 static struct disco__fwd_post *post_of(disco_worker_t *w)
