@@ -213,7 +213,9 @@ static bool send_pieces(struct disco__fwd *f, struct out_msg *o)
         uint64_t len = o->total - o->off < f->piece ? o->total - o->off : f->piece;
         struct wire_piece wp = {
             .seq = o->seq, .ticket = o->ticket, .from = o->from, .to = o->to, .off = o->off};
-        if (q->buf == NULL && (q->buf = malloc(sizeof wp + f->piece)) == NULL)
+        if (q->buf == NULL &&
+            (q->buf = malloc(sizeof wp + (size_t)(o->total < f->piece ? o->total : f->piece))) ==
+                NULL)
             return moved; /* tried again next round; the deadline bounds it */
         memcpy(q->buf, &wp, sizeof wp);
         if (o->claim) {

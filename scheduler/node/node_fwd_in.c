@@ -138,8 +138,14 @@ static bool passed(const struct recv_req *r, const struct wire_head *h)
 /* A DATA that waits for its receive: its bytes count in f->held, or, past
  * the bound f->hold_max, are dropped and its head marked
  * WIRE_BYTES_LATER, so they are asked for (GO) once the receive comes
- * (flow control: the sender keeps its copy, its send waits as it would
- * for a late receiver; test_p2p_hold_bound). */
+ * (test_p2p_hold_bound). Flow control rather than a failure: a receive
+ * posted late is normal (its worker computes first), and failing the send
+ * would make a program's correctness depend on timing and on the other
+ * sends in flight; holding the sender back costs nothing new, as its
+ * forwarder keeps its copy until the receiver answers anyway (at most one
+ * piece per sending worker: a send returns only when answered), so the
+ * memory stays bounded on both sides and the send waits as it would for
+ * a late receiver, under the same deadline. */
 static void hold(struct disco__fwd *f, struct in_msg *im)
 {
     size_t bytes = im->len - sizeof(struct wire_head);
