@@ -160,10 +160,10 @@ $(TEST_BIN): $(TEST_OBJ) $(SOAK_OBJ) $(BUILD)/libdisco.a
 # tests/test_node.c.
 NODE_PROG := $(BUILD)/bin/node_prog
 ifeq ($(MPI_MODE),on) # its forged message across nodes (tests/node_p2p.c, p2p-forged)
-$(BUILD)/obj/tests/node_p2p.o: CFLAGS += $(MPI_CFLAGS) -DDISCO_TEST_MPI
+$(BUILD)/obj/tests/node_p2p.o $(BUILD)/obj/tests/node_p2p_pieces.o: CFLAGS += $(MPI_CFLAGS) -DDISCO_TEST_MPI
 endif
 $(NODE_PROG): $(BUILD)/obj/tests/node_prog.o $(BUILD)/obj/tests/node_comm.o \
-    $(BUILD)/obj/tests/node_p2p.o $(BUILD)/libdisco.a
+    $(BUILD)/obj/tests/node_p2p.o $(BUILD)/obj/tests/node_p2p_pieces.o $(BUILD)/libdisco.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(WHOLE_LIB) $(PKG_LIBS) $(LDLIBS)
 
@@ -555,5 +555,5 @@ $(BUILD)/.cuda-$(CUDA_MODE):
 	@mkdir -p $(@D) && rm -f $(BUILD)/.cuda-* && touch $@
 
 -include $(LIB_OBJ:.o=.d) $(PY_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(DEMOLIB_SRC:%.c=$(BUILD)/obj/%.d) \
-    $(BUILD)/obj/tests/node_prog.d $(BUILD)/obj/tests/node_comm.d $(BUILD)/obj/tests/node_p2p.d $(BUILD)/obj/tools/bench/node_bench.d $(BUILD)/obj/testlib/testlib.d \
+    $(BUILD)/obj/tests/node_prog.d $(BUILD)/obj/tests/node_comm.d $(BUILD)/obj/tests/node_p2p.d $(BUILD)/obj/tests/node_p2p_pieces.d $(BUILD)/obj/tools/bench/node_bench.d $(BUILD)/obj/testlib/testlib.d \
     $(BUILD)/obj/testlib/testlib_comm.d

@@ -19,7 +19,8 @@
 #include "workers/core/net.h"
 #endif
 
-/* Byte i of what worker s sends in round k. */
+/* Byte i of what worker s sends in round k (a piece written at another
+ * offset shows: the pattern repeats only every 65536 bytes). */
 static uint8_t pat(int s, int k, size_t i)
 {
     return (uint8_t)(s * 37 + k * 11 + i * 7 + (i >> 8));
@@ -27,8 +28,8 @@ static uint8_t pat(int s, int k, size_t i)
 
 /* A new tensor of dtype and shape on the host or (dev) the sim device,
  * holding worker s's bytes of round k (s < 0: zeros). */
-static disco_status_t make(disco_ctx_t *ctx, bool dev, DLDataType dt, const int64_t *shape,
-                           int ndim, int s, int k, DLTensor **out)
+disco_status_t node_p2p_make(disco_ctx_t *ctx, bool dev, DLDataType dt, const int64_t *shape,
+                             int ndim, int s, int k, DLTensor **out)
 {
     disco_status_t st = dev ? disco_ctx_empty_device(ctx, shape, ndim, dt, kDLExtDev, out)
                             : disco_ctx_empty(ctx, shape, ndim, dt, out);
@@ -46,7 +47,7 @@ static disco_status_t make(disco_ctx_t *ctx, bool dev, DLDataType dt, const int6
 }
 
 /* Checks that t holds worker s's bytes of round k, every one. */
-static disco_status_t check(disco_ctx_t *ctx, const char *what, const DLTensor *t, int s, int k)
+disco_status_t node_p2p_check(disco_ctx_t *ctx, const char *what, const DLTensor *t, int s, int k)
 {
     size_t n = disco_tensor_nbytes(t);
     uint8_t *v = malloc(n + 1);
@@ -115,14 +116,15 @@ static disco_status_t run_op(disco_ctx_t *ctx, const struct op *o, int wpn, bool
     if (g != from && g != to)
         return DISCO_OK;
     DLTensor *t;
-    disco_status_t st = make(ctx, dev, o->dt, o->shape, o->ndim, g == from ? g : -1, k, &t);
+    disco_status_t st =
+        node_p2p_make(ctx, dev, o->dt, o->shape, o->ndim, g == from ? g : -1, k, &t);
     if (st != DISCO_OK)
         return st;
     if (g == from)
         return disco_ctx_send(ctx, t, to);
     if ((st = disco_ctx_recv(ctx, t, from)) != DISCO_OK)
         return st;
-    return check(ctx, "recv", t, from, k);
+    return node_p2p_check(ctx, "recv", t, from, k);
 }
 
 /* nt.p2p_pairs(wpn, dev): every op above, in order. Returns 1. */
@@ -151,18 +153,18 @@ static disco_status_t p2p_ring(disco_ctx_t *ctx, const disco_value_t *a, int n, 
     DLDataType f32 = F32;
     int64_t shape[2] = {3, 1000 + g % wpn};
     DLTensor *in, *out;
-    disco_status_t st = make(ctx, dev, f32, shape, 2, -1, 0, &in);
+    disco_status_t st = node_p2p_make(ctx, dev, f32, shape, 2, -1, 0, &in);
     if (st == DISCO_OK)
-        st = make(ctx, dev, f32, shape, 2, g, 1, &out);
+        st = node_p2p_make(ctx, dev, f32, shape, 2, g, 1, &out);
     if (st == DISCO_OK && k > 0 && (st = disco_ctx_recv_from_prev_group(ctx, in)) == DISCO_OK)
-        st = check(ctx, "recv_from_prev_group", in, g - wpn, 1);
+        st = node_p2p_check(ctx, "recv_from_prev_group", in, g - wpn, 1);
     if (st == DISCO_OK && k < nodes - 1)
         st = disco_ctx_send_to_next_group(ctx, out);
     if (st == DISCO_OK && k == nodes - 1)
         st = disco_ctx_send(ctx, out, g % wpn);
     if (st == DISCO_OK && k == 0 &&
         (st = disco_ctx_recv(ctx, in, g + (nodes - 1) * wpn)) == DISCO_OK)
-        st = check(ctx, "recv from the last node", in, g + (nodes - 1) * wpn, 1);
+        st = node_p2p_check(ctx, "recv from the last node", in, g + (nodes - 1) * wpn, 1);
     if (st == DISCO_OK)
         *ret = disco_value_int(1);
     return st;
@@ -216,8 +218,9 @@ static disco_status_t p2p_mismatch(disco_ctx_t *ctx, const disco_value_t *a, int
     DLTensor *t;
     disco_status_t st;
     for (int i = 0; i < (dev ? 3 : 2); i++) {
-        st = g == 1 ? make(ctx, false, i32, &len, 1, g, i, &t)
-                    : make(ctx, recv_as[i].dev, recv_as[i].dt, &recv_as[i].len, 1, -1, 0, &t);
+        st = g == 1
+                 ? node_p2p_make(ctx, false, i32, &len, 1, g, i, &t)
+                 : node_p2p_make(ctx, recv_as[i].dev, recv_as[i].dt, &recv_as[i].len, 1, -1, 0, &t);
         if (st == DISCO_OK)
             st = g == 1 ? disco_ctx_send(ctx, t, wpn + 1) : disco_ctx_recv(ctx, t, 1);
         size_t used = strlen(words);
@@ -226,16 +229,16 @@ static disco_status_t p2p_mismatch(disco_ctx_t *ctx, const disco_value_t *a, int
     }
     /* The sender's own failure (no tensor): both ends fail with it, the
      * receiver in the sender's words, neither at the deadline. */
-    if ((st = make(ctx, false, i32, &len, 1, -1, 0, &t)) != DISCO_OK)
+    if ((st = node_p2p_make(ctx, false, i32, &len, 1, -1, 0, &t)) != DISCO_OK)
         return st;
     st = g == 1 ? disco_ctx_send(ctx, NULL, wpn + 1) : disco_ctx_recv(ctx, t, 1);
     fprintf(stderr, "p2p-fail worker %d: %s: %s\n", g, disco_err_name(st),
             st == DISCO_OK ? "" : disco_last_error());
-    if ((st = make(ctx, false, i32, &len, 1, g == 1 ? 1 : -1, 9, &t)) != DISCO_OK)
+    if ((st = node_p2p_make(ctx, false, i32, &len, 1, g == 1 ? 1 : -1, 9, &t)) != DISCO_OK)
         return st;
     st = g == 1 ? disco_ctx_send(ctx, t, wpn + 1) : disco_ctx_recv(ctx, t, 1);
     if (st == DISCO_OK && g != 1)
-        st = check(ctx, "recv after the mismatches", t, 1, 9);
+        st = node_p2p_check(ctx, "recv after the mismatches", t, 1, 9);
     if (st != DISCO_OK)
         return st;
     *ret = disco_value_str(words);
@@ -273,11 +276,11 @@ static disco_status_t p2p_failfirst(disco_ctx_t *ctx, const disco_value_t *a, in
     if (g == wpn + 1)
         compute(a[1].v.i);
     for (int i = 0; i < 2; i++) {
-        disco_status_t st = make(ctx, false, i32, &len, 1, g == 1 ? 1 : -1, 9, &t);
+        disco_status_t st = node_p2p_make(ctx, false, i32, &len, 1, g == 1 ? 1 : -1, 9, &t);
         if (st == DISCO_OK && g == 1)
             st = disco_ctx_send(ctx, i == 0 ? NULL : t, wpn + 1);
         else if (st == DISCO_OK && (st = disco_ctx_recv(ctx, t, 1)) == DISCO_OK)
-            st = check(ctx, "the send after a failed one", t, 1, 9);
+            st = node_p2p_check(ctx, "the send after a failed one", t, 1, 9);
         size_t used = strlen(words);
         snprintf(words + used, sizeof words - used, "%s: %s\n", disco_err_name(st),
                  st == DISCO_OK ? "" : disco_last_error());
@@ -297,7 +300,7 @@ static disco_status_t p2p_late(disco_ctx_t *ctx, const disco_value_t *a, int n, 
     DLDataType i32 = I32;
     int64_t len = 300;
     DLTensor *t;
-    disco_status_t st = make(ctx, false, i32, &len, 1, -1, 0, &t);
+    disco_status_t st = node_p2p_make(ctx, false, i32, &len, 1, -1, 0, &t);
     compute(a[1].v.i);
     return st != DISCO_OK ? st : disco_ctx_recv(ctx, t, wpn + 1);
 }
@@ -340,12 +343,12 @@ static disco_status_t p2p_forge(disco_ctx_t *ctx, const disco_value_t *a, int n,
 #endif
     } else if (g == wpn + 1) {
         compute(a[1].v.i);
-        if ((st = make(ctx, false, i32, &len, 1, g, 5, &t)) == DISCO_OK)
+        if ((st = node_p2p_make(ctx, false, i32, &len, 1, g, 5, &t)) == DISCO_OK)
             st = disco_ctx_send(ctx, t, 1);
     } else if (g == 1) {
-        if ((st = make(ctx, false, i32, &len, 1, -1, 0, &t)) == DISCO_OK &&
+        if ((st = node_p2p_make(ctx, false, i32, &len, 1, -1, 0, &t)) == DISCO_OK &&
             (st = disco_ctx_recv(ctx, t, wpn + 1)) == DISCO_OK)
-            st = check(ctx, "recv beside a forged send", t, wpn + 1, 5);
+            st = node_p2p_check(ctx, "recv beside a forged send", t, wpn + 1, 5);
     }
     if (st == DISCO_OK)
         *ret = disco_value_int(1);
@@ -366,7 +369,7 @@ static disco_status_t p2p_nosink(disco_ctx_t *ctx, const disco_value_t *a, int n
     DLDataType u8 = U8;
     int64_t len = 1 << 20;
     DLTensor *t;
-    disco_status_t st = make(ctx, false, u8, &len, 1, g, 0, &t);
+    disco_status_t st = node_p2p_make(ctx, false, u8, &len, 1, g, 0, &t);
     return st != DISCO_OK ? st : disco_ctx_send(ctx, t, 1);
 }
 
@@ -383,7 +386,7 @@ static disco_status_t p2p_nopeer(disco_ctx_t *ctx, const disco_value_t *a, int n
     DLTensor *t;
     if ((which == 0 && g != 1) || (which == 1 && g != wpn + 1))
         return DISCO_OK;
-    disco_status_t st = make(ctx, false, i32, &len, 1, g, 0, &t);
+    disco_status_t st = node_p2p_make(ctx, false, i32, &len, 1, g, 0, &t);
     if (st != DISCO_OK)
         return st;
     return which == 0 ? disco_ctx_send(ctx, t, wpn + 1) : disco_ctx_recv(ctx, t, 1);
@@ -405,7 +408,7 @@ static disco_status_t p2p_killpeer(disco_ctx_t *ctx, const disco_value_t *a, int
     DLDataType i32 = I32;
     int64_t len = 300;
     DLTensor *t;
-    disco_status_t st = make(ctx, false, i32, &len, 1, -1, 0, &t);
+    disco_status_t st = node_p2p_make(ctx, false, i32, &len, 1, -1, 0, &t);
     int64_t t0 = disco_now_ns();
     if (st == DISCO_OK)
         st = disco_ctx_recv(ctx, t, wpn + 1);
@@ -426,6 +429,7 @@ void node_p2p_register(void)
     disco_register_func("nt.p2p_late", "ii", p2p_late);
     disco_register_func("nt.p2p_forge", "ii", p2p_forge);
     disco_register_func("nt.p2p_nosink", "i", p2p_nosink);
+    node_p2p_pieces_register();
 }
 
 #define CHECK(x)                                                                                   \
@@ -619,5 +623,5 @@ int node_p2p_scenario(disco_session_t *s, const char *sc, int wpn)
         return mismatch(s, wpn, dev);
     if (strcmp(sc, "p2p-nopeer") == 0)
         return nopeer(s, wpn);
-    return -1;
+    return node_p2p_pieces_scenario(s, sc, wpn);
 }

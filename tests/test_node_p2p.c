@@ -12,25 +12,49 @@
 #include "tests/node_run.h"
 
 /* Runs scenario on np nodes of wpn workers (sim: 2 sim GPUs a node;
- * call_ms: the call timeout, 0 for node_prog's 10 s), stderr too; returns
- * rank 0's exit code; *secs the time taken. */
-static int p2p_run_ms(int np, int wpn, bool sim, unsigned call_ms, const char *scenario, char *out,
-                      size_t cap, double *secs)
+ * call_ms: the call timeout, 0 for node_prog's 10 s; var: "NAME=value" set
+ * on every node, or NULL), stderr too; returns rank 0's exit code; *secs
+ * the time taken. */
+static int p2p_run_var(int np, int wpn, bool sim, unsigned call_ms, const char *var,
+                       const char *scenario, char *out, size_t cap, double *secs)
 {
-    char env[96] = "", exports[64] = "";
+    char env[160] = "", exports[128] = "";
     if (sim)
         strcat(env, "DISCO_SIM_GPUS=2 "), strcat(exports, " -x DISCO_SIM_GPUS");
     if (call_ms != 0) {
-        snprintf(env + strlen(env), sizeof env - strlen(env), "NODE_PROG_CALL_MS=%u", call_ms);
+        snprintf(env + strlen(env), sizeof env - strlen(env), "NODE_PROG_CALL_MS=%u ", call_ms);
         strcat(exports, " -x NODE_PROG_CALL_MS");
     }
+    if (var != NULL) {
+        snprintf(env + strlen(env), sizeof env - strlen(env), "%s", var);
+        snprintf(exports + strlen(exports), sizeof exports - strlen(exports), " -x %.*s",
+                 (int)strcspn(var, "="), var);
+    }
     return on_nodes_env(np, scenario, wpn, true, env, exports, out, cap, secs);
+}
+
+static int p2p_run_ms(int np, int wpn, bool sim, unsigned call_ms, const char *scenario, char *out,
+                      size_t cap, double *secs)
+{
+    return p2p_run_var(np, wpn, sim, call_ms, NULL, scenario, out, cap, secs);
 }
 
 static int p2p_run(int np, int wpn, bool sim, const char *scenario, char *out, size_t cap,
                    double *secs)
 {
     return p2p_run_ms(np, wpn, sim, 0, scenario, out, cap, secs);
+}
+
+/* The number after "sc worker w: " in out (-2 when there is none). */
+static long long answer_of(const char *out, const char *sc, int w)
+{
+    char want[96];
+    snprintf(want, sizeof want, "%s worker %d: ", sc, w);
+    const char *p = strstr(out, want);
+    long long v = -2;
+    if (p == NULL || sscanf(p + strlen(want), "%lld", &v) != 1)
+        return -2;
+    return v;
 }
 
 /* Every worker answered 1 (or want) to scenario sc. */
@@ -104,7 +128,7 @@ START_TEST(test_p2p_repeated)
 END_TEST
 
 /* A dtype, a shape and a device type (host to sim) that differ between
- * two non-leaders on two nodes: DISCO_E_MISMATCH on both ends, the
+ * two non-leaders on two nodes, in one message and in pieces: DISCO_E_MISMATCH on both ends, the
  * sender's words holding the receiver's (the scenario compares them), and
  * neither waits for the deadline; a sender failing on its own argument
  * (NULL) fails the receiver in its words; then a send that matches goes
@@ -115,7 +139,10 @@ START_TEST(test_p2p_mismatch_both_ends)
         return;
     static char out[16384];
     double secs;
-    int rc = p2p_run(2, 2, true, "p2p-mismatch", out, sizeof out, &secs);
+    /* _i 1: in pieces of 100 bytes (the sends are 1200), so the verdict
+     * on a head whose bytes come later reads the same. */
+    int rc = p2p_run_var(2, 2, true, 0, _i == 1 ? "DISCO_FWD_PIECE_BYTES=100" : NULL,
+                         "p2p-mismatch", out, sizeof out, &secs);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     assert_ok(out, "p2p-mismatch");
     ck_assert_msg(strstr(out, "p2p-mismatch: 3 alike, alike") != NULL, "%s", out);
@@ -299,7 +326,8 @@ END_TEST
  * the forwarder's answer to the waiting receive race: when the forwarder
  * answers first, its stderr line and worker 1's say so, naming the call
  * and its peer, and must read as below (in 2 of 3 runs by hand it did);
- * when the break comes first, worker 1 is ended before either. */
+ * when the break comes first, worker 1 is ended before either, or its
+ * own wait ends at the break and it says the session broke. */
 START_TEST(test_p2p_peer_node_dies)
 {
     if (!can_run())
@@ -323,10 +351,190 @@ START_TEST(test_p2p_peer_node_dies)
                       "the forwarder's line reads otherwise:\n%s", out);
         ck_assert_msg(ms < 6000, "the receive took %lld ms to fail\n%s", ms, out);
     }
+    /* Worker 1's own wait may also end first, at the session's break
+     * (its abort word, a code without words): then it says so. Without
+     * the fix its words were empty there ("(on node 1):  (took"). */
     const char *w = strstr(out, "p2p-kill worker 1: ");
+    const char *broke = "DISCO_E_WORKER_DIED: disco_ctx_recv from worker 3 (on node 1): the "
+                        "session broke (DISCO_E_WORKER_DIED) while it waited";
     ck_assert_msg(w == NULL ||
-                      strncmp(w + strlen("p2p-kill worker 1: "), words, strlen(words)) == 0,
+                      strncmp(w + strlen("p2p-kill worker 1: "), words, strlen(words)) == 0 ||
+                      strncmp(w + strlen("p2p-kill worker 1: "), broke, strlen(broke)) == 0,
                   "worker 1 said otherwise:\n%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* Sends across nodes in pieces (DISCO_FWD_PIECE_BYTES=1000): one piece
+ * exactly, a byte over and under a boundary (1001, 999, 2999, 3001), 3000
+ * exactly, 100004 bytes both ways at once between a leader and a
+ * non-leader (101 pieces, the last of 4 bytes), 3 dims, leader to leader,
+ * 1 MiB (1049 pieces); host and sim tensors; every byte checked by the
+ * receiver (the pattern shows a piece at another offset); each node's
+ * forwarder wrote exactly the pieces the sizes make (114 into node 0,
+ * 1162 into node 1). Without pieces a send was one message (and over
+ * INT_MAX - 4096 bytes refused): no piece was written. */
+START_TEST(test_p2p_pieces)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc = p2p_run_var(2, 2, _i == 1, 0, "DISCO_FWD_PIECE_BYTES=1000", "p2p-pieces", out,
+                         sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-pieces");
+    assert_all(out, "p2p-pieces", 4, 1);
+    ck_assert_msg(answer_of(out, "pieces-in", 0) == 114, "node 0's pieces:\n%s", out);
+    ck_assert_msg(answer_of(out, "pieces-in", 2) == 1162, "node 1's pieces:\n%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* A send of 32 MiB in pieces of 1 byte cannot end before the deadline
+ * (4/5 of a 5 s call timeout): it fails in the middle (node 1's forwarder
+ * wrote some pieces, not all) with DISCO_E_TIMEOUT on both ends, each
+ * naming its peer, reported by the session (no worker killed); then 3
+ * rounds of sends in pieces between the same two workers work (no stale
+ * piece of the failed transfer is taken for them, every byte checked). */
+START_TEST(test_p2p_piece_failure_midway)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc = p2p_run_var(2, 2, false, 5000, "DISCO_FWD_PIECE_BYTES=1", "p2p-bigfail", out,
+                         sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-bigfail");
+    const char *snd = strstr(out, "p2p-bigfail worker 1: DISCO_E_TIMEOUT: disco_ctx_send");
+    const char *rcv = strstr(out, "p2p-bigfail worker 3: DISCO_E_TIMEOUT: disco_ctx_recv");
+    ck_assert_msg(snd != NULL && rcv != NULL, "both ends fail with DISCO_E_TIMEOUT:\n%s", out);
+    ck_assert_msg(strstr(snd, "worker 3") != NULL && strstr(rcv, "worker 1 (on node 0)") != NULL,
+                  "each names its peer:\n%s", out);
+    long long got = answer_of(out, "pieces-in", 2);
+    ck_assert_msg(got > 0 && got < (32 << 20), "pieces written into node 1: %lld\n%s", got, out);
+    ck_assert_msg(strstr(out, "killed") == NULL, "%s", out);
+    assert_all(out, "after", 4, 3);
+    assert_nothing_left();
+}
+END_TEST
+
+/* A node that dies in the middle of a transfer in pieces (1 s into 32 MiB
+ * sent in pieces of 1 byte, which would take far longer): the receive
+ * fails with DISCO_E_WORKER_DIED naming the dead node within the
+ * heartbeat lease (1.5 s here), not at the deadline (10 s), and not a
+ * hang; nothing is left running. As in test_p2p_peer_node_dies, the
+ * session's break and the forwarder's answer race: the worker's and the
+ * forwarder's words are checked when they came. */
+START_TEST(test_p2p_peer_node_dies_midway)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    double secs;
+    int rc = p2p_run_var(2, 2, false, 0, "DISCO_FWD_PIECE_BYTES=1", "p2p-killmid", out, sizeof out,
+                         &secs);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-killmid");
+    ck_assert_msg(strstr(out, "p2p-killmid: DISCO_E_WORKER_DIED: node 1 (workers 2-3, host ") !=
+                      NULL,
+                  "%s", out);
+    ck_assert_msg(secs < 20.0, "the job took %.1f s to end (the call's deadline is 10 s)", secs);
+    const char *words = "DISCO_E_WORKER_DIED: disco_ctx_recv from worker 3 (on node 1): node 1 "
+                        "(workers 2-3, host ";
+    const char *fwd = "disco node 0: worker 1's wait failed after ", *f = strstr(out, fwd);
+    long long ms = -1;
+    int used = 0;
+    if (f != NULL) {
+        ck_assert_msg(sscanf(f + strlen(fwd), "%lld ms: %n", &ms, &used) == 1 && used > 0 &&
+                          strncmp(f + strlen(fwd) + used, words, strlen(words)) == 0,
+                      "the forwarder's line reads otherwise:\n%s", out);
+        ck_assert_msg(ms < 7000, "the receive took %lld ms to fail\n%s", ms, out);
+    }
+    const char *w = strstr(out, "p2p-killmid worker 1: ");
+    const char *broke = "DISCO_E_WORKER_DIED: disco_ctx_recv from worker 3 (on node 1): the "
+                        "session broke (DISCO_E_WORKER_DIED) while it waited";
+    ck_assert_msg(w == NULL ||
+                      strncmp(w + strlen("p2p-killmid worker 1: "), words, strlen(words)) == 0 ||
+                      strncmp(w + strlen("p2p-killmid worker 1: "), broke, strlen(broke)) == 0,
+                  "worker 1 said otherwise:\n%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* The hold bound (DISCO_FWD_HOLD_BYTES=1000): three workers of node 1
+ * send 600 bytes each to worker 0, which receives them only after all
+ * reached its node: its forwarder never holds more than 1000 bytes for
+ * them (it held one, 600), the others wait at their senders and come
+ * when asked; every byte checked. Without the bound it held 1800. */
+START_TEST(test_p2p_hold_bound)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    int rc =
+        p2p_run_var(2, 3, false, 0, "DISCO_FWD_HOLD_BYTES=1000", "p2p-hold", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-hold");
+    assert_all(out, "p2p-hold", 6, 1);
+    long long peak = answer_of(out, "held-peak", 0);
+    ck_assert_msg(peak > 0 && peak <= 1000, "node 0 held %lld bytes at most\n%s", peak, out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* Bytes available on this machine (MemAvailable), 0 when unknown. */
+static unsigned long long mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kb = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    return kb * 1024;
+}
+
+/* One send of INT_MAX + 8 bytes (past one MPI count) from a non-leader to
+ * a non-leader across nodes, with the default pieces of 16 MiB: it
+ * arrives whole (every 8-byte word and the 7-byte tail checked), in
+ * exactly 129 pieces (128 of 16 MiB, one of 7 bytes). About 20 s and
+ * 4.3 GiB of shared memory here; skipped, saying so, with less than 8
+ * GiB available. Without pieces it failed with DISCO_E_UNSUPPORTED. */
+START_TEST(test_p2p_over_int_max)
+{
+    if (!can_run())
+        return;
+    if (mem_available() < (8ull << 30)) {
+        fprintf(stderr, "test_p2p_over_int_max skipped: less than 8 GiB of memory available\n");
+        return;
+    }
+    static char out[16384];
+    int rc = p2p_run_ms(2, 2, false, 60000, "p2p-huge", out, sizeof out, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    assert_ok(out, "p2p-huge");
+    assert_all(out, "p2p-huge", 4, 1);
+    ck_assert_msg(answer_of(out, "pieces-in", 2) == 129, "node 1's pieces:\n%s", out);
+    assert_nothing_left();
+}
+END_TEST
+
+/* DISCO_FWD_PIECE_BYTES that is no size (0, past 1 GiB, not a number)
+ * fails the open on every node, naming the variable. */
+START_TEST(test_p2p_piece_env_checked)
+{
+    if (!can_run())
+        return;
+    static char out[16384];
+    const char *bad[] = {"DISCO_FWD_PIECE_BYTES=0", "DISCO_FWD_PIECE_BYTES=1073741825",
+                         "DISCO_FWD_PIECE_BYTES=16M"};
+    on_nodes_env(2, "open-fails", 2, true, bad[_i], " -x DISCO_FWD_PIECE_BYTES", out, sizeof out,
+                 NULL);
+    char want[160];
+    snprintf(want, sizeof want, "open: DISCO_E_INVAL: node 0: node link: %s: want a whole number",
+             bad[_i]);
+    ck_assert_msg(strstr(out, want) != NULL, "no \"%s\" in:\n%s", want, out);
     assert_nothing_left();
 }
 END_TEST
@@ -339,7 +547,7 @@ Suite *suite_node_p2p(void)
     tcase_add_loop_test(tc, test_p2p_every_pair, 0, 3);
     tcase_add_loop_test(tc, test_p2p_ring_of_groups, 0, 2);
     tcase_add_test(tc, test_p2p_repeated);
-    tcase_add_test(tc, test_p2p_mismatch_both_ends);
+    tcase_add_loop_test(tc, test_p2p_mismatch_both_ends, 0, 2);
     tcase_add_test(tc, test_p2p_no_peer_times_out);
     tcase_add_test(tc, test_p2p_failure_then_send_late_receiver);
     tcase_add_test(tc, test_p2p_late_receive_times_out);
@@ -347,6 +555,12 @@ Suite *suite_node_p2p(void)
     tcase_add_test(tc, test_p2p_shutdown_drains);
     tcase_add_test(tc, test_p2p_in_trace);
     tcase_add_test(tc, test_p2p_peer_node_dies);
+    tcase_add_loop_test(tc, test_p2p_pieces, 0, 2);
+    tcase_add_test(tc, test_p2p_piece_failure_midway);
+    tcase_add_test(tc, test_p2p_peer_node_dies_midway);
+    tcase_add_test(tc, test_p2p_hold_bound);
+    tcase_add_test(tc, test_p2p_over_int_max);
+    tcase_add_loop_test(tc, test_p2p_piece_env_checked, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -42,6 +42,7 @@
  * share only their posts (comm_fwd.h); start and stop are the session
  * thread's.
  */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,11 +106,14 @@ static int64_t deadline_of(const struct disco__fwd *f, int64_t start, int64_t no
     return (start > 0 && start <= now ? start : now) + f->limit_ns;
 }
 
-/* A send taken: its message built from the worker's heap bytes and sent
- * to the receiver's node; the post TAKEN, or answered at once: when the
- * request is malformed, and (DISCO_OK) when it carries its sender's own
- * failure (comm_fwd.h: nothing to wait for, nothing given up, so no
- * CANCEL follows it). */
+/* A send taken: its message built and sent to the receiver's node; the
+ * post TAKEN, or answered at once: when the request is malformed, and
+ * (DISCO_OK) when it carries its sender's own failure (comm_fwd.h:
+ * nothing to wait for, nothing given up, so no CANCEL follows it). Bytes
+ * that fit one piece are copied into the message now (the worker's bytes
+ * are free again); more go alone as a head, and their pieces are read
+ * from the worker's heap under CLAIMED once the receiver sends GO
+ * (send_pieces). */
 static void take_send(struct disco__fwd *f, int wid, uint64_t ticket, struct disco__fwd_post *p)
 {
     int64_t now = disco__node_now();
@@ -120,20 +124,21 @@ static void take_send(struct disco__fwd *f, int wid, uint64_t ticket, struct dis
                           .nth = p->nth,
                           .desc = p->desc};
     int64_t deadline = deadline_of(f, p->start_ns, now);
-    size_t n = h.desc.status == DISCO_OK ? (size_t)h.desc.nbytes : 0;
-    const void *src = n != 0 ? disco__tensor_span(f->heap, p->block, p->off, n) : NULL;
+    uint64_t total = h.desc.status == DISCO_OK ? h.desc.nbytes : 0;
+    /* The span checks block, off and total against the heap (no overflow
+     * past its end), so total fits a size_t once it is non-NULL. */
+    const char *src = total != 0 && total <= SIZE_MAX
+                          ? disco__tensor_span(f->heap, p->block, p->off, (size_t)total)
+                          : NULL;
+    bool later = total > f->piece;
+    size_t n = later ? 0 : (size_t)total; /* the bytes in the message */
     struct out_msg *o = calloc(1, sizeof *o);
-    char *buf = n <= DISCO__FWD_MAX_BYTES ? malloc(sizeof h + n) : NULL;
+    char *buf = malloc(sizeof h + n);
     const char *why = NULL;
-    char words[96];
     int32_t bad = DISCO_E_PROTOCOL;
     if (h.to < 0 || h.to >= f->n->nodes * f->world || h.to / f->world == f->n->node)
         why = "disco_ctx_send: the forwarder got a peer on no other node";
-    else if (n > DISCO__FWD_MAX_BYTES) { /* the worker refuses it first (comm_net.c) */
-        snprintf(words, sizeof words, "disco_ctx_send: %zu bytes across nodes; at most %zu", n,
-                 DISCO__FWD_MAX_BYTES);
-        why = words, bad = DISCO_E_UNSUPPORTED;
-    } else if (n != 0 && src == NULL)
+    else if (total != 0 && src == NULL)
         why = "disco_ctx_send: the forwarder got bytes outside the heap";
     else if (o == NULL || buf == NULL)
         why = "disco_ctx_send: the forwarder has no memory for the message", bad = DISCO_E_NOMEM;
@@ -146,12 +151,14 @@ static void take_send(struct disco__fwd *f, int wid, uint64_t ticket, struct dis
         disco__fwd_answer(f, wid, ticket, bad, why, 0, NULL, NULL, 0);
         return;
     }
+    h.flags = later ? WIRE_BYTES_LATER : 0;
     memcpy(buf, &h, sizeof h);
     if (n != 0)
         memcpy(buf + sizeof h, src, n);
-    /* Release: F1 done, the worker's bytes copied; it may withdraw now
-     * (pairs with the acquire load and compare-and-swap of its withdrawal
-     * in comm_net.c's exchange). No wake: the worker waits for DONE only. */
+    /* Release: F1 done, the request (and bytes of one piece) copied; it may
+     * withdraw now (pairs with the acquire load and compare-and-swap of its
+     * withdrawal in comm_net.c's exchange). No wake: the worker waits for
+     * DONE only. */
     atomic_store_explicit(&p->state, DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN),
                           memory_order_release);
     *o = (struct out_msg){.wid = wid,
@@ -161,12 +168,83 @@ static void take_send(struct disco__fwd *f, int wid, uint64_t ticket, struct dis
                           .to = h.to,
                           .since = now,
                           .deadline = deadline,
-                          .buf = buf};
+                          .buf = buf,
+                          .claim = later,
+                          .src = later    ? src
+                                 : n != 0 ? buf + sizeof h
+                                          : NULL,
+                          .total = total};
     if (h.desc.status != DISCO_OK) { /* told: answered now (the receiver's ACK is dropped) */
         disco__fwd_answer(f, wid, ticket, DISCO_OK, "", 0, NULL, NULL, 0);
         o->answered = true;
     }
     disco__fwd_push_out(f, o, h.to / f->world, TAG_DATA, sizeof h + n);
+}
+
+/* Whether MPI still holds any of o's buffers. */
+static bool out_busy(const struct out_msg *o)
+{
+    bool busy = !o->sent;
+    for (int i = 0; i < FWD_WINDOW && !busy; i++)
+        busy = o->piece[i].busy;
+    return busy;
+}
+
+/* o's pieces: the ones MPI finished are free again; while the receiver
+ * asked (GO) and nobody answered o, the next pieces go out, at most
+ * FWD_WINDOW at once, each read from the worker's heap with CLAIMED held
+ * (comm_fwd.h, F3) or from o's own copy. A failed claim sends nothing: the
+ * worker withdrew or o was answered, which progress_outs sees. Returns
+ * whether anything moved. */
+static bool send_pieces(struct disco__fwd *f, struct out_msg *o)
+{
+    bool moved = false;
+    for (int i = 0; i < FWD_WINDOW; i++) {
+        struct piece_out *q = &o->piece[i];
+        if (q->busy) {
+            int done = 0;
+            if (MPI_Test(&q->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                done = 1; /* failed: the receiver's deadline tells */
+            q->busy = done == 0;
+            moved |= done != 0;
+        }
+        if (q->busy || !o->go || o->answered || o->off >= o->total)
+            continue;
+        uint64_t len = o->total - o->off < f->piece ? o->total - o->off : f->piece;
+        struct wire_piece wp = {
+            .seq = o->seq, .ticket = o->ticket, .from = o->from, .to = o->to, .off = o->off};
+        if (q->buf == NULL &&
+            (q->buf = malloc(sizeof wp + (size_t)(o->total < f->piece ? o->total : f->piece))) ==
+                NULL)
+            return moved; /* tried again next round; the deadline bounds it */
+        memcpy(q->buf, &wp, sizeof wp);
+        if (o->claim) {
+            if (!disco__fwd_claimed_copy(f, o->wid, o->ticket, q->buf + sizeof wp, o->src + o->off,
+                                         (size_t)len))
+                return moved;
+        } else {
+            memcpy(q->buf + sizeof wp, o->src + o->off, (size_t)len);
+        }
+        o->off += len;
+        moved = true;
+        /* len <= f->piece <= FWD_PIECE_MAX: the count fits an int.
+         * Synchronous mode: it completes only once the receiving forwarder
+         * matched it (took it into its memory), so FWD_WINDOW bounds what
+         * sits in either process, small pieces (sent eagerly by MPI)
+         * included. */
+        if (MPI_Issend(q->buf, (int)(sizeof wp + len), MPI_BYTE, o->to / f->world, TAG_PIECE,
+                       f->n->fwd, &q->req) == MPI_SUCCESS)
+            q->busy = true; /* else nothing in flight: the receiver's deadline tells */
+    }
+    return moved;
+}
+
+static void free_out(struct out_msg *o)
+{
+    for (int i = 0; i < FWD_WINDOW; i++)
+        free(o->piece[i].buf);
+    free(o->buf);
+    free(o);
 }
 
 /* Returns whether any post moved. */
@@ -191,6 +269,8 @@ static bool scan_posts(struct disco__fwd *f, int64_t now)
             r->live = false;
             moved = true;
         }
+        if (!r->live && r->streaming) /* its sender stops sending pieces */
+            disco__fwd_end_stream(f, wid, DISCO_E_TIMEOUT, "gave up its receive");
         if ((s & 7) != DISCO__FWD_POSTED)
             continue;
         uint64_t ticket = s >> 3;
@@ -264,14 +344,15 @@ static bool progress_outs(struct disco__fwd *f, int64_t now)
             o->sent = done != 0;
             moved |= o->sent;
         }
-        if (!o->sent || !o->answered) {
+        if (o->wid >= 0 && o->total != 0)
+            moved |= send_pieces(f, o);
+        if (out_busy(o) || !o->answered) {
             pp = &o->next;
             continue;
         }
         moved = true;
         *pp = o->next;
-        free(o->buf);
-        free(o);
+        free_out(o);
     }
     return moved;
 }
@@ -297,8 +378,36 @@ static void *fwd_main(void *arg)
     return NULL;
 }
 
+/* Environment variable name as a whole number of bytes from lo to hi, or
+ * def when unset or empty; DISCO_E_INVAL naming it when it is otherwise. */
+static disco_status_t env_bytes(const char *name, uint64_t def, uint64_t lo, uint64_t hi,
+                                uint64_t *out)
+{
+    const char *v = getenv(name);
+    if (v == NULL || v[0] == '\0') {
+        *out = def;
+        return DISCO_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (v[0] < '0' || v[0] > '9' || *end != '\0' || errno != 0 || x < lo || x > hi)
+        return disco_set_error(DISCO_E_INVAL,
+                               "node link: %s=%s: want a whole number of bytes from %llu to %llu",
+                               name, v, (unsigned long long)lo, (unsigned long long)hi);
+    *out = x;
+    return DISCO_OK;
+}
+
 disco_status_t disco__node_fwd_start(struct disco__node *n, disco_worker_t *w0)
 {
+    uint64_t piece, hold;
+    disco_status_t st;
+    if ((st = env_bytes("DISCO_FWD_PIECE_BYTES", FWD_PIECE_DEFAULT, 1, FWD_PIECE_MAX, &piece)) !=
+            DISCO_OK ||
+        (st = env_bytes("DISCO_FWD_HOLD_BYTES", FWD_HOLD_DEFAULT, 0, (uint64_t)1 << 46, &hold)) !=
+            DISCO_OK)
+        return st;
     if (w0->coll == NULL || w0->heap == NULL) /* every process session has both */
         return disco_set_error(
             DISCO_E_PROTOCOL, "node link: the forwarder needs the node's heap and collective area");
@@ -311,6 +420,8 @@ disco_status_t disco__node_fwd_start(struct disco__node *n, disco_worker_t *w0)
                              .world = w0->world,
                              .groups = w0->ngroups > 0 ? (int)w0->ngroups : 1,
                              .gid_base = w0->gid_base,
+                             .piece = piece,
+                             .hold_max = hold,
                              .limit_ns = n->timeout_ns / 5 * 4};
     if ((f->rr = calloc((size_t)f->world, sizeof *f->rr)) == NULL) {
         free(f);
@@ -345,7 +456,7 @@ bool disco__node_fwd_stop(struct disco__node *n)
         progress_outs(f, now);
         pending = f->fresh != NULL; /* the cancels it queued: sent at the next round */
         for (struct out_msg *o = f->outs; o != NULL && !pending; o = o->next)
-            pending = !o->sent;
+            pending = out_busy(o);
         for (struct in_msg *im = f->ins; im != NULL && !pending; im = im->next)
             pending = !im->arrived;
         if (pending)
@@ -357,8 +468,8 @@ bool disco__node_fwd_stop(struct disco__node *n)
     /* What MPI may still touch stays allocated (the process ends soon). */
     for (struct out_msg *o = f->outs, *next; o != NULL; o = next) {
         next = o->next;
-        if (o->sent)
-            free(o->buf), free(o);
+        if (!out_busy(o))
+            free_out(o);
     }
     for (struct in_msg *im = f->ins, *next; im != NULL; im = next) {
         next = im->next;

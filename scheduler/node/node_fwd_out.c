@@ -45,6 +45,25 @@ bool disco__fwd_answer(struct disco__fwd *f, int wid, uint64_t ticket, int32_t s
     return true;
 }
 
+bool disco__fwd_claimed_copy(struct disco__fwd *f, int wid, uint64_t ticket, void *dst,
+                             const void *src, size_t len)
+{
+    struct disco__fwd_post *p = disco__fwd_post_of(f, wid);
+    uint64_t taken = DISCO__FWD_STATE(ticket, DISCO__FWD_TAKEN);
+    /* acq_rel: the claim against the worker's withdrawal (comm_fwd.h, F3):
+     * if the worker withdrew first, its bytes are not touched. */
+    if (!atomic_compare_exchange_strong_explicit(&p->state, &taken,
+                                                 DISCO__FWD_STATE(ticket, DISCO__FWD_CLAIMED),
+                                                 memory_order_acq_rel, memory_order_acquire))
+        return false;
+    memcpy(dst, src, len);
+    /* Release: the copy before the worker may withdraw or read DONE (pairs
+     * with the acquire load and compare-and-swap of its withdrawal in
+     * comm_net.c's exchange). No wake: the worker waits for DONE only. */
+    atomic_store_explicit(&p->state, taken, memory_order_release);
+    return true;
+}
+
 void disco__fwd_push_out(struct disco__fwd *f, struct out_msg *o, int node, int tag, size_t len)
 {
     if (MPI_Isend(o->buf, (int)len, MPI_BYTE, node, tag, f->n->fwd, &o->req) != MPI_SUCCESS)
@@ -69,6 +88,24 @@ void disco__fwd_send_ack(struct disco__fwd *f, int node, const struct wire_head 
     o->answered = true;
     o->buf = a;
     disco__fwd_push_out(f, o, node, tag, sizeof *a);
+}
+
+void disco__fwd_end_stream(struct disco__fwd *f, int wid, int32_t status, const char *why)
+{
+    struct recv_req *r = &f->rr[wid];
+    if (!r->streaming)
+        return;
+    r->streaming = false;
+    /* Relaxed: the link thread's verdict, one word read alone (as
+     * node_wait.c's waits read it): a dead node is sent nothing. */
+    if (atomic_load_explicit(&f->n->peer[r->src].dead, memory_order_relaxed))
+        return;
+    char msg[DISCO__FWD_MSG];
+    snprintf(msg, sizeof msg, "worker %d %s after %llu of %llu bytes", f->gid_base + wid, why,
+             (unsigned long long)r->got, (unsigned long long)r->desc.nbytes);
+    struct wire_head h = {
+        .seq = r->seq, .ticket = r->their_ticket, .from = r->from, .to = f->gid_base + wid};
+    disco__fwd_send_ack(f, r->src, &h, status, msg, TAG_ACK);
 }
 
 /* The messages sent since, into outs (never while progress_outs walks it). */

@@ -12,9 +12,15 @@
  *      start_ns, desc, heap block), then stores POSTED (release);
  *   F1 the forwarder sees POSTED (acquire), claims it with a
  *      compare-and-swap POSTED -> CLAIMED (acq_rel), copies the request
- *      (and a send's bytes) into its own memory, then stores TAKEN
- *      (release): from then on it never reads the post's request fields
- *      or the worker's bytes again;
+ *      (and a send's bytes when they fit one piece) into its own memory,
+ *      then stores TAKEN (release): from then on it never reads the
+ *      post's request fields again, nor the worker's bytes but at F3;
+ *   F3 (a transfer in pieces, more than one piece of bytes) for each
+ *      piece the forwarder claims again, TAKEN -> CLAIMED (acq_rel),
+ *      copies the piece (a send: out of the worker's heap bytes; a
+ *      receive: into them), then stores TAKEN (release), no wake; a
+ *      failed claim (the worker withdrew, or F2 answered it) ends the
+ *      transfer: nothing more is read or written;
  *   F2 to answer (a send: the receiver's verdict came back; a receive: the
  *      sender's bytes came and were checked) the forwarder claims again,
  *      TAKEN -> CLAIMED (acq_rel), writes the answer (and a receive's
@@ -44,7 +50,7 @@
  * Giving up: a worker whose wait fails withdraws with a compare-and-swap
  * from POSTED or TAKEN to WITHDRAWN (acq_rel). CLAIMED cannot be
  * withdrawn: the forwarder holds it only for a copy in memory (never
- * across an MPI wait), so the worker waits for it to end, then withdraws
+ * across an MPI wait; at most one piece at F3), so the worker waits for it to end, then withdraws
  * or takes the answer. So the forwarder writes into a worker's post or
  * heap bytes only while it holds CLAIMED, which it can only take from a
  * state the worker has not left: no byte is written after a worker gave
@@ -56,8 +62,9 @@
 #ifndef DISCO_WORKERS_COMM_FWD_H
 #define DISCO_WORKERS_COMM_FWD_H
 
-#include <limits.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "disco/shm/wait.h"
@@ -75,11 +82,6 @@
 #define DISCO__FWD_RECV 2u
 
 #define DISCO__FWD_MSG 384
-
-/* The most bytes one send carries across nodes: its DATA message (a head
- * of less than 4096 bytes, then the bytes; node_fwd_impl.h checks the
- * head's size) must fit one MPI count, an int. */
-#define DISCO__FWD_MAX_BYTES ((size_t)INT_MAX - 4096)
 
 /* What a tensor is (a send's, or the tensor a receive takes), or the
  * failure of its worker before it could say. */
@@ -125,6 +127,19 @@ struct disco__fwd_count {
  *  "worker 2 (the leader of node 1)" (peer: a global id; world: workers
  *  a node), into out (cap bytes). Thread-safe. */
 void disco__fwd_peer_words(int peer, int world, char *out, size_t cap);
+
+/** Whether what worker from sends (dtype sdt, sndim dims of sshape, device
+ *  type sdev: 0 for host memory) is what worker to receives into (rdt,
+ *  rndim, rshape, rdev): the same dtype, dims, shape and device type. When
+ *  not, the words of DISCO_E_MISMATCH into msg (cap bytes), one phrase for
+ *  both ends and both paths (one node: comm_p2p.c; across nodes:
+ *  disco__fwd_verdict): "disco_ctx_recv: worker 1 sends int32 of 1 dims
+ *  (device type 0), worker 3 receives float32 of 1 dims (device type 0)".
+ *  A sender's sndim outside 0..DISCO_MAX_NDIM is never alike (it came from
+ *  shared memory or the wire). Thread-safe. */
+bool disco__p2p_alike(DLDataType sdt, int sndim, const int64_t *sshape, uint32_t sdev,
+                      DLDataType rdt, int rndim, const int64_t *rshape, uint32_t rdev, int from,
+                      int to, char *msg, size_t cap);
 
 /** The receiver's verdict on what a sender described (sent) against what
  *  its receive takes (mine; from, to: global ids): DISCO_OK, the sender's

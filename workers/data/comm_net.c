@@ -71,11 +71,21 @@
  * failure then does not mean the bytes were not delivered (as with any
  * network timeout).
  *
- * Limits: one message a send (description and bytes): at most
- * DISCO__FWD_MAX_BYTES = INT_MAX - 4096 bytes across nodes (one MPI count
- * holds the head too; DISCO_E_UNSUPPORTED beyond). Tests:
+ * Sizes. A send of any size crosses (the heap bounds it): bytes that fit
+ * one piece (DISCO_FWD_PIECE_BYTES, 16 MiB by default) travel in its DATA
+ * message, as above; more go as a head alone (N2), the receiving
+ * forwarder matches it and checks it as any DATA (N3) and asks for the
+ * bytes (GO), and the sending forwarder sends them in pieces, at most
+ * FWD_WINDOW in flight, each read from the sender's heap and written into
+ * the receiver's with CLAIMED held (comm_fwd.h, F3), so a withdrawal or
+ * deadline on either side stops the transfer between two pieces, the
+ * other side told (an ACK refusing it, or a CANCEL). DATA bytes held for
+ * receives not yet posted are bounded by DISCO_FWD_HOLD_BYTES (256 MiB by
+ * default); past it the receiving forwarder keeps the head alone and asks
+ * for the bytes when the receive comes (node_fwd_in.c, hold). Tests:
  * tests/test_node_p2p.c (every pair of leaders and non-leaders, both
  * directions at once, a ring of groups, host and sim tensors, mismatch,
+ * sends in many pieces, a failure between two pieces, the hold bound,
  * no peer, a late receive, a failure then a send to a late receiver, a
  * peer's node dying, 200 sends in a row, the trace),
  * test_ctx_more_across_nodes and
@@ -95,6 +105,25 @@
 #include "workers/data/comm_net.h"
 #include "workers/data/tensor_impl.h"
 
+bool disco__p2p_alike(DLDataType sdt, int sndim, const int64_t *sshape, uint32_t sdev,
+                      DLDataType rdt, int rndim, const int64_t *rshape, uint32_t rdev, int from,
+                      int to, char *msg, size_t cap)
+{
+    bool same = sndim == rndim && sndim >= 0 && sndim <= DISCO_MAX_NDIM && sdt.code == rdt.code &&
+                sdt.bits == rdt.bits && sdt.lanes == rdt.lanes && sdev == rdev;
+    for (int d = 0; same && d < rndim; d++)
+        same = sshape[d] == rshape[d];
+    if (same)
+        return true;
+    char a[32], b[32];
+    snprintf(msg, cap,
+             "disco_ctx_recv: worker %d sends %s of %d dims (device type %u), worker %d receives "
+             "%s of %d dims (device type %u)",
+             from, disco_dtype_str(sdt, a, sizeof a), sndim, sdev, to,
+             disco_dtype_str(rdt, b, sizeof b), rndim, rdev);
+    return false;
+}
+
 int32_t disco__fwd_verdict(const struct disco__fwd_desc *sent, const struct disco__fwd_desc *mine,
                            int from, int to, char *msg, size_t cap)
 {
@@ -108,27 +137,16 @@ int32_t disco__fwd_verdict(const struct disco__fwd_desc *sent, const struct disc
         disco__text_safe(msg, cap, mine->msg, sizeof mine->msg);
         return disco__status_is_error(mine->status) ? mine->status : DISCO_E_PROTOCOL;
     }
-    bool same = sent->ndim == mine->ndim && sent->ndim >= 0 && sent->ndim <= DISCO_MAX_NDIM &&
-                sent->dtype.code == mine->dtype.code && sent->dtype.bits == mine->dtype.bits &&
-                sent->dtype.lanes == mine->dtype.lanes && sent->dev_type == mine->dev_type;
-    for (int d = 0; same && d < mine->ndim; d++)
-        same = sent->shape[d] == mine->shape[d];
-    if (same && sent->nbytes != mine->nbytes) {
+    if (!disco__p2p_alike(sent->dtype, sent->ndim, sent->shape, sent->dev_type, mine->dtype,
+                          mine->ndim, mine->shape, mine->dev_type, from, to, msg, cap))
+        return DISCO_E_MISMATCH;
+    if (sent->nbytes != mine->nbytes) {
         snprintf(msg, cap, "disco_ctx_recv: worker %d announced %llu bytes", from,
                  (unsigned long long)sent->nbytes);
         return DISCO_E_PROTOCOL;
     }
-    if (same) {
-        msg[0] = '\0';
-        return DISCO_OK;
-    }
-    char a[32], b[32];
-    snprintf(msg, cap,
-             "disco_ctx_recv: worker %d sends %s of %d dims (device type %u), worker %d receives "
-             "%s of %d dims (device type %u)",
-             from, disco_dtype_str(sent->dtype, a, sizeof a), (int)sent->ndim, sent->dev_type, to,
-             disco_dtype_str(mine->dtype, b, sizeof b), (int)mine->ndim, mine->dev_type);
-    return DISCO_E_MISMATCH;
+    msg[0] = '\0';
+    return DISCO_OK;
 }
 
 static struct disco__fwd_post *post_of(disco_worker_t *w)
@@ -222,12 +240,19 @@ static disco_status_t exchange(disco_worker_t *w, uint32_t kind, int peer,
     uint64_t done = DISCO__FWD_STATE(ticket, DISCO__FWD_DONE);
     struct step_arg a = {p, done};
     int64_t t0 = disco_now_ns();
+    /* The session's break ends the wait with its code alone (the abort word
+     * has no words): cleared first, so that no older words are taken for
+     * its reason. */
+    disco_clear_error();
     disco_status_t st = disco_wait_until(&p->q, at_step, &a, w->wait);
     if (st == DISCO_OK)
         return DISCO_OK;
     if (st == DISCO_E_TIMEOUT)
         snprintf(why, sizeof why, "%s %s: no answer within %lld ms", what, who,
                  (long long)((disco_now_ns() - t0) / 1000000));
+    else if (disco_last_error()[0] == '\0')
+        snprintf(why, sizeof why, "%s %s: the session broke (%s) while it waited", what, who,
+                 disco_err_name(st));
     else
         snprintf(why, sizeof why, "%s %s: %s", what, who, disco_last_error());
     for (;;) {
@@ -266,21 +291,12 @@ static disco_status_t answer(struct disco__fwd_post *p)
                            "%s", msg);
 }
 
-static disco_status_t fits(disco_status_t st, const DLTensor *x, const char *what)
-{
-    if (st == DISCO_OK && disco_tensor_nbytes(x) > DISCO__FWD_MAX_BYTES)
-        return disco_set_error(DISCO_E_UNSUPPORTED,
-                               "%s: %zu bytes across nodes; at most %zu in one send", what,
-                               disco_tensor_nbytes(x), DISCO__FWD_MAX_BYTES);
-    return st;
-}
-
 disco_status_t disco__coll_net_send(disco_ctx_t *ctx, disco_status_t pre, const DLTensor *x, int to,
                                     uint64_t *ticket_out)
 {
     disco_worker_t *w = ctx->worker;
     const DLTensor *h = x;
-    disco_status_t st = fits(pre, x, "disco_ctx_send");
+    disco_status_t st = pre;
     if (st == DISCO_OK && disco__tensor_is_device(x)) { /* through the heap, as allreduce's */
         DLTensor *hx;
         if ((st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &hx)) == DISCO_OK &&
@@ -303,7 +319,7 @@ disco_status_t disco__coll_net_recv(disco_ctx_t *ctx, disco_status_t pre, DLTens
 {
     disco_worker_t *w = ctx->worker;
     DLTensor *h = x;
-    disco_status_t st = fits(pre, x, "disco_ctx_recv");
+    disco_status_t st = pre;
     if (st == DISCO_OK && disco__tensor_is_device(x)) /* through the heap, then copied up */
         st = disco_ctx_empty(ctx, x->shape, x->ndim, x->dtype, &h);
     struct disco__fwd_desc d;

@@ -20,10 +20,10 @@
  *  *ticket_out: the request's ticket (the trace pairs it with the
  *  receive). Returns DISCO_OK; pre (with its words); DISCO_E_MISMATCH (the
  *  receiver's tensor differs) or the receiver's own failure, in its words;
- *  DISCO_E_TIMEOUT (no answer within the call deadline) naming the peer
- *  and its node; the session's abort or the worker's check;
- *  DISCO_E_UNSUPPORTED (more than DISCO__FWD_MAX_BYTES, INT_MAX - 4096
- *  bytes: comm_fwd.h). */
+ *  DISCO_E_TIMEOUT (no answer within the call deadline, or the receiver
+ *  gave up between two pieces) naming the peer and its node; the
+ *  session's abort or the worker's check. Any size (in pieces beyond
+ *  DISCO_FWD_PIECE_BYTES; comm_net.c, Sizes). */
 disco_status_t disco__coll_net_send(disco_ctx_t *ctx, disco_status_t pre, const DLTensor *x, int to,
                                     uint64_t *ticket_out);
 

@@ -12,6 +12,7 @@
 #include "workers/core/worker.h"
 #include "workers/data/arena.h"
 #include "workers/data/collective.h"
+#include "workers/data/comm_fwd.h"
 #include "workers/data/comm_impl.h"
 #include "workers/data/comm_net.h"
 #include "workers/data/tensor_impl.h"
@@ -161,21 +162,11 @@ static bool posted_to_me(void *v)
 /* R2: the copy into x, after the claim. Returns DISCO_OK or why not. */
 static disco_status_t take(disco_worker_t *w, struct disco__p2p *p, int from, DLTensor *x)
 {
-    bool same =
-        p->ndim == x->ndim && p->dtype.code == x->dtype.code && p->dtype.bits == x->dtype.bits &&
-        p->dtype.lanes == x->dtype.lanes &&
-        p->dev_type == (x->device.device_type == kDLCPU ? 0u : (uint32_t)x->device.device_type);
-    for (int d = 0; same && d < x->ndim; d++)
-        same = p->shape[d] == x->shape[d];
-    if (!same) {
-        char a[32], b[32];
-        return disco_set_error(DISCO_E_MISMATCH,
-                               "disco_ctx_recv: worker %d sends %s of %d dims (device type %u), "
-                               "worker %d receives %s of %d dims",
-                               from + w->gid_base, disco_dtype_str(p->dtype, a, sizeof a),
-                               (int)p->ndim, p->dev_type, disco__worker_gid(w),
-                               disco_dtype_str(x->dtype, b, sizeof b), x->ndim);
-    }
+    char msg[DISCO_ERR_MSG_MAX];
+    uint32_t dev = x->device.device_type == kDLCPU ? 0u : (uint32_t)x->device.device_type;
+    if (!disco__p2p_alike(p->dtype, p->ndim, p->shape, p->dev_type, x->dtype, x->ndim, x->shape,
+                          dev, from + w->gid_base, disco__worker_gid(w), msg, sizeof msg))
+        return disco_set_error(DISCO_E_MISMATCH, "%s", msg);
     size_t n = disco_tensor_nbytes(x);
     if (p->dev_type == 0) {
         void *src = disco__tensor_span(w->heap, p->block, p->off, n);
