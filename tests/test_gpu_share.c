@@ -4,12 +4,17 @@
  * staged through host memory), on the sim device with fewer devices than
  * workers; and the sim's time slices, which catch kernels that need to be
  * co-resident when they are forced onto a shared device without MPS. */
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "disco/clock.h"
 #include "tests/gpu_session_util.h"
 #include "workers/device/share.h"
 #include "workers/device/sim.h"
+#include "workers/device/watch.h"
 
 /* ---- identities and MPS (no session) ---- */
 
@@ -286,6 +291,68 @@ START_TEST(test_slices_caught_at_deadline)
 }
 END_TEST
 
+/* The hand-over at a slice's end, without a session (sim_slice.c, C4): a
+ * kernel of another process (a child) holds the device and waits for ever,
+ * yielding; this process's kernel asks for the device and gets it at the
+ * child's slice end. At once its deadline passes: the child's kernel is on
+ * its way back to the device (its hand-over loop), not yet asking again,
+ * and still the kernel's wait must end saying the device is time-sliced
+ * without MPS. Before C4 the child counted itself as a waiter only once it
+ * asked again, so here the wait went on as if nobody else wanted the device
+ * and the caller's next look at the deadline said only that it passed: the
+ * flake of test_slices_caught_at_deadline (its deadline falls at a slice's
+ * end: 3 slices of 1 s). */
+START_TEST(test_slices_handover_counted)
+{
+    unsetenv("DISCO_SIM_MPS");
+    setenv("DISCO_SIM_SLICE_US", "20000", 1);
+    size_t bytes = disco__sim_slices_bytes();
+    void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(mem, MAP_FAILED);
+    int held[2];
+    ck_assert_int_eq(pipe(held), 0);
+    pid_t other = fork();
+    ck_assert_int_ge(other, 0);
+    if (other == 0) { /* the other process's kernel: holds sim:0, then waits for ever */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        disco__sim_slices_bind(mem);
+        if (disco__sim_slice_enter(0) != DISCO_OK || write(held[1], "h", 1) != 1)
+            _exit(1);
+        for (;;) {
+            (void)disco__sim_slice_yield();
+            struct timespec ms = {0, 1000 * 1000};
+            nanosleep(&ms, NULL);
+        }
+    }
+    char c;
+    ck_assert_int_eq(read(held[0], &c, 1), 1);
+    disco__sim_slices_bind(mem);
+    /* Waits (counted) until the other's slice ends and it hands sim:0 over. */
+    disco_status_t entered = disco__sim_slice_enter(0);
+    disco_wait_t w = {.deadline_ns = disco_now_ns()}; /* passed */
+    const disco_wait_t *old = disco__device_watch(&w);
+    disco_status_t st = entered == DISCO_OK ? disco__sim_slice_yield() : entered;
+    char why[512];
+    snprintf(why, sizeof why, "%s", disco_last_error());
+    disco__device_watch(old);
+    disco__sim_slice_leave();
+    uint32_t switches = disco__sim_slice_switches(0); /* after leave: enter holds the binding */
+    kill(other, SIGKILL);
+    ck_assert_int_eq(waitpid(other, NULL, 0), other);
+    disco__sim_slices_bind(NULL);
+    munmap(mem, bytes);
+    close(held[0]);
+    close(held[1]);
+    CK_OK(entered);
+    ck_assert_msg(switches == 1, "%u context switches, want the one hand-over", switches);
+    ck_assert_msg(st == DISCO_E_TIMEOUT,
+                  "the kernel's wait went on past its deadline (%s) while the other process's "
+                  "kernel waits for the device",
+                  disco_err_name(st));
+    ck_assert_msg(strstr(why, "without MPS") != NULL, "detail \"%s\" lacks \"without MPS\"", why);
+}
+END_TEST
+
 Suite *suite_gpu_share(void)
 {
     Suite *s = suite_create("gpu_share");
@@ -296,6 +363,7 @@ Suite *suite_gpu_share(void)
     tcase_add_loop_test(tc, test_route, 0, NROUTES);
     tcase_add_loop_test(tc, test_slices_advance_per_switch, 0, 2);
     tcase_add_loop_test(tc, test_slices_caught_at_deadline, 0, 2);
+    tcase_add_test(tc, test_slices_handover_counted);
     suite_add_tcase(s, tc);
     return s;
 }

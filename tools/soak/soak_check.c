@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -42,10 +43,35 @@ static int count_memfd_maps(void)
     return n;
 }
 
+/* Whether a /dev/shm name is disco's: it says "disco" (any case), as the
+ * suites' check does (tests/testutil.h, tu_dev_shm_disco_entries). */
+static bool disco_named(const char *name)
+{
+    return strcasestr(name, "disco") != NULL;
+}
+
+int soak_shm_entries(const char *dir, char *name_out, size_t cap)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.' || !disco_named(e->d_name))
+            continue;
+        if (n++ == 0 && name_out != NULL && cap > 0)
+            snprintf(name_out, cap, "%s", e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
 leaks_t soak_leaks_now(void)
 {
-    return (leaks_t){count_dir("/proc/self/fd"), count_memfd_maps(), count_dir("/dev/shm"),
-                     disco_session_arenas_left()};
+    leaks_t l = {count_dir("/proc/self/fd"), count_memfd_maps(), 0, disco_session_arenas_left(),
+                 ""};
+    l.shm = soak_shm_entries("/dev/shm", l.shm_name, sizeof l.shm_name);
+    return l;
 }
 
 void soak_sleep_us(long us)
@@ -173,5 +199,6 @@ void soak_check_clean(round_t *rd, const leaks_t *before, const int *workers, in
     if (now.arenas_left == before->arenas_left && now.maps != before->maps)
         soak_fail(rd, "%d memfd mappings before, %d after", before->maps, now.maps);
     if (now.shm != before->shm)
-        soak_fail(rd, "%d entries in /dev/shm before, %d after", before->shm, now.shm);
+        soak_fail(rd, "%d disco entries in /dev/shm before, %d after (one: %s)", before->shm,
+                  now.shm, now.shm > 0 ? now.shm_name : before->shm_name);
 }

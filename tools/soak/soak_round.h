@@ -4,6 +4,7 @@
 #define DISCO_TOOLS_SOAK_ROUND_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -20,12 +21,14 @@ typedef struct work {
     uint64_t rng;
 } work_t;
 
-/* What a round leaves open: fds, memfd mappings, /dev/shm entries; and
- * the device arenas this process left to its exit so far
- * (disco_session_arenas_left: their fds and mappings stay by design). */
+/* What a round leaves open: fds, memfd mappings, disco's /dev/shm entries
+ * (soak_shm_entries); and the device arenas this process left to its exit
+ * so far (disco_session_arenas_left: their fds and mappings stay by
+ * design). */
 typedef struct leaks {
     int fds, maps, shm;
     unsigned arenas_left;
+    char shm_name[64]; /* one of the shm entries, for the message */
 } leaks_t;
 
 /* One round's bookkeeping. */
@@ -43,6 +46,17 @@ void soak_fail(round_t *rd, const char *fmt, ...) __attribute__((format(printf, 
 
 /** Counts what this process has open now (-1 for a count it cannot read). */
 leaks_t soak_leaks_now(void);
+
+/** Counts the entries of dir (/dev/shm) that are disco's: their names say
+ *  "disco" (any case). Disco makes none (its segments, heaps and arenas are
+ *  memfds; test_segment.c, test_nothing_in_dev_shm), so one is a leak of
+ *  disco gone wrong; the others belong to other programs of the machine
+ *  (Open MPI's vader_segment.* files, left by a killed mpirun, and the
+ *  like), which come and go during a round and are not counted
+ *  (test_soak.c, test_soak_foreign_shm). Copies one counted name into
+ *  name_out (cap bytes; may be NULL). Returns the count, or -1 when dir
+ *  cannot be read. */
+int soak_shm_entries(const char *dir, char *name_out, size_t cap);
 
 /** Sleeps us microseconds (through EINTR). */
 void soak_sleep_us(long us);

@@ -30,6 +30,15 @@
  *      turn only if it is unchanged, so a release between the two reads is
  *      never missed. A holder that died is replaced (its pid is checked at
  *      each sleep), as the sim's event waits do.
+ *   C4 a holder that hands the word over at its slice's end still wants the
+ *      device: it counts itself in waiters before its C2 and stays counted
+ *      until it takes the word again (take, counted). So the process that
+ *      takes the word from it sees it waiting: that taker's C1 reads the
+ *      owner = 0 of its C2 (release), which comes after the count. Counting
+ *      only once it asks again left a gap (its sleep in the hand-over loop,
+ *      and its way back to take) in which the new holder saw no waiter: a
+ *      deadline that fell there was reported as a plain timeout, not as
+ *      the time slices that caused it (test_slices_handover_counted).
  * Words are per process state only through the binding: a forked child
  * starts unbound (it binds when it makes its own arena). */
 #include <errno.h>
@@ -140,11 +149,12 @@ static void give_back(struct disco__sim_slice *s)
 
 /* Takes s (C1, C3), sleeping in 2 ms steps under a watch (looked at after
  * each: the deadline, abort word and liveness check end the wait), else in
- * 20 ms ones. Returns DISCO_OK or the watch's status, naming the device. */
-static disco_status_t take(struct disco__sim_slice *s, int device_id)
+ * 20 ms ones; counted: this process is in waiters already (C4), and leaves
+ * them here as a waiter that counted itself does. Returns DISCO_OK or the
+ * watch's status, naming the device. */
+static disco_status_t take(struct disco__sim_slice *s, int device_id, bool counted)
 {
     int32_t me = (int32_t)getpid();
-    bool counted = false;
     int64_t t0 = disco_now_ns();
     disco_status_t st = DISCO_OK;
     for (;;) {
@@ -199,7 +209,7 @@ disco_status_t disco__sim_slice_enter(int device_id)
     if (tab == NULL || device_id < 0 || device_id >= DISCO_SIM_MAX_DEVICES ||
         env_on("DISCO_SIM_MPS"))
         return DISCO_OK; /* no shared words, or MPS: kernels run at once */
-    disco_status_t st = take(&tab[device_id], device_id);
+    disco_status_t st = take(&tab[device_id], device_id, false);
     if (st != DISCO_OK) { /* the kernel fails at its first wait (it must still free its job) */
         t_cur.failed = st;
         snprintf(t_cur.msg, sizeof t_cur.msg, "%s", disco_last_error());
@@ -245,6 +255,9 @@ disco_status_t disco__sim_slice_yield(void)
         return DISCO_OK;
     }
     atomic_fetch_add_explicit(&s->switches, 1, memory_order_relaxed);
+    /* C4: counted before the word goes (relaxed: the release of C2 in
+     * give_back publishes it to the next taker). */
+    atomic_fetch_add_explicit(&s->waiters, 1, memory_order_relaxed);
     give_back(s);
     t_cur.s = NULL;
     /* Let a waiter take it (up to a slice) before competing again. */
@@ -256,7 +269,7 @@ disco_status_t disco__sim_slice_yield(void)
         struct timespec d = {0, 100 * 1000};
         nanosleep(&d, NULL);
     }
-    if ((st = take(s, t_cur.device_id)) != DISCO_OK)
+    if ((st = take(s, t_cur.device_id, true)) != DISCO_OK) /* C4: leaves waiters */
         return st;
     t_cur.s = s;
     t_cur.since = disco_now_ns();
