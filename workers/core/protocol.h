@@ -120,11 +120,12 @@ enum disco__reply {
 
 #define DISCO_CTL_MAGIC 0x4c544343534944ULL /* "DISCCTL" */
 #define DISCO_CTL_LAYOUT                                                                           \
-    18u /* 13: call heads; 14: kernel progress in the status;                                      \
+    19u /* 13: call heads; 14: kernel progress in the status;                                      \
            15: collective identity, marks, p2p posts;                                              \
            16: inline inputs in the collective slots;                                              \
            17: a forwarding post in each p2p post (comm_fwd.h);                                    \
-           18: the forwarding post's nth and command start */
+           18: the forwarding post's nth and command start;                                        \
+           19: a failed send's status and words in the p2p post */
 #define DISCO_ERR_MSG_MAX        384
 #define DISCO_MAX_ARGS           64
 #define DISCO_MAX_WORKERS        255   /* on one node */
