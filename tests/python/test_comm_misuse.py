@@ -619,6 +619,36 @@ def test_view_of_another_session():
 # ---- the peers quote the Python reason ----
 
 
+@disco.register_func("pyt.misuse.unpaired_then_allreduce")
+def _unpaired_then_allreduce():
+    """Every worker sends a bad array to itself (no peer: nothing to pair
+    with, comm.h refuses the peer), then allreduces. Returns what each
+    call did."""
+    out = []
+    try:
+        comm.send(memoryview(b"abcdefgh")[::2], comm.rank())
+        out.append("send passed")
+    except BaseException as e:  # noqa: B902
+        out.append(type(e).__name__)
+    x = f32(4, 1.0)
+    try:
+        comm.allreduce(x, in_group=False)
+        out.append(f"allreduce {x[0]:g}")
+    except BaseException as e:  # noqa: B902
+        out.append(f"{type(e).__name__}: {e}")
+    return "; ".join(out)
+
+
+def test_unpaired_failure_is_not_left_for_the_next_call():
+    """The Python reason a refused send carries is that send's even when
+    it has no peer to pair with: the command's next collective runs."""
+    with open_session(2, 1, call_timeout_ms=10000) as sess:
+        r = sess.get_global_func("pyt.misuse.unpaired_then_allreduce")()
+        for w in range(2):
+            assert r.debug_get_from_remote(w) == "ValueError; allreduce 2", \
+                (w, r.debug_get_from_remote(w))
+
+
 @disco.register_func("pyt.misuse.bad_src")
 def _bad_src(how):
     """Worker 1's call fails in Python on its argument (how: "allreduce", an

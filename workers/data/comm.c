@@ -50,13 +50,15 @@ void disco__comm_fail_next(disco_ctx_t *ctx, disco_status_t st, const char *msg)
     snprintf(fail_next.msg, sizeof fail_next.msg, "%s", msg != NULL ? msg : "failed");
 }
 
-disco_status_t disco__comm_failing(disco_ctx_t *ctx)
+disco_status_t disco__comm_failing(disco_ctx_t *ctx, disco_status_t st)
 {
     if (fail_next.w == NULL)
-        return DISCO_OK;
-    bool mine = fail_next.w == ctx->worker && fail_next.seq == ctx->worker->seq;
+        return st;
+    bool mine = ctx != NULL && fail_next.w == ctx->worker && fail_next.seq == ctx->worker->seq;
     fail_next.w = NULL;
-    return mine ? disco_set_error(fail_next.st, "%s", fail_next.msg) : DISCO_OK;
+    if (st != DISCO_OK || !mine)
+        return st;
+    return disco_set_error(fail_next.st, "%s", fail_next.msg);
 }
 
 /* Whether t is a tensor a collective can post as it is: ours, in the heap
@@ -220,7 +222,7 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTensor *
                                 disco_reduce_op_t op, bool in_group)
 {
     /* The caller checked the worker (disco__comm_worker). */
-    disco_status_t st = disco__comm_failing(ctx);
+    disco_status_t st = disco__comm_failing(ctx, DISCO_OK);
     DLTensor *x = NULL, *y = NULL, *tmp = NULL;
     if (st == DISCO_OK && (unsigned)op > (unsigned)DISCO_REDUCE_AVG)
         st = disco_set_error(DISCO_E_INVAL, "disco_ctx_allreduce: op %d is none", (int)op);
@@ -263,7 +265,7 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTensor *
 static disco_status_t allgather(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out, bool in_group)
 {
     /* The caller checked the worker (disco__comm_worker). */
-    disco_status_t st = disco__comm_failing(ctx);
+    disco_status_t st = disco__comm_failing(ctx, DISCO_OK);
     DLTensor *x = NULL, *y = NULL;
     if (st == DISCO_OK && (in == NULL || out == NULL || on_device(in) != on_device(out)))
         st = disco_set_error(DISCO_E_MISMATCH,
@@ -340,7 +342,7 @@ static disco_status_t broadcast(disco_ctx_t *ctx, DLTensor *buf, int root, bool 
 {
     /* The caller checked the worker (disco__comm_worker). */
     DLTensor *b = NULL, *dev = NULL;
-    disco_status_t st = disco__comm_failing(ctx);
+    disco_status_t st = disco__comm_failing(ctx, DISCO_OK);
     if (st == DISCO_OK)
         st = disco__comm_stage(ctx, buf, true, "disco_ctx_broadcast", &b);
     /* A device tensor across nodes goes through the heap (root's bytes
@@ -363,7 +365,7 @@ static disco_status_t broadcast(disco_ctx_t *ctx, DLTensor *buf, int root, bool 
 static disco_status_t barrier(disco_ctx_t *ctx, bool in_group)
 {
     /* The caller checked the worker (disco__comm_worker). */
-    disco_status_t st = disco__comm_failing(ctx);
+    disco_status_t st = disco__comm_failing(ctx, DISCO_OK);
     if (disco__worker_crosses(ctx->worker, in_group)) { /* the leaders meet over the link */
         int64_t one = 1;
         DLTensor *t = NULL;

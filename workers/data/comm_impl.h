@@ -63,9 +63,11 @@ void disco__comm_stamp_p2p(disco_ctx_t *ctx, uint32_t kind, int peer, uint64_t t
  *  tests/python/test_comm_misuse.py test_peer_quotes_python_reason. */
 void disco__comm_fail_next(disco_ctx_t *ctx, disco_status_t st, const char *msg);
 
-/** Takes the failure disco__comm_fail_next left for this call, if any:
- *  returns DISCO_OK (none), or its status with its words set as this
- *  thread's error. ctx: a session worker's. */
-disco_status_t disco__comm_failing(disco_ctx_t *ctx);
+/** Takes the failure disco__comm_fail_next left for this call, if any
+ *  (it is this call's whatever happens: never left for the next), given
+ *  st, the call's status so far: returns st if it is an error (its words
+ *  kept); else DISCO_OK (none left), or the failure's status with its
+ *  words set as this thread's error. ctx: a session worker's. */
+disco_status_t disco__comm_failing(disco_ctx_t *ctx, disco_status_t st);
 
 #endif

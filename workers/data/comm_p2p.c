@@ -111,8 +111,7 @@ static disco_status_t send(disco_ctx_t *ctx, const DLTensor *t, int to_worker, s
     if (st == DISCO_OK)
         st = peer_arg(ctx, to_worker, "disco_ctx_send", &to, &across);
     sp->peer = across ? to_worker : to; /* across nodes: the global id */
-    if (st == DISCO_OK)
-        st = disco__comm_failing(ctx);
+    st = disco__comm_failing(ctx, st);  /* this call's, even with a bad peer */
     if (st == DISCO_OK)
         st = disco__comm_stage(ctx, t, true, "disco_ctx_send", &x);
     if (across) /* through the forwarders (its own failure sent too) */
@@ -280,8 +279,7 @@ static disco_status_t recv(disco_ctx_t *ctx, DLTensor *t, int from_worker, struc
     if (st == DISCO_OK)
         st = peer_arg(ctx, from_worker, "disco_ctx_recv", &from, &across);
     sp->peer = across ? from_worker : from; /* across nodes: the global id */
-    if (st == DISCO_OK)
-        st = disco__comm_failing(ctx);
+    st = disco__comm_failing(ctx, st);      /* this call's, even with a bad peer */
     if (st == DISCO_OK)
         st = disco__comm_stage(ctx, t, false, "disco_ctx_recv", &x);
     if (across) { /* through the forwarders */
@@ -377,12 +375,12 @@ disco_status_t disco_ctx_send_to_next_group(disco_ctx_t *ctx, const DLTensor *t)
 {
     disco_status_t st;
     int to = group_peer(ctx, 1, "disco_ctx_send_to_next_group", &st);
-    return to < 0 ? st : disco_ctx_send(ctx, t, to);
+    return to < 0 ? disco__comm_failing(ctx, st) : disco_ctx_send(ctx, t, to); /* taken */
 }
 
 disco_status_t disco_ctx_recv_from_prev_group(disco_ctx_t *ctx, DLTensor *t)
 {
     disco_status_t st;
     int from = group_peer(ctx, -1, "disco_ctx_recv_from_prev_group", &st);
-    return from < 0 ? st : disco_ctx_recv(ctx, t, from);
+    return from < 0 ? disco__comm_failing(ctx, st) : disco_ctx_recv(ctx, t, from); /* taken */
 }
