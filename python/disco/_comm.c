@@ -38,7 +38,7 @@
  *     (disco__comm_fail_next), which the peers quote; then the argument's
  *     error is raised. So the members' next collectives meet each other,
  *     not this one (test_failed_call_keeps_its_place,
- *     test_peer_quotes_python_reason).
+ *     test_comm_peer_words.py).
  *
  * Thread safety: the worker function's own thread (dp_comm_ctx is
  * thread-local). */

@@ -60,7 +60,7 @@ void disco__comm_stamp_p2p(disco_ctx_t *ctx, uint32_t kind, int peer, uint64_t t
  *  affected; a second call before the next collective replaces the first.
  *  Thread safety: the worker function's own thread (thread-local state).
  *  ctx: a session worker's (else nothing happens). Test:
- *  tests/python/test_comm_misuse.py test_peer_quotes_python_reason. */
+ *  tests/python/test_comm_peer_words.py. */
 void disco__comm_fail_next(disco_ctx_t *ctx, disco_status_t st, const char *msg);
 
 /** Takes the failure disco__comm_fail_next left for this call, if any
