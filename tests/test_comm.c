@@ -313,6 +313,41 @@ START_TEST(test_comm_send_without_recv)
 }
 END_TEST
 
+/* comm.bad_p2p(kind) on a session whose call deadline is timeout_ms:
+ * every check is on the workers (tests/testlib_comm.c). */
+static void bad_p2p(int kind)
+{
+    enum { TIMEOUT_MS = 20000 };
+    DLDeviceType dev;
+    disco_session_t *s = open_nth(0, &dev, TIMEOUT_MS);
+    disco_value_t a[2] = {disco_value_int(kind), disco_value_int(TIMEOUT_MS)};
+    int64_t t0 = disco_now_ns();
+    disco_status_t st = step(s, "comm.bad_p2p", a, 2);
+    ck_assert_msg(st == DISCO_OK, "%s: %s", disco_strerror(st), disco_last_error());
+    ck_assert_msg(disco_now_ns() - t0 < TIMEOUT_MS / 4 * 1000000LL, "took %lld ms",
+                  (long long)((disco_now_ns() - t0) / 1000000));
+    assert_usable_and_close(s);
+}
+
+/* A send that fails on its own argument (a host tensor not compact) takes
+ * its place (collective.h, Failures): its receiver fails at once, naming
+ * the sender and quoting its words, writes nothing, and the pair's next
+ * send meets the next receive with the right bytes. */
+START_TEST(test_comm_bad_send_keeps_place)
+{
+    bad_p2p(0);
+}
+END_TEST
+
+/* The mirror: a receive that fails on its own argument claims the send
+ * and acks with failure; the sender fails at once naming the receiver
+ * with its words, and the next send meets the next receive. */
+START_TEST(test_comm_bad_recv_keeps_place)
+{
+    bad_p2p(1);
+}
+END_TEST
+
 /* A member that calls one allreduce where the others call two: named
  * within the deadline (the second meeting finds it gone). */
 START_TEST(test_comm_fewer_named)
@@ -351,6 +386,8 @@ Suite *suite_comm(void)
     tcase_add_loop_test(tc, test_comm_inline_reuse, 0, 2);
     tcase_add_test(tc, test_comm_inline_mixed);
     tcase_add_loop_test(tc, test_comm_send_without_recv, 0, 2);
+    tcase_add_test(tc, test_comm_bad_send_keeps_place);
+    tcase_add_test(tc, test_comm_bad_recv_keeps_place);
     tcase_add_test(tc, test_comm_fewer_named);
     tcase_add_test(tc, test_comm_outside);
     suite_add_tcase(s, tc);

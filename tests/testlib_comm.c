@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "disco/clock.h"
 #include "disco/comm.h"
 #include "disco/device.h"
 #include "disco/dtype.h"
@@ -468,3 +469,78 @@ static disco_status_t sendrecv_loop(disco_ctx_t *ctx, const disco_value_t *a, in
     return st;
 }
 DISCO_FUNC("comm.sendrecv_loop", "ii", sendrecv_loop)
+
+/* Whether msg holds every one of the words (NULL-ended). */
+static bool holds(const char *msg, const char *const *words)
+{
+    for (; *words != NULL; words++)
+        if (strstr(msg, *words) == NULL)
+            return false;
+    return true;
+}
+
+/* comm.bad_p2p(kind, timeout_ms): worker 0 sends worker 1 two tensors
+ * in one command and worker 1 receives both (the others do nothing); the
+ * first send (kind 0) or the first receive (kind 1) fails on its own
+ * argument (a host tensor that is not compact), the second pair is good.
+ * Each side checks its own end (collective.h, Failures): the failed call
+ * returns its own words; its peer's first call fails within a quarter of
+ * timeout_ms (the call's deadline), naming the failed worker and quoting
+ * its words; the second pair meets and worker 1 gets the second tensor's
+ * bytes. Returns 0, or fails naming what differed. */
+static disco_status_t bad_p2p(disco_ctx_t *ctx, const disco_value_t *a, int n, disco_value_t *ret)
+{
+    (void)n;
+    int kind = (int)a[0].v.i, me = disco_ctx_worker_id(ctx);
+    int64_t len = 8, bound_ns = a[1].v.i * 1000000 / 4, strides[1] = {2};
+    DLDataType f32 = {kDLFloat, 32, 1};
+    float spread[16] = {0};
+    DLTensor bad = {.data = spread,
+                    .device = {kDLCPU, 0},
+                    .ndim = 1,
+                    .dtype = f32,
+                    .shape = &len,
+                    .strides = strides};
+    DLTensor *x;
+    disco_status_t st = disco_ctx_empty(ctx, &len, 1, f32, &x);
+    if (st != DISCO_OK || me > 1)
+        return st != DISCO_OK ? st : (*ret = disco_value_int(0), DISCO_OK);
+    bool fails_here = (kind == 0) == (me == 0); /* this end's first call is the bad one */
+    const char *own[] = {"must be compact", NULL};
+    const char *peer[] = {me == 0 ? "disco_ctx_send: worker 1 refused the tensor of worker 0"
+                                  : "disco_ctx_recv: worker 0 failed its send to worker 1",
+                          "must be compact", NULL};
+    for (int64_t i = 0; i < len; i++)
+        ((float *)x->data)[i] = me == 0 ? -1.0f : 0.0f;
+    int64_t t0 = disco_now_ns();
+    if (me == 0)
+        st = disco_ctx_send(ctx, kind == 0 ? &bad : x, 1);
+    else
+        st = disco_ctx_recv(ctx, kind == 1 ? &bad : x, 0);
+    int64_t took = disco_now_ns() - t0;
+    char first[512];
+    snprintf(first, sizeof first, "%s", disco_last_error());
+    if (st == DISCO_OK)
+        return disco_ctx_fail(ctx, "worker %d: the first %s passed", me, me ? "recv" : "send");
+    if (!holds(first, fails_here ? own : peer))
+        return disco_ctx_fail(ctx, "worker %d: first call's words: %s", me, first);
+    if (!fails_here && took >= bound_ns)
+        return disco_ctx_fail(ctx, "worker %d: first call failed after %lld ms", me,
+                              (long long)(took / 1000000));
+    for (int64_t i = 0; me == 1 && i < len; i++) /* a failed receive writes nothing */
+        if (((float *)x->data)[i] != 0.0f)
+            return disco_ctx_fail(ctx, "worker 1: element %lld written by a failed receive",
+                                  (long long)i);
+    for (int64_t i = 0; i < len; i++)
+        ((float *)x->data)[i] = me == 0 ? (float)(i + 1) : -5.0f;
+    st = me == 0 ? disco_ctx_send(ctx, x, 1) : disco_ctx_recv(ctx, x, 0);
+    if (st != DISCO_OK)
+        return disco_ctx_fail(ctx, "worker %d: second call: %s", me, disco_last_error());
+    for (int64_t i = 0; me == 1 && i < len; i++)
+        if (((float *)x->data)[i] != (float)(i + 1))
+            return disco_ctx_fail(ctx, "worker 1: element %lld is %g, not %lld", (long long)i,
+                                  (double)((float *)x->data)[i], (long long)(i + 1));
+    *ret = disco_value_int(0);
+    return DISCO_OK;
+}
+DISCO_FUNC("comm.bad_p2p", "ii", bad_p2p)

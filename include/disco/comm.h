@@ -99,7 +99,12 @@ disco_status_t disco_ctx_barrier(disco_ctx_t *ctx, bool in_group);
  *  (across nodes, a peer that never receives: at 4/5 of the call timeout
  *  from the command's start, naming it and its node); DISCO_E_UNSUPPORTED
  *  (across nodes, more than INT_MAX - 4096 bytes); the session's
- *  failure. */
+ *  failure. A send or receive that fails on its own argument (t refused:
+ *  NULL, not compact, another device) with a valid peer still takes its
+ *  place, on one node as across nodes: it waits for its peer's call as a
+ *  good one would and returns its own error; the peer fails at once with
+ *  the failing end's status, naming it and quoting its words, and writes
+ *  nothing; the pair's next send meets the next receive. */
 disco_status_t disco_ctx_send(disco_ctx_t *ctx, const DLTensor *t, int to_worker);
 
 /** Receives into t what worker from_worker sends with disco_ctx_send.

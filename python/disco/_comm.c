@@ -33,9 +33,12 @@
  *     a collective whose arguments failed here enters the collective with
  *     no tensors (comm.h fails it on every member, in that collective),
  *     and a send or receive with a valid peer is passed on with no tensor
- *     (across nodes it still pairs with its peer's call); then the
- *     argument's error is raised. So the members' next collectives meet
- *     each other, not this one (test_failed_call_keeps_its_place).
+ *     (it still pairs with its peer's call, waiting for it as a good one
+ *     would); the call fails with the Python error's words
+ *     (disco__comm_fail_next), which the peers quote; then the argument's
+ *     error is raised. So the members' next collectives meet each other,
+ *     not this one (test_failed_call_keeps_its_place,
+ *     test_comm_peer_words.py).
  *
  * Thread safety: the worker function's own thread (dp_comm_ctx is
  * thread-local). */
@@ -45,6 +48,7 @@
 #include <string.h>
 
 #include "disco/comm.h"
+#include "workers/data/comm_impl.h"
 
 __thread disco_ctx_t *dp_comm_ctx;
 __thread PyObject *dp_comm_args;
@@ -215,9 +219,35 @@ static int peer_arg(disco_ctx_t *ctx, PyObject *o, const char *fn, const char *n
  * (rule 3 above). */
 enum kind { K_ALLREDUCE, K_ALLGATHER, K_BROADCAST };
 
+/* Has comm.h fail this worker's next call with exception v's words
+ * ("<class>: <message>"; a disco error's status, else DISCO_E_INVAL), so
+ * that its peers quote the Python reason (comm_impl.h,
+ * disco__comm_fail_next). v: normalized, or NULL. GIL held. */
+static void fail_next(disco_ctx_t *ctx, PyObject *v)
+{
+    disco_status_t st = DISCO_E_INVAL;
+    PyObject *name = v != NULL ? PyObject_GetAttrString((PyObject *)Py_TYPE(v), "__name__") : NULL;
+    PyObject *str = v != NULL ? PyObject_Str(v) : NULL;
+    PyObject *code = NULL;
+    if (v != NULL && dp_DiscoError != NULL && PyObject_IsInstance(v, dp_DiscoError) == 1)
+        code = PyObject_GetAttrString(v, "code");
+    if (code != NULL && PyLong_Check(code))
+        st = (disco_status_t)PyLong_AsLong(code);
+    const char *n = name != NULL && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    const char *m = str != NULL ? PyUnicode_AsUTF8(str) : NULL;
+    PyErr_Clear(); /* a failure here loses words, never the caller's error */
+    char words[512];
+    snprintf(words, sizeof words, "%s: %s", n != NULL ? n : "error", m != NULL ? m : "?");
+    disco__comm_fail_next(ctx, st, words);
+    Py_XDECREF(code);
+    Py_XDECREF(str);
+    Py_XDECREF(name);
+}
+
 /* Enters kind's collective with no tensors, so that it fails on every
- * member (comm.h's words, naming this worker); its status is dropped: the
- * caller has an error of its own. GIL held (released while it waits). */
+ * member (the words fail_next left, else comm.h's, naming this worker);
+ * its status is dropped: the caller has an error of its own. GIL held
+ * (released while it waits). */
 static void enter_failed(disco_ctx_t *ctx, enum kind k, bool in_group)
 {
     Py_BEGIN_ALLOW_THREADS switch (k)
@@ -241,6 +271,8 @@ static PyObject *forfeit(disco_ctx_t *ctx, enum kind k, bool in_group)
 {
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    fail_next(ctx, v);
     enter_failed(ctx, k, in_group);
     PyErr_Restore(t, v, tb);
     return NULL;
@@ -379,8 +411,11 @@ static PyObject *p2p(disco_ctx_t *ctx, bool is_send, PyObject *t, int peer, cons
     disco_status_t st;
     int rc = arg_get(t, !is_send, fn, "t", &a);
     PyObject *et = NULL, *ev = NULL, *etb = NULL;
-    if (rc < 0) /* passed on with no tensor: its peer's call fails too (rule 3) */
+    if (rc < 0) { /* passed on failed: its peer's call fails too, quoting it (rule 3) */
         PyErr_Fetch(&et, &ev, &etb);
+        PyErr_NormalizeException(&et, &ev, &etb);
+        fail_next(ctx, ev);
+    }
     DLTensor *x = rc == 0 ? a.t : NULL;
     Py_BEGIN_ALLOW_THREADS if (is_send) st =
         peer < 0 ? disco_ctx_send_to_next_group(ctx, x) : disco_ctx_send(ctx, x, peer);
@@ -444,6 +479,10 @@ static PyObject *c_forfeit(PyObject *m, PyObject *args)
         k = K_BROADCAST;
     else
         return PyErr_Format(PyExc_ValueError, "_comm_forfeit: no collective %s", kind);
+    PyObject *t, *v, *tb; /* the exception comm.py is handling: its words */
+    PyErr_GetExcInfo(&t, &v, &tb);
+    fail_next(ctx, v != Py_None ? v : NULL);
+    Py_XDECREF(t), Py_XDECREF(v), Py_XDECREF(tb);
     enter_failed(ctx, k, in_group != 0);
     Py_RETURN_NONE;
 }

@@ -82,6 +82,13 @@ def f32(n=4, v=1.0):
     return np.full(n, v, "float32")
 
 
+def _pair(bad, worker1_sends):
+    """Worker 0 runs bad; worker 1 the good send (receive) that meets it."""
+    if comm.rank() == 0:
+        return bad()
+    return comm.send(f32(), 0) if worker1_sends else comm.recv(f32(), 0)
+
+
 def _torch():
     import torch
     return torch
@@ -98,10 +105,18 @@ CASES = {
     "dst_obj": (lambda: comm.allreduce(f32(), object()), (TypeError, "allreduce: dst")),
     "buf_bytes": (lambda: comm.broadcast(b"abcd"),
                   (BufferError, "broadcast: buf: the array is read-only")),
-    "recv_bytes": (lambda: comm.recv(b"abcd", 1 - comm.rank()),
-                   (BufferError, "recv: t: the array is read-only")),
-    "send_strided_view": (lambda: comm.send(memoryview(b"abcdefgh")[::2], 1 - comm.rank()),
-                          (ValueError, "send: t: a host array must be C-contiguous")),
+    # a failed send or receive still meets its peer's call (worker 1's,
+    # good), which fails quoting it: the third entry is worker 1's
+    "recv_bytes": (lambda: _pair(lambda: comm.recv(b"abcd", 1), True),
+                   (BufferError, "recv: t: the array is read-only"),
+                   (INVAL, "disco_ctx_send: worker 0 refused the tensor of worker 1: "
+                           "BufferError: disco.comm.recv: t: the array is read-only")),
+    "send_strided_view": (lambda: _pair(lambda: comm.send(memoryview(b"abcdefgh")[::2], 1),
+                                        False),
+                          (ValueError, "send: t: a host array must be C-contiguous"),
+                          (INVAL, "disco_ctx_recv: worker 0 failed its send to worker 1: "
+                                  "ValueError: disco.comm.send: t: a host array must be "
+                                  "C-contiguous")),
     "dlpack_raises": (lambda: comm.allreduce(_RaisingDLPack()),
                       (RuntimeError, "allreduce: src: no export today")),
     "dlpack_junk": (lambda: comm.allgather(f32(), _JunkDLPack()),
@@ -115,8 +130,10 @@ CASES = {
                          (BufferError, "allreduce: src: the array is read-only")),
     "readonly_buf": (lambda: comm.broadcast(_ro(f32())),
                      (BufferError, "broadcast: buf: the array is read-only")),
-    "readonly_recv": (lambda: comm.recv(_ro(f32()), 1 - comm.rank()),
-                      (BufferError, "recv: t: the array is read-only")),
+    "readonly_recv": (lambda: _pair(lambda: comm.recv(_ro(f32()), 1), True),
+                      (BufferError, "recv: t: the array is read-only"),
+                      (INVAL, "worker 0 refused the tensor of worker 1: BufferError: "
+                              "disco.comm.recv: t: the array is read-only")),
     "noncontig": (lambda: comm.allreduce(f32(8)[::2]), (INVAL, "allreduce: src")),
     "byteswapped": (lambda: comm.allreduce(np.ones(4, ">f4")), (BufferError, "allreduce: src")),
     "object_dtype": (lambda: comm.allreduce(np.array([1, None], object)),
@@ -189,7 +206,7 @@ def _check_cases(sess, names):
     for w in range(sess.num_workers):
         got = r.debug_get_from_remote(w).split("\n")
         for name, line in zip(names, got):
-            cls, words = CASES[name][1]
+            cls, words = CASES[name][2 if w == 1 and len(CASES[name]) > 2 else 1]
             head, _, msg = line.partition(": ")
             # the exact class, or a subclass of the one named (disco's
             # InvalidArgumentError is a ValueError)
@@ -433,7 +450,9 @@ def test_tensor_of_another_workers_call():
         w0, w1 = r.debug_get_from_remote(0), r.debug_get_from_remote(1)
         assert w0.startswith("BufferError") and "allreduce: src" in w0 and \
             "not an argument of this call" in w0, w0
-        assert w1.startswith(MISMATCH.__name__), w1
+        # worker 1's allreduce fails too, quoting worker 0's Python reason
+        assert w1.startswith(INVAL.__name__) and "worker 0: BufferError: disco.comm.allreduce: " \
+            "src" in w1, w1
         for w in range(2):
             got = np.from_dlpack(x.debug_get_from_remote(w))
             assert np.array_equal(got, np.full(4, w + 1.0, "float32")), (w, got)
@@ -591,4 +610,5 @@ def test_view_of_another_session():
             w0, w1 = r.debug_get_from_remote(0), r.debug_get_from_remote(1)
         _VIEW.clear()
     assert w1.startswith("BufferError") and "allreduce: src" in w1, w1
-    assert w0.startswith(MISMATCH.__name__), w0
+    assert w0.startswith(INVAL.__name__) and "worker 1: BufferError: disco.comm.allreduce: src" \
+        in w0, w0

@@ -73,6 +73,17 @@
  * no byte. Both sides watch the other's departure mark, so a send whose
  * receiver returned (or a receive whose sender did) fails naming it.
  * Test: comm_send_without_recv.
+ * Failures: a send or receive that fails on its own argument (a tensor
+ * refused, a failure carried from Python: comm_impl.h) with a valid peer
+ * on this node still takes its place. The sender posts (S1) with status
+ * set to its error and msg its words instead of a tensor; the receiver
+ * claims it as any post (R1), copies nothing, acks, and fails at once
+ * naming the sender with those words. A receiver that failed claims the
+ * next post as any receive does, copies nothing, and acks (R2) with its
+ * status and its words in ack_msg; the sender fails naming it with them.
+ * Either way the failed party waits for its peer like a good call and
+ * returns its own words, so the k-th send of a pair meets the k-th
+ * receive. Tests: comm_bad_send_keeps_place, comm_bad_recv_keeps_place.
  *
  * Inline (small host allreduces; collective_ops.c). A member whose input
  * is at most DISCO__COLL_INLINE_MAX bytes of host memory (within one node)
@@ -146,6 +157,9 @@ enum disco__coll_kind {
     DISCO__K_COUNT
 };
 
+/* Bytes of a party's words in a post (a failed send's, a failed ack's). */
+#define DISCO__P2P_MSG 256u
+
 /* One worker's outgoing point-to-point post (protocol S1-S2, R1-R2 above). */
 struct disco__p2p {
     _Alignas(64) _Atomic uint64_t state; /* ticket << 2 | P2P_* */
@@ -157,6 +171,13 @@ struct disco__p2p {
     uint32_t dev_type; /* 0: a heap tensor; else its device type */
     uint64_t block, off;
     int64_t shape[DISCO_MAX_NDIM];
+    /* S1: the sender's own failure (DISCO_OK: the fields above describe
+     * its tensor) and, when it failed, its words (Failures, above). */
+    int32_t status;
+    char msg[DISCO__P2P_MSG];
+    /* R2: the receiver's words when the ack's status fails, written
+     * before the ack's release (read after S2's acquire). */
+    char ack_msg[DISCO__P2P_MSG];
     disco_waitq_t q; /* the sender parks here for its ack */
     /* Its send or receive across nodes, served by the forwarding thread
      * of its node's leader (comm_fwd.h). */

@@ -12,6 +12,7 @@
 
 #include "disco/device.h"
 #include "disco/tensor.h"
+#include "shm/text.h"
 #include "workers/core/ctx.h"
 #include "workers/core/worker.h"
 #include "workers/data/coll_call.h"
@@ -26,6 +27,38 @@ disco_status_t disco__comm_worker(disco_ctx_t *ctx, const char *what)
         return disco_set_error(DISCO_E_INVAL,
                                "%s: callable only inside a worker function of a session", what);
     return DISCO_OK;
+}
+
+/* What disco__comm_fail_next left for this thread's worker function: its
+ * worker and command (a failure meant for another is dropped), the status
+ * and the words. Thread-local: comm.h's calls run on the worker function's
+ * thread, so no other thread reads or writes it. */
+static __thread struct {
+    const disco_worker_t *w;
+    uint64_t seq;
+    disco_status_t st;
+    char msg[DISCO_ERR_MSG_MAX];
+} fail_next;
+
+void disco__comm_fail_next(disco_ctx_t *ctx, disco_status_t st, const char *msg)
+{
+    if (disco__comm_worker(ctx, "disco__comm_fail_next") != DISCO_OK)
+        return;
+    fail_next.w = ctx->worker;
+    fail_next.seq = ctx->worker->seq;
+    fail_next.st = disco__status_is_error(st) ? st : DISCO_E_INVAL;
+    snprintf(fail_next.msg, sizeof fail_next.msg, "%s", msg != NULL ? msg : "failed");
+}
+
+disco_status_t disco__comm_failing(disco_ctx_t *ctx, disco_status_t st)
+{
+    if (fail_next.w == NULL)
+        return st;
+    bool mine = ctx != NULL && fail_next.w == ctx->worker && fail_next.seq == ctx->worker->seq;
+    fail_next.w = NULL;
+    if (st != DISCO_OK || !mine)
+        return st;
+    return disco_set_error(fail_next.st, "%s", fail_next.msg);
 }
 
 /* Whether t is a tensor a collective can post as it is: ours, in the heap
@@ -188,13 +221,15 @@ static bool on_device(const DLTensor *t)
 static disco_status_t allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out,
                                 disco_reduce_op_t op, bool in_group)
 {
-    disco_status_t st = DISCO_OK; /* the caller checked the worker (disco__comm_worker) */
+    /* The caller checked the worker (disco__comm_worker). */
+    disco_status_t st = disco__comm_failing(ctx, DISCO_OK);
     DLTensor *x = NULL, *y = NULL, *tmp = NULL;
-    if ((unsigned)op > (unsigned)DISCO_REDUCE_AVG)
+    if (st == DISCO_OK && (unsigned)op > (unsigned)DISCO_REDUCE_AVG)
         st = disco_set_error(DISCO_E_INVAL, "disco_ctx_allreduce: op %d is none", (int)op);
-    else if (in == NULL || out == NULL || !same_layout(in, out) ||
-             on_device(in) != on_device(out) ||
-             (on_device(in) && in->device.device_type != out->device.device_type))
+    else if (st == DISCO_OK &&
+             (in == NULL || out == NULL || !same_layout(in, out) ||
+              on_device(in) != on_device(out) ||
+              (on_device(in) && in->device.device_type != out->device.device_type)))
         st = disco_set_error(DISCO_E_MISMATCH,
                              "disco_ctx_allreduce: in and out must have one dtype, shape and "
                              "device");
@@ -229,9 +264,10 @@ static disco_status_t allreduce(disco_ctx_t *ctx, const DLTensor *in, DLTensor *
 
 static disco_status_t allgather(disco_ctx_t *ctx, const DLTensor *in, DLTensor *out, bool in_group)
 {
-    disco_status_t st = DISCO_OK; /* the caller checked the worker (disco__comm_worker) */
+    /* The caller checked the worker (disco__comm_worker). */
+    disco_status_t st = disco__comm_failing(ctx, DISCO_OK);
     DLTensor *x = NULL, *y = NULL;
-    if (in == NULL || out == NULL || on_device(in) != on_device(out))
+    if (st == DISCO_OK && (in == NULL || out == NULL || on_device(in) != on_device(out)))
         st = disco_set_error(DISCO_E_MISMATCH,
                              "disco_ctx_allgather: in and out must be on one device");
     if (st == DISCO_OK)
@@ -306,7 +342,9 @@ static disco_status_t broadcast(disco_ctx_t *ctx, DLTensor *buf, int root, bool 
 {
     /* The caller checked the worker (disco__comm_worker). */
     DLTensor *b = NULL, *dev = NULL;
-    disco_status_t st = disco__comm_stage(ctx, buf, true, "disco_ctx_broadcast", &b);
+    disco_status_t st = disco__comm_failing(ctx, DISCO_OK);
+    if (st == DISCO_OK)
+        st = disco__comm_stage(ctx, buf, true, "disco_ctx_broadcast", &b);
     /* A device tensor across nodes goes through the heap (root's bytes
      * copied in), as allreduce's. */
     if (st == DISCO_OK && disco__worker_crosses(ctx->worker, in_group) && on_device(b)) {
@@ -327,11 +365,13 @@ static disco_status_t broadcast(disco_ctx_t *ctx, DLTensor *buf, int root, bool 
 static disco_status_t barrier(disco_ctx_t *ctx, bool in_group)
 {
     /* The caller checked the worker (disco__comm_worker). */
+    disco_status_t st = disco__comm_failing(ctx, DISCO_OK);
     if (disco__worker_crosses(ctx->worker, in_group)) { /* the leaders meet over the link */
         int64_t one = 1;
-        DLTensor *t;
+        DLTensor *t = NULL;
         DLDataType i32 = {kDLInt, 32, 1};
-        disco_status_t st = disco_ctx_empty(ctx, &one, 1, i32, &t);
+        if (st == DISCO_OK)
+            st = disco_ctx_empty(ctx, &one, 1, i32, &t);
         if (st == DISCO_OK)
             memset(t->data, 0, 4);
         return disco__coll_allreduce_into(ctx, in_group, st, st == DISCO_OK ? t : NULL,
@@ -341,6 +381,8 @@ static disco_status_t barrier(disco_ctx_t *ctx, bool in_group)
      * collective uses the other slot set (collective.h). */
     struct disco__coll_call c;
     disco__coll_begin(ctx, in_group, DISCO__K_BARRIER, &c);
+    if (st != DISCO_OK) /* every member fails at the meeting, with these words */
+        disco__coll_fail(&c, st, disco_last_error());
     return disco__coll_meet(&c);
 }
 

@@ -49,4 +49,25 @@ uint64_t disco__comm_clock(disco_ctx_t *ctx);
  *  (0: none). Nothing when the worker does not trace. */
 void disco__comm_stamp_p2p(disco_ctx_t *ctx, uint32_t kind, int peer, uint64_t ticket, uint64_t t0);
 
+/** Makes the next collective, send or receive that this thread's worker
+ *  function calls in its current command fail on its own arguments with
+ *  st (an error status; another value becomes DISCO_E_INVAL) and msg's
+ *  words (cut to fit DISCO_ERR_MSG_MAX): that call ignores its tensors and
+ *  takes its place as a call whose argument failed, so the collective's
+ *  other members, or the send's or receive's peer, fail with an error that
+ *  quotes msg. For a caller that refused an argument before comm.h saw it
+ *  (python/disco/_comm.c). A later command, or another worker, is not
+ *  affected; a second call before the next collective replaces the first.
+ *  Thread safety: the worker function's own thread (thread-local state).
+ *  ctx: a session worker's (else nothing happens). Test:
+ *  tests/python/test_comm_peer_words.py. */
+void disco__comm_fail_next(disco_ctx_t *ctx, disco_status_t st, const char *msg);
+
+/** Takes the failure disco__comm_fail_next left for this call, if any
+ *  (it is this call's whatever happens: never left for the next), given
+ *  st, the call's status so far: returns st if it is an error (its words
+ *  kept); else DISCO_OK (none left), or the failure's status with its
+ *  words set as this thread's error. ctx: a session worker's. */
+disco_status_t disco__comm_failing(disco_ctx_t *ctx, disco_status_t st);
+
 #endif

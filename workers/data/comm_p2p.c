@@ -8,6 +8,7 @@
 #include "disco/comm.h"
 #include "disco/device.h"
 #include "disco/dtype.h"
+#include "shm/text.h"
 #include "workers/core/ctx.h"
 #include "workers/core/worker.h"
 #include "workers/data/arena.h"
@@ -66,6 +67,42 @@ struct stamp {
     uint64_t ticket;
 };
 
+/* A peer's words from its post (another process's: bounded, escaped). */
+static void peer_words(char *out, size_t cap, const char *msg)
+{
+    disco__text_safe(out, cap, msg, DISCO__P2P_MSG);
+}
+
+/* A status read from a post: an error of the table, else DISCO_E_PROTOCOL. */
+static disco_status_t posted_status(int32_t st)
+{
+    return disco__status_is_error(st) ? (disco_status_t)st : DISCO_E_PROTOCOL;
+}
+
+/* S1: the post's fields for x, or, when own failed, for the failure (its
+ * words in msg: Failures, collective.h). */
+static void post_fields(disco_worker_t *w, struct disco__p2p *p, int to, const DLTensor *x,
+                        disco_status_t own, const char *mine)
+{
+    p->seq = w->seq;
+    p->to = to;
+    p->status = own;
+    if (own != DISCO_OK) {
+        p->ndim = 0;
+        p->dev_type = 0;
+        p->block = p->off = 0;
+        snprintf(p->msg, sizeof p->msg, "%s", mine);
+        return;
+    }
+    bool dev = x->device.device_type != kDLCPU;
+    p->ndim = x->ndim;
+    p->dtype = x->dtype;
+    p->dev_type = dev ? (uint32_t)x->device.device_type : 0;
+    p->block = disco__tensor_block(x);
+    p->off = disco__tensor_byte_offset(x);
+    memcpy(p->shape, x->shape, (size_t)x->ndim * sizeof *x->shape);
+}
+
 static disco_status_t send(disco_ctx_t *ctx, const DLTensor *t, int to_worker, struct stamp *sp)
 {
     disco_status_t st = disco__comm_worker(ctx, "disco_ctx_send");
@@ -75,30 +112,31 @@ static disco_status_t send(disco_ctx_t *ctx, const DLTensor *t, int to_worker, s
     if (st == DISCO_OK)
         st = peer_arg(ctx, to_worker, "disco_ctx_send", &to, &across);
     sp->peer = across ? to_worker : to; /* across nodes: the global id */
+    st = disco__comm_failing(ctx, st);  /* this call's, even with a bad peer */
     if (st == DISCO_OK)
         st = disco__comm_stage(ctx, t, true, "disco_ctx_send", &x);
     if (across) /* through the forwarders (its own failure sent too) */
         return disco__coll_net_send(ctx, st, st == DISCO_OK ? x : NULL, to_worker, &sp->ticket);
-    disco_worker_t *w = st == DISCO_OK ? ctx->worker : NULL;
+    if (to < 0) /* no worker, or no peer: nothing to pair with */
+        return st;
+    disco_worker_t *w = ctx->worker;
     bool dev = x != NULL && x->device.device_type != kDLCPU;
     if (st == DISCO_OK && dev) /* the receiver's stream waits for this record */
         st = disco__arena_record(w->arena);
-    if (st != DISCO_OK)
-        return st;
+    /* own: this send's own failure, posted in its place (Failures,
+     * collective.h); it returns mine whatever its receiver does. */
+    disco_status_t own = st;
+    char mine[DISCO_ERR_MSG_MAX] = "";
+    if (own != DISCO_OK)
+        snprintf(mine, sizeof mine, "%s", disco_last_error());
     struct disco__p2p *p = post_of(w, w->id);
     /* Relaxed: only this worker moves its post out of IDLE/CLAIMED into a
      * new ticket; the receiver's CLAIMED keeps the ticket bits. */
     uint64_t ticket = (atomic_load_explicit(&p->state, memory_order_relaxed) >> 2) + 1;
     sp->ticket = ticket;
-    p->seq = w->seq; /* S1: the fields, then the state */
-    p->to = to;
-    p->ndim = x->ndim;
-    p->dtype = x->dtype;
-    p->dev_type = dev ? (uint32_t)x->device.device_type : 0;
-    p->block = disco__tensor_block(x);
-    p->off = disco__tensor_byte_offset(x);
-    memcpy(p->shape, x->shape, (size_t)x->ndim * sizeof *x->shape);
-    /* Release: the fields above before the receiver sees POSTED (R1). */
+    post_fields(w, p, to, x, own, mine); /* S1: the fields, then the state */
+    /* Release: the fields above (a failure's status and words too) before
+     * the receiver sees POSTED (R1: pairs with posted_to_me's acquire). */
     atomic_store_explicit(&p->state, ticket << 2 | DISCO__P2P_POSTED, memory_order_release);
     disco_waitq_wake(&p->q);
     struct ack_arg a = {p, (uint32_t)ticket, w, to, false};
@@ -111,7 +149,9 @@ static disco_status_t send(disco_ctx_t *ctx, const DLTensor *t, int to_worker, s
                              "from worker %d",
                              to_worker, disco__worker_gid(w));
     char why[DISCO_ERR_MSG_MAX];
-    snprintf(why, sizeof why, "%s", disco_last_error());
+    snprintf(why, sizeof why, "%s", own != DISCO_OK ? mine : disco_last_error());
+    if (own != DISCO_OK)
+        st = own;
     uint64_t want = ticket << 2 | DISCO__P2P_POSTED;
     /* acq_rel: a withdrawal the receiver's claim (R1) races against; if
      * the claim won, the copy is under way and its ack is waited for. */
@@ -122,14 +162,19 @@ static disco_status_t send(disco_ctx_t *ctx, const DLTensor *t, int to_worker, s
     a.peer = -1;
     if (disco_wait_until(&p->q, acked, &a, w->wait) != DISCO_OK)
         return disco_set_error(st, "%s", why);
-done:;
-    /* Relaxed: the acquire in acked() already ordered the ack's fields. */
+done:
+    if (own != DISCO_OK) /* the receiver was told; this end fails with its own words */
+        return disco_set_error(own, "%s", mine);
+    /* Relaxed: the acquire in acked() already ordered the ack's fields
+     * and ack_msg (the receiver wrote them before its release, R2). */
     int32_t rst = (int32_t)(uint32_t)atomic_load_explicit(&p->ack, memory_order_relaxed);
-    if (rst != DISCO_OK)
-        return disco_set_error(DISCO_E_MISMATCH,
-                               "disco_ctx_send: worker %d refused the tensor of worker %d "
-                               "(another dtype, shape or device)",
-                               to_worker, disco__worker_gid(w));
+    if (rst != DISCO_OK) {
+        char words[DISCO__P2P_MSG];
+        peer_words(words, sizeof words, p->ack_msg);
+        return disco_set_error(posted_status(rst),
+                               "disco_ctx_send: worker %d refused the tensor of worker %d: %s",
+                               to_worker, disco__worker_gid(w), words);
+    }
     return DISCO_OK;
 }
 
@@ -189,6 +234,33 @@ static disco_status_t take(disco_worker_t *w, struct disco__p2p *p, int from, DL
     return st;
 }
 
+/* R2 for a claimed post: the copy into x when neither party failed (own:
+ * this receive's own failure, its words in mine); then the ack, with the
+ * receiver's words when it fails. Returns this receive's status. */
+static disco_status_t answer(disco_worker_t *w, struct disco__p2p *p, int from, DLTensor *x,
+                             uint64_t ticket, disco_status_t own, const char *mine)
+{
+    disco_status_t st = own;
+    if (own != DISCO_OK) {
+        snprintf(p->ack_msg, sizeof p->ack_msg, "%s", mine);
+    } else if (p->status != DISCO_OK) { /* the sender's own failure, in its words */
+        char words[DISCO__P2P_MSG];
+        peer_words(words, sizeof words, p->msg);
+        st = disco_set_error(posted_status(p->status),
+                             "disco_ctx_recv: worker %d failed its send to worker %d: %s",
+                             from + w->gid_base, disco__worker_gid(w), words);
+        p->ack_msg[0] = '\0'; /* unread: the sender returns its own words */
+    } else if ((st = take(w, p, from, x)) != DISCO_OK) {
+        snprintf(p->ack_msg, sizeof p->ack_msg, "%s", disco_last_error());
+    }
+    /* Release: the copy and ack_msg before the sender sees its ack (S2:
+     * pairs with the acquire in acked()). */
+    atomic_store_explicit(&p->ack, (uint64_t)(uint32_t)ticket << 32 | (uint32_t)(int32_t)st,
+                          memory_order_release);
+    disco_waitq_wake(&p->q);
+    return own != DISCO_OK ? disco_set_error(own, "%s", mine) : st;
+}
+
 static disco_status_t recv(disco_ctx_t *ctx, DLTensor *t, int from_worker, struct stamp *sp)
 {
     disco_status_t st = disco__comm_worker(ctx, "disco_ctx_recv");
@@ -198,6 +270,7 @@ static disco_status_t recv(disco_ctx_t *ctx, DLTensor *t, int from_worker, struc
     if (st == DISCO_OK)
         st = peer_arg(ctx, from_worker, "disco_ctx_recv", &from, &across);
     sp->peer = across ? from_worker : from; /* across nodes: the global id */
+    st = disco__comm_failing(ctx, st);      /* this call's, even with a bad peer */
     if (st == DISCO_OK)
         st = disco__comm_stage(ctx, t, false, "disco_ctx_recv", &x);
     if (across) { /* through the forwarders */
@@ -206,19 +279,28 @@ static disco_status_t recv(disco_ctx_t *ctx, DLTensor *t, int from_worker, struc
             st = disco__comm_unstage(x, t);
         return st;
     }
-    if (st != DISCO_OK)
+    if (from < 0) /* no worker, or no peer: nothing to pair with */
         return st;
+    /* own: this receive's own failure; it still claims its post, in its
+     * place (Failures, collective.h), and returns mine. */
+    disco_status_t own = st;
+    char mine[DISCO_ERR_MSG_MAX] = "";
+    if (own != DISCO_OK)
+        snprintf(mine, sizeof mine, "%s", disco_last_error());
     disco_worker_t *w = ctx->worker;
     struct disco__p2p *p = post_of(w, from);
     for (;;) {
         struct post_arg a = {p, w, from, 0, false};
         if ((st = disco_wait_until(&p->q, posted_to_me, &a, w->wait)) != DISCO_OK)
-            return st; /* nothing claimed: no byte written */
+            /* nothing claimed: no byte written */
+            return own != DISCO_OK ? disco_set_error(own, "%s", mine) : st;
         if (a.state == 0)
-            return disco_set_error(DISCO_E_MISMATCH,
-                                   "disco_ctx_recv: worker %d ended its command without sending "
-                                   "to worker %d",
-                                   from_worker, disco__worker_gid(w));
+            return own != DISCO_OK
+                       ? disco_set_error(own, "%s", mine)
+                       : disco_set_error(DISCO_E_MISMATCH,
+                                         "disco_ctx_recv: worker %d ended its command without "
+                                         "sending to worker %d",
+                                         from_worker, disco__worker_gid(w));
         uint64_t want = a.state;
         /* acq_rel: the claim (R1) against the sender's withdrawal. */
         if (atomic_compare_exchange_strong_explicit(&p->state, &want,
@@ -229,11 +311,7 @@ static disco_status_t recv(disco_ctx_t *ctx, DLTensor *t, int from_worker, struc
     /* Claimed: the post's fields stay as they are until the ack. */
     uint64_t ticket = p->state >> 2;
     sp->ticket = ticket;
-    st = take(w, p, from, x);
-    /* Release: the copy before the sender sees its ack (S2). */
-    atomic_store_explicit(&p->ack, (uint64_t)(uint32_t)ticket << 32 | (uint32_t)(int32_t)st,
-                          memory_order_release);
-    disco_waitq_wake(&p->q);
+    st = answer(w, p, from, x, ticket, own, mine);
     if (st == DISCO_OK)
         st = disco__comm_unstage(x, t);
     return st;
@@ -288,12 +366,12 @@ disco_status_t disco_ctx_send_to_next_group(disco_ctx_t *ctx, const DLTensor *t)
 {
     disco_status_t st;
     int to = group_peer(ctx, 1, "disco_ctx_send_to_next_group", &st);
-    return to < 0 ? st : disco_ctx_send(ctx, t, to);
+    return to < 0 ? disco__comm_failing(ctx, st) : disco_ctx_send(ctx, t, to); /* taken */
 }
 
 disco_status_t disco_ctx_recv_from_prev_group(disco_ctx_t *ctx, DLTensor *t)
 {
     disco_status_t st;
     int from = group_peer(ctx, -1, "disco_ctx_recv_from_prev_group", &st);
-    return from < 0 ? st : disco_ctx_recv(ctx, t, from);
+    return from < 0 ? disco__comm_failing(ctx, st) : disco_ctx_recv(ctx, t, from); /* taken */
 }
