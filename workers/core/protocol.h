@@ -125,7 +125,7 @@ enum disco__reply {
            16: inline inputs in the collective slots;                                              \
            17: a forwarding post in each p2p post (comm_fwd.h);                                    \
            18: the forwarding post's nth and command start;                                        \
-           19: sends across nodes in pieces (forwarders' GO and PIECE);
+           19: sends across nodes in pieces (forwarders' GO and PIECE);                            \
                a failed send's status and words in the p2p post */
 #define DISCO_ERR_MSG_MAX        384
 #define DISCO_MAX_ARGS           64
