@@ -149,6 +149,9 @@ static disco_status_t check(disco_ctx_t *ctx, const disco_value_t *a, int n, dis
         return disco_ctx_fail(ctx, "no device of type %d", (int)e.dev);
     int op = (int)a[0].v.i, me = disco_ctx_worker_id(ctx), world = disco_ctx_world_size(ctx);
     bool in_group = a[3].v.b;
+    if (disco_ctx_group_size(ctx) != (int)a[4].v.i)
+        return disco_ctx_fail(ctx, "worker %d: disco_ctx_group_size %d, not %d", me,
+                              disco_ctx_group_size(ctx), (int)a[4].v.i);
     int gsize = in_group ? (int)a[4].v.i : world, base = me / gsize * gsize;
     static double got[16 * N];
     disco_status_t st = DISCO_OK;

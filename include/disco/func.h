@@ -48,6 +48,13 @@ int disco_ctx_worker_id(const disco_ctx_t *ctx);
 /** Number of workers in the session. */
 int disco_ctx_world_size(const disco_ctx_t *ctx);
 
+/** Number of workers in this worker's group: the members of its in-group
+ *  collectives (<disco/comm.h>, in_group true), the session's workers on a
+ *  node over its groups (cfg.num_groups); the world size when the session
+ *  has one group, or outside a session's worker. Groups are consecutive
+ *  ids: this worker's group starts at id / size * size. Thread-safe. */
+int disco_ctx_group_size(const disco_ctx_t *ctx);
+
 /** The user pointer given to disco_register_func_ex for the function being
  *  called (NULL for disco_register_func and DISCO_FUNC). Workers forked after
  *  the registration see the same pointer value (the same address in their

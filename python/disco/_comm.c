@@ -379,7 +379,8 @@ static PyObject *c_broadcast(PyObject *m, PyObject *args)
     /* Within the members is comm.h's to check, at the meeting, with every
      * member's verdict; beyond an int it cannot be told. */
     if (root < INT_MIN || root > INT_MAX) {
-        raise_range("broadcast", "root", root_o, "a member's rank", disco_ctx_world_size(ctx));
+        raise_range("broadcast", "root", root_o, "a member's rank",
+                    in_group ? disco_ctx_group_size(ctx) : disco_ctx_world_size(ctx));
         return forfeit(ctx, K_BROADCAST, in_group != 0);
     }
     arg_t a;
@@ -501,6 +502,13 @@ static PyObject *c_world_size(PyObject *m, PyObject *unused)
     return ctx == NULL ? NULL : PyLong_FromLong(disco_ctx_world_size(ctx));
 }
 
+static PyObject *c_group_size(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    disco_ctx_t *ctx = ctx_or_raise();
+    return ctx == NULL ? NULL : PyLong_FromLong(disco_ctx_group_size(ctx));
+}
+
 static PyObject *c_in_worker(PyObject *m, PyObject *unused)
 {
     (void)m, (void)unused;
@@ -517,6 +525,7 @@ PyMethodDef dp_comm_methods[] = {
     {"_comm_forfeit", c_forfeit, METH_VARARGS, NULL},
     {"_comm_rank", c_rank, METH_NOARGS, NULL},
     {"_comm_world_size", c_world_size, METH_NOARGS, NULL},
+    {"_comm_group_size", c_group_size, METH_NOARGS, NULL},
     {"_comm_in_worker", c_in_worker, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

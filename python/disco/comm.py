@@ -50,6 +50,14 @@ def world_size():
     return _core._comm_world_size()
 
 
+def group_size():
+    """The workers of this worker's group: the members of an ``in_group``
+    collective (the session's workers over its ``num_groups``). Groups are
+    consecutive ids; this worker's starts at ``rank() // group_size() *
+    group_size()``."""
+    return _core._comm_group_size()
+
+
 def in_worker():
     """Whether this thread runs a worker function (disco.comm is usable)."""
     return _core._comm_in_worker()
@@ -65,12 +73,13 @@ def allreduce(src, dst=None, op="sum", in_group=True):
     return out
 
 
-def _rows(group_size):
+def _rows(group_size, in_group):
     """The members allgather stacks: group_size (an int from 1 to the world
-    size), or the world size when it is None."""
+    size), or when it is None this worker's group's size (in_group) or the
+    world size."""
     world = world_size()
     if group_size is None:
-        return world
+        return _core._comm_group_size() if in_group else world
     if isinstance(group_size, bool) or not hasattr(type(group_size), "__index__"):
         raise TypeError("disco.comm.allgather: group_size must be an int (the members), not %s"
                         % type(group_size).__name__)
@@ -120,12 +129,13 @@ def _like(src, rows):
 def allgather(src, dst=None, in_group=True, group_size=None):
     """Every member gets the members' ``src`` stacked along dimension 0, in
     ``dst`` (or a new array of src's kind: NumPy, or torch for torch, on
-    src's device; another device producer needs ``dst``; then
-    ``group_size``, the members, is needed with ``in_group`` unless the
-    session has one group). Returns the tensor that holds the result."""
+    src's device; another device producer needs ``dst``). ``group_size``,
+    the members, defaults to this worker's group's (``group_size()``) with
+    ``in_group``, else the world's. Returns the tensor that holds the
+    result."""
     in_group = bool(in_group)
     try:
-        rows = _rows(group_size)  # outside a worker function: InvalidArgumentError, first
+        rows = _rows(group_size, in_group)  # outside a worker function: InvalidArgumentError, first
     except (TypeError, ValueError):
         _core._comm_forfeit("allgather", in_group)
         raise

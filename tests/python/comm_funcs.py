@@ -58,6 +58,10 @@ def _all(kind, dtype, in_group, gsize):
     x = _array(kind, _val(me, n, dtype))
     g = comm.allgather(x, in_group=in_group, group_size=size)
     _check(_np(g), np.concatenate([_val(w, n, dtype) for w in members]), "allgather")
+    if comm.group_size() != gsize:
+        raise AssertionError("group_size() is %d, not %d" % (comm.group_size(), gsize))
+    g = comm.allgather(x, in_group=in_group)  # rows: group_size() or world_size()
+    _check(_np(g), np.concatenate([_val(w, n, dtype) for w in members]), "allgather, no size")
     b = _array(kind, _val(me, n, dtype))
     comm.broadcast(b, root=size - 1, in_group=in_group)
     _check(_np(b), _val(base + size - 1, n, dtype), "broadcast")
