@@ -27,6 +27,14 @@
 
 /* Whether global worker gid belongs to node src (its world's workers);
  * else counts a forged message (what) and says so the first time. */
+/* The worker id on this node of a global id from the wire, or -1: in 64
+ * bits, so that an id near INT_MIN cannot overflow the subtraction. */
+static int local_id(const struct disco__fwd *f, int32_t gid)
+{
+    int64_t wid = (int64_t)gid - f->gid_base;
+    return wid >= 0 && wid < f->world ? (int)wid : -1;
+}
+
 static bool from_node(struct disco__fwd *f, int gid, int src, const char *what)
 {
     if (gid >= 0 && gid < f->n->nodes * f->world && gid / f->world == src)
@@ -172,7 +180,7 @@ static void hold(struct disco__fwd *f, struct in_msg *im)
 static bool on_data(struct disco__fwd *f, struct in_msg *im, int64_t now)
 {
     const struct wire_head *h = im->buf;
-    int wid = h->to - f->gid_base;
+    int wid = local_id(f, h->to);
     char msg[DISCO__FWD_MSG];
     if (im->cancelled || !from_node(f, h->from, im->src, "a DATA"))
         return true;
@@ -182,6 +190,18 @@ static bool on_data(struct disco__fwd *f, struct in_msg *im, int64_t now)
         return true;
     }
     struct recv_req *r = &f->rr[wid];
+    if (r->live && r->streaming && r->from == h->from && r->seq == h->seq && r->nth == h->nth) {
+        /* Its head came already and its pieces are coming: a second DATA
+         * of the same send is no honest sender's. Dropped and counted as
+         * a forged id is (from_node), so that it cannot restart the
+         * stream under the pieces. */
+        if (f->forged++ == 0)
+            fprintf(stderr,
+                    "disco node %d: dropped a second DATA from node %d for worker %d's receive "
+                    "(later ones are only counted)\n",
+                    f->n->node, im->src, (int)h->to);
+        return true;
+    }
     if (r->live && r->from == h->from && r->seq == h->seq && r->nth == h->nth) {
         const char *bytes = (const char *)im->buf + sizeof *h;
         bool later = (h->flags & WIRE_BYTES_LATER) != 0;
@@ -247,7 +267,7 @@ static bool on_data(struct disco__fwd *f, struct in_msg *im, int64_t now)
 static void on_piece(struct disco__fwd *f, const struct in_msg *im)
 {
     const struct wire_piece *p = im->buf;
-    int wid = p->to - f->gid_base;
+    int wid = local_id(f, p->to);
     if (!from_node(f, p->from, im->src, "a PIECE") || wid < 0 || wid >= f->world)
         return;
     struct recv_req *r = &f->rr[wid];
@@ -308,7 +328,7 @@ static bool on_cancel(struct disco__fwd *f, const struct in_msg *c)
             im->cancelled = true;
     }
     /* A receive taking its pieces fails: the rest never comes. */
-    int wid = a->to - f->gid_base;
+    int wid = local_id(f, a->to);
     struct recv_req *r = wid >= 0 && wid < f->world ? &f->rr[wid] : NULL;
     if (r != NULL && r->live && r->streaming && r->src == c->src && r->from == a->from &&
         r->seq == a->seq && r->their_ticket == a->ticket) {

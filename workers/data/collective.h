@@ -168,12 +168,14 @@ struct disco__p2p {
     int32_t to;                          /* the receiver (a worker id on this node) */
     int32_t ndim;
     DLDataType dtype;
-    uint32_t dev_type; /* 0: a heap tensor; else its device type */
+    uint16_t dev_type; /* 0: a heap tensor; else its device type */
+    /* S1: the sender's own failure (DISCO_OK: the other fields describe
+     * its tensor) and, when it failed, its words in msg (Failures, above).
+     * On the post's first line with the fields every send writes, so that
+     * a 0- or 1-dim send's receiver pulls one line of it, not two. */
+    int16_t status;
     uint64_t block, off;
     int64_t shape[DISCO_MAX_NDIM];
-    /* S1: the sender's own failure (DISCO_OK: the fields above describe
-     * its tensor) and, when it failed, its words (Failures, above). */
-    int32_t status;
     char msg[DISCO__P2P_MSG];
     /* R2: the receiver's words when the ack's status fails, written
      * before the ack's release (read after S2's acquire). */

@@ -2,6 +2,7 @@
  * outgoing post per worker in the collective area, claimed by the
  * receiver, which copies and acknowledges (protocol S1-S2, R1-R2 in
  * collective.h). Only the two workers take part. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,6 +18,11 @@
 #include "workers/data/comm_impl.h"
 #include "workers/data/comm_net.h"
 #include "workers/data/tensor_impl.h"
+
+/* A send of 0 or 1 dims writes, and its receiver reads, the post's first
+ * line only (its status included). */
+_Static_assert(offsetof(struct disco__p2p, shape) + sizeof(int64_t) <= 64,
+               "a 1-dim post's fields fit the post's first cache line");
 
 static struct disco__p2p *post_of(disco_worker_t *w, int id)
 {
@@ -86,7 +92,7 @@ static void post_fields(disco_worker_t *w, struct disco__p2p *p, int to, const D
 {
     p->seq = w->seq;
     p->to = to;
-    p->status = own;
+    p->status = (int16_t)own; /* a status fits: -1 .. -31 (disco/status.h) */
     if (own != DISCO_OK) {
         p->ndim = 0;
         p->dev_type = 0;
@@ -97,7 +103,7 @@ static void post_fields(disco_worker_t *w, struct disco__p2p *p, int to, const D
     bool dev = x->device.device_type != kDLCPU;
     p->ndim = x->ndim;
     p->dtype = x->dtype;
-    p->dev_type = dev ? (uint32_t)x->device.device_type : 0;
+    p->dev_type = dev ? (uint16_t)x->device.device_type : 0;
     p->block = disco__tensor_block(x);
     p->off = disco__tensor_byte_offset(x);
     memcpy(p->shape, x->shape, (size_t)x->ndim * sizeof *x->shape);
@@ -126,7 +132,8 @@ static disco_status_t send(disco_ctx_t *ctx, const DLTensor *t, int to_worker, s
     /* own: this send's own failure, posted in its place (Failures,
      * collective.h); it returns mine whatever its receiver does. */
     disco_status_t own = st;
-    char mine[DISCO_ERR_MSG_MAX] = "";
+    char mine[DISCO_ERR_MSG_MAX]; /* read only when own failed */
+    mine[0] = '\0';
     if (own != DISCO_OK)
         snprintf(mine, sizeof mine, "%s", disco_last_error());
     struct disco__p2p *p = post_of(w, w->id);
@@ -159,8 +166,17 @@ static disco_status_t send(disco_ctx_t *ctx, const DLTensor *t, int to_worker, s
                                                 ticket << 2 | DISCO__P2P_WITHDRAWN,
                                                 memory_order_acq_rel, memory_order_acquire))
         return disco_set_error(st, "%s", why); /* nobody will read the bytes */
+    /* The claim won: the receiver is reading this post (its status and
+     * words) and the bytes it names, and acks when done. That is waited
+     * for past the deadline that ended the first wait (the copy bounds
+     * it), or a later send of this command could rewrite them under the
+     * reader; only the session's abort ends it sooner, and then the
+     * session is broken for every member. */
     a.peer = -1;
-    if (disco_wait_until(&p->q, acked, &a, w->wait) != DISCO_OK)
+    disco_wait_t past = *w->wait;
+    past.deadline_ns = 0;
+    past.timeout_ns = 0;
+    if (disco_wait_until(&p->q, acked, &a, &past) != DISCO_OK)
         return disco_set_error(st, "%s", why);
 done:
     if (own != DISCO_OK) /* the receiver was told; this end fails with its own words */
@@ -284,7 +300,8 @@ static disco_status_t recv(disco_ctx_t *ctx, DLTensor *t, int from_worker, struc
     /* own: this receive's own failure; it still claims its post, in its
      * place (Failures, collective.h), and returns mine. */
     disco_status_t own = st;
-    char mine[DISCO_ERR_MSG_MAX] = "";
+    char mine[DISCO_ERR_MSG_MAX]; /* read only when own failed */
+    mine[0] = '\0';
     if (own != DISCO_OK)
         snprintf(mine, sizeof mine, "%s", disco_last_error());
     disco_worker_t *w = ctx->worker;
