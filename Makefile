@@ -227,7 +227,11 @@ python: $(BUILD)/libdisco.so.3 | $(DEPS_STAMP)
 	@$(MAKE) --no-print-directory py-ext
 py-ext: $(PY_CORE)
 py-install-ext: $(BUILD)/pyinst/_core$(PY_EXT)
-.PHONY: py-ext py-install-ext
+# With PY_ABI3=1 (make test runs it): the extension's objects for the stable
+# ABI, compiled only, so that a call outside 3.11's limited API fails the
+# tests here, not first in the GPU kit's build (which links that build).
+py-abi3-objs: $(PY_OBJ)
+.PHONY: py-ext py-install-ext py-abi3-objs
 
 $(PY_OBJDIR)/%.o: python/%.c python/disco/_core.h $(FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
@@ -274,6 +278,7 @@ test: $(TEST_BIN) $(NODE_PROG) $(BUILD)/libdisco.so $(TOOLS) $(TESTLIB) $(DEMOLI
 	DISCO_QUIET=1 $(CXX_API)
 	$(PYTHON) tests/jsonrpc_test.py $(BUILD)/bin/disco-jsonrpc $(TESTLIB)
 	$(if $(SANITIZE),,$(if $(wildcard tests/python),$(PY_TEST_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider tests/python))
+	$(if $(SANITIZE),,$(MAKE) --no-print-directory PY_ABI3=1 py-abi3-objs)
 	$(if $(SANITIZE),,sh tests/install_test.sh)
 	@if ls /dev/shm 2>/dev/null | grep -qi disco; then \
 	    echo "FAIL: disco objects left in /dev/shm"; ls /dev/shm; exit 1; fi

@@ -89,7 +89,7 @@ static void name_error(const char *fn, const char *arg)
     } else if (t == PyExc_TypeError || t == PyExc_ValueError || t == PyExc_BufferError ||
                t == PyExc_OverflowError || t == PyExc_RuntimeError) {
         if ((msg = PyUnicode_FromFormat("disco.comm.%s: %s: %S", fn, arg, v)) != NULL)
-            nv = PyObject_CallOneArg(t, msg);
+            nv = PyObject_CallFunctionObjArgs(t, msg, NULL);
     }
     Py_XDECREF(msg);
     if (nv == NULL) { /* not renamed: the original, as it was */
@@ -109,8 +109,8 @@ static bool is_call_arg(PyObject *o)
 {
     if (dp_comm_args == NULL || !PyTuple_Check(dp_comm_args))
         return false;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dp_comm_args); i++)
-        if (PyTuple_GET_ITEM(dp_comm_args, i) == o)
+    for (Py_ssize_t i = 0; i < PyTuple_Size(dp_comm_args); i++)
+        if (PyTuple_GetItem(dp_comm_args, i) == o)
             return true;
     return false;
 }
@@ -193,7 +193,7 @@ static int raise_range(const char *fn, const char *name, PyObject *o, const char
 {
     PyObject *m =
         PyUnicode_FromFormat("disco.comm.%s: %s %R is not %s (0 .. %d)", fn, name, o, what, n - 1);
-    const char *s = m != NULL ? PyUnicode_AsUTF8(m) : NULL;
+    const char *s = m != NULL ? PyUnicode_AsUTF8AndSize(m, NULL) : NULL;
     if (s != NULL)
         dp_raise_msg(DISCO_E_INVAL, s);
     Py_XDECREF(m);
@@ -233,8 +233,9 @@ static void fail_next(disco_ctx_t *ctx, PyObject *v)
         code = PyObject_GetAttrString(v, "code");
     if (code != NULL && PyLong_Check(code))
         st = (disco_status_t)PyLong_AsLong(code);
-    const char *n = name != NULL && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
-    const char *m = str != NULL ? PyUnicode_AsUTF8(str) : NULL;
+    const char *n =
+        name != NULL && PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
+    const char *m = str != NULL ? PyUnicode_AsUTF8AndSize(str, NULL) : NULL;
     PyErr_Clear(); /* a failure here loses words, never the caller's error */
     char words[512];
     snprintf(words, sizeof words, "%s: %s", n != NULL ? n : "error", m != NULL ? m : "?");
@@ -309,7 +310,7 @@ static int op_arg(PyObject *o, disco_reduce_op_t *op)
     if ((size_t)n != strlen(s) || !disco_reduce_parse(s, op)) {
         PyObject *m = PyUnicode_FromFormat(
             "disco.comm.allreduce: op %.100R is none of sum, prod, min, max, avg", o);
-        const char *ms = m != NULL ? PyUnicode_AsUTF8(m) : NULL;
+        const char *ms = m != NULL ? PyUnicode_AsUTF8AndSize(m, NULL) : NULL;
         if (ms != NULL)
             dp_raise_msg(DISCO_E_INVAL, ms);
         Py_XDECREF(m);
