@@ -165,8 +165,8 @@ stage() {
     local s0=$out/require0/summary.txt s1=$out/require1/summary.txt
     local gpu=() cpu=(step py) mixed=(tools) s ln bad=0
     # The GPU steps: the CUDA suites (and the _mps twins run-gpu.sh runs),
-    # MPS, the GPU figures, the demo, the torch probe, the Python device
-    # tests when the kit has them.
+    # MPS, the GPU figures, the demo, the torch probe, the torch decoder on
+    # CUDA, the Python device tests when the kit has them.
     local suites mps
     suites=$(grep -Eo '^SUITE\((cuda|gpu_[A-Za-z0-9_]*)\)' "$root/tmp/disco-gpu/tests/suites.def" |
         sed 's/^SUITE(//; s/)$//')
@@ -174,7 +174,7 @@ stage() {
     [ -n "$suites" ] && [ -n "$mps" ] || die "no GPU suites or MPS_SUITES found in the kit"
     for s in $suites; do gpu+=("$s"); done
     for s in $mps; do gpu+=("${s}_mps"); done
-    gpu+=(mps_on bench_mps demo_mps torch_mps bench)
+    gpu+=(mps_on bench_mps demo_mps torch_mps tp_cuda_mps bench)
     if compgen -G "$root/tmp/disco-gpu/tests/python/test_device*.py" >/dev/null; then
         gpu+=(pydev_mps)
     fi
