@@ -22,15 +22,15 @@ int disco_ctx_world_size(const disco_ctx_t *ctx)
     return ctx->worker != NULL ? ctx->worker->gworld : ctx->world;
 }
 
-/* The members collective_call.c's disco__coll_begin gives an in-group
- * call: this node's workers over the groups (each node holds whole
- * groups). */
+/* The members disco__coll_begin gives an in-group call: this node's
+ * workers over the groups (each node holds whole groups); with one group,
+ * every worker of every node. */
 int disco_ctx_group_size(const disco_ctx_t *ctx)
 {
     const disco_worker_t *w = ctx->worker;
     if (w == NULL || w->ngroups <= 1)
         return disco_ctx_world_size(ctx);
-    return w->world / (int)w->ngroups;
+    return disco__worker_group_size(w);
 }
 
 void *disco_ctx_user(const disco_ctx_t *ctx)

@@ -108,6 +108,14 @@ static inline bool disco__worker_multinode(const disco_worker_t *w)
     return w->gworld > w->world;
 }
 
+/** The workers of w's group on its node (an in_group collective's
+ *  members there): its node's workers over the session's groups, or all of
+ *  them when there is one group (ngroups 0 or 1). */
+static inline int disco__worker_group_size(const disco_worker_t *w)
+{
+    return w->ngroups > 1 ? w->world / (int)w->ngroups : w->world;
+}
+
 /** Whether a collective of w over the world (in_group false) or its group
  *  meets other nodes: across nodes, a world collective does, and so does
  *  a group one when the session's groups are the one group of everyone. */

@@ -221,7 +221,7 @@ void disco__coll_begin(disco_ctx_t *ctx, bool in_group, enum disco__coll_kind ki
      * memory that any member could overwrite. */
     int groups = w->ngroups > 0 ? (int)w->ngroups : 1;
     c->ngroups = groups;
-    c->size = in_group ? w->world / groups : w->world;
+    c->size = in_group ? disco__worker_group_size(w) : w->world;
     c->base = in_group ? w->id / c->size * c->size : 0;
     c->rank = w->id - c->base;
     c->bar = in_group ? &c->a->group_barrier[w->id / c->size] : &c->a->world_barrier;

@@ -205,10 +205,9 @@ static disco_status_t allgather_into(disco_ctx_t *ctx, const disco_value_t *a, i
         st = arg_tensor(&a[1], what, "out", &out);
     /* the members: across nodes every worker (collective_ops.c's mult) */
     disco_worker_t *w = ctx->worker;
-    int groups = w->ngroups > 0 ? (int)w->ngroups : 1;
     int64_t all = 0;
     int members = disco__worker_crosses(w, flag(a, n, 2)) ? w->gworld
-                  : flag(a, n, 2)                         ? w->world / groups
+                  : flag(a, n, 2)                         ? disco__worker_group_size(w)
                                                           : w->world;
     if (st == DISCO_OK && __builtin_mul_overflow(disco_tensor_numel(x), (int64_t)members, &all))
         st = disco_set_error(DISCO_E_OVERFLOW, "%s: x's elements times %d overflow", what, members);

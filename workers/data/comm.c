@@ -188,9 +188,8 @@ static void stamp_end(disco_ctx_t *ctx, uint32_t kind, uint32_t index, bool in_g
     disco_worker_t *w = ctx->worker;
     if (w->trace == NULL)
         return;
-    int groups = w->ngroups > 1 ? (int)w->ngroups : 1;
-    int size = in_group ? w->world / groups : w->world;
-    uint32_t group = in_group && groups > 1 ? (uint32_t)(w->id / size) : DISCO__TRACE_NOGROUP;
+    int size = in_group ? disco__worker_group_size(w) : w->world;
+    uint32_t group = in_group && w->ngroups > 1 ? (uint32_t)(w->id / size) : DISCO__TRACE_NOGROUP;
     disco__trace_put_info(w->trace, w->seq,
                           disco__trace_nested_info(kind, index, group, (uint32_t)size), t0,
                           disco__ticks());

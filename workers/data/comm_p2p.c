@@ -369,8 +369,7 @@ static int group_peer(disco_ctx_t *ctx, int step, const char *what, disco_status
     if ((*st = disco__comm_worker(ctx, what)) != DISCO_OK)
         return -1;
     disco_worker_t *w = ctx->worker;
-    int groups = w->ngroups > 0 ? (int)w->ngroups : 1;
-    int size = w->world / groups, peer = disco__worker_gid(w) + step * size;
+    int size = disco__worker_group_size(w), peer = disco__worker_gid(w) + step * size;
     if (peer < 0 || peer >= w->gworld) {
         *st = disco_set_error(DISCO_E_INVAL, "%s: worker %d is in the %s group", what,
                               disco__worker_gid(w), step > 0 ? "last" : "first");

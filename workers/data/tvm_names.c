@@ -186,7 +186,7 @@ static disco_status_t scatter(disco_ctx_t *ctx, const disco_value_t *a, int n, d
         disco__tensor_is_ours(a[0].v.tensor) && !disco__tensor_is_device(a[0].v.tensor) &&
         a[0].v.tensor->device.device_type == kDLCPU) {
         const DLTensor *x = a[0].v.tensor;
-        int64_t members = in_group && w->ngroups > 1 ? w->world / (int64_t)w->ngroups : w->world;
+        int64_t members = in_group ? disco__worker_group_size(w) : w->world;
         int64_t numel = disco_tensor_numel(x);
         if (members > 0 && numel % members == 0) {
             int64_t shape[2] = {members, numel / members};
