@@ -28,31 +28,10 @@ void *bench_shared_alloc(size_t size)
 
 /* ---- floor: raw cache-line ping-pong ---- */
 
+/* Its spins are bench_spin_until's plain load loop (pause false): the
+ * floor, the fastest a line can bounce; a dead peer costs BU_DEADLINE_NS,
+ * not a hang. */
 #define FLOOR_STOP UINT64_MAX
-
-/* Spins until *p holds want (or FLOOR_STOP) and returns it; returns 0 (never
- * a valid value) after 10 s. A plain load loop with no pause: this is the
- * floor, the fastest a line can bounce. The clock is read only every 64K
- * spins, so a dead peer costs 10 s, not a hang. bench_spin_until (bench.h)
- * does the same with a choice of pause; the floor keeps the loop every
- * earlier figure of it was taken with. */
-static uint64_t spin_until(_Atomic uint64_t *p, uint64_t want)
-{
-    int64_t start = 0;
-    for (uint32_t i = 1;; i++) {
-        /* Acquire: pairs with the peer's release store of the new value. */
-        uint64_t v = atomic_load_explicit(p, memory_order_acquire);
-        if (v == want || v == FLOOR_STOP)
-            return v;
-        if ((i & 0xffff) == 0) {
-            int64_t now = disco_now_ns();
-            if (start == 0)
-                start = now;
-            else if (now - start > BU_DEADLINE_NS)
-                return 0;
-        }
-    }
-}
 
 /* The parent writes odd values to ping; the child answers v + 1 on pong.
  * ping == pong: one line bounces (the physical floor). ping != pong: one
@@ -67,7 +46,7 @@ static int floor_child(void *p)
     floor_ctx_t *c = p;
     bu_pin(1);
     for (uint64_t want = 1;; want += 2) {
-        uint64_t v = spin_until(c->ping, want);
+        uint64_t v = bench_spin_until(c->ping, want, FLOOR_STOP, false);
         if (v == 0) {
             fprintf(stderr, "error: floor child: no ping for 10 s\n");
             return 1;
@@ -85,7 +64,7 @@ static int64_t floor_rounds(void *p, uint64_t iters)
     for (uint64_t i = 0; i < iters; i++) {
         uint64_t ping = c->last + 1;
         atomic_store_explicit(c->ping, ping, memory_order_release);
-        if (spin_until(c->pong, ping + 1) != ping + 1)
+        if (bench_spin_until(c->pong, ping + 1, FLOOR_STOP, false) != ping + 1)
             bu_die("floor: no answer to %llu (peer gone?)", (unsigned long long)ping);
         c->last = ping + 1;
     }
