@@ -11,6 +11,7 @@
 #include "disco/disco.h"
 #include "scheduler/session/session_impl.h"
 #include "tests/node_comm.h"
+#include "tests/node_check.h"
 #include "workers/core/ctx.h"
 #include "workers/core/worker.h"
 #include "workers/data/tensor_impl.h"
@@ -186,15 +187,6 @@ void node_comm_register(void)
     disco_register_func("nt.ctx_badroot", "i", ctx_badroot);
     disco_register_func("nt.ctx_nopeer", "i", ctx_nopeer);
 }
-
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        disco_status_t st_ = (x);                                                                  \
-        if (st_ != DISCO_OK) {                                                                     \
-            printf("%s: %s: %s\n", #x, disco_err_name(st_), disco_last_error());                   \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 /* nt.ctx_more on every worker (dev: sim tensors), one call_sync_all, each
  * worker's answer printed; without dev, then nt.ctx_badroot: every worker

@@ -11,6 +11,7 @@
 #include "disco/trace.h"
 #include "scheduler/session/session_impl.h"
 #include "tests/node_p2p.h"
+#include "tests/node_check.h"
 #include "workers/core/ctx.h"
 #include "workers/core/worker.h"
 #include "workers/data/tensor_impl.h"
@@ -431,15 +432,6 @@ void node_p2p_register(void)
     disco_register_func("nt.p2p_nosink", "i", p2p_nosink);
     node_p2p_pieces_register();
 }
-
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        disco_status_t st_ = (x);                                                                  \
-        if (st_ != DISCO_OK) {                                                                     \
-            printf("%s: %s: %s\n", #x, disco_err_name(st_), disco_last_error());                   \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 /* Calls f(a0, a1) on every worker; prints each worker's answer. */
 static int call_all(disco_session_t *s, const char *name, const char *sc, disco_value_t a0,

@@ -12,6 +12,7 @@
 
 #include "disco/disco.h"
 #include "tests/node_p2p.h"
+#include "tests/node_check.h"
 #include "workers/core/ctx.h"
 #include "workers/core/worker.h"
 #ifdef DISCO_TEST_MPI
@@ -273,15 +274,6 @@ void node_p2p_pieces_register(void)
     disco_register_func("nt.p2p_huge", "ii", p2p_huge);
     disco_register_func("nt.p2p_killmid", "ii", p2p_killmid);
 }
-
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        disco_status_t st_ = (x);                                                                  \
-        if (st_ != DISCO_OK) {                                                                     \
-            printf("%s: %s: %s\n", #x, disco_err_name(st_), disco_last_error());                   \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 /* Calls name(a0, a1) (n of them) on every worker; prints each worker's
  * answer as "sc worker W: answer". Returns 0, or 1 when the call failed. */
